@@ -1,0 +1,63 @@
+package tracing
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+)
+
+// RecordCarrier adapts a Kafka record's headers to propagation.TextMapCarrier, so any
+// OpenTelemetry propagator can read and write W3C trace context (traceparent, tracestate,
+// baggage) on records. Set replaces every existing header with the same key.
+type RecordCarrier struct {
+	Record *kgo.Record
+}
+
+var _ propagation.TextMapCarrier = RecordCarrier{}
+
+// Get returns the value of the last header named key, or "".
+func (c RecordCarrier) Get(key string) string {
+	for i := len(c.Record.Headers) - 1; i >= 0; i-- {
+		if c.Record.Headers[i].Key == key {
+			return string(c.Record.Headers[i].Value)
+		}
+	}
+	return ""
+}
+
+// Set stores value under key, replacing any header with that key.
+func (c RecordCarrier) Set(key, value string) {
+	hs := c.Record.Headers[:0]
+	for _, h := range c.Record.Headers {
+		if h.Key != key {
+			hs = append(hs, h)
+		}
+	}
+	c.Record.Headers = append(hs, kgo.RecordHeader{Key: key, Value: []byte(value)})
+}
+
+// Keys lists the header keys, once each.
+func (c RecordCarrier) Keys() []string {
+	keys := make([]string, 0, len(c.Record.Headers))
+	seen := make(map[string]bool, len(c.Record.Headers))
+	for _, h := range c.Record.Headers {
+		if !seen[h.Key] {
+			seen[h.Key] = true
+			keys = append(keys, h.Key)
+		}
+	}
+	return keys
+}
+
+// Inject writes the trace context and baggage of ctx into r's headers with the global
+// text map propagator (set by Setup to W3C trace context + baggage).
+func Inject(ctx context.Context, r *kgo.Record) {
+	otel.GetTextMapPropagator().Inject(ctx, RecordCarrier{Record: r})
+}
+
+// Extract returns ctx carrying the remote span context and baggage found in r's headers.
+func Extract(ctx context.Context, r *kgo.Record) context.Context {
+	return otel.GetTextMapPropagator().Extract(ctx, RecordCarrier{Record: r})
+}

@@ -1,0 +1,173 @@
+package tracing
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/exaring/otelpgx"
+	"github.com/jackc/pgx/v5/multitracer"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/extra/redisotel/v9"
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/embedded"
+)
+
+// InstrumentOption configures [NewPool], [InstrumentPgx], [InstrumentRedis]
+// and [NewKafka].
+type InstrumentOption func(*instrumentConfig)
+
+type instrumentConfig struct {
+	tp        trace.TracerProvider
+	mp        metric.MeterProvider
+	prop      propagation.TextMapPropagator
+	rootSpans bool
+}
+
+func newInstrumentConfig(opts []InstrumentOption) instrumentConfig {
+	var c instrumentConfig
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.tp == nil {
+		c.tp = otel.GetTracerProvider()
+	}
+	if c.mp == nil {
+		c.mp = otel.GetMeterProvider()
+	}
+	if !c.rootSpans {
+		c.tp = childOnlyProvider{tp: c.tp}
+	}
+	return c
+}
+
+// WithTelemetry uses t's tracer and meter providers. Default: the otel
+// globals at the time of the call.
+func WithTelemetry(t *Telemetry) InstrumentOption {
+	return func(c *instrumentConfig) {
+		c.tp = t.TracerProvider
+		c.mp = t.MeterProvider
+		c.prop = t.Propagator
+	}
+}
+
+// WithTracerProvider sets the tracer provider. Default: otel.GetTracerProvider().
+func WithTracerProvider(tp trace.TracerProvider) InstrumentOption {
+	return func(c *instrumentConfig) { c.tp = tp }
+}
+
+// WithMeterProvider sets the meter provider. Default: otel.GetMeterProvider().
+func WithMeterProvider(mp metric.MeterProvider) InstrumentOption {
+	return func(c *instrumentConfig) { c.mp = mp }
+}
+
+// WithPropagator sets the propagator [NewKafka] injects and extracts with
+// (the other helpers do not propagate). Default: otel.GetTextMapPropagator()
+// at the time of each call.
+func WithPropagator(p propagation.TextMapPropagator) InstrumentOption {
+	return func(c *instrumentConfig) { c.prop = p }
+}
+
+// WithRootSpans lets database and Redis calls made without a span in their
+// context start traces of their own. Default: such calls are not traced,
+// because background work (relay polling, lock refreshes, sweepers) would
+// otherwise flood the backend with one-span traces; calls inside a trace
+// always get their client span.
+func WithRootSpans() InstrumentOption {
+	return func(c *instrumentConfig) { c.rootSpans = true }
+}
+
+// InstrumentPgx makes every connection of cfg report client spans (one per
+// query, batch, COPY, prepare, connect and pool acquire, with the
+// db.query.text and operation name) and operation-duration metrics through
+// github.com/exaring/otelpgx. A tracer already in cfg.ConnConfig.Tracer is
+// kept: both are called. The spans pick up saga.correlation_id and the entity
+// attribute through [CorrelationProcessor].
+func InstrumentPgx(cfg *pgxpool.Config, opts ...InstrumentOption) {
+	c := newInstrumentConfig(opts)
+	t := otelpgx.NewTracer(
+		otelpgx.WithTracerProvider(c.tp),
+		otelpgx.WithMeterProvider(c.mp),
+	)
+	if prev := cfg.ConnConfig.Tracer; prev != nil {
+		cfg.ConnConfig.Tracer = multitracer.New(prev, t)
+		return
+	}
+	cfg.ConnConfig.Tracer = t
+}
+
+// NewPool parses dsn, instruments it with [InstrumentPgx], opens the pool and
+// reports its statistics (pgxpool.* connection metrics) through the meter
+// provider. Like pgxpool.NewWithConfig it does not wait for a connection;
+// call Ping to check the database is reachable.
+func NewPool(ctx context.Context, dsn string, opts ...InstrumentOption) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("tracing: parse postgres config: %w", err)
+	}
+	return NewPoolWithConfig(ctx, cfg, opts...)
+}
+
+// NewPoolWithConfig is [NewPool] for a config you have already adjusted
+// (pool size, AfterConnect, ...).
+func NewPoolWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...InstrumentOption) (*pgxpool.Pool, error) {
+	InstrumentPgx(cfg, opts...)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("tracing: open postgres pool: %w", err)
+	}
+	c := newInstrumentConfig(opts)
+	if err := otelpgx.RecordStats(pool, otelpgx.WithStatsMeterProvider(c.mp)); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("tracing: record postgres pool stats: %w", err)
+	}
+	return pool, nil
+}
+
+// InstrumentRedis adds client spans (one per command or pipeline, with the
+// command text) and connection-pool metrics to rdb (a *redis.Client,
+// *redis.ClusterClient or *redis.Ring) through
+// github.com/redis/go-redis/extra/redisotel. Call it once per client, before
+// use. Caller file/line attributes are off: they cost a stack walk per
+// command.
+func InstrumentRedis(rdb redis.UniversalClient, opts ...InstrumentOption) error {
+	c := newInstrumentConfig(opts)
+	if err := redisotel.InstrumentTracing(rdb,
+		redisotel.WithTracerProvider(c.tp),
+		redisotel.WithCallerEnabled(false),
+	); err != nil {
+		return fmt.Errorf("tracing: instrument redis tracing: %w", err)
+	}
+	if err := redisotel.InstrumentMetrics(rdb, redisotel.WithMeterProvider(c.mp)); err != nil {
+		return fmt.Errorf("tracing: instrument redis metrics: %w", err)
+	}
+	return nil
+}
+
+// childOnlyProvider hands out tracers that start a span only when the
+// context already carries a valid span context (local or remote).
+type childOnlyProvider struct {
+	embedded.TracerProvider
+	tp trace.TracerProvider
+}
+
+func (p childOnlyProvider) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
+	return childOnlyTracer{t: p.tp.Tracer(name, opts...)}
+}
+
+type childOnlyTracer struct {
+	embedded.Tracer
+	t trace.Tracer
+}
+
+func (t childOnlyTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		// The non-recording span already in ctx: End and SetAttributes are
+		// no-ops, and ctx stays unchanged.
+		return ctx, trace.SpanFromContext(ctx)
+	}
+	return t.t.Start(ctx, name, opts...)
+}

@@ -1,0 +1,434 @@
+package tracing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/exporters/stdout/stdoutmetric"
+	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// ErrInvalidConfig is returned (wrapped) by [Setup] when its arguments or the
+// OTEL_* environment describe a configuration that cannot work, for example an
+// empty service name, an unknown OTEL_TRACES_EXPORTER value or an unsupported
+// OTEL_EXPORTER_OTLP_PROTOCOL.
+var ErrInvalidConfig = errors.New("tracing: invalid configuration")
+
+// Names of the standard OpenTelemetry environment variables [Setup] consults
+// itself. Everything else under OTEL_* (headers, timeouts, TLS, batch sizes,
+// OTEL_TRACES_SAMPLER_ARG, ...) is read by the SDK and the exporters directly.
+const (
+	EnvSDKDisabled          = "OTEL_SDK_DISABLED"
+	EnvServiceName          = "OTEL_SERVICE_NAME"
+	EnvTracesExporter       = "OTEL_TRACES_EXPORTER"
+	EnvMetricsExporter      = "OTEL_METRICS_EXPORTER"
+	EnvOTLPEndpoint         = "OTEL_EXPORTER_OTLP_ENDPOINT"
+	EnvOTLPTracesEndpoint   = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+	EnvOTLPMetricsEndpoint  = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"
+	EnvOTLPProtocol         = "OTEL_EXPORTER_OTLP_PROTOCOL"
+	EnvOTLPTracesProtocol   = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+	EnvOTLPMetricsProtocol  = "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"
+	EnvTracesSampler        = "OTEL_TRACES_SAMPLER"
+	EnvResourceAttributes   = "OTEL_RESOURCE_ATTRIBUTES"
+	defaultOTLPProtocolName = "http/protobuf"
+)
+
+// Telemetry is what [Setup] built: the SDK providers, the propagator and the
+// Prometheus registry behind /metrics. Pass its fields to the code that needs
+// them (kgo hooks, otelhttp, [NewPool], [InstrumentRedis] via [WithTelemetry])
+// instead of reading the otel globals.
+type Telemetry struct {
+	// TracerProvider is the SDK tracer provider. Spans are always recorded
+	// (so trace and span ids exist for propagation and logs) even when no
+	// exporter is configured.
+	TracerProvider *sdktrace.TracerProvider
+	// MeterProvider is the SDK meter provider. It always has a Prometheus
+	// reader registered in Registry, plus an OTLP push reader when
+	// configured.
+	MeterProvider *sdkmetric.MeterProvider
+	// Propagator is W3C tracecontext + W3C baggage.
+	Propagator propagation.TextMapPropagator
+	// Registry is the Prometheus registry holding the OTel metrics (and, by
+	// default, the Go runtime and process collectors). Serve it with
+	// MetricsHandler; it is never the client_golang default registry.
+	Registry *prometheus.Registry
+	// Resource describes this process (service.name, host, runtime, and
+	// OTEL_RESOURCE_ATTRIBUTES).
+	Resource *resource.Resource
+	// TracesExporter names the span exporter in use: "otlp/grpc",
+	// "otlp/http/protobuf", "console", or "" when spans are not exported.
+	TracesExporter string
+	// MetricsExporter names the push metric exporter in use: "otlp/grpc",
+	// "otlp/http/protobuf", "console", or "" when metrics are only pulled via
+	// Registry.
+	MetricsExporter string
+
+	shutdownOnce sync.Once
+	shutdownErr  error
+}
+
+// Tracer returns a tracer of t.TracerProvider.
+func (t *Telemetry) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
+	return t.TracerProvider.Tracer(name, opts...)
+}
+
+// Meter returns a meter of t.MeterProvider.
+func (t *Telemetry) Meter(name string, opts ...metric.MeterOption) metric.Meter {
+	return t.MeterProvider.Meter(name, opts...)
+}
+
+// MetricsHandler returns the http.Handler to mount at /metrics: the
+// Prometheus text/OpenMetrics exposition of t.Registry.
+func (t *Telemetry) MetricsHandler() http.Handler {
+	return PrometheusHandler(t.Registry)
+}
+
+// Shutdown flushes pending spans and metrics and stops the exporters. It
+// honours ctx's deadline (an unreachable collector costs at most that long)
+// and is safe to call more than once; later calls return the first result.
+// The otel globals set by [Setup] are left in place, so late spans end up in
+// a shut-down provider and are dropped.
+func (t *Telemetry) Shutdown(ctx context.Context) error {
+	t.shutdownOnce.Do(func() {
+		var errs []error
+		if err := t.TracerProvider.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("tracing: shut down tracer provider: %w", err))
+		}
+		if err := t.MeterProvider.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("tracing: shut down meter provider: %w", err))
+		}
+		t.shutdownErr = errors.Join(errs...)
+	})
+	return t.shutdownErr
+}
+
+// Option configures [Setup].
+type Option func(*setupConfig)
+
+type setupConfig struct {
+	globals        bool
+	sampler        sdktrace.Sampler
+	processors     []sdktrace.SpanProcessor
+	readers        []sdkmetric.Reader
+	registry       *prometheus.Registry
+	resourceAttrs  []attribute.KeyValue
+	noCorrelation  bool
+}
+
+// WithoutGlobals stops [Setup] from installing its providers and propagator
+// as the otel globals. By default Setup sets otel.SetTracerProvider,
+// otel.SetMeterProvider and otel.SetTextMapPropagator, because
+// instrumentation libraries (otelhttp, kotel, otelpgx, redisotel) and this
+// package's [Inject]/[Extract] fall back to them when not handed a provider.
+// Use this in tests that run several Setups in one process.
+func WithoutGlobals() Option {
+	return func(c *setupConfig) { c.globals = false }
+}
+
+// WithSampler overrides the sampler. Default: the one named by
+// OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG, else parentbased_always_on.
+func WithSampler(s sdktrace.Sampler) Option {
+	return func(c *setupConfig) { c.sampler = s }
+}
+
+// WithSpanProcessor adds a span processor after the exporter's batcher, for
+// example a tracetest.SpanRecorder in tests. Default: none.
+func WithSpanProcessor(p sdktrace.SpanProcessor) Option {
+	return func(c *setupConfig) { c.processors = append(c.processors, p) }
+}
+
+// WithMetricReader adds a metric reader besides the Prometheus one, for
+// example an sdkmetric.ManualReader in tests. Default: none.
+func WithMetricReader(r sdkmetric.Reader) Option {
+	return func(c *setupConfig) { c.readers = append(c.readers, r) }
+}
+
+// WithRegistry makes the Prometheus exporter register in reg instead of a
+// fresh registry; use it to serve OTel metrics next to collectors you already
+// registered. Default: a new registry with the Go runtime and process
+// collectors. The client_golang default registry is never used.
+func WithRegistry(reg *prometheus.Registry) Option {
+	return func(c *setupConfig) { c.registry = reg }
+}
+
+// WithResourceAttributes adds attributes to the resource, for example
+// semconv.ServiceVersion("1.4.2"). OTEL_RESOURCE_ATTRIBUTES and
+// OTEL_SERVICE_NAME override them, so operators keep the last word.
+func WithResourceAttributes(attrs ...attribute.KeyValue) Option {
+	return func(c *setupConfig) { c.resourceAttrs = append(c.resourceAttrs, attrs...) }
+}
+
+// WithoutCorrelationAttributes stops [Setup] from installing the
+// [CorrelationProcessor], which copies saga.correlation_id and the entity
+// attribute from the context onto every span started in it (including the
+// spans of otelpgx, redisotel and otelhttp). Default: installed.
+func WithoutCorrelationAttributes() Option {
+	return func(c *setupConfig) { c.noCorrelation = true }
+}
+
+// Setup builds the OpenTelemetry SDK for one service from the standard OTEL_*
+// environment variables and returns it; call [Telemetry.Shutdown] before the
+// process exits. serviceName is the service.name resource attribute unless
+// OTEL_SERVICE_NAME overrides it.
+//
+// Traces. Spans are always created and sampled (default
+// parentbased_always_on, or OTEL_TRACES_SAMPLER), so trace ids reach the logs
+// and the Kafka headers even when nothing is exported. The exporter is chosen
+// by OTEL_TRACES_EXPORTER:
+//
+//   - unset: OTLP if OTEL_EXPORTER_OTLP_ENDPOINT or
+//     OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set, otherwise none. This is the
+//     one deviation from the OTel default ("otlp" to localhost): a service
+//     started without a collector neither blocks nor logs export errors.
+//   - "otlp": OTLP even without an endpoint (the exporter's localhost
+//     default); the transport follows OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or
+//     OTEL_EXPORTER_OTLP_PROTOCOL: "grpc" (e.g. Jaeger :4317) or
+//     "http/protobuf" (default, e.g. Jaeger :4318).
+//   - "console": pretty-printed JSON on stdout. "none": no exporter.
+//
+// Exported spans go through a batch processor (OTEL_BSP_* apply). Exporters
+// connect lazily, so Setup does no network I/O.
+//
+// Metrics. The meter provider always has a Prometheus reader whose registry
+// is returned in [Telemetry.Registry] (serve it with
+// [Telemetry.MetricsHandler]). OTEL_METRICS_EXPORTER picks an additional push
+// exporter by the same rules as traces ("prometheus" means just the pull
+// reader; this package never opens a port of its own).
+//
+// OTEL_SDK_DISABLED=true disables every exporter; spans and metrics are still
+// recorded in-process.
+//
+// Propagation is W3C tracecontext + W3C baggage. Unless [WithoutGlobals] is
+// given, Setup installs the providers and the propagator as the otel globals
+// (instrumentation libraries read them); the returned Telemetry lets your own
+// code avoid the globals.
+func Setup(ctx context.Context, serviceName string, opts ...Option) (*Telemetry, error) {
+	cfg := setupConfig{globals: true}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if serviceName == "" && os.Getenv(EnvServiceName) == "" {
+		return nil, fmt.Errorf("%w: empty service name and %s unset", ErrInvalidConfig, EnvServiceName)
+	}
+	disabled := strings.EqualFold(strings.TrimSpace(os.Getenv(EnvSDKDisabled)), "true")
+
+	res, err := newResource(ctx, serviceName, cfg.resourceAttrs)
+	if err != nil {
+		return nil, err
+	}
+
+	tel := &Telemetry{
+		Resource:   res,
+		Propagator: NewPropagator(),
+	}
+
+	// Traces.
+	var spanExp sdktrace.SpanExporter
+	if !disabled {
+		spanExp, tel.TracesExporter, err = newSpanExporter(ctx)
+		if err != nil {
+			return nil, err
+		}
+	}
+	tpOpts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+	if cfg.sampler != nil {
+		tpOpts = append(tpOpts, sdktrace.WithSampler(cfg.sampler))
+	}
+	if !cfg.noCorrelation {
+		tpOpts = append(tpOpts, sdktrace.WithSpanProcessor(CorrelationProcessor()))
+	}
+	if spanExp != nil {
+		tpOpts = append(tpOpts, sdktrace.WithBatcher(spanExp))
+	}
+	for _, p := range cfg.processors {
+		tpOpts = append(tpOpts, sdktrace.WithSpanProcessor(p))
+	}
+
+	// Metrics.
+	reg := cfg.registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(
+			collectors.NewGoCollector(),
+			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		)
+	}
+	promReader, err := NewPrometheusReader(reg)
+	if err != nil {
+		if spanExp != nil {
+			_ = spanExp.Shutdown(ctx)
+		}
+		return nil, err
+	}
+	mpOpts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(promReader)}
+	if !disabled {
+		pushReader, name, err := newMetricReader(ctx)
+		if err != nil {
+			if spanExp != nil {
+				_ = spanExp.Shutdown(ctx)
+			}
+			return nil, err
+		}
+		if pushReader != nil {
+			mpOpts = append(mpOpts, sdkmetric.WithReader(pushReader))
+			tel.MetricsExporter = name
+		}
+	}
+	for _, r := range cfg.readers {
+		mpOpts = append(mpOpts, sdkmetric.WithReader(r))
+	}
+
+	tel.TracerProvider = sdktrace.NewTracerProvider(tpOpts...)
+	tel.MeterProvider = sdkmetric.NewMeterProvider(mpOpts...)
+	tel.Registry = reg
+
+	if cfg.globals {
+		otel.SetTracerProvider(tel.TracerProvider)
+		otel.SetMeterProvider(tel.MeterProvider)
+		otel.SetTextMapPropagator(tel.Propagator)
+	}
+	return tel, nil
+}
+
+// NewPropagator returns the propagator choreo uses on every hop: W3C
+// tracecontext (traceparent, tracestate) and W3C baggage.
+func NewPropagator() propagation.TextMapPropagator {
+	return propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+}
+
+func newResource(ctx context.Context, serviceName string, extra []attribute.KeyValue) (*resource.Resource, error) {
+	attrs := make([]attribute.KeyValue, 0, len(extra)+1)
+	if serviceName != "" {
+		attrs = append(attrs, semconv.ServiceName(serviceName))
+	}
+	attrs = append(attrs, extra...)
+	// Later options win: code-given attributes first, then the environment.
+	res, err := resource.New(ctx,
+		resource.WithTelemetrySDK(),
+		resource.WithHost(),
+		resource.WithProcessPID(),
+		resource.WithProcessRuntimeName(),
+		resource.WithProcessRuntimeVersion(),
+		resource.WithAttributes(attrs...),
+		resource.WithFromEnv(),
+	)
+	if err != nil && !errors.Is(err, resource.ErrPartialResource) && !errors.Is(err, resource.ErrSchemaURLConflict) {
+		return nil, fmt.Errorf("%w: resource: %w", ErrInvalidConfig, err)
+	}
+	// A partial resource (e.g. a malformed OTEL_RESOURCE_ATTRIBUTES entry or
+	// an unreadable hostname) still describes the service; keep it.
+	return res, nil
+}
+
+func envLower(key string) string {
+	return strings.ToLower(strings.TrimSpace(os.Getenv(key)))
+}
+
+func otlpProtocol(signalKey string) string {
+	if p := envLower(signalKey); p != "" {
+		return p
+	}
+	if p := envLower(EnvOTLPProtocol); p != "" {
+		return p
+	}
+	return defaultOTLPProtocolName
+}
+
+// newSpanExporter applies the rules documented on Setup. A nil exporter and
+// empty name mean "do not export". The exporters read their own
+// OTEL_EXPORTER_OTLP_* settings (endpoint, headers, TLS, timeout, compression).
+func newSpanExporter(ctx context.Context) (sdktrace.SpanExporter, string, error) {
+	name := envLower(EnvTracesExporter)
+	if name == "" {
+		if os.Getenv(EnvOTLPEndpoint) == "" && os.Getenv(EnvOTLPTracesEndpoint) == "" {
+			return nil, "", nil
+		}
+		name = "otlp"
+	}
+	var (
+		exp sdktrace.SpanExporter
+		err error
+	)
+	switch name {
+	case "none":
+		return nil, "", nil
+	case "console":
+		exp, err = stdouttrace.New(stdouttrace.WithPrettyPrint())
+	case "otlp":
+		switch proto := otlpProtocol(EnvOTLPTracesProtocol); proto {
+		case "grpc":
+			exp, err = otlptracegrpc.New(ctx)
+		case "http/protobuf":
+			exp, err = otlptracehttp.New(ctx)
+		default:
+			return nil, "", fmt.Errorf("%w: OTLP protocol %q for traces (want grpc or http/protobuf)", ErrInvalidConfig, proto)
+		}
+		name = "otlp/" + otlpProtocol(EnvOTLPTracesProtocol)
+	default:
+		return nil, "", fmt.Errorf("%w: %s=%q (want otlp, console or none)", ErrInvalidConfig, EnvTracesExporter, name)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: traces exporter %s: %w", ErrInvalidConfig, name, err)
+	}
+	return exp, name, nil
+}
+
+// newMetricReader returns the push reader chosen by OTEL_METRICS_EXPORTER,
+// or nil.
+func newMetricReader(ctx context.Context) (sdkmetric.Reader, string, error) {
+	name := envLower(EnvMetricsExporter)
+	if name == "" {
+		if os.Getenv(EnvOTLPEndpoint) == "" && os.Getenv(EnvOTLPMetricsEndpoint) == "" {
+			return nil, "", nil
+		}
+		name = "otlp"
+	}
+	var (
+		exp sdkmetric.Exporter
+		err error
+	)
+	switch name {
+	case "none", "prometheus":
+		// "prometheus" is served by the pull reader every Telemetry has.
+		return nil, "", nil
+	case "console":
+		exp, err = stdoutmetric.New()
+	case "otlp":
+		switch proto := otlpProtocol(EnvOTLPMetricsProtocol); proto {
+		case "grpc":
+			exp, err = otlpmetricgrpc.New(ctx)
+		case "http/protobuf":
+			exp, err = otlpmetrichttp.New(ctx)
+		default:
+			return nil, "", fmt.Errorf("%w: OTLP protocol %q for metrics (want grpc or http/protobuf)", ErrInvalidConfig, proto)
+		}
+		name = "otlp/" + otlpProtocol(EnvOTLPMetricsProtocol)
+	default:
+		return nil, "", fmt.Errorf("%w: %s=%q (want otlp, prometheus, console or none)", ErrInvalidConfig, EnvMetricsExporter, name)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: metrics exporter %s: %w", ErrInvalidConfig, name, err)
+	}
+	// OTEL_METRIC_EXPORT_INTERVAL / _TIMEOUT are read by the periodic reader.
+	return sdkmetric.NewPeriodicReader(exp), name, nil
+}

@@ -1,0 +1,127 @@
+package tracing
+
+import (
+	"context"
+	"log/slog"
+
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Keys of the attributes [NewLogHandler] adds to every record. The entity
+// attribute uses the key given to [WithEntity] (e.g. "order.id").
+const (
+	LogKeyTraceID       = "trace_id"
+	LogKeySpanID        = "span_id"
+	LogKeyCorrelationID = "correlation_id"
+)
+
+// NewLogHandler wraps next so that every record logged with a context (the
+// slog *Context methods, e.g. logger.InfoContext(ctx, ...)) carries the ids
+// needed to jump from a log line to its saga and trace:
+//
+//   - trace_id and span_id of the span in ctx, when it is valid;
+//   - correlation_id from [CorrelationID];
+//   - the entity from [Entity], under its own key (e.g. "order.id").
+//
+// They are added at the top level of the record even when the logger was
+// derived with WithGroup, so log queries never depend on how a logger was
+// built. Records logged without a context, or with one that carries none of
+// these, pass through unchanged.
+func NewLogHandler(next slog.Handler) slog.Handler {
+	if h, ok := next.(*logHandler); ok {
+		return h // already wrapped
+	}
+	return &logHandler{next: next}
+}
+
+// logHandler keeps WithAttrs/WithGroup calls as a list and applies them in
+// Handle, so that the correlation attributes can be put outside any group.
+type logHandler struct {
+	next slog.Handler // never has groups applied
+	ops  []logOp
+}
+
+// logOp is either a group (group != "") or a set of attributes.
+type logOp struct {
+	group string
+	attrs []slog.Attr
+}
+
+func (h *logHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.next.Enabled(ctx, l)
+}
+
+func (h *logHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	if len(attrs) == 0 {
+		return h
+	}
+	if len(h.ops) == 0 {
+		// No group open: let next pre-format the attributes (fast path).
+		return &logHandler{next: h.next.WithAttrs(attrs)}
+	}
+	return h.with(logOp{attrs: attrs})
+}
+
+func (h *logHandler) WithGroup(name string) slog.Handler {
+	if name == "" {
+		return h
+	}
+	return h.with(logOp{group: name})
+}
+
+func (h *logHandler) with(op logOp) *logHandler {
+	ops := make([]logOp, len(h.ops), len(h.ops)+1)
+	copy(ops, h.ops)
+	return &logHandler{next: h.next, ops: append(ops, op)}
+}
+
+func (h *logHandler) Handle(ctx context.Context, r slog.Record) error {
+	ids := correlationLogAttrs(ctx)
+	if len(ids) == 0 && len(h.ops) == 0 {
+		return h.next.Handle(ctx, r)
+	}
+
+	// The record's own attributes belong inside the innermost group.
+	inner := make([]slog.Attr, 0, r.NumAttrs())
+	r.Attrs(func(a slog.Attr) bool {
+		inner = append(inner, a)
+		return true
+	})
+	for i := len(h.ops) - 1; i >= 0; i-- {
+		op := h.ops[i]
+		if op.group == "" {
+			inner = append(append(make([]slog.Attr, 0, len(op.attrs)+len(inner)), op.attrs...), inner...)
+			continue
+		}
+		if len(inner) == 0 {
+			continue // slog drops empty groups
+		}
+		inner = []slog.Attr{{Key: op.group, Value: slog.GroupValue(inner...)}}
+	}
+
+	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+	out.AddAttrs(ids...)
+	out.AddAttrs(inner...)
+	return h.next.Handle(ctx, out)
+}
+
+// correlationLogAttrs returns the ids of ctx as log attributes.
+func correlationLogAttrs(ctx context.Context) []slog.Attr {
+	if ctx == nil {
+		return nil
+	}
+	var attrs []slog.Attr
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		attrs = append(attrs,
+			slog.String(LogKeyTraceID, sc.TraceID().String()),
+			slog.String(LogKeySpanID, sc.SpanID().String()),
+		)
+	}
+	if id := CorrelationID(ctx); id != "" {
+		attrs = append(attrs, slog.String(LogKeyCorrelationID, id))
+	}
+	if key, id := Entity(ctx); key != "" && id != "" {
+		attrs = append(attrs, slog.String(key, id))
+	}
+	return attrs
+}
