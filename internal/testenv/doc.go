@@ -1,0 +1,16 @@
+// Package testenv gives tests real Postgres, Redis and Kafka-protocol brokers, each test its
+// own isolated slice of them.
+//
+// Every service is resolved once per test binary, in this order:
+//
+//  1. an explicit environment variable: CHOREO_TEST_POSTGRES_DSN, CHOREO_TEST_REDIS_ADDR,
+//     CHOREO_TEST_KAFKA_BROKERS (comma-separated);
+//  2. the local default port (Postgres 127.0.0.1:5432 as user postgres, Redis 127.0.0.1:6379);
+//  3. a testcontainers-go container, when a Docker engine answers;
+//  4. for Kafka only: an in-process kfake cluster per test.
+//
+// Isolation: Postgres gives each test a fresh database (dropped at cleanup), Redis a unique
+// key namespace (its keys deleted at cleanup), Kafka unique topic names (and, with kfake, a
+// cluster of its own). When Postgres or Redis cannot be found at all the test fails with one
+// message naming the service and how to start it; nothing is skipped.
+package testenv

@@ -1,0 +1,110 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
+)
+
+const defaultPostgresDSN = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+type resolved struct {
+	value string
+	err   error
+}
+
+var postgresOnce = sync.OnceValue(func() resolved {
+	if dsn := os.Getenv("CHOREO_TEST_POSTGRES_DSN"); dsn != "" {
+		return resolved{dsn, ping(dsn)}
+	}
+	err := ping(defaultPostgresDSN)
+	if err == nil {
+		return resolved{value: defaultPostgresDSN}
+	}
+	if dockerAvailable() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		c, cerr := tcpostgres.Run(ctx, "postgres:16-alpine", tcpostgres.WithUsername("postgres"),
+			tcpostgres.WithPassword("postgres"), tcpostgres.BasicWaitStrategies())
+		if cerr != nil {
+			return resolved{err: fmt.Errorf("%v; testcontainers: %w", err, cerr)}
+		}
+		dsn, cerr := c.ConnectionString(ctx, "sslmode=disable")
+		return resolved{dsn, cerr}
+	}
+	return resolved{err: err}
+})
+
+func ping(dsn string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	return conn.Ping(ctx)
+}
+
+// PostgresDSN creates a fresh, empty database for this test and returns its DSN. The
+// database is dropped when the test ends.
+func PostgresDSN(t testing.TB) string {
+	t.Helper()
+	r := postgresOnce()
+	if r.err != nil {
+		need(t, "Postgres", r.err, "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start  (CHOREO_TEST_POSTGRES_DSN=postgres://...)")
+	}
+	name := Name(t, "choreo_t")
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, r.value)
+	if err != nil {
+		t.Fatalf("testenv: connect to Postgres: %v", err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("testenv: create database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(ctx, r.value)
+		if err != nil {
+			t.Errorf("testenv: drop database %s: %v", name, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Errorf("testenv: drop database %s: %v", name, err)
+		}
+	})
+	u, err := url.Parse(r.value)
+	if err != nil || u.Scheme == "" {
+		// key=value DSN
+		return r.value + " dbname=" + name
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+// Postgres returns a pool on a fresh, empty database for this test. The pool is closed and
+// the database dropped when the test ends.
+func Postgres(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	dsn := PostgresDSN(t)
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatalf("testenv: pool: %v", err)
+	}
+	t.Cleanup(pool.Close) // runs before the database is dropped (cleanups run last-in first-out)
+	if err := pool.Ping(context.Background()); err != nil {
+		t.Fatalf("testenv: ping %s: %v", dsn, errors.Unwrap(err))
+	}
+	return pool
+}
