@@ -1,0 +1,47 @@
+// Package idempotency makes a handler's effects happen at most once per
+// key, by recording the key in the same Postgres transaction as the effects.
+//
+// Kafka delivers at least once, and HTTP clients retry. Both are made safe
+// the same way: the handler's transaction first claims (scope, key) with a
+// hash of the request, then makes its business writes (and enqueues its
+// outgoing events), then commits. Either all of it commits or none of it
+// does, so:
+//
+//   - a redelivery finds the committed record and is skipped, receiving the
+//     stored response if there is one;
+//   - a crash or error before commit leaves no record, so the redelivery does
+//     the work;
+//   - a concurrent transaction with the same key waits on the table's primary
+//     key until the first one finishes, then skips (commit) or does the work
+//     (rollback): exactly one effect;
+//   - the same key with a different request hash is ErrKeyReused, which is
+//     not retryable and never a silent skip.
+//
+// # Use
+//
+// Create the table once with Migrate (or copy Schema into your migration
+// tool), then either call Claim and Complete inside your own transaction:
+//
+//	c, err := store.Claim(ctx, tx, "payment", ev.ID, idempotency.Hash(ev.Data))
+//	if err != nil || c.Duplicate {
+//		return err // nil for a duplicate: skip the work, commit nothing new
+//	}
+//	// ... business writes in tx ...
+//
+// or let Do open, run and commit the transaction, as an HTTP handler would
+// for an Idempotency-Key header.
+//
+// # Retention
+//
+// Each record expires DefaultRetention (7 days, Kafka's default topic
+// retention) after it was claimed; change it with WithRetention. An expired
+// record no longer guards its key. Keep the retention longer than any replay
+// window you allow (topic retention, consumer-group offset resets), and run
+// a Sweeper in each service to delete expired records in small batches.
+//
+// # Why not a library
+//
+// There is no maintained Go library that implements transactional
+// idempotency keys over pgx; the logic is one table and two statements, kept
+// here so that its concurrency behaviour is tested against a real Postgres.
+package idempotency

@@ -1,0 +1,310 @@
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DefaultRetention is how long a record guards its key when no
+// WithRetention option is given: 7 days, the default retention of a Kafka
+// topic (retention.ms). A record must outlive every redelivery of its event,
+// so set the retention longer than the longest replay window you allow
+// (topic retention, or how far back you might reset a consumer group).
+const DefaultRetention = 7 * 24 * time.Hour
+
+// MaxKeyBytes is the longest scope or key accepted, in bytes.
+const MaxKeyBytes = 255
+
+var (
+	// ErrKeyReused is returned by Claim and Do when the key was already used
+	// with a different request hash. It is not retryable: the same request
+	// will fail the same way. A consumer sends such an event to its
+	// dead-letter topic; an HTTP API answers 422.
+	ErrKeyReused = errors.New("idempotency: key reused with a different request")
+
+	// ErrInvalidKey is returned when a scope or key is empty or longer than
+	// MaxKeyBytes bytes. It is not retryable.
+	ErrInvalidKey = errors.New("idempotency: invalid key")
+
+	// ErrNotClaimed is returned by Complete when the transaction holds no
+	// record for the key, i.e. Claim was not called first.
+	ErrNotClaimed = errors.New("idempotency: key not claimed")
+
+	// ErrInvalidOption is returned (or, from NewStore, panicked with) for an
+	// invalid option value.
+	ErrInvalidOption = errors.New("idempotency: invalid option")
+)
+
+// Option configures a Store, Migrate or a Sweeper.
+type Option func(*config)
+
+type config struct {
+	table     tableName
+	tableRaw  string
+	retention time.Duration
+	batchSize int
+	interval  time.Duration
+	onSweep   func(deleted int64, err error)
+	err       error
+}
+
+func newConfig(opts []Option) (config, error) {
+	c := config{
+		tableRaw:  DefaultTable,
+		retention: DefaultRetention,
+		batchSize: DefaultSweepBatchSize,
+		interval:  DefaultSweepInterval,
+	}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.err != nil {
+		return c, c.err
+	}
+	t, err := parseTable(c.tableRaw)
+	if err != nil {
+		return c, err
+	}
+	c.table = t
+	return c, nil
+}
+
+// WithTable sets the table name, optionally schema-qualified
+// ("billing.idempotency"). Default: DefaultTable in the connection's
+// search_path. Several Stores with different tables may share a database.
+func WithTable(name string) Option {
+	return func(c *config) { c.tableRaw = name }
+}
+
+// WithRetention sets how long a record guards its key after it was claimed.
+// Default: DefaultRetention (7 days). An expired record no longer counts: a
+// later Claim of the same key is treated as a first time, whether or not the
+// Sweeper has deleted the record yet. Must be positive.
+func WithRetention(d time.Duration) Option {
+	return func(c *config) {
+		if d <= 0 {
+			c.err = fmt.Errorf("%w: retention %v is not positive", ErrInvalidOption, d)
+			return
+		}
+		c.retention = d
+	}
+}
+
+// Hash returns the SHA-256 of parts, each prefixed by its length, so that
+// different splits of the same bytes (["ab","c"] and ["a","bc"]) hash
+// differently. Use it to build the request hash passed to Claim and Do, for
+// example Hash([]byte(ev.Type), ev.Data).
+func Hash(parts ...[]byte) []byte {
+	h := sha256.New()
+	var n [8]byte
+	for _, p := range parts {
+		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
+		h.Write(n[:])
+		h.Write(p)
+	}
+	return h.Sum(nil)
+}
+
+// Store records idempotency keys in a Postgres table. It holds no
+// connection: every method works inside a transaction or pool the caller
+// passes, so one Store can be shared by any number of goroutines.
+type Store struct {
+	table     tableName
+	retention time.Duration
+	claimSQL  string
+	lookupSQL string
+	doneSQL   string
+}
+
+// Claim is the outcome of claiming a key.
+type Claim struct {
+	// Duplicate reports that a committed, unexpired record with the same
+	// key and request hash exists: the work was already done and the caller
+	// must skip it.
+	Duplicate bool
+	// Response is the response stored by Complete for a duplicate (nil if
+	// none was stored). It is always nil for a first claim.
+	Response []byte
+}
+
+// NewStore returns a Store. It panics if an option is invalid (a
+// programming error, like a negative retention); Migrate reports the same
+// problems as errors.
+func NewStore(opts ...Option) *Store {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		panic(err)
+	}
+	t := cfg.table.quoted
+	return &Store{
+		table:     cfg.table,
+		retention: cfg.retention,
+		// One round trip in the common cases. The INSERT takes the key, or
+		// takes over an expired record. If a committed, unexpired record
+		// exists, the second branch returns it. If the INSERT had to wait for
+		// a concurrent transaction that then committed the same key, the
+		// statement's snapshot predates that commit and no row comes back;
+		// Claim then reads it with lookupSQL in a new statement.
+		claimSQL: `WITH ins AS (
+    INSERT INTO ` + t + ` AS i (scope, key, request_hash, expires_at)
+    VALUES ($1, $2, $3, now() + $4::bigint * interval '1 microsecond')
+    ON CONFLICT (scope, key) DO UPDATE
+        SET request_hash = EXCLUDED.request_hash, response = NULL,
+            created_at = now(), expires_at = EXCLUDED.expires_at
+        WHERE i.expires_at <= now()
+    RETURNING 1
+)
+SELECT true, NULL::bytea, NULL::bytea FROM ins
+UNION ALL
+SELECT false, request_hash, response FROM ` + t + `
+WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM ins)`,
+		lookupSQL: `SELECT request_hash, response FROM ` + t + ` WHERE scope = $1 AND key = $2`,
+		doneSQL:   `UPDATE ` + t + ` SET response = $3 WHERE scope = $1 AND key = $2`,
+	}
+}
+
+// Retention returns the configured record retention.
+func (s *Store) Retention() time.Duration { return s.retention }
+
+// Claim records (scope, key) with requestHash inside tx, the caller's
+// transaction. Call it before the business writes of that transaction.
+//
+//   - First time: Claim returns Claim{Duplicate: false}. Do the work in tx,
+//     optionally call Complete, and commit. If tx rolls back, so does the
+//     claim, and a redelivery does the work again.
+//   - Duplicate: a committed record with the same hash exists. Claim returns
+//     Claim{Duplicate: true, Response: stored}. Skip the work.
+//   - Same key, different hash: Claim returns an error wrapping ErrKeyReused.
+//
+// If another transaction has claimed the same key and not yet finished,
+// Claim blocks on the table's primary key until it commits (then this is a
+// duplicate) or rolls back (then this is the first time). Hence, of any
+// number of concurrent transactions with one key, exactly one does the work.
+//
+// Claim is designed for READ COMMITTED, Postgres' default. Under REPEATABLE
+// READ or SERIALIZABLE, a claim that waited for a concurrent winner fails
+// with a serialization error (SQLSTATE 40001), which is retryable.
+//
+// Scope namespaces keys (e.g. the consumer group or the HTTP route); scope
+// and key must each be 1 to MaxKeyBytes bytes, or ErrInvalidKey is returned.
+func (s *Store) Claim(ctx context.Context, tx pgx.Tx, scope, key string, requestHash []byte) (Claim, error) {
+	if err := checkKey(scope, key); err != nil {
+		return Claim{}, err
+	}
+	if requestHash == nil {
+		requestHash = []byte{} // request_hash is NOT NULL; nil and empty are the same hash
+	}
+	var (
+		claimed  bool
+		stored   []byte
+		response []byte
+	)
+	err := tx.QueryRow(ctx, s.claimSQL, scope, key, requestHash, s.retention.Microseconds()).
+		Scan(&claimed, &stored, &response)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// We waited for a concurrent claim of this key that committed.
+		err = tx.QueryRow(ctx, s.lookupSQL, scope, key).Scan(&stored, &response)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// Only possible if the winner's record was deleted in between
+			// (a sweep of a record that expired meanwhile).
+			return Claim{}, fmt.Errorf("idempotency: claim %s/%s: record vanished while claiming; retry", scope, key)
+		}
+	}
+	if err != nil {
+		return Claim{}, fmt.Errorf("idempotency: claim %s/%s: %w", scope, key, err)
+	}
+	if claimed {
+		return Claim{}, nil
+	}
+	if !bytes.Equal(stored, requestHash) {
+		return Claim{}, fmt.Errorf("%w: scope %q key %q", ErrKeyReused, scope, key)
+	}
+	return Claim{Duplicate: true, Response: response}, nil
+}
+
+// Complete stores response for a key claimed in the same transaction, so
+// that later duplicates receive it from Claim or Do. Call it only after a
+// first-time Claim; response may be nil.
+func (s *Store) Complete(ctx context.Context, tx pgx.Tx, scope, key string, response []byte) error {
+	if err := checkKey(scope, key); err != nil {
+		return err
+	}
+	tag, err := tx.Exec(ctx, s.doneSQL, scope, key, response)
+	if err != nil {
+		return fmt.Errorf("idempotency: complete %s/%s: %w", scope, key, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%w: scope %q key %q", ErrNotClaimed, scope, key)
+	}
+	return nil
+}
+
+// Beginner starts a transaction; *pgxpool.Pool, *pgx.Conn and pgx.Tx (a
+// savepoint) satisfy it.
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Do runs fn at most once per (scope, key) in a transaction it opens on db
+// and commits, in the style of pgx.BeginFunc. It is meant for requests that
+// carry their own idempotency key, such as an HTTP Idempotency-Key header.
+//
+// On the first call, fn runs inside the transaction; its response is stored
+// with the record and returned with duplicate == false. If fn returns an
+// error, the transaction (and with it the claim) is rolled back and the error
+// is returned unchanged. On a later call with the same key and hash, fn does
+// not run and the stored response is returned with duplicate == true. A
+// different hash yields ErrKeyReused.
+func (s *Store) Do(ctx context.Context, db Beginner, scope, key string, requestHash []byte,
+	fn func(ctx context.Context, tx pgx.Tx) ([]byte, error),
+) (response []byte, duplicate bool, err error) {
+	if err := checkKey(scope, key); err != nil {
+		return nil, false, err
+	}
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		c, err := s.Claim(ctx, tx, scope, key, requestHash)
+		if err != nil {
+			return err
+		}
+		if c.Duplicate {
+			response, duplicate = c.Response, true
+			return nil
+		}
+		resp, err := fn(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if resp != nil {
+			if err := s.Complete(ctx, tx, scope, key, resp); err != nil {
+				return err
+			}
+		}
+		response = resp
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return response, duplicate, nil
+}
+
+func checkKey(scope, key string) error {
+	switch {
+	case scope == "":
+		return fmt.Errorf("%w: empty scope", ErrInvalidKey)
+	case key == "":
+		return fmt.Errorf("%w: empty key", ErrInvalidKey)
+	case len(scope) > MaxKeyBytes:
+		return fmt.Errorf("%w: scope is %d bytes, more than %d", ErrInvalidKey, len(scope), MaxKeyBytes)
+	case len(key) > MaxKeyBytes:
+		return fmt.Errorf("%w: key is %d bytes, more than %d", ErrInvalidKey, len(key), MaxKeyBytes)
+	}
+	return nil
+}
