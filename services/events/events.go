@@ -1,0 +1,98 @@
+// Package events defines the demo saga's topics, event types and payloads: the only code
+// the order, payment and inventory services share. Each payload is versioned by the
+// event's SchemaVersion (all are version 1).
+package events
+
+// Topics. Every event of one order is keyed by the order id, so per-order order holds on
+// each topic.
+const (
+	TopicOrders    = "orders.events"
+	TopicPayments  = "payments.events"
+	TopicInventory = "inventory.events"
+)
+
+// Topics lists every topic of the saga, for topic creation at start-up.
+var Topics = []string{TopicOrders, TopicPayments, TopicInventory}
+
+// Sources: the service names in ce_source.
+const (
+	SourceOrder     = "order"
+	SourcePayment   = "payment"
+	SourceInventory = "inventory"
+)
+
+// Event types, by topic.
+const (
+	// On TopicOrders.
+	OrderCreated         = "order.created"
+	OrderConfirmed       = "order.confirmed"
+	OrderRejected        = "order.rejected"
+	OrderCancelRequested = "order.cancel_requested"
+	OrderCancelled       = "order.cancelled"
+
+	// On TopicPayments.
+	PaymentAuthorized = "payment.authorized"
+	PaymentDeclined   = "payment.declined"
+	PaymentRefunded   = "payment.refunded"
+
+	// On TopicInventory.
+	StockReserved    = "stock.reserved"
+	StockUnavailable = "stock.unavailable"
+	StockReleased    = "stock.released"
+)
+
+// Known reports whether typ is one of the saga's event types. Consumers ignore known types
+// they have no handler for, and dead-letter unknown ones.
+func Known(typ string) bool {
+	switch typ {
+	case OrderCreated, OrderConfirmed, OrderRejected, OrderCancelRequested, OrderCancelled,
+		PaymentAuthorized, PaymentDeclined, PaymentRefunded,
+		StockReserved, StockUnavailable, StockReleased:
+		return true
+	}
+	return false
+}
+
+// Item is one line of an order.
+type Item struct {
+	SKU string `json:"sku"`
+	Qty int    `json:"qty"`
+}
+
+// OrderCreatedV1 is the payload of order.created.
+type OrderCreatedV1 struct {
+	OrderID    string `json:"order_id"`
+	CustomerID string `json:"customer_id"`
+	Items      []Item `json:"items"`
+	// Amount is the order total in cents.
+	Amount int64 `json:"amount"`
+}
+
+// OrderCancelRequestedV1 is the payload of order.cancel_requested.
+type OrderCancelRequestedV1 struct {
+	OrderID string `json:"order_id"`
+	Reason  string `json:"reason"`
+}
+
+// OrderOutcomeV1 is the payload of order.confirmed, order.rejected and order.cancelled.
+type OrderOutcomeV1 struct {
+	OrderID string `json:"order_id"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// PaymentV1 is the payload of payment.authorized, payment.declined and payment.refunded.
+type PaymentV1 struct {
+	OrderID    string `json:"order_id"`
+	CustomerID string `json:"customer_id"`
+	Amount     int64  `json:"amount"`
+	// Items travel with the payment so inventory can reserve without asking order.
+	Items  []Item `json:"items,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// StockV1 is the payload of stock.reserved, stock.unavailable and stock.released.
+type StockV1 struct {
+	OrderID string `json:"order_id"`
+	Items   []Item `json:"items"`
+	Reason  string `json:"reason,omitempty"`
+}
