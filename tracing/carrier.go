@@ -27,15 +27,35 @@ func (c RecordCarrier) Get(key string) string {
 	return ""
 }
 
-// Set stores value under key, replacing any header with that key.
+// Set stores value under key, replacing any header with that key (the first
+// one keeps its position, later duplicates are dropped). When a header is
+// replaced, the header slice is copied rather than edited in place, so a
+// record whose headers share a backing array with another record never
+// changes the other record.
 func (c RecordCarrier) Set(key, value string) {
-	hs := c.Record.Headers[:0]
-	for _, h := range c.Record.Headers {
-		if h.Key != key {
+	first, n := -1, 0
+	for i, h := range c.Record.Headers {
+		if h.Key == key {
+			if first < 0 {
+				first = i
+			}
+			n++
+		}
+	}
+	if first < 0 {
+		c.Record.Headers = append(c.Record.Headers, kgo.RecordHeader{Key: key, Value: []byte(value)})
+		return
+	}
+	hs := make([]kgo.RecordHeader, 0, len(c.Record.Headers)-n+1)
+	for i, h := range c.Record.Headers {
+		switch {
+		case i == first:
+			hs = append(hs, kgo.RecordHeader{Key: key, Value: []byte(value)})
+		case h.Key != key:
 			hs = append(hs, h)
 		}
 	}
-	c.Record.Headers = append(hs, kgo.RecordHeader{Key: key, Value: []byte(value)})
+	c.Record.Headers = hs
 }
 
 // Keys lists the header keys, once each.

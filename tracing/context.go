@@ -4,11 +4,18 @@ import (
 	"context"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/baggage"
 )
 
 // AttrCorrelationID is the span attribute (and log key) that carries the saga's
 // correlation id, so Jaeger can find every span of one saga by tag.
 const AttrCorrelationID = "saga.correlation_id"
+
+// BaggageCorrelationID is the W3C baggage member that carries the correlation
+// id across process boundaries, so that services reached by HTTP or Kafka
+// without choreo's event headers (or through other OpenTelemetry
+// instrumentation) still know the saga.
+const BaggageCorrelationID = AttrCorrelationID
 
 type correlationKey struct{}
 
@@ -16,19 +23,38 @@ type entityKey struct{}
 
 type entity struct{ attr, id string }
 
-// WithCorrelationID returns ctx carrying the saga's correlation id.
+// WithCorrelationID returns ctx carrying the saga's correlation id, both as a
+// context value and as the baggage member [BaggageCorrelationID] (which
+// [Inject] writes to outgoing records and otelhttp to outgoing requests). An
+// empty id leaves ctx unchanged.
 func WithCorrelationID(ctx context.Context, id string) context.Context {
-	return context.WithValue(ctx, correlationKey{}, id)
+	if id == "" {
+		return ctx
+	}
+	ctx = context.WithValue(ctx, correlationKey{}, id)
+	if m, err := baggage.NewMemberRaw(BaggageCorrelationID, id); err == nil {
+		if b, err := baggage.FromContext(ctx).SetMember(m); err == nil {
+			ctx = baggage.ContextWithBaggage(ctx, b)
+		}
+	}
+	// An id that baggage cannot carry (over its 8 KiB limit) still travels in
+	// the ce_correlationid event header; only the baggage copy is skipped.
+	return ctx
 }
 
-// CorrelationID returns the correlation id carried by ctx, or "".
+// CorrelationID returns the correlation id carried by ctx: the one set by
+// [WithCorrelationID], else the [BaggageCorrelationID] baggage member (e.g.
+// extracted from an incoming record or request), else "".
 func CorrelationID(ctx context.Context) string {
-	id, _ := ctx.Value(correlationKey{}).(string)
-	return id
+	if id, _ := ctx.Value(correlationKey{}).(string); id != "" {
+		return id
+	}
+	return baggage.FromContext(ctx).Member(BaggageCorrelationID).Value()
 }
 
 // WithEntity returns ctx carrying the id of the entity being worked on, under the span
-// attribute name attr (e.g. "order.id").
+// attribute name attr (e.g. "order.id"). The entity stays in-process: it is
+// not added to baggage.
 func WithEntity(ctx context.Context, attr, id string) context.Context {
 	return context.WithValue(ctx, entityKey{}, entity{attr: attr, id: id})
 }

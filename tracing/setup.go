@@ -126,13 +126,13 @@ func (t *Telemetry) Shutdown(ctx context.Context) error {
 type Option func(*setupConfig)
 
 type setupConfig struct {
-	globals        bool
-	sampler        sdktrace.Sampler
-	processors     []sdktrace.SpanProcessor
-	readers        []sdkmetric.Reader
-	registry       *prometheus.Registry
-	resourceAttrs  []attribute.KeyValue
-	noCorrelation  bool
+	globals       bool
+	sampler       sdktrace.Sampler
+	processors    []sdktrace.SpanProcessor
+	readers       []sdkmetric.Reader
+	registry      *prometheus.Registry
+	resourceAttrs []attribute.KeyValue
+	noCorrelation bool
 }
 
 // WithoutGlobals stops [Setup] from installing its providers and propagator
