@@ -1,0 +1,396 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.39.0"
+)
+
+// Defaults of the runtime options.
+const (
+	DefaultMaxBuffered     = 256
+	DefaultMaxPollRecords  = 1000
+	DefaultDrainTimeout    = 10 * time.Second
+	DefaultShutdownTimeout = 30 * time.Second
+	DefaultRedeliveryMin   = 100 * time.Millisecond
+	DefaultRedeliveryMax   = 10 * time.Second
+	instrumentationName    = "github.com/choreo-saga/choreo/consumer"
+	lagMetricName          = "choreo.consumer.lag"
+	bufferedMetricName     = "choreo.consumer.buffered"
+)
+
+type config struct {
+	clientOpts      []kgo.Opt
+	maxBuffered     int
+	maxPollRecords  int
+	drainTimeout    time.Duration
+	shutdownTimeout time.Duration
+	redeliveryMin   time.Duration
+	redeliveryMax   time.Duration
+	logger          *slog.Logger
+	meterProvider   metric.MeterProvider
+}
+
+// Option configures a Consumer.
+type Option func(*config)
+
+// WithClientOptions adds franz-go client options (TLS, SASL, fetch sizes, session timeout,
+// kgo.ConsumeResetOffset, ...). The consumer sets the group, topics, commit mode and
+// partition callbacks itself; options that override those break its guarantees.
+func WithClientOptions(opts ...kgo.Opt) Option {
+	return func(c *config) { c.clientOpts = append(c.clientOpts, opts...) }
+}
+
+// WithMaxBuffered bounds the records buffered per partition waiting for its worker
+// (default DefaultMaxBuffered). When a partition's buffer reaches the bound, fetching that
+// partition pauses until the worker has drained half of it. One poll can overshoot the
+// bound by at most its own size (see WithMaxPollRecords).
+func WithMaxBuffered(n int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.maxBuffered = n
+		}
+	}
+}
+
+// WithMaxPollRecords bounds the records taken from the client per poll, across all
+// partitions (default DefaultMaxPollRecords).
+func WithMaxPollRecords(n int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.maxPollRecords = n
+		}
+	}
+}
+
+// WithDrainTimeout sets how long a worker whose partition is being revoked may spend
+// finishing the record it is handling before that handler's context is cancelled (default
+// DefaultDrainTimeout). Keep it well below the group's rebalance timeout.
+func WithDrainTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.drainTimeout = d
+		}
+	}
+}
+
+// WithShutdownTimeout sets how long Run waits, after its context is cancelled, for
+// in-flight handlers to finish and the final offset commit to complete (default
+// DefaultShutdownTimeout).
+func WithShutdownTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.shutdownTimeout = d
+		}
+	}
+}
+
+// WithRedeliveryBackoff sets the pause before the runtime hands a record whose handler
+// returned an error to the handler again (doubling from min to max; defaults
+// DefaultRedeliveryMin and DefaultRedeliveryMax). With the standard chain a handler only
+// returns an error when even dead-lettering failed; the record is never skipped.
+func WithRedeliveryBackoff(minDelay, maxDelay time.Duration) Option {
+	return func(c *config) {
+		if minDelay > 0 && maxDelay >= minDelay {
+			c.redeliveryMin, c.redeliveryMax = minDelay, maxDelay
+		}
+	}
+}
+
+// WithLogger sets the runtime's logger (default slog.Default() at New).
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l != nil {
+			c.logger = l
+		}
+	}
+}
+
+// WithMeterProvider sets the meter provider for the per-partition lag and buffer gauges
+// (default otel.GetMeterProvider() at New).
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *config) {
+		if mp != nil {
+			c.meterProvider = mp
+		}
+	}
+}
+
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+// Consumer consumes a set of topics in a consumer group and hands every record to a
+// Handler, with one worker goroutine per assigned partition. See the package
+// documentation for its guarantees.
+type Consumer struct {
+	cfg    config
+	group  string
+	topics []string
+	h      Handler
+	seeds  []string
+
+	started atomic.Bool
+
+	mu      sync.Mutex // guards workers and closing
+	workers map[topicPartition]*worker
+	closing bool
+	cl      *kgo.Client
+	baseCtx context.Context
+}
+
+// New returns a consumer of topics in group, reading from the seed brokers and handing
+// each record to h. Nothing connects until Run.
+func New(brokers []string, group string, topics []string, h Handler, opts ...Option) (*Consumer, error) {
+	switch {
+	case len(brokers) == 0:
+		return nil, errors.New("consumer: no seed brokers")
+	case group == "":
+		return nil, errors.New("consumer: empty group")
+	case len(topics) == 0:
+		return nil, errors.New("consumer: no topics")
+	case h == nil:
+		return nil, errors.New("consumer: nil handler")
+	}
+	cfg := config{
+		maxBuffered:     DefaultMaxBuffered,
+		maxPollRecords:  DefaultMaxPollRecords,
+		drainTimeout:    DefaultDrainTimeout,
+		shutdownTimeout: DefaultShutdownTimeout,
+		redeliveryMin:   DefaultRedeliveryMin,
+		redeliveryMax:   DefaultRedeliveryMax,
+		logger:          slog.Default(),
+		meterProvider:   otel.GetMeterProvider(),
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return &Consumer{
+		cfg:     cfg,
+		group:   group,
+		topics:  append([]string(nil), topics...),
+		h:       h,
+		seeds:   append([]string(nil), brokers...),
+		workers: make(map[topicPartition]*worker),
+	}, nil
+}
+
+// Run joins the group and consumes until ctx is cancelled, then shuts down gracefully:
+// it stops fetching, lets in-flight handlers finish (bounded by the shutdown timeout),
+// commits the offsets of every settled record and leaves the group. It returns nil after
+// a graceful shutdown and an error if the client could not be created or the final commit
+// failed. A Consumer runs once.
+func (c *Consumer) Run(ctx context.Context) error {
+	if !c.started.CompareAndSwap(false, true) {
+		return ErrClosed
+	}
+	c.baseCtx = context.WithoutCancel(ctx)
+	opts := append([]kgo.Opt{
+		kgo.SeedBrokers(c.seeds...),
+		kgo.ConsumerGroup(c.group),
+		kgo.ConsumeTopics(c.topics...),
+	}, c.cfg.clientOpts...)
+	opts = append(opts,
+		kgo.AutoCommitMarks(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsAssigned(c.assigned),
+		kgo.OnPartitionsRevoked(c.revoked),
+		kgo.OnPartitionsLost(c.lost),
+	)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("consumer: new client: %w", err)
+	}
+	c.mu.Lock()
+	c.cl = cl
+	c.mu.Unlock()
+
+	unregister, err := c.registerGauges()
+	if err != nil {
+		cl.Close()
+		return err
+	}
+	defer unregister()
+
+	c.poll(ctx, cl)
+	return c.shutdown(cl)
+}
+
+// poll fetches records and appends them to their partition workers' buffers until ctx is
+// cancelled. It never blocks on a worker: a full buffer pauses its partition instead. With
+// BlockRebalanceOnPoll no rebalance callback runs between PollRecords and AllowRebalance,
+// so every polled record belongs to a live worker of the current assignment.
+func (c *Consumer) poll(ctx context.Context, cl *kgo.Client) {
+	for {
+		fetches := cl.PollRecords(ctx, c.cfg.maxPollRecords)
+		if fetches.IsClientClosed() || ctx.Err() != nil {
+			cl.AllowRebalance()
+			return
+		}
+		fetches.EachError(func(topic string, partition int32, err error) {
+			c.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "consumer: fetch error",
+				slog.String("topic", topic), slog.Int("partition", int(partition)), slog.Any("error", err))
+		})
+		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+			c.mu.Lock()
+			w := c.workers[topicPartition{p.Topic, p.Partition}]
+			c.mu.Unlock()
+			if w == nil {
+				return // not ours any more; the next owner fetches from the committed offset
+			}
+			w.push(p.Records, p.HighWatermark)
+		})
+		cl.AllowRebalance()
+	}
+}
+
+func (c *Consumer) assigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return
+	}
+	for topic, partitions := range assigned {
+		for _, p := range partitions {
+			tp := topicPartition{topic, p}
+			if _, ok := c.workers[tp]; ok {
+				continue
+			}
+			w := newWorker(c, cl, tp)
+			c.workers[tp] = w
+			go w.run()
+		}
+	}
+	c.cfg.logger.Debug("consumer: partitions assigned", slog.String("group", c.group), slog.Any("partitions", assigned))
+}
+
+// revoked stops the workers of the revoked partitions, letting each finish the record it
+// is handling (bounded by the drain timeout), and commits every settled offset before the
+// partitions are given to another member. Records still buffered are dropped: they are
+// not marked, so the next owner fetches them again.
+func (c *Consumer) revoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
+	c.stopWorkers(c.take(revoked), c.cfg.drainTimeout)
+	if err := cl.CommitMarkedOffsets(ctx); err != nil {
+		c.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "consumer: commit on revoke failed",
+			slog.String("group", c.group), slog.Any("error", err))
+	}
+}
+
+// lost stops the workers of partitions this member no longer owns, at once and without
+// committing: another member may already be consuming them. Work cut short is redone by
+// the new owner and absorbed by idempotency.
+func (c *Consumer) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	c.stopWorkers(c.take(lost), 0)
+}
+
+func (c *Consumer) take(tps map[string][]int32) []*worker {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ws []*worker
+	for topic, partitions := range tps {
+		for _, p := range partitions {
+			tp := topicPartition{topic, p}
+			if w, ok := c.workers[tp]; ok {
+				ws = append(ws, w)
+				delete(c.workers, tp)
+			}
+		}
+	}
+	return ws
+}
+
+func (c *Consumer) stopWorkers(ws []*worker, grace time.Duration) {
+	for _, w := range ws {
+		w.stop(grace)
+	}
+	for _, w := range ws {
+		<-w.done
+	}
+}
+
+func (c *Consumer) shutdown(cl *kgo.Client) error {
+	c.mu.Lock()
+	c.closing = true
+	ws := make([]*worker, 0, len(c.workers))
+	for tp, w := range c.workers {
+		ws = append(ws, w)
+		delete(c.workers, tp)
+	}
+	c.mu.Unlock()
+
+	c.stopWorkers(ws, c.cfg.shutdownTimeout)
+
+	ctx, cancel := context.WithTimeout(c.baseCtx, c.cfg.shutdownTimeout)
+	defer cancel()
+	err := cl.CommitMarkedOffsets(ctx)
+	if err != nil {
+		err = fmt.Errorf("consumer: final commit: %w", err)
+	}
+	cl.CloseAllowingRebalance()
+	return err
+}
+
+func (c *Consumer) registerGauges() (func(), error) {
+	meter := c.cfg.meterProvider.Meter(instrumentationName)
+	lag, err := meter.Int64ObservableGauge(lagMetricName,
+		metric.WithUnit("{message}"),
+		metric.WithDescription("Records in the partition after the last one this member settled (high watermark minus next offset)."))
+	if err != nil {
+		return nil, fmt.Errorf("consumer: lag gauge: %w", err)
+	}
+	buffered, err := meter.Int64ObservableGauge(bufferedMetricName,
+		metric.WithUnit("{message}"),
+		metric.WithDescription("Records fetched and waiting for the partition's worker."))
+	if err != nil {
+		return nil, fmt.Errorf("consumer: buffered gauge: %w", err)
+	}
+	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for tp, w := range c.workers {
+			attrs := metric.WithAttributes(
+				semconv.MessagingSystemKafka,
+				semconv.MessagingConsumerGroupName(c.group),
+				semconv.MessagingDestinationName(tp.topic),
+				semconv.MessagingDestinationPartitionID(strconv.Itoa(int(tp.partition))),
+			)
+			if l, ok := w.lag(); ok {
+				o.ObserveInt64(lag, l, attrs)
+			}
+			o.ObserveInt64(buffered, int64(w.buffered()), attrs)
+		}
+		return nil
+	}, lag, buffered)
+	if err != nil {
+		return nil, fmt.Errorf("consumer: register gauges: %w", err)
+	}
+	return func() { _ = reg.Unregister() }, nil
+}
+
+// Lag returns, for every partition this member currently owns, the number of records
+// after the last one it settled. Partitions whose position is not known yet are omitted.
+func (c *Consumer) Lag() map[string]map[int32]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]map[int32]int64)
+	for tp, w := range c.workers {
+		if l, ok := w.lag(); ok {
+			if out[tp.topic] == nil {
+				out[tp.topic] = make(map[int32]int64)
+			}
+			out[tp.topic][tp.partition] = l
+		}
+	}
+	return out
+}

@@ -1,0 +1,62 @@
+package consumer
+
+import (
+	"errors"
+
+	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/idempotency"
+)
+
+// Sentinel errors. Each is matched with errors.Is.
+var (
+	// ErrUnknownType: no handler is registered for the event's type and the type is not
+	// ignored. Non-retryable: the event goes to the dead-letter topic.
+	ErrUnknownType = errors.New("consumer: unknown event type")
+	// ErrPanic: a handler panicked. The error carries the panic value and stack.
+	// Non-retryable: a panic is a bug that a retry would repeat.
+	ErrPanic = errors.New("consumer: handler panicked")
+	// ErrRetriesExhausted: Retry gave up on a retryable error (attempts or time).
+	ErrRetriesExhausted = errors.New("consumer: retries exhausted")
+	// ErrDeadLetter: producing a record to the dead-letter topic failed. The record is not
+	// settled; the runtime retries it.
+	ErrDeadLetter = errors.New("consumer: dead-letter produce failed")
+	// ErrClosed: Run was called twice, or on a consumer that was already shut down.
+	ErrClosed = errors.New("consumer: closed")
+)
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// Permanent marks err as non-retryable: Retry returns it at once and DeadLetter sends the
+// record to the dead-letter topic. Permanent(nil) is nil. The result still matches err
+// with errors.Is and errors.As.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+// Retryable is the default classification used by Retry. An error is non-retryable when
+// it was marked with Permanent or matches event.ErrMalformed, idempotency.ErrKeyReused,
+// idempotency.ErrInvalidKey, ErrUnknownType or ErrPanic; every other error, including
+// lock.ErrNotObtained and lock.ErrLost, is retryable. (Retry stops on its own when its
+// context is cancelled, whatever the classification.)
+func Retryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var p *permanentError
+	switch {
+	case errors.As(err, &p),
+		errors.Is(err, event.ErrMalformed),
+		errors.Is(err, idempotency.ErrKeyReused),
+		errors.Is(err, idempotency.ErrInvalidKey),
+		errors.Is(err, ErrUnknownType),
+		errors.Is(err, ErrPanic):
+		return false
+	}
+	return true
+}

@@ -1,0 +1,60 @@
+package consumer
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/choreo-saga/choreo/tracing"
+)
+
+// Logging logs one line per handled record: at Debug when it was handled, a duplicate or
+// ignored, at Warn when it was dead-lettered and at Error when the handler failed. Each
+// line carries the group, topic, partition, offset, key, event type, outcome, attempts,
+// duration, the saga's correlation id (from the context; see CorrelationID) and the
+// error. A nil logger means slog.Default().
+func Logging(l *slog.Logger) Middleware {
+	if l == nil {
+		l = slog.Default()
+	}
+	return func(next Handler) Handler {
+		return func(ctx context.Context, m *Message) error {
+			start := time.Now()
+			err := next(ctx, m)
+			outcome := m.outcome(err)
+			level := slog.LevelDebug
+			switch outcome {
+			case OutcomeDeadLettered:
+				level = slog.LevelWarn
+			case OutcomeFailed:
+				level = slog.LevelError
+			}
+			if !l.Enabled(ctx, level) {
+				return err
+			}
+			attrs := []slog.Attr{
+				slog.String("group", m.Group),
+				slog.String("topic", m.Record.Topic),
+				slog.Int("partition", int(m.Record.Partition)),
+				slog.Int64("offset", m.Record.Offset),
+				slog.String("key", string(m.Record.Key)),
+				slog.String("outcome", string(outcome)),
+				slog.Int("attempts", max(m.Attempt, 1)),
+				slog.Duration("duration", time.Since(start)),
+			}
+			if m.Decoded {
+				attrs = append(attrs, slog.String("event_type", m.Event.Type), slog.String("event_id", m.Event.ID))
+			}
+			if id := tracing.CorrelationID(ctx); id != "" {
+				attrs = append(attrs, slog.String("correlation_id", id))
+			}
+			if err != nil {
+				attrs = append(attrs, slog.Any("error", err))
+			} else if m.DeadLetterCause != nil {
+				attrs = append(attrs, slog.String("reason", Reason(m.DeadLetterCause)), slog.Any("error", m.DeadLetterCause))
+			}
+			l.LogAttrs(ctx, level, "consumer: record "+string(outcome), attrs...)
+			return err
+		}
+	}
+}

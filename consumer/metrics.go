@@ -1,0 +1,80 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.39.0"
+)
+
+// Metric names recorded by Metrics.
+const (
+	// MetricProcessDuration is the OpenTelemetry messaging histogram of handling time
+	// (seconds), retries included.
+	MetricProcessDuration = "messaging.process.duration"
+	// MetricOutcomes counts settled and failed handlings by choreo.outcome.
+	MetricOutcomes = "choreo.consumer.outcomes"
+	// MetricAttempts is a histogram of the attempts a handling took (Retry).
+	MetricAttempts = "choreo.consumer.attempts"
+)
+
+var (
+	outcomeKey   = attribute.Key("choreo.outcome")
+	eventTypeKey = attribute.Key("choreo.event.type")
+)
+
+// Metrics records, per handled record, its duration (MetricProcessDuration), its outcome
+// (MetricOutcomes) and its attempts (MetricAttempts), with the messaging system,
+// destination, partition, consumer group, outcome and, on failure, error.type as
+// attributes. Place it outside DeadLetter so dead-lettered records are counted as such.
+func Metrics(mp metric.MeterProvider) (Middleware, error) {
+	meter := mp.Meter(instrumentationName)
+	duration, err := meter.Float64Histogram(MetricProcessDuration,
+		metric.WithUnit("s"),
+		metric.WithDescription("Duration of handling one record, retries included."),
+		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
+	if err != nil {
+		return nil, fmt.Errorf("consumer: %s histogram: %w", MetricProcessDuration, err)
+	}
+	outcomes, err := meter.Int64Counter(MetricOutcomes,
+		metric.WithUnit("{message}"),
+		metric.WithDescription("Records handled, by outcome."))
+	if err != nil {
+		return nil, fmt.Errorf("consumer: %s counter: %w", MetricOutcomes, err)
+	}
+	attempts, err := meter.Int64Histogram(MetricAttempts,
+		metric.WithUnit("{attempt}"),
+		metric.WithDescription("Attempts one handling took."),
+		metric.WithExplicitBucketBoundaries(1, 2, 3, 5, 8, 13))
+	if err != nil {
+		return nil, fmt.Errorf("consumer: %s histogram: %w", MetricAttempts, err)
+	}
+	return func(next Handler) Handler {
+		return func(ctx context.Context, m *Message) error {
+			start := time.Now()
+			err := next(ctx, m)
+			elapsed := time.Since(start).Seconds()
+			attrs := []attribute.KeyValue{
+				semconv.MessagingSystemKafka,
+				semconv.MessagingConsumerGroupName(m.Group),
+				semconv.MessagingDestinationName(m.Record.Topic),
+				semconv.MessagingDestinationPartitionID(strconv.Itoa(int(m.Record.Partition))),
+				outcomeKey.String(string(m.outcome(err))),
+			}
+			if err != nil {
+				attrs = append(attrs, semconv.ErrorTypeKey.String(fmt.Sprintf("%T", err)))
+			}
+			set := metric.WithAttributeSet(attribute.NewSet(attrs...))
+			duration.Record(ctx, elapsed, set)
+			outcomes.Add(ctx, 1, set)
+			if m.Attempt > 0 {
+				attempts.Record(ctx, int64(m.Attempt), set)
+			}
+			return err
+		}
+	}, nil
+}

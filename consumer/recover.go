@@ -1,0 +1,45 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+)
+
+// PanicError is the error Recover returns for a panic. It matches ErrPanic with errors.Is
+// and, when the panic value was an error, that error too.
+type PanicError struct {
+	// Value is what the handler passed to panic.
+	Value any
+	// Stack is the goroutine's stack at the panic.
+	Stack []byte
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("%v: %v\n%s", ErrPanic, e.Value, e.Stack)
+}
+
+// Unwrap lets errors.Is match ErrPanic and, if the panic value is an error, that error.
+func (e *PanicError) Unwrap() []error {
+	if err, ok := e.Value.(error); ok {
+		return []error{ErrPanic, err}
+	}
+	return []error{ErrPanic}
+}
+
+// Recover turns a panic in the handlers it wraps into a *PanicError (non-retryable, see
+// Retryable), so that one bad event cannot crash the process. Standard uses it twice:
+// outermost, to guard the runtime, and just inside Retry, so that a panicking business
+// handler sends its event to the dead-letter topic instead of blocking the partition.
+func Recover() Middleware {
+	return func(next Handler) Handler {
+		return func(ctx context.Context, m *Message) (err error) {
+			defer func() {
+				if v := recover(); v != nil {
+					err = &PanicError{Value: v, Stack: debug.Stack()}
+				}
+			}()
+			return next(ctx, m)
+		}
+	}
+}

@@ -1,0 +1,89 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/choreo-saga/choreo/event"
+)
+
+// Router dispatches events to business handlers by event type. Types registered with
+// Ignore are acknowledged without work; any other unregistered type fails with
+// ErrUnknownType, which is non-retryable (the event is dead-lettered). Register every
+// route before the consumer runs; a Router is then safe for concurrent use.
+type Router struct {
+	routes map[string]TxHandler
+	ignore map[string]bool
+}
+
+// NewRouter returns an empty Router.
+func NewRouter() *Router {
+	return &Router{routes: make(map[string]TxHandler), ignore: make(map[string]bool)}
+}
+
+// Handle routes events of type typ to h and returns r. It panics if typ is already
+// routed or ignored, or h is nil: both are programming errors.
+func (r *Router) Handle(typ string, h TxHandler) *Router {
+	if h == nil {
+		panic(fmt.Sprintf("consumer: nil handler for %q", typ))
+	}
+	r.mustBeNew(typ)
+	r.routes[typ] = h
+	return r
+}
+
+// Ignore declares event types this consumer knowingly does not handle, and returns r.
+// Their records are settled with OutcomeIgnored, before any lock or transaction.
+func (r *Router) Ignore(types ...string) *Router {
+	for _, t := range types {
+		r.mustBeNew(t)
+		r.ignore[t] = true
+	}
+	return r
+}
+
+func (r *Router) mustBeNew(typ string) {
+	if _, ok := r.routes[typ]; ok || r.ignore[typ] {
+		panic(fmt.Sprintf("consumer: event type %q registered twice", typ))
+	}
+}
+
+// Types returns the routed event types, sorted.
+func (r *Router) Types() []string {
+	return slices.Sorted(maps.Keys(r.routes))
+}
+
+// Filter is the Middleware half of the router: it settles ignored types with
+// OutcomeIgnored and fails unknown types with ErrUnknownType, before the handlers it
+// wraps (lock, transaction) run. It needs a decoded message (see Decode).
+func (r *Router) Filter() Middleware {
+	return func(next Handler) Handler {
+		return func(ctx context.Context, m *Message) error {
+			typ := m.Event.Type
+			switch {
+			case r.ignore[typ]:
+				m.Outcome = OutcomeIgnored
+				return nil
+			case r.routes[typ] == nil:
+				return fmt.Errorf("%w: %q (routed: %v)", ErrUnknownType, typ, r.Types())
+			}
+			return next(ctx, m)
+		}
+	}
+}
+
+// Route is the TxHandler half of the router: it calls the handler registered for the
+// event's type. An ignored type does nothing; an unknown type fails with ErrUnknownType.
+func (r *Router) Route(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+	if h := r.routes[ev.Type]; h != nil {
+		return h(ctx, tx, ev)
+	}
+	if r.ignore[ev.Type] {
+		return nil
+	}
+	return fmt.Errorf("%w: %q", ErrUnknownType, ev.Type)
+}

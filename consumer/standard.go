@@ -1,0 +1,118 @@
+package consumer
+
+import (
+	"errors"
+	"log/slog"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/idempotency"
+	"github.com/choreo-saga/choreo/tracing"
+)
+
+// StandardConfig configures Standard. DB, DeadLetter and one of Handler or Router are
+// required; every other zero field takes the default of the middleware it configures.
+type StandardConfig struct {
+	// DB opens the handlers' transactions (a *pgxpool.Pool). Required.
+	DB Beginner
+	// Router routes events by type. Set Router or Handler.
+	Router *Router
+	// Handler handles every event. Set Router or Handler.
+	Handler TxHandler
+	// DeadLetter publishes dead-lettered records (a *kgo.Client). Required.
+	DeadLetter Producer
+	// DeadLetterTopic names a source topic's dead-letter topic (default "<topic>.dlq").
+	DeadLetterTopic func(source string) string
+	// Locker, if set, serialises handling per entity (a *lock.Locker).
+	Locker Locker
+	// LockEntity chooses the entity to lock (default Message.Subject).
+	LockEntity func(m *Message) string
+	// Fence checks the lease's fencing token in the transaction (see IdempotentConfig).
+	Fence bool
+	// Store records idempotency keys (default idempotency.NewStore()).
+	Store *idempotency.Store
+	// Name is the handler's name in the idempotency scope "<group>/<Name>" (default
+	// "handler").
+	Name string
+	// AfterCommit functions run after each commit, e.g. outbox.Outbox.Wake.
+	AfterCommit []func()
+	// Retry is the retry policy (zero value: the RetryPolicy defaults).
+	Retry RetryPolicy
+	// Decode options, e.g. event.MaxPayloadBytes.
+	Decode []event.DecodeOption
+	// EntityAttribute names the entity in spans and logs, e.g. "order.id" (default
+	// "entity.id").
+	EntityAttribute string
+	// Logger logs one line per record (default slog.Default()).
+	Logger *slog.Logger
+	// TracerProvider and MeterProvider default to the otel globals.
+	TracerProvider trace.TracerProvider
+	MeterProvider  metric.MeterProvider
+}
+
+// Standard returns the chain every choreo consumer runs, outermost first:
+//
+//	Recover → Tracing → CorrelationID → Metrics → Logging → DeadLetter → Retry →
+//	Recover → Decode → Router.Filter → Lock → Idempotent → business handler(ctx, tx, event)
+//
+// DeadLetter sits outside Retry because only the outcome of all attempts decides whether
+// a record is dead-lettered; Decode, the router's filter and the inner Recover sit inside
+// both, so undecodable records, unknown types and panics are dead-lettered at once
+// instead of blocking the partition. Lock sits inside Retry, so "not obtained" backs off.
+func Standard(cfg StandardConfig) (Handler, error) {
+	switch {
+	case cfg.DB == nil:
+		return nil, errors.New("consumer: StandardConfig.DB is required")
+	case cfg.DeadLetter == nil:
+		return nil, errors.New("consumer: StandardConfig.DeadLetter is required")
+	case (cfg.Router == nil) == (cfg.Handler == nil):
+		return nil, errors.New("consumer: set exactly one of StandardConfig.Router and StandardConfig.Handler")
+	}
+	mp := cfg.MeterProvider
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	metrics, err := Metrics(mp)
+	if err != nil {
+		return nil, err
+	}
+	var traceOpts []tracing.InstrumentOption
+	if cfg.TracerProvider != nil {
+		traceOpts = append(traceOpts, tracing.WithTracerProvider(cfg.TracerProvider))
+	}
+	var dlqOpts []DeadLetterOption
+	if cfg.DeadLetterTopic != nil {
+		dlqOpts = append(dlqOpts, DeadLetterTopic(cfg.DeadLetterTopic))
+	}
+
+	h := cfg.Handler
+	mws := []Middleware{
+		Recover(),
+		Tracing(traceOpts...),
+		CorrelationID(cfg.EntityAttribute),
+		metrics,
+		Logging(cfg.Logger),
+		DeadLetter(cfg.DeadLetter, dlqOpts...),
+		Retry(cfg.Retry),
+		Recover(),
+		Decode(cfg.Decode...),
+	}
+	if cfg.Router != nil {
+		h = cfg.Router.Route
+		mws = append(mws, cfg.Router.Filter())
+	}
+	if cfg.Locker != nil {
+		mws = append(mws, Lock(cfg.Locker, LockEntity(cfg.LockEntity)))
+	}
+	inner := Idempotent(IdempotentConfig{
+		DB:          cfg.DB,
+		Store:       cfg.Store,
+		Name:        cfg.Name,
+		Fence:       cfg.Fence && cfg.Locker != nil,
+		AfterCommit: cfg.AfterCommit,
+	}, h)
+	return Chain(inner, mws...), nil
+}
