@@ -1,0 +1,42 @@
+# choreo — run `make help` for the targets.
+SHELL := /bin/bash
+GO    ?= go
+
+# Library packages run under the race detector; the services, commands and end-to-end
+# tests run without it (they are big and these machines have 2 cores).
+LIB_PKGS := ./event/... ./idempotency/... ./lock/... ./outbox/... ./consumer/... ./tracing/... ./app/... ./internal/...
+APP_PKGS := ./services/... ./cmd/... ./deploy/...
+
+.PHONY: help
+help: ## list targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+.PHONY: services
+services: ## start local Postgres and Redis if they are down
+	@scripts/ensure-services.sh
+
+.PHONY: test
+test: services ## run every test against real Postgres, Redis and an in-process Kafka broker
+	$(GO) test -race -count=1 -timeout 8m $(LIB_PKGS)
+	$(GO) test -count=1 -timeout 8m $(APP_PKGS)
+
+.PHONY: lint
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+.PHONY: fuzz
+fuzz: ## explore the event decoder with the fuzzer for 60s
+	$(GO) test ./event -run '^$$' -fuzz FuzzFromRecord -fuzztime 60s
+
+.PHONY: build
+build: ## build every binary into bin/
+	$(GO) build -o bin/ ./cmd/... ./services/order ./services/payment ./services/inventory
+
+.PHONY: bench
+bench: services ## run the benchmarks and print their tables (see docs/benchmarks.md)
+	@echo "no benchmarks yet"
+
+.PHONY: demo
+demo: services ## run the saga on this machine: broker, three services, a batch of orders
+	@echo "make demo: not yet implemented"
