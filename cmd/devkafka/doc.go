@@ -1,0 +1,43 @@
+// Command devkafka runs a standalone Kafka-protocol broker for local development, built on
+// franz-go's kfake. It is what `make demo` starts instead of a real Kafka: one broker on
+// 127.0.0.1, topics persisted to a data directory so a restart keeps records, committed
+// consumer-group offsets and producer state.
+//
+// Usage:
+//
+//	devkafka [flags]
+//
+// Flags:
+//
+//	-port N          listen port on 127.0.0.1 (default 9092; 0 picks a free port)
+//	-data-dir DIR    persistence directory (default $TMPDIR/choreo-devkafka, i.e.
+//	                 filepath.Join(os.TempDir(), "choreo-devkafka")); an empty value
+//	                 keeps everything in memory and loses it on exit
+//	-partitions N    partitions of seeded and auto-created topics (default 3)
+//	-topics a,b,c    topics to create at start if they do not exist yet (default none)
+//	-auto-create     let clients create topics by producing to or asking metadata for
+//	                 them (default true; -auto-create=false to turn off)
+//	-sync            fsync every produced batch (default false: the OS page cache holds
+//	                 writes, which survive a process crash but not a machine crash,
+//	                 like Kafka's default flush policy)
+//	-log-level L     broker-internal log level: none, error, warn, info, debug (default
+//	                 warn)
+//
+// devkafka logs (log/slog text on stderr) the address it listens on, the data directory
+// and whether existing state was loaded. On SIGINT or SIGTERM it stops accepting
+// connections, writes its state to the data directory and exits 0; a second signal during
+// that forces exit 1. Seeded topics are created after start, also when state was loaded
+// from disk, and topics that already exist are left alone.
+//
+// Point any Kafka client at it, for example:
+//
+//	go run ./cmd/devkafka -topics orders.events,payments.events,inventory.events
+//	kcat -b 127.0.0.1:9092 -L
+//	KAFKA_BROKERS=127.0.0.1:9092 go run ./services/order
+//
+// The broker listens on the loopback interface only and advertises 127.0.0.1:<port>, so
+// clients in containers cannot reach it; use docker-compose.yml for a containerised stack.
+//
+// Exit codes: 0 after a clean shutdown, 1 if the broker could not start or persist, 2 for
+// bad flags.
+package main

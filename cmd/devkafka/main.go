@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+func main() {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	os.Exit(run(os.Args[1:], os.Stderr, sigs))
+}
+
+// config is the parsed command line.
+type config struct {
+	port       int
+	dataDir    string
+	partitions int
+	topics     []string
+	autoCreate bool
+	sync       bool
+	logLevel   kfake.LogLevel
+}
+
+// defaultDataDir is where state lives unless -data-dir says otherwise.
+func defaultDataDir() string { return filepath.Join(os.TempDir(), "choreo-devkafka") }
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var (
+		cfg      config
+		topics   string
+		logLevel string
+	)
+	fs := flag.NewFlagSet("devkafka", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&cfg.port, "port", 9092, "listen `port` on 127.0.0.1 (0 picks a free port)")
+	fs.StringVar(&cfg.dataDir, "data-dir", defaultDataDir(), "persistence `directory` (empty: in memory only)")
+	fs.IntVar(&cfg.partitions, "partitions", 3, "partitions of seeded and auto-created topics")
+	fs.StringVar(&topics, "topics", "", "comma-separated `topics` to create at start if missing")
+	fs.BoolVar(&cfg.autoCreate, "auto-create", true, "allow clients to auto-create topics")
+	fs.BoolVar(&cfg.sync, "sync", false, "fsync every produced batch")
+	fs.StringVar(&logLevel, "log-level", "warn", "broker-internal log `level`: none, error, warn, info, debug")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: devkafka [flags]\n\nA Kafka-protocol broker for local runs (kfake), persisted to -data-dir.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if cfg.port < 0 || cfg.port > 65535 {
+		return cfg, fmt.Errorf("-port %d out of range", cfg.port)
+	}
+	if cfg.partitions < 1 {
+		return cfg, fmt.Errorf("-partitions must be at least 1, got %d", cfg.partitions)
+	}
+	for _, t := range strings.Split(topics, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			cfg.topics = append(cfg.topics, t)
+		}
+	}
+	switch strings.ToLower(logLevel) {
+	case "none":
+		cfg.logLevel = kfake.LogLevelNone
+	case "error":
+		cfg.logLevel = kfake.LogLevelError
+	case "warn":
+		cfg.logLevel = kfake.LogLevelWarn
+	case "info":
+		cfg.logLevel = kfake.LogLevelInfo
+	case "debug":
+		cfg.logLevel = kfake.LogLevelDebug
+	default:
+		return cfg, fmt.Errorf("-log-level %q: want none, error, warn, info or debug", logLevel)
+	}
+	return cfg, nil
+}
+
+func run(args []string, stderr io.Writer, sigs <-chan os.Signal) int {
+	cfg, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "devkafka: %v\n", err)
+		return exitUsage
+	}
+	hlevel := slog.LevelInfo
+	if cfg.logLevel == kfake.LogLevelDebug {
+		hlevel = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: hlevel}))
+
+	opts := []kfake.Opt{
+		kfake.Ports(cfg.port),
+		kfake.DefaultNumPartitions(cfg.partitions),
+		kfake.WithLogger(slogLogger{log: log, level: cfg.logLevel}),
+	}
+	if cfg.autoCreate {
+		opts = append(opts, kfake.AllowAutoTopicCreation())
+	}
+	loaded := false
+	if cfg.dataDir != "" {
+		_, statErr := os.Stat(filepath.Join(cfg.dataDir, "meta.json"))
+		loaded = statErr == nil
+		opts = append(opts, kfake.DataDir(cfg.dataDir))
+		if cfg.sync {
+			opts = append(opts, kfake.SyncWrites())
+		}
+	}
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		log.Error("devkafka: start", "err", err, "port", cfg.port, "data_dir", cfg.dataDir)
+		return exitError
+	}
+	addr := c.ListenAddrs()[0]
+
+	if len(cfg.topics) > 0 {
+		created, err := seedTopics(addr, cfg.partitions, cfg.topics)
+		if err != nil {
+			log.Error("devkafka: seed topics", "err", err)
+			c.Close()
+			return exitError
+		}
+		if len(created) > 0 {
+			log.Info("topics created", "topics", strings.Join(created, ","), "partitions", cfg.partitions)
+		}
+	}
+	persist := "memory only"
+	if cfg.dataDir != "" {
+		persist = cfg.dataDir
+	}
+	log.Info("devkafka listening", "addr", addr, "data_dir", persist, "state_loaded", loaded,
+		"auto_create", cfg.autoCreate, "partitions", cfg.partitions)
+
+	sig := <-sigs
+	log.Info("shutting down, persisting state (signal again to force)", "signal", sig.String())
+	done := make(chan struct{})
+	go func() {
+		c.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+		log.Info("devkafka stopped")
+		return exitOK
+	case sig := <-sigs:
+		log.Error("forced shutdown; state may be incomplete", "signal", sig.String())
+		return exitError
+	}
+}
+
+// seedTopics creates the topics that do not exist yet and returns their names.
+func seedTopics(addr string, partitions int, topics []string) ([]string, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resps, err := kadm.NewClient(cl).CreateTopics(ctx, int32(partitions), 1, nil, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("create topics: %w", err)
+	}
+	var created []string
+	for _, r := range resps.Sorted() {
+		switch {
+		case r.Err == nil:
+			created = append(created, r.Topic)
+		case errors.Is(r.Err, kerr.TopicAlreadyExists):
+		default:
+			return created, fmt.Errorf("create topic %s: %w", r.Topic, r.Err)
+		}
+	}
+	return created, nil
+}
+
+// slogLogger routes kfake's internal logs to slog at or above level.
+type slogLogger struct {
+	log   *slog.Logger
+	level kfake.LogLevel
+}
+
+func (l slogLogger) Logf(level kfake.LogLevel, format string, args ...any) {
+	if level == kfake.LogLevelNone || level > l.level {
+		return
+	}
+	sl := slog.LevelInfo
+	switch level {
+	case kfake.LogLevelError:
+		sl = slog.LevelError
+	case kfake.LogLevelWarn:
+		sl = slog.LevelWarn
+	case kfake.LogLevelDebug:
+		sl = slog.LevelDebug
+	}
+	l.log.Log(context.Background(), sl, "kfake: "+fmt.Sprintf(format, args...))
+}
