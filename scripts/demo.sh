@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# make demo: runs the saga on this machine. Builds the binaries, starts cmd/devkafka and the
+# three services as separate processes, places a mixed batch of orders with `sagactl load`
+# (including one deliberately stuck order), prints the summary, and stops every process it
+# started, also on Ctrl-C. Logs go to .demo/logs/. A second run needs no clean-up.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ORDERS=${DEMO_ORDERS:-200}
+RATE=${DEMO_RATE:-50}
+KAFKA_PORT=${DEMO_KAFKA_PORT:-19092}
+ORDER_ADDR=${DEMO_ORDER_ADDR:-127.0.0.1:18080}
+PAYMENT_ADDR=${DEMO_PAYMENT_ADDR:-127.0.0.1:18081}
+INVENTORY_ADDR=${DEMO_INVENTORY_ADDR:-127.0.0.1:18082}
+DEMO_DIR=.demo
+LOGS=$DEMO_DIR/logs
+
+scripts/ensure-services.sh
+mkdir -p "$LOGS" bin
+echo "demo: building binaries"
+go build -o bin/ ./cmd/devkafka ./cmd/sagactl ./services/order ./services/payment ./services/inventory
+
+pids=()
+cleanup() {
+  trap - EXIT INT TERM
+  if [ ${#pids[@]} -gt 0 ]; then
+    echo "demo: stopping ${#pids[@]} processes"
+    kill -TERM "${pids[@]}" 2>/dev/null || true
+    for _ in $(seq 1 100); do
+      alive=0
+      for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+      [ $alive = 0 ] && break
+      sleep 0.1
+    done
+    kill -KILL "${pids[@]}" 2>/dev/null || true
+    wait 2>/dev/null || true
+  fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+wait_http() { # url name
+  for _ in $(seq 1 150); do
+    curl -fsS -o /dev/null "$1" 2>/dev/null && return 0
+    sleep 0.2
+  done
+  echo "demo: $2 did not become ready at $1; see $LOGS/$2.log" >&2
+  tail -n 20 "$LOGS/$2.log" >&2 || true
+  return 1
+}
+
+# A fresh broker every run: the services' databases keep their history, the topics start empty.
+rm -rf "$DEMO_DIR/kafka"
+bin/devkafka -port "$KAFKA_PORT" -data-dir "$DEMO_DIR/kafka" -partitions 6 \
+  -topics orders.events,payments.events,inventory.events >"$LOGS/devkafka.log" 2>&1 &
+pids+=($!)
+
+export KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT REDIS_ADDR=${REDIS_ADDR:-127.0.0.1:6379}
+export ORDER_STUCK_AFTER=${ORDER_STUCK_AFTER:-10s}
+if [ -n "${OTEL_EXPORTER_OTLP_ENDPOINT:-}" ]; then
+  echo "demo: traces go to $OTEL_EXPORTER_OTLP_ENDPOINT"
+else
+  echo "demo: OTEL_EXPORTER_OTLP_ENDPOINT is not set, so traces are not exported (set it to send them to Jaeger)"
+fi
+
+HTTP_ADDR=$PAYMENT_ADDR PAYMENT_HANG_CUSTOMER=c-hang bin/payment >"$LOGS/payment.log" 2>&1 &
+pids+=($!)
+HTTP_ADDR=$INVENTORY_ADDR bin/inventory >"$LOGS/inventory.log" 2>&1 &
+pids+=($!)
+HTTP_ADDR=$ORDER_ADDR bin/order >"$LOGS/order.log" 2>&1 &
+pids+=($!)
+
+wait_http "http://$PAYMENT_ADDR/readyz" payment
+wait_http "http://$INVENTORY_ADDR/readyz" inventory
+wait_http "http://$ORDER_ADDR/readyz" order
+echo "demo: broker on 127.0.0.1:$KAFKA_PORT, order API on http://$ORDER_ADDR, logs in $LOGS/"
+
+bin/sagactl --order-url "http://$ORDER_ADDR" load -n "$ORDERS" -rate "$RATE"
+echo
+echo "demo: inspect the stuck order with the command above (add --order-url http://$ORDER_ADDR while the demo runs;"
+echo "      DEMO_KEEP=1 make demo keeps the services running until Ctrl-C)"
+if [ -n "${DEMO_KEEP:-}" ]; then
+  echo "demo: services keep running; Ctrl-C stops them"
+  wait
+fi
