@@ -39,4 +39,4 @@ bench: services ## run the benchmarks and print their tables (see docs/benchmark
 
 .PHONY: demo
 demo: services ## run the saga on this machine: broker, three services, a batch of orders
-	@echo "make demo: not yet implemented"
+	@scripts/demo.sh
