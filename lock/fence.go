@@ -1,0 +1,110 @@
+package lock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// FenceSchema is the SQL that creates the choreo_lock_fences table used by
+// CheckFence, in the first schema of the search_path. It is idempotent and
+// exported for use with your own migration tool; Migrate runs it.
+//
+//go:embed fences.sql
+var FenceSchema string
+
+// migrateLockID keys the advisory lock Migrate holds while creating the
+// schema: the ASCII bytes of "choreoLK".
+const migrateLockID int64 = 0x63686f72656f4c4b
+
+// Execer is the smallest interface Migrate and PruneFences need; it is
+// satisfied by *pgx.Conn, *pgxpool.Pool and pgx.Tx.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// Migrate creates the fencing table if it does not exist. It is safe to run
+// on every start from several processes at once: the statements run as one
+// implicit transaction behind a transaction-scoped advisory lock.
+func Migrate(ctx context.Context, db Execer) error {
+	sql := fmt.Sprintf("SELECT pg_advisory_xact_lock(%d);\n%s", migrateLockID, FenceSchema)
+	if _, err := db.Exec(ctx, sql); err != nil {
+		return fmt.Errorf("lock: migrate: %w", err)
+	}
+	return nil
+}
+
+const checkFenceSQL = `INSERT INTO choreo_lock_fences AS f (entity, token) VALUES ($1, $2)
+ON CONFLICT (entity) DO UPDATE SET token = EXCLUDED.token, updated_at = now()
+WHERE f.token <= EXCLUDED.token
+RETURNING f.token`
+
+// CheckFence records token as the latest fencing token of entity inside
+// tx, the caller's transaction, and returns an error wrapping ErrStaleToken
+// if a higher token has already been recorded. The same token may check
+// any number of times.
+//
+// Call it first in the transaction, before reading the entity's rows: the
+// upsert row-locks the entity's fence until the transaction ends, so
+// transactions fenced on one entity are serialised, and a holder that was
+// paused past its TTL finds the next holder's higher token and must roll
+// back instead of committing a stale write.
+//
+// Under READ COMMITTED (the default) a concurrent newer token makes the
+// check wait and then fail with ErrStaleToken; under REPEATABLE READ or
+// SERIALIZABLE it fails with a serialization error instead.
+func CheckFence(ctx context.Context, tx pgx.Tx, entity string, token int64) error {
+	if entity == "" {
+		return fmt.Errorf("%w: empty", ErrInvalidEntity)
+	}
+	var stored int64
+	err := tx.QueryRow(ctx, checkFenceSQL, entity, token).Scan(&stored)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("%w: %q token %d", ErrStaleToken, entity, token)
+	case err != nil:
+		return fmt.Errorf("lock: check fence %q: %w", entity, err)
+	}
+	return nil
+}
+
+// CheckFence is CheckFence(ctx, tx, ls.Key(), ls.Token()), and first fails
+// with the lease's error if the lease is already known to be lost. Keying
+// the fence by the Redis key keeps Lockers with different namespaces apart.
+func (ls *Lease) CheckFence(ctx context.Context, tx pgx.Tx) error {
+	if err := ls.Err(); err != nil {
+		return err
+	}
+	return CheckFence(ctx, tx, ls.key, ls.token)
+}
+
+// PruneFences deletes fencing rows not written for olderThan, at most
+// batch rows per statement, until none is left; it returns how many it
+// deleted. A pruned row only protects against a holder paused for longer
+// than olderThan, so keep it far above any plausible pause (days).
+func PruneFences(ctx context.Context, db Execer, olderThan time.Duration, batch int) (int64, error) {
+	if olderThan <= 0 || batch <= 0 {
+		return 0, fmt.Errorf("lock: prune fences: olderThan %v and batch %d must be positive", olderThan, batch)
+	}
+	const sql = `DELETE FROM choreo_lock_fences AS f USING (
+    SELECT entity FROM choreo_lock_fences
+    WHERE updated_at < now() - $1::bigint * interval '1 microsecond'
+    ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED
+) AS x WHERE f.entity = x.entity`
+	var total int64
+	for {
+		tag, err := db.Exec(ctx, sql, olderThan.Microseconds(), batch)
+		if err != nil {
+			return total, fmt.Errorf("lock: prune fences: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(batch) {
+			return total, nil
+		}
+	}
+}
