@@ -1,0 +1,104 @@
+package tracing_test
+
+import (
+	"context"
+	"testing"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/choreo-saga/choreo/internal/testenv"
+	"github.com/choreo-saga/choreo/tracing"
+)
+
+// Queries inside a trace get otelpgx client spans carrying the saga's
+// correlation attributes; queries outside any trace (background polling)
+// start no traces of their own.
+func TestNewPoolTracesQueriesInsideATrace(t *testing.T) {
+	tp, rec := newRecorder(t)
+	ctx := context.Background()
+	pool, err := tracing.NewPool(ctx, testenv.PostgresDSN(t), tracing.WithTracerProvider(tp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+
+	var one int
+	if err := pool.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(rec.Ended()); n != 0 {
+		t.Fatalf("%d spans from a query outside any trace, want 0", n)
+	}
+
+	sctx := tracing.WithEntity(tracing.WithCorrelationID(ctx, "o-3"), "order.id", "o-3")
+	sctx, parent := tp.Tracer("t").Start(sctx, "handler")
+	if err := pool.QueryRow(sctx, "SELECT $1::int", 2).Scan(&one); err != nil {
+		t.Fatal(err)
+	}
+	parent.End()
+
+	// pgx prepares the statement, so there is a query span (child of the
+	// handler) and a prepare span under it; both carry the statement.
+	direct := 0
+	for _, s := range rec.Ended() {
+		if s.SpanKind() != trace.SpanKindClient || attrs(s)["db.query.text"] != "SELECT $1::int" {
+			continue
+		}
+		if s.SpanContext().TraceID() != parent.SpanContext().TraceID() {
+			t.Errorf("query span %s is in another trace", s.Name())
+		}
+		if s.Parent().SpanID() == parent.SpanContext().SpanID() {
+			direct++
+		}
+		a := attrs(s)
+		if a[tracing.AttrCorrelationID] != "o-3" || a["order.id"] != "o-3" || a["db.system.name"] != "postgresql" {
+			t.Errorf("query span attributes = %v", a)
+		}
+	}
+	if direct != 1 {
+		t.Fatalf("%d client spans for the query directly under the handler span, want 1", direct)
+	}
+}
+
+func TestInstrumentRedisTracesCommandsInsideATrace(t *testing.T) {
+	tp, rec := newRecorder(t)
+	rdb, ns := testenv.Redis(t)
+	if err := tracing.InstrumentRedis(rdb, tracing.WithTracerProvider(tp)); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := rdb.Set(ctx, ns+"outside", "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(rec.Ended()); n != 0 {
+		t.Fatalf("%d spans from a command outside any trace, want 0", n)
+	}
+
+	sctx, parent := tp.Tracer("t").Start(tracing.WithCorrelationID(ctx, "o-4"), "handler")
+	if err := rdb.Set(sctx, ns+"inside", "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	parent.End()
+	s := spanNamed(t, rec, "set")
+	if s.Parent().SpanID() != parent.SpanContext().SpanID() {
+		t.Errorf("redis span parent = %s, want handler span", s.Parent().SpanID())
+	}
+	if a := attrs(s); a[tracing.AttrCorrelationID] != "o-4" || a["db.system"] != "redis" {
+		t.Errorf("redis span attributes = %v", a)
+	}
+}
+
+func TestWithRootSpansTracesOrphanCommands(t *testing.T) {
+	tp, rec := newRecorder(t)
+	rdb, ns := testenv.Redis(t)
+	if err := tracing.InstrumentRedis(rdb, tracing.WithTracerProvider(tp), tracing.WithRootSpans()); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Get(context.Background(), ns+"missing").Err(); err == nil {
+		t.Fatal("GET of a missing key succeeded")
+	}
+	s := spanNamed(t, rec, "get")
+	if s.Parent().IsValid() {
+		t.Fatalf("orphan command span has parent %v", s.Parent())
+	}
+}
