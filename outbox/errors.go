@@ -1,0 +1,30 @@
+package outbox
+
+import "errors"
+
+var (
+	// ErrInvalidTable is returned for a table name that is not a lower-case,
+	// optionally schema-qualified SQL identifier.
+	ErrInvalidTable = errors.New("outbox: invalid table name")
+
+	// ErrInvalidHeader is returned by Enqueue when a record header value is not
+	// valid UTF-8 (headers are stored as JSON text).
+	ErrInvalidHeader = errors.New("outbox: header value is not UTF-8 text")
+
+	// ErrUnsafeClient is returned by Relay.Run when the Kafka client is not an
+	// idempotent producer with acks=all: such a client may lose, duplicate or
+	// reorder records behind the relay's back.
+	ErrUnsafeClient = errors.New("outbox: kafka client must be an idempotent producer with acks=all")
+
+	// ErrRunning is returned by Relay.Run when the same Relay is already running.
+	ErrRunning = errors.New("outbox: relay already running")
+
+	// ErrLeadershipLost is reported (wrapped, to the logger) when the leader's
+	// database session ends; the relay then steps down and campaigns again.
+	ErrLeadershipLost = errors.New("outbox: leadership lost")
+
+	// ErrHook wraps the error returned by an AfterAck hook. Run stops with it:
+	// the rows of that batch stay in the table and are republished by the next
+	// leader.
+	ErrHook = errors.New("outbox: after-ack hook failed")
+)

@@ -1,0 +1,93 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+)
+
+// Metric names. Every instrument carries the attribute choreo.outbox.table;
+// the per-event ones also carry messaging.destination.name (the topic).
+const (
+	MetricBacklog      = "choreo.outbox.backlog"          // gauge {row}: rows waiting in the table
+	MetricOldestAge    = "choreo.outbox.oldest_age"       // gauge s: age of the oldest waiting row
+	MetricLeader       = "choreo.outbox.leader"           // gauge: 1 while this relay leads
+	MetricPublished    = "choreo.outbox.published"        // counter {event}: rows acknowledged by the broker
+	MetricLatency      = "choreo.outbox.publish.duration" // histogram s: row insert → broker ack
+	MetricErrors       = "choreo.outbox.publish.errors"   // counter {event}: failed produce attempts
+	MetricDeadLettered = "choreo.outbox.dead_lettered"    // counter {event}: rows moved to the dead-letter table
+)
+
+type relayMetrics struct {
+	meter        metric.Meter
+	table        attribute.KeyValue
+	published    metric.Int64Counter
+	errors       metric.Int64Counter
+	deadLettered metric.Int64Counter
+	latency      metric.Float64Histogram
+	backlog      metric.Int64ObservableGauge
+	oldest       metric.Float64ObservableGauge
+	leader       metric.Int64ObservableGauge
+}
+
+func newRelayMetrics(m metric.Meter, table string) (*relayMetrics, error) {
+	rm := &relayMetrics{meter: m, table: attribute.String("choreo.outbox.table", table)}
+	var errs [7]error
+	rm.published, errs[0] = m.Int64Counter(MetricPublished, metric.WithUnit("{event}"),
+		metric.WithDescription("Outbox rows acknowledged by the broker."))
+	rm.errors, errs[1] = m.Int64Counter(MetricErrors, metric.WithUnit("{event}"),
+		metric.WithDescription("Produce attempts of outbox rows that failed (they are retried)."))
+	rm.deadLettered, errs[2] = m.Int64Counter(MetricDeadLettered, metric.WithUnit("{event}"),
+		metric.WithDescription("Outbox rows the broker rejected permanently, moved to the dead-letter table."))
+	rm.latency, errs[3] = m.Float64Histogram(MetricLatency, metric.WithUnit("s"),
+		metric.WithDescription("Time from an outbox row's insert to the broker's acknowledgement."),
+		metric.WithExplicitBucketBoundaries(0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
+	rm.backlog, errs[4] = m.Int64ObservableGauge(MetricBacklog, metric.WithUnit("{row}"),
+		metric.WithDescription("Outbox rows waiting to be published."))
+	rm.oldest, errs[5] = m.Float64ObservableGauge(MetricOldestAge, metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest outbox row waiting to be published (0 when empty)."))
+	rm.leader, errs[6] = m.Int64ObservableGauge(MetricLeader,
+		metric.WithDescription("1 while this relay holds the outbox leader lock, else 0."))
+	for _, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("outbox: metrics: %w", err)
+		}
+	}
+	return rm, nil
+}
+
+func (m *relayMetrics) topicAttrs(topic string) metric.MeasurementOption {
+	return metric.WithAttributes(m.table, semconv.MessagingDestinationName(topic))
+}
+
+// observe registers the gauges' callback for the duration of Run. The backlog
+// is read through the pool, so a standby reports it too.
+func (m *relayMetrics) observe(r *Relay) (func(), error) {
+	reg, err := m.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		attrs := metric.WithAttributes(m.table)
+		var leader int64
+		if r.Leader() {
+			leader = 1
+		}
+		o.ObserveInt64(m.leader, leader, attrs)
+		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		var n int64
+		var age float64
+		err := r.pool.QueryRow(qctx, "SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(created_at))::float8, 0) FROM "+r.names.table).Scan(&n, &age)
+		if err != nil {
+			return fmt.Errorf("outbox: metrics: backlog: %w", err)
+		}
+		o.ObserveInt64(m.backlog, n, attrs)
+		o.ObserveFloat64(m.oldest, age, attrs)
+		return nil
+	}, m.backlog, m.oldest, m.leader)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: metrics: %w", err)
+	}
+	return func() { _ = reg.Unregister() }, nil
+}

@@ -1,0 +1,221 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/tracing"
+)
+
+// Outbox is the writing side: it stores events in the caller's transaction and
+// wakes the relay after the commit. It is safe for concurrent use; create one
+// per outbox table and share it (also with the [Relay], via [WithOutbox]).
+type Outbox struct {
+	names    names
+	err      error  // deferred configuration error, returned by every method
+	notifier Execer // sends NOTIFY after commit when no in-process leader exists
+
+	// leaderWake is the wake channel of an in-process relay while it leads.
+	leaderWake atomic.Pointer[chan struct{}]
+
+	mu        sync.Mutex // guards notifying and dirty
+	notifying bool       // a NOTIFY goroutine is running
+	dirty     bool       // Wake was called while it ran: send one more
+}
+
+// Option configures an Outbox.
+type Option func(*Outbox)
+
+// Table sets the outbox table name: a lower-case identifier, optionally
+// schema-qualified ("billing.outbox"). The dead-letter table is the same name
+// with "_dead" appended, and the NOTIFY channel is the table name. Default
+// [DefaultTable] ("choreo_outbox"). An invalid name makes every method return
+// an error wrapping [ErrInvalidTable].
+func Table(name string) Option {
+	return func(o *Outbox) {
+		n, err := newNames(name)
+		o.names, o.err = n, err
+	}
+}
+
+// Notifier sets the database Wake uses to send a NOTIFY on the outbox channel
+// when no relay leads in this process (for example in a service whose relay
+// runs elsewhere). NOTIFYs are coalesced: at most one is in flight per Outbox
+// and any number of Wake calls during it add one more. Default: none, so
+// without an in-process leader the relay finds the rows at its next poll.
+func Notifier(db Execer) Option {
+	return func(o *Outbox) { o.notifier = db }
+}
+
+// New returns an Outbox for the default table, changed by opts.
+func New(opts ...Option) *Outbox {
+	n, _ := newNames(DefaultTable)
+	o := &Outbox{names: n}
+	for _, opt := range opts {
+		opt(o)
+	}
+	return o
+}
+
+// TableName returns the outbox table's name.
+func (o *Outbox) TableName() string { return o.names.table }
+
+// Schema returns the SQL that creates this outbox's tables (see the package
+// variable [Schema]).
+func (o *Outbox) Schema() string { return o.names.schema() }
+
+// Migrate creates this outbox's tables if they do not exist.
+func (o *Outbox) Migrate(ctx context.Context, db Execer) error {
+	if o.err != nil {
+		return o.err
+	}
+	return migrate(ctx, db, o.names.schema())
+}
+
+// Enqueue stores evs for topic in tx, in order. Each row keeps the Kafka record
+// the relay will produce: key = the event's subject, value = its payload, the
+// CloudEvents headers, and the W3C trace context of ctx's current span, so the
+// trace continues through the relay. Every event is validated first; an
+// invalid one fails the call (the error matches event.ErrMalformed) and
+// nothing is stored.
+//
+// Write the entity's rows before enqueueing its events, in the same
+// transaction: per-key order relies on it (see the package documentation).
+// After tx commits, call [Outbox.Wake] (or use [Outbox.InTx], which does).
+func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, topic string, evs ...event.Event) error {
+	if o.err != nil {
+		return o.err
+	}
+	if len(evs) == 0 {
+		return nil
+	}
+	keys := make([]string, len(evs))
+	headers := make([]string, len(evs))
+	payloads := make([][]byte, len(evs))
+	for i, ev := range evs {
+		rec, err := event.ToRecord(topic, ev)
+		if err != nil {
+			return fmt.Errorf("outbox: enqueue %s: %w", ev.Type, err)
+		}
+		tracing.Inject(ctx, rec)
+		h, err := encodeHeaders(rec.Headers)
+		if err != nil {
+			return fmt.Errorf("outbox: enqueue %s: %w", ev.Type, err)
+		}
+		keys[i], headers[i], payloads[i] = string(rec.Key), h, rec.Value
+	}
+	var err error
+	if len(evs) == 1 {
+		_, err = tx.Exec(ctx, "INSERT INTO "+o.names.table+" (topic, key, headers, payload) VALUES ($1, $2, $3::jsonb, $4)",
+			topic, keys[0], headers[0], payloads[0])
+	} else {
+		// One round trip for the whole slice; unnest yields the arrays in order,
+		// so ids follow the order of evs.
+		_, err = tx.Exec(ctx, "INSERT INTO "+o.names.table+" (topic, key, headers, payload) "+
+			"SELECT $1, k, h::jsonb, p FROM unnest($2::text[], $3::text[], $4::bytea[]) WITH ORDINALITY AS u(k, h, p, n) ORDER BY n",
+			topic, keys, headers, payloads)
+	}
+	if err != nil {
+		return fmt.Errorf("outbox: enqueue into %s: %w", o.names.table, err)
+	}
+	return nil
+}
+
+// Beginner starts a transaction; *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it.
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// InTx runs fn in a transaction on db (like pgx.BeginFunc) and, once the
+// transaction has committed, calls [Outbox.Wake]. fn enqueues with o.Enqueue.
+func (o *Outbox) InTx(ctx context.Context, db Beginner, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	if err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return fn(ctx, tx) }); err != nil {
+		return err
+	}
+	o.Wake()
+	return nil
+}
+
+// Wake tells the relay that committed rows are waiting. Call it after COMMIT,
+// never inside the transaction: it costs nothing on the commit path. When a
+// relay linked with [WithOutbox] leads in this process, it is woken in memory
+// at once; otherwise, if a [Notifier] is set, a coalesced NOTIFY is sent in
+// the background. Without either, the relay finds the rows at its next poll.
+// Wake never blocks and is safe for concurrent use.
+func (o *Outbox) Wake() {
+	if ch := o.leaderWake.Load(); ch != nil {
+		select {
+		case *ch <- struct{}{}:
+		default: // a wake-up is already pending; it covers this one
+		}
+		return
+	}
+	if o.notifier == nil || o.err != nil {
+		return
+	}
+	o.mu.Lock()
+	if o.notifying {
+		o.dirty = true
+		o.mu.Unlock()
+		return
+	}
+	o.notifying = true
+	o.mu.Unlock()
+	go o.notifyLoop()
+}
+
+// notifyLoop sends NOTIFYs until no Wake arrived during the last one. Errors
+// are dropped on purpose: the relay's poll is the fallback for a lost NOTIFY.
+func (o *Outbox) notifyLoop() {
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, _ = o.notifier.Exec(ctx, "SELECT pg_notify($1, '')", o.names.channel)
+		cancel()
+		o.mu.Lock()
+		if !o.dirty {
+			o.notifying = false
+			o.mu.Unlock()
+			return
+		}
+		o.dirty = false
+		o.mu.Unlock()
+	}
+}
+
+// encodeHeaders renders record headers as a JSON array of [key, value] pairs,
+// which keeps their order and duplicates and stays readable for operators.
+func encodeHeaders(hs []kgo.RecordHeader) (string, error) {
+	pairs := make([][2]string, len(hs))
+	for i, h := range hs {
+		if !utf8.Valid(h.Value) {
+			return "", fmt.Errorf("%w: %q", ErrInvalidHeader, h.Key)
+		}
+		pairs[i] = [2]string{h.Key, string(h.Value)}
+	}
+	b, err := json.Marshal(pairs)
+	if err != nil {
+		return "", fmt.Errorf("outbox: encode headers: %w", err)
+	}
+	return string(b), nil
+}
+
+func decodeHeaders(b []byte) ([]kgo.RecordHeader, error) {
+	var pairs [][2]string
+	if err := json.Unmarshal(b, &pairs); err != nil {
+		return nil, fmt.Errorf("outbox: decode headers: %w", err)
+	}
+	hs := make([]kgo.RecordHeader, len(pairs))
+	for i, p := range pairs {
+		hs[i] = kgo.RecordHeader{Key: p[0], Value: []byte(p[1])}
+	}
+	return hs, nil
+}

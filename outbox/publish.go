@@ -1,0 +1,360 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/tracing"
+)
+
+// row is one claimed outbox row.
+type row struct {
+	id        int64
+	topic     string
+	key       string
+	headers   []byte
+	payload   []byte
+	createdAt time.Time
+}
+
+// drain publishes rows in id order until the table is empty (as seen by this
+// session), ctx is cancelled, or the session fails.
+//
+// There is no "last id" cursor: every round reads the lowest ids still in the
+// table, after the previous round's rows were deleted. A row whose
+// transaction commits after rows with higher ids were published is therefore
+// simply found by a later round, never skipped.
+func (r *Relay) drain(ctx context.Context, conn *pgx.Conn) error {
+	var acked []int64 // acknowledged in the last round, deleted with the next claim
+	attempt := 0
+	for {
+		rows, err := r.claim(ctx, conn, acked)
+		if err != nil {
+			if ctx.Err() != nil {
+				// Shutdown interrupted the pipelined delete: finish it.
+				return r.remove(conn, acked)
+			}
+			return err
+		}
+		acked = nil
+		if len(rows) == 0 {
+			return nil
+		}
+
+		results, abandoned := r.publish(ctx, rows)
+		if abandoned {
+			return nil // shutdown gave up on the acks; the rows stay
+		}
+		var ok []Published
+		var failed []failure
+		for i, res := range results {
+			if res.err == nil {
+				ok = append(ok, res.pub)
+			} else {
+				failed = append(failed, failure{row: rows[i], err: res.err})
+			}
+		}
+		if err := r.acknowledged(ctx, ok); err != nil {
+			return err
+		}
+		for _, p := range ok {
+			acked = append(acked, p.ID)
+		}
+		if ctx.Err() != nil || len(failed) > 0 {
+			// Delete now rather than with the next claim: we are stopping,
+			// or failures will be resolved one row at a time.
+			if err := r.remove(conn, acked); err != nil {
+				return err
+			}
+			acked = nil
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if len(failed) == 0 {
+			attempt = 0
+			continue
+		}
+		for _, f := range failed {
+			if errors.Is(f.err, kgo.ErrClientClosed) {
+				return fmt.Errorf("outbox: produce: %w", f.err)
+			}
+		}
+		if allPermanent(failed) {
+			err = r.resolve(ctx, conn, failed)
+			if err == nil {
+				attempt = 0
+				continue
+			}
+			if !isBrokerError(err) {
+				return err
+			}
+			failed = []failure{{err: err}}
+		}
+		delay := r.backoff(attempt)
+		attempt++
+		r.log.Warn("outbox relay: produce failed, retrying the oldest rows", "err", failed[0].err, "failed", len(failed), "retry_in", delay)
+		if !sleep(ctx, delay) {
+			return nil
+		}
+	}
+}
+
+type failure struct {
+	row row
+	err error
+}
+
+// brokerError marks errors that came from producing rather than from the
+// database session.
+type brokerError struct{ err error }
+
+func (e brokerError) Error() string { return e.err.Error() }
+func (e brokerError) Unwrap() error { return e.err }
+
+func isBrokerError(err error) bool {
+	var be brokerError
+	return errors.As(err, &be)
+}
+
+// permanent reports whether the broker (or the client, before sending) rejected
+// a record in a way no retry can fix.
+func permanent(err error) bool {
+	return errors.Is(err, kerr.MessageTooLarge) ||
+		errors.Is(err, kerr.RecordListTooLarge) ||
+		errors.Is(err, kerr.InvalidRecord) ||
+		errors.Is(err, kerr.InvalidTopicException)
+}
+
+func allPermanent(fs []failure) bool {
+	for _, f := range fs {
+		if !permanent(f.err) {
+			return false
+		}
+	}
+	return true
+}
+
+// resolve retries permanently failed rows one at a time, in id order: a broker
+// rejects a whole batch for one oversized record, so its neighbours must get a
+// chance on their own. A row that fails permanently again is moved to the
+// dead-letter table with the reason; rows behind it carry on.
+func (r *Relay) resolve(ctx context.Context, conn *pgx.Conn, failed []failure) error {
+	for _, f := range failed {
+		results, abandoned := r.publish(ctx, []row{f.row})
+		if abandoned || ctx.Err() != nil {
+			return nil
+		}
+		res := results[0]
+		switch {
+		case res.err == nil:
+			if err := r.acknowledged(ctx, []Published{res.pub}); err != nil {
+				return err
+			}
+			if err := r.remove(conn, []int64{f.row.id}); err != nil {
+				return err
+			}
+		case permanent(res.err):
+			if err := r.deadLetter(ctx, conn, f.row, res.err); err != nil {
+				return err
+			}
+		default:
+			return brokerError{res.err}
+		}
+	}
+	return nil
+}
+
+// acknowledged runs the AfterAck hook.
+func (r *Relay) acknowledged(ctx context.Context, ok []Published) error {
+	if r.cfg.afterAck == nil || len(ok) == 0 {
+		return nil
+	}
+	if err := r.cfg.afterAck(ctx, ok); err != nil {
+		return fmt.Errorf("%w: %w", ErrHook, err)
+	}
+	return nil
+}
+
+// claim deletes the previous round's acknowledged rows and reads the next
+// batch in one round trip (a pipeline on the leader's session).
+func (r *Relay) claim(ctx context.Context, conn *pgx.Conn, acked []int64) ([]row, error) {
+	qctx, cancel := context.WithTimeout(ctx, r.cfg.queryTimeout)
+	defer cancel()
+	b := &pgx.Batch{}
+	if len(acked) > 0 {
+		b.Queue("DELETE FROM "+r.names.table+" WHERE id = ANY($1)", acked)
+	}
+	b.Queue("SELECT id, topic, key, headers, payload, created_at FROM "+r.names.table+" ORDER BY id LIMIT $1", r.cfg.batchSize)
+	br := conn.SendBatch(qctx, b)
+	defer br.Close()
+	if len(acked) > 0 {
+		if _, err := br.Exec(); err != nil {
+			return nil, fmt.Errorf("outbox: delete published rows: %w", err)
+		}
+	}
+	rs, err := br.Query()
+	if err != nil {
+		return nil, fmt.Errorf("outbox: claim: %w", err)
+	}
+	rows := make([]row, 0, r.cfg.batchSize)
+	for rs.Next() {
+		var x row
+		if err := rs.Scan(&x.id, &x.topic, &x.key, &x.headers, &x.payload, &x.createdAt); err != nil {
+			rs.Close()
+			return nil, fmt.Errorf("outbox: claim: %w", err)
+		}
+		rows = append(rows, x)
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("outbox: claim: %w", err)
+	}
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("outbox: claim: %w", err)
+	}
+	return rows, nil
+}
+
+// remove deletes acknowledged rows. It does not use the relay's context: rows
+// the broker has acknowledged are deleted even during shutdown, so a restart
+// does not republish them.
+func (r *Relay) remove(conn *pgx.Conn, ids []int64) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.queryTimeout)
+	defer cancel()
+	if _, err := conn.Exec(ctx, "DELETE FROM "+r.names.table+" WHERE id = ANY($1)", ids); err != nil {
+		return fmt.Errorf("outbox: delete published rows: %w", err)
+	}
+	return nil
+}
+
+// deadLetter moves a row to the dead-letter table with the reason, in one statement.
+func (r *Relay) deadLetter(ctx context.Context, conn *pgx.Conn, x row, cause error) error {
+	qctx, cancel := context.WithTimeout(ctx, r.cfg.queryTimeout)
+	defer cancel()
+	_, err := conn.Exec(qctx, "WITH moved AS (DELETE FROM "+r.names.table+" WHERE id = $1 "+
+		"RETURNING id, topic, key, headers, payload, created_at) "+
+		"INSERT INTO "+r.names.dead+" (id, topic, key, headers, payload, created_at, reason) "+
+		"SELECT id, topic, key, headers, payload, created_at, $2 FROM moved "+
+		"ON CONFLICT (id) DO UPDATE SET reason = EXCLUDED.reason, failed_at = clock_timestamp()",
+		x.id, cause.Error())
+	if err != nil {
+		return fmt.Errorf("outbox: dead-letter row %d: %w", x.id, err)
+	}
+	r.metrics.deadLettered.Add(ctx, 1, r.metrics.topicAttrs(x.topic))
+	r.log.Error("outbox relay: broker rejected a row permanently, moved it to the dead-letter table",
+		"id", x.id, "topic", x.topic, "key", x.key, "dead_letter_table", r.names.dead, "reason", cause)
+	return nil
+}
+
+type result struct {
+	pub Published
+	err error
+}
+
+// publish produces rows (in order) and waits for every ack. Each record gets a
+// producer span whose parent is the trace context stored with the row; the
+// record carries that span's context onward.
+//
+// When ctx is cancelled, publish keeps waiting for up to ShutdownTimeout, then
+// cancels the records not yet sent and waits only a little more for those in
+// flight (an idempotent producer cannot cancel them safely). If they still have
+// not resolved it reports abandoned: the caller must leave the rows alone.
+func (r *Relay) publish(ctx context.Context, rows []row) (results []result, abandoned bool) {
+	results = make([]result, len(rows))
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	gaveUp := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(r.cfg.shutdownTimeout)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-pctx.Done():
+			return
+		}
+		t.Reset(time.Second)
+		select {
+		case <-t.C:
+			close(gaveUp)
+		case <-pctx.Done():
+		}
+	})
+	defer stop()
+
+	var mu sync.Mutex // guards results against a callback that outlives an abandoned batch
+	var wg sync.WaitGroup
+	wg.Add(len(rows))
+	for i := range rows {
+		rec, span, err := r.record(ctx, rows[i])
+		if err != nil {
+			// Undecodable headers: never going to improve, dead-letter it.
+			results[i].err = fmt.Errorf("%w: %w", kerr.InvalidRecord, err)
+			wg.Done()
+			continue
+		}
+		x := rows[i]
+		r.client.Produce(pctx, rec, func(rec *kgo.Record, err error) {
+			now := time.Now()
+			tracing.EndSend(span, rec, err)
+			if err == nil {
+				r.metrics.published.Add(context.Background(), 1, r.metrics.topicAttrs(x.topic))
+				r.metrics.latency.Record(context.Background(), now.Sub(x.createdAt).Seconds(), r.metrics.topicAttrs(x.topic))
+			} else {
+				r.metrics.errors.Add(context.Background(), 1, r.metrics.topicAttrs(x.topic))
+			}
+			mu.Lock()
+			results[i] = result{err: err, pub: Published{ID: x.id, Record: rec, CreatedAt: x.createdAt, AckedAt: now}}
+			mu.Unlock()
+			wg.Done()
+		})
+	}
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		mu.Lock()
+		defer mu.Unlock()
+		return results, false
+	case <-gaveUp:
+		r.log.Warn("outbox relay: shutdown abandoned a batch still in flight; its rows stay and will be republished", "rows", len(rows))
+		return nil, true
+	}
+}
+
+// record rebuilds the Kafka record of a row and starts its producer span,
+// whose parent is the trace context stored with the row (not whatever ctx
+// carries). The record then carries the producer span's context onward.
+func (r *Relay) record(ctx context.Context, x row) (*kgo.Record, trace.Span, error) {
+	hs, err := decodeHeaders(x.headers)
+	if err != nil {
+		return nil, nil, err
+	}
+	rec := &kgo.Record{Topic: x.topic, Key: []byte(x.key), Value: x.payload, Headers: hs}
+	parent := tracing.Extract(trace.ContextWithSpanContext(ctx, trace.SpanContext{}), rec)
+	if cid := (tracing.RecordCarrier{Record: rec}).Get(event.HeaderCorrelationID); cid != "" {
+		parent = tracing.WithCorrelationID(parent, cid)
+	}
+	if r.cfg.entityAttr != "" && x.key != "" {
+		parent = tracing.WithEntity(parent, r.cfg.entityAttr, x.key)
+	}
+	_, span := r.kafka.StartSend(parent, rec)
+	span.SetAttributes(attribute.Int64("choreo.outbox.id", x.id))
+	return rec, span, nil
+}

@@ -1,0 +1,455 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/choreo-saga/choreo/tracing"
+)
+
+// Relay publishes committed outbox rows to Kafka, in id order, and deletes each
+// row once the broker acknowledged it. Any number of relays may run on one
+// table (one per service instance): they elect a single leader with a Postgres
+// session advisory lock, and the others stand by. See the package
+// documentation for the guarantees.
+type Relay struct {
+	pool   *pgxpool.Pool
+	client *kgo.Client
+	cfg    relayConfig
+	names  names
+	err    error
+
+	wake    chan struct{} // buffered(1): coalesced wake-ups for the leader
+	leader  atomic.Bool
+	running atomic.Bool
+
+	kafka   *tracing.Kafka
+	metrics *relayMetrics
+	log     *slog.Logger
+}
+
+// Published describes one outbox row the broker acknowledged; see [AfterAck].
+type Published struct {
+	ID        int64       // outbox row id
+	Record    *kgo.Record // the record as produced; Partition and Offset are set
+	CreatedAt time.Time   // when the row was inserted (database clock)
+	AckedAt   time.Time   // when the broker acknowledged it (relay clock)
+}
+
+type relayConfig struct {
+	outbox          *Outbox
+	batchSize       int
+	pollInterval    time.Duration
+	takeover        time.Duration
+	backoffMin      time.Duration
+	backoffMax      time.Duration
+	shutdownTimeout time.Duration
+	queryTimeout    time.Duration
+	lockKey         *int64
+	meterProvider   metric.MeterProvider
+	tracerProvider  trace.TracerProvider
+	logger          *slog.Logger
+	afterAck        func(ctx context.Context, batch []Published) error
+	entityAttr      string
+}
+
+// RelayOption configures a Relay.
+type RelayOption func(*relayConfig)
+
+// WithOutbox links the relay to o: it uses o's table, and while it leads, o.Wake
+// wakes it in memory without a NOTIFY. Default: an Outbox from New() (the
+// default table), not shared with any writer.
+func WithOutbox(o *Outbox) RelayOption { return func(c *relayConfig) { c.outbox = o } }
+
+// BatchSize sets the most rows claimed, produced and deleted per round. Default 1000.
+func BatchSize(n int) RelayOption {
+	return func(c *relayConfig) {
+		if n > 0 {
+			c.batchSize = n
+		}
+	}
+}
+
+// PollInterval sets how long the leader waits for a wake-up (in-process signal
+// or NOTIFY) before it looks at the table anyway. It bounds the delay caused by
+// a lost NOTIFY or a dropped listen connection, and how quickly a leader notices
+// that its database session ended. Default 500ms.
+func PollInterval(d time.Duration) RelayOption {
+	return func(c *relayConfig) {
+		if d > 0 {
+			c.pollInterval = d
+		}
+	}
+}
+
+// TakeoverInterval sets how often a standby tries to take the leader lock.
+// A standby takes over at most this long after the leader's session ends.
+// Default 1s.
+func TakeoverInterval(d time.Duration) RelayOption {
+	return func(c *relayConfig) {
+		if d > 0 {
+			c.takeover = d
+		}
+	}
+}
+
+// Backoff sets the bounds of the exponential backoff with full jitter used
+// after broker and database errors: the n-th retry waits a random duration in
+// [0, min(max, min·2ⁿ)). Defaults 100ms and 10s.
+func Backoff(minDelay, maxDelay time.Duration) RelayOption {
+	return func(c *relayConfig) {
+		if minDelay > 0 && maxDelay >= minDelay {
+			c.backoffMin, c.backoffMax = minDelay, maxDelay
+		}
+	}
+}
+
+// ShutdownTimeout sets how long Run, once its context is cancelled, still waits
+// for the acks of the batch in flight (and then deletes its rows). After it,
+// the batch is abandoned: its rows stay and the next leader republishes them.
+// Default 10s.
+func ShutdownTimeout(d time.Duration) RelayOption {
+	return func(c *relayConfig) {
+		if d >= 0 {
+			c.shutdownTimeout = d
+		}
+	}
+}
+
+// QueryTimeout bounds every statement on the leader's session, so that a
+// half-open connection cannot stall the relay. Default 30s.
+func QueryTimeout(d time.Duration) RelayOption {
+	return func(c *relayConfig) {
+		if d > 0 {
+			c.queryTimeout = d
+		}
+	}
+}
+
+// LockKey sets the key of the session advisory lock that elects the leader.
+// Default: a 64-bit FNV-1a hash of the table name, so relays of different
+// tables never contend.
+func LockKey(key int64) RelayOption { return func(c *relayConfig) { c.lockKey = &key } }
+
+// MeterProvider sets where the relay's metrics go. Default otel.GetMeterProvider().
+func MeterProvider(mp metric.MeterProvider) RelayOption {
+	return func(c *relayConfig) { c.meterProvider = mp }
+}
+
+// TracerProvider sets where the relay's produce spans go. Default otel.GetTracerProvider().
+func TracerProvider(tp trace.TracerProvider) RelayOption {
+	return func(c *relayConfig) { c.tracerProvider = tp }
+}
+
+// EntityAttribute names the span attribute that carries the record key on
+// produce spans, e.g. "order.id", so a search by entity id finds the relay's
+// span too (saga.correlation_id is always set from the ce_correlationid
+// header). Default: none.
+func EntityAttribute(name string) RelayOption { return func(c *relayConfig) { c.entityAttr = name } }
+
+// Logger sets the logger for leadership changes and retried errors. Default slog.Default().
+func Logger(l *slog.Logger) RelayOption { return func(c *relayConfig) { c.logger = l } }
+
+// AfterAck sets a hook called with every batch of rows the broker acknowledged,
+// before those rows are deleted. If it returns an error, Run stops and returns
+// it wrapped in [ErrHook] without deleting the rows: they are published again
+// by the next leader. It exists for observation (e.g. end-to-end latency in
+// benchmarks) and for fault injection in tests (a crash between ack and
+// delete); it must not block. Default: none.
+func AfterAck(fn func(ctx context.Context, batch []Published) error) RelayOption {
+	return func(c *relayConfig) { c.afterAck = fn }
+}
+
+// NewRelay returns a relay that reads the outbox table through pool's
+// configuration and produces with client. The client must be an idempotent
+// producer with acks=all (franz-go's defaults); Run checks it.
+//
+// The relay opens its own two connections from pool.Config() (one that holds
+// the leader lock and does all reads and deletes, one that LISTENs), so the
+// pool's AfterConnect hook does not run on them; put session settings such as
+// search_path in the connection string. pool itself serves only the backlog
+// metrics.
+func NewRelay(pool *pgxpool.Pool, client *kgo.Client, opts ...RelayOption) *Relay {
+	cfg := relayConfig{
+		batchSize:       1000,
+		pollInterval:    500 * time.Millisecond,
+		takeover:        time.Second,
+		backoffMin:      100 * time.Millisecond,
+		backoffMax:      10 * time.Second,
+		shutdownTimeout: 10 * time.Second,
+		queryTimeout:    30 * time.Second,
+	}
+	for _, opt := range opts {
+		opt(&cfg)
+	}
+	if cfg.outbox == nil {
+		cfg.outbox = New()
+	}
+	if cfg.meterProvider == nil {
+		cfg.meterProvider = otel.GetMeterProvider()
+	}
+	if cfg.tracerProvider == nil {
+		cfg.tracerProvider = otel.GetTracerProvider()
+	}
+	if cfg.logger == nil {
+		cfg.logger = slog.Default()
+	}
+	r := &Relay{
+		pool:   pool,
+		client: client,
+		cfg:    cfg,
+		names:  cfg.outbox.names,
+		err:    cfg.outbox.err,
+		wake:   make(chan struct{}, 1),
+		kafka:  tracing.NewKafka(tracing.WithTracerProvider(cfg.tracerProvider)),
+		log:    cfg.logger.With("outbox_table", cfg.outbox.names.table),
+	}
+	if cfg.lockKey != nil {
+		r.names.lockKey = *cfg.lockKey
+	}
+	m, err := newRelayMetrics(cfg.meterProvider.Meter(instrumentationName), r.names.table)
+	if err != nil && r.err == nil {
+		r.err = err
+	}
+	r.metrics = m
+	return r
+}
+
+const instrumentationName = "github.com/choreo-saga/choreo/outbox"
+
+// Leader reports whether this relay currently holds the leader lock.
+func (r *Relay) Leader() bool { return r.leader.Load() }
+
+// Run campaigns for leadership and, while leading, publishes rows until ctx is
+// cancelled; a standby keeps campaigning. A lost database session or broker
+// trouble is retried with backoff and never ends Run. On cancellation Run
+// finishes the batch in flight (see [ShutdownTimeout]), releases the lock and
+// returns nil. It returns an error for a bad configuration ([ErrUnsafeClient],
+// [ErrInvalidTable]), for a closed Kafka client, for a failing [AfterAck]
+// hook, and [ErrRunning] if this Relay is already running.
+func (r *Relay) Run(ctx context.Context) error {
+	if r.err != nil {
+		return r.err
+	}
+	if err := checkClient(r.client); err != nil {
+		return err
+	}
+	if !r.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer r.running.Store(false)
+
+	unregister, err := r.metrics.observe(r)
+	if err != nil {
+		return err
+	}
+	defer unregister()
+
+	attempt := 0
+	for {
+		led, err := r.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, ErrHook) || errors.Is(err, kgo.ErrClientClosed) {
+			return err
+		}
+		if led {
+			attempt = 0
+		}
+		delay := r.backoff(attempt)
+		r.log.Warn("outbox relay: session ended, reconnecting", "err", err, "retry_in", delay)
+		if !sleep(ctx, delay) {
+			return nil
+		}
+		attempt++
+	}
+}
+
+// checkClient rejects clients that could lose, duplicate or reorder records.
+func checkClient(cl *kgo.Client) error {
+	if cl == nil {
+		return fmt.Errorf("%w: nil client", ErrUnsafeClient)
+	}
+	if v, ok := cl.OptValue(kgo.DisableIdempotentWrite).(bool); ok && v {
+		return fmt.Errorf("%w: idempotent writes are disabled", ErrUnsafeClient)
+	}
+	if v, ok := cl.OptValue(kgo.RequiredAcks).(kgo.Acks); ok && v != kgo.AllISRAcks() {
+		return fmt.Errorf("%w: acks is not all", ErrUnsafeClient)
+	}
+	return nil
+}
+
+// connect opens a dedicated session (outside the pool) named for role, so
+// operators can find it in pg_stat_activity.
+func (r *Relay) connect(ctx context.Context, role string) (*pgx.Conn, error) {
+	cc := r.pool.Config().ConnConfig // a deep copy
+	cc.RuntimeParams["application_name"] = "choreo-outbox-" + role + " " + r.names.table
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.queryTimeout)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(cctx, cc)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: connect (%s): %w", role, err)
+	}
+	return conn, nil
+}
+
+func closeConn(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = conn.Close(ctx) // closing the session releases its advisory lock
+}
+
+// session connects, waits to become leader, and leads until the session or
+// ctx ends. led reports whether it became leader.
+func (r *Relay) session(ctx context.Context) (led bool, err error) {
+	conn, err := r.connect(ctx, "relay")
+	if err != nil {
+		return false, err
+	}
+	defer closeConn(conn)
+	for {
+		var ok bool
+		qctx, cancel := context.WithTimeout(ctx, r.cfg.queryTimeout)
+		err := conn.QueryRow(qctx, "SELECT pg_try_advisory_lock($1)", r.names.lockKey).Scan(&ok)
+		cancel()
+		if err != nil {
+			return false, fmt.Errorf("outbox: campaign: %w", err)
+		}
+		if ok {
+			break
+		}
+		if !sleep(ctx, r.cfg.takeover) {
+			return false, ctx.Err()
+		}
+	}
+	r.log.Info("outbox relay: became leader")
+	err = r.lead(ctx, conn)
+	r.log.Info("outbox relay: stepped down", "err", err)
+	return true, err
+}
+
+// lead runs the leader loop on conn, whose session holds the leader lock.
+// Every read and delete goes through this session, so once it is gone no
+// statement of this relay can succeed: a deposed leader cannot delete rows.
+func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
+	r.leader.Store(true)
+	defer r.leader.Store(false)
+	wake := r.wake
+	ob := r.cfg.outbox
+	ob.leaderWake.Store(&wake)
+	defer ob.leaderWake.CompareAndSwap(&wake, nil)
+
+	lctx, stopListen := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { r.listen(lctx) })
+	defer func() {
+		stopListen()
+		wg.Wait()
+	}()
+
+	timer := time.NewTimer(r.cfg.pollInterval)
+	defer timer.Stop()
+	for {
+		if err := r.drain(ctx, conn); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		timer.Reset(r.cfg.pollInterval)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// signal wakes the leader loop; wake-ups coalesce.
+func (r *Relay) signal() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// listen keeps a LISTEN session open while the relay leads, turning each
+// notification into a wake-up, and reconnects with backoff when it drops.
+// After every (re)connect it wakes the leader once, for anything committed
+// while nobody listened.
+func (r *Relay) listen(ctx context.Context) {
+	attempt := 0
+	for ctx.Err() == nil {
+		err := r.listenOnce(ctx, func() { attempt = 0 })
+		if ctx.Err() != nil {
+			return
+		}
+		delay := r.backoff(attempt)
+		r.log.Warn("outbox relay: listen connection lost, relying on polling until it is back", "err", err, "retry_in", delay)
+		if !sleep(ctx, delay) {
+			return
+		}
+		attempt++
+	}
+}
+
+func (r *Relay) listenOnce(ctx context.Context, connected func()) error {
+	conn, err := r.connect(ctx, "listen")
+	if err != nil {
+		return err
+	}
+	defer closeConn(conn)
+	qctx, cancel := context.WithTimeout(ctx, r.cfg.queryTimeout)
+	_, err = conn.Exec(qctx, "LISTEN "+pgx.Identifier{r.names.channel}.Sanitize())
+	cancel()
+	if err != nil {
+		return fmt.Errorf("outbox: listen: %w", err)
+	}
+	connected()
+	r.signal()
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return fmt.Errorf("outbox: wait for notification: %w", err)
+		}
+		r.signal()
+	}
+}
+
+// backoff returns the delay before retry number attempt (from 0): exponential
+// growth capped at backoffMax, with full jitter.
+func (r *Relay) backoff(attempt int) time.Duration {
+	ceil := r.cfg.backoffMax
+	if attempt < 32 {
+		if d := r.cfg.backoffMin << attempt; d > 0 && d < ceil {
+			ceil = d
+		}
+	}
+	return time.Duration(rand.Int64N(int64(ceil)) + 1)
+}
+
+// sleep waits for d or until ctx is done; it reports whether d elapsed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
