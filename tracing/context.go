@@ -5,6 +5,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/baggage"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // AttrCorrelationID is the span attribute (and log key) that carries the saga's
@@ -76,4 +77,15 @@ func SpanAttributes(ctx context.Context) []attribute.KeyValue {
 		kvs = append(kvs, attribute.String(attr, id))
 	}
 	return kvs
+}
+
+// AnnotateSpan sets [SpanAttributes] of ctx on the span in ctx. Spans started
+// after WithCorrelationID/WithEntity get them automatically (see
+// [CorrelationProcessor]); call this for a span that was started before the
+// ids were known, such as the HTTP server span of the request that creates
+// the order, or a consumer span before the event was decoded.
+func AnnotateSpan(ctx context.Context) {
+	if attrs := SpanAttributes(ctx); len(attrs) > 0 {
+		trace.SpanFromContext(ctx).SetAttributes(attrs...)
+	}
 }

@@ -68,3 +68,15 @@ func TestCorrelationContext(t *testing.T) {
 		t.Fatalf("entity leaked into baggage: %v", m)
 	}
 }
+
+func TestAnnotateSpan(t *testing.T) {
+	tp, rec := newRecorder(t)
+	ctx, span := tp.Tracer("t").Start(context.Background(), "http")
+	ctx = tracing.WithEntity(tracing.WithCorrelationID(ctx, "o-5"), "order.id", "o-5")
+	tracing.AnnotateSpan(ctx)
+	span.End()
+	a := attrs(spanNamed(t, rec, "http"))
+	if a[tracing.AttrCorrelationID] != "o-5" || a["order.id"] != "o-5" {
+		t.Fatalf("attributes = %v", a)
+	}
+}
