@@ -1,0 +1,183 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/idempotency"
+	"github.com/choreo-saga/choreo/lock"
+)
+
+func TestRetryPolicyBound(t *testing.T) {
+	p := RetryPolicy{BaseDelay: 100 * time.Millisecond, MaxDelay: 2 * time.Second}
+	want := []time.Duration{100, 200, 400, 800, 1600, 2000, 2000, 2000}
+	for i, w := range want {
+		if got := p.Bound(i + 1); got != w*time.Millisecond {
+			t.Errorf("Bound(%d) = %v, want %v", i+1, got, w*time.Millisecond)
+		}
+	}
+	if got := (RetryPolicy{}).Bound(1000); got != DefaultRetryMaxDelay {
+		t.Errorf("zero policy Bound(1000) = %v, want the default cap %v", got, DefaultRetryMaxDelay)
+	}
+}
+
+// Full jitter: every delay lies in [0, min(cap, base*2^n)], and the delays are uniform
+// over that range (mean at half the bound, extremes near both ends, deciles even). The
+// check is statistical over a seeded generator, never about wall-clock time.
+func TestRetryBackoffIsFullJitter(t *testing.T) {
+	const samples = 20000
+	rng := rand.New(rand.NewPCG(1, 2))
+	p := RetryPolicy{BaseDelay: 10 * time.Millisecond, MaxDelay: time.Second, Jitter: rng.Int64N}
+	for attempt := 1; attempt <= 9; attempt++ {
+		bound := p.Bound(attempt)
+		var sum float64
+		lo, hi := bound, time.Duration(0)
+		var deciles [10]int
+		for range samples {
+			d := p.Backoff(attempt)
+			if d < 0 || d > bound {
+				t.Fatalf("attempt %d: delay %v outside [0, %v]", attempt, d, bound)
+			}
+			sum += float64(d)
+			lo, hi = min(lo, d), max(hi, d)
+			deciles[min(int(10*float64(d)/float64(bound+1)), 9)]++
+		}
+		mean := sum / samples / float64(bound)
+		if mean < 0.47 || mean > 0.53 {
+			t.Errorf("attempt %d: mean delay %.3f of the bound, want about 0.5", attempt, mean)
+		}
+		if float64(lo) > 0.01*float64(bound) || float64(hi) < 0.99*float64(bound) {
+			t.Errorf("attempt %d: delays span [%v, %v], want nearly [0, %v]", attempt, lo, hi, bound)
+		}
+		for i, n := range deciles {
+			if f := float64(n) / samples; f < 0.085 || f > 0.115 {
+				t.Errorf("attempt %d: decile %d holds %.3f of the delays, want about 0.1", attempt, i, f)
+			}
+		}
+	}
+}
+
+func TestRetryable(t *testing.T) {
+	tests := []struct {
+		err  error
+		want bool
+	}{
+		{errors.New("connection reset"), true},
+		{fmt.Errorf("wrapped: %w", lock.ErrNotObtained), true},
+		{lock.ErrLost, true},
+		{lock.ErrStaleToken, true},
+		{Permanent(errors.New("validation failed")), false},
+		{fmt.Errorf("outer: %w", Permanent(errors.New("inner"))), false},
+		{fmt.Errorf("decode: %w", event.ErrMalformed), false},
+		{fmt.Errorf("claim: %w", idempotency.ErrKeyReused), false},
+		{idempotency.ErrInvalidKey, false},
+		{fmt.Errorf("%w: x", ErrUnknownType), false},
+		{&PanicError{Value: "boom"}, false},
+		{nil, false},
+	}
+	for _, tt := range tests {
+		if got := Retryable(tt.err); got != tt.want {
+			t.Errorf("Retryable(%v) = %v, want %v", tt.err, got, tt.want)
+		}
+	}
+	if Permanent(nil) != nil {
+		t.Error("Permanent(nil) != nil")
+	}
+	inner := errors.New("inner")
+	if !errors.Is(Permanent(inner), inner) {
+		t.Error("Permanent hides the wrapped error from errors.Is")
+	}
+}
+
+func TestRetry(t *testing.T) {
+	transient := errors.New("transient")
+	tests := []struct {
+		name         string
+		errs         []error // returned by successive attempts; nil after the list
+		policy       RetryPolicy
+		wantAttempts int
+		wantErr      error // nil: success
+		exhausted    bool
+	}{
+		{name: "first attempt succeeds", wantAttempts: 1},
+		{name: "recovers on attempt 3", errs: []error{transient, transient}, wantAttempts: 3},
+		{name: "permanent", errs: []error{Permanent(transient)}, wantAttempts: 1, wantErr: transient},
+		{name: "malformed", errs: []error{fmt.Errorf("x: %w", event.ErrMalformed)}, wantAttempts: 1, wantErr: event.ErrMalformed},
+		{name: "key reused", errs: []error{idempotency.ErrKeyReused}, wantAttempts: 1, wantErr: idempotency.ErrKeyReused},
+		{name: "unknown type", errs: []error{ErrUnknownType}, wantAttempts: 1, wantErr: ErrUnknownType},
+		{
+			name: "lock not obtained until attempts run out", errs: []error{lock.ErrNotObtained, lock.ErrNotObtained, lock.ErrNotObtained},
+			policy: RetryPolicy{MaxAttempts: 3}, wantAttempts: 3, wantErr: lock.ErrNotObtained, exhausted: true,
+		},
+		{
+			name: "elapsed time runs out", errs: []error{transient, transient},
+			policy:       RetryPolicy{MaxElapsed: time.Nanosecond, Jitter: func(n int64) int64 { return n - 1 }},
+			wantAttempts: 1, wantErr: transient, exhausted: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := tt.policy
+			p.BaseDelay, p.MaxDelay = time.Microsecond, 10*time.Microsecond
+			var calls int
+			m := &Message{}
+			err := Retry(p)(func(context.Context, *Message) error {
+				calls++
+				if m.Attempt != calls {
+					t.Errorf("m.Attempt = %d on call %d", m.Attempt, calls)
+				}
+				if calls <= len(tt.errs) {
+					return tt.errs[calls-1]
+				}
+				return nil
+			})(context.Background(), m)
+			if calls != tt.wantAttempts {
+				t.Errorf("%d attempts, want %d", calls, tt.wantAttempts)
+			}
+			switch {
+			case tt.wantErr == nil && err != nil:
+				t.Errorf("error %v, want success", err)
+			case tt.wantErr != nil && !errors.Is(err, tt.wantErr):
+				t.Errorf("error %v, want %v", err, tt.wantErr)
+			}
+			if got := errors.Is(err, ErrRetriesExhausted); got != tt.exhausted {
+				t.Errorf("ErrRetriesExhausted = %v, want %v (%v)", got, tt.exhausted, err)
+			}
+		})
+	}
+}
+
+// A worker that stops (revoke, shutdown) interrupts the backoff at once; the error says
+// the record was abandoned, so DeadLetter leaves it for the partition's next owner.
+func TestRetryStopsWithWorker(t *testing.T) {
+	stop := make(chan struct{})
+	ctx := context.WithValue(context.Background(), stopKey{}, stop)
+	var calls int
+	h := Retry(RetryPolicy{BaseDelay: time.Hour, MaxDelay: time.Hour, MaxElapsed: 2 * time.Hour, Jitter: func(n int64) int64 { return n - 1 }})(
+		func(context.Context, *Message) error {
+			calls++
+			if calls == 1 {
+				close(stop)
+			}
+			return errors.New("transient")
+		})
+	err := h(ctx, &Message{})
+	if !abandoned(ctx, err) || calls != 1 {
+		t.Fatalf("after stop: calls %d, err %v; want 1 call and an abandoned error", calls, err)
+	}
+	cctx, cancel := context.WithCancel(context.Background())
+	calls = 0
+	err = Retry(RetryPolicy{BaseDelay: time.Hour, MaxDelay: time.Hour, MaxElapsed: 2 * time.Hour})(func(context.Context, *Message) error {
+		calls++
+		cancel()
+		return errors.New("transient")
+	})(cctx, &Message{})
+	if !abandoned(cctx, err) || calls != 1 {
+		t.Fatalf("after cancel: calls %d, err %v", calls, err)
+	}
+}

@@ -1,0 +1,86 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/choreo-saga/choreo/event"
+)
+
+func TestRouter(t *testing.T) {
+	var got []string
+	handler := func(name string) TxHandler {
+		return func(_ context.Context, _ pgx.Tx, ev event.Event) error {
+			got = append(got, name+":"+ev.Type)
+			return nil
+		}
+	}
+	r := NewRouter().
+		Handle("order.created", handler("created")).
+		Handle("order.cancelled", handler("cancelled")).
+		Ignore("order.viewed")
+	if !slices.Equal(r.Types(), []string{"order.cancelled", "order.created"}) {
+		t.Errorf("Types() = %v", r.Types())
+	}
+	tests := []struct {
+		typ         string
+		wantErr     error
+		wantOutcome Outcome
+		wantCall    string
+	}{
+		{"order.created", nil, "", "created:order.created"},
+		{"order.cancelled", nil, "", "cancelled:order.cancelled"},
+		{"order.viewed", nil, OutcomeIgnored, ""},
+		{"order.teleported", ErrUnknownType, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.typ, func(t *testing.T) {
+			got = nil
+			m := &Message{Event: event.Event{Type: tt.typ}, Decoded: true}
+			// Filter in front of a terminal handler that routes, as Standard wires it.
+			err := r.Filter()(func(ctx context.Context, m *Message) error {
+				return r.Route(ctx, nil, m.Event)
+			})(context.Background(), m)
+			if !errors.Is(err, tt.wantErr) || (tt.wantErr == nil && err != nil) {
+				t.Fatalf("err %v, want %v", err, tt.wantErr)
+			}
+			if m.Outcome != tt.wantOutcome {
+				t.Errorf("outcome %q, want %q", m.Outcome, tt.wantOutcome)
+			}
+			if want := []string{tt.wantCall}; tt.wantCall != "" && !slices.Equal(got, want) || tt.wantCall == "" && got != nil {
+				t.Errorf("calls %v, want %q", got, tt.wantCall)
+			}
+			if tt.wantErr != nil && (Retryable(err) || Reason(err) != ReasonUnknownType) {
+				t.Errorf("unknown type: retryable %v, reason %q", Retryable(err), Reason(err))
+			}
+			// Route alone agrees with Filter.
+			rerr := r.Route(context.Background(), nil, m.Event)
+			if !errors.Is(rerr, tt.wantErr) || (tt.wantErr == nil && rerr != nil) {
+				t.Errorf("Route: %v", rerr)
+			}
+		})
+	}
+}
+
+func TestRouterRejectsDoubleRegistration(t *testing.T) {
+	h := func(context.Context, pgx.Tx, event.Event) error { return nil }
+	for name, f := range map[string]func(){
+		"handle twice":   func() { NewRouter().Handle("a", h).Handle("a", h) },
+		"ignore routed":  func() { NewRouter().Handle("a", h).Ignore("a") },
+		"handle ignored": func() { NewRouter().Ignore("a").Handle("a", h) },
+		"nil handler":    func() { NewRouter().Handle("a", nil) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				if recover() == nil {
+					t.Error("no panic")
+				}
+			}()
+			f()
+		})
+	}
+}
