@@ -116,11 +116,12 @@ func Hash(parts ...[]byte) []byte {
 // connection: every method works inside a transaction or pool the caller
 // passes, so one Store can be shared by any number of goroutines.
 type Store struct {
-	table     tableName
-	retention time.Duration
-	claimSQL  string
-	lookupSQL string
-	doneSQL   string
+	table       tableName
+	retention   time.Duration
+	claimSQL    string
+	lookupSQL   string
+	takeoverSQL string
+	doneSQL     string
 }
 
 // Claim is the outcome of claiming a key.
@@ -146,27 +147,32 @@ func NewStore(opts ...Option) *Store {
 	return &Store{
 		table:     cfg.table,
 		retention: cfg.retention,
-		// One round trip in the common cases. The INSERT takes the key, or
-		// takes over an expired record. If a committed, unexpired record
-		// exists, the second branch returns it. If the INSERT had to wait for
+		// One round trip in the common cases. The INSERT takes a new key;
+		// DO NOTHING leaves an existing record alone without locking it, so
+		// duplicates are cheap. The second branch returns a record that was
+		// committed before the statement began. If the INSERT had to wait for
 		// a concurrent transaction that then committed the same key, the
 		// statement's snapshot predates that commit and no row comes back;
-		// Claim then reads it with lookupSQL in a new statement.
+		// Claim then reads it with lookupSQL, a new statement.
 		claimSQL: `WITH ins AS (
-    INSERT INTO ` + t + ` AS i (scope, key, request_hash, expires_at)
+    INSERT INTO ` + t + ` (scope, key, request_hash, expires_at)
     VALUES ($1, $2, $3, now() + $4::bigint * interval '1 microsecond')
-    ON CONFLICT (scope, key) DO UPDATE
-        SET request_hash = EXCLUDED.request_hash, response = NULL,
-            created_at = now(), expires_at = EXCLUDED.expires_at
-        WHERE i.expires_at <= now()
+    ON CONFLICT (scope, key) DO NOTHING
     RETURNING 1
 )
-SELECT true, NULL::bytea, NULL::bytea FROM ins
+SELECT true, NULL::bytea, NULL::bytea, false FROM ins
 UNION ALL
-SELECT false, request_hash, response FROM ` + t + `
+SELECT false, request_hash, response, expires_at <= now() FROM ` + t + `
 WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM ins)`,
-		lookupSQL: `SELECT request_hash, response FROM ` + t + ` WHERE scope = $1 AND key = $2`,
-		doneSQL:   `UPDATE ` + t + ` SET response = $3 WHERE scope = $1 AND key = $2`,
+		lookupSQL: `SELECT false, request_hash, response, expires_at <= now() FROM ` + t + ` WHERE scope = $1 AND key = $2`,
+		// Taking over an expired record that the Sweeper has not deleted
+		// yet. The WHERE is re-checked after waiting for a concurrent
+		// takeover, so only one transaction wins.
+		takeoverSQL: `UPDATE ` + t + `
+SET request_hash = $3, response = NULL, created_at = now(),
+    expires_at = now() + $4::bigint * interval '1 microsecond'
+WHERE scope = $1 AND key = $2 AND expires_at <= now()`,
+		doneSQL: `UPDATE ` + t + ` SET response = $3 WHERE scope = $1 AND key = $2`,
 	}
 }
 
@@ -187,6 +193,12 @@ func (s *Store) Retention() time.Duration { return s.retention }
 // Claim blocks on the table's primary key until it commits (then this is a
 // duplicate) or rolls back (then this is the first time). Hence, of any
 // number of concurrent transactions with one key, exactly one does the work.
+// A duplicate takes no row lock and writes nothing, so redelivery storms
+// are cheap. An expired record still in the table (not yet swept) counts as
+// absent: one claim takes it over, the others then see that claim's record.
+//
+// The common cases take one round trip; a claim that waited for a
+// concurrent winner, or takes over an expired record, takes two.
 //
 // Claim is designed for READ COMMITTED, Postgres' default. Under REPEATABLE
 // READ or SERIALIZABLE, a claim that waited for a concurrent winner fails
@@ -201,32 +213,47 @@ func (s *Store) Claim(ctx context.Context, tx pgx.Tx, scope, key string, request
 	if requestHash == nil {
 		requestHash = []byte{} // request_hash is NOT NULL; nil and empty are the same hash
 	}
-	var (
-		claimed  bool
-		stored   []byte
-		response []byte
-	)
-	err := tx.QueryRow(ctx, s.claimSQL, scope, key, requestHash, s.retention.Microseconds()).
-		Scan(&claimed, &stored, &response)
-	if errors.Is(err, pgx.ErrNoRows) {
-		// We waited for a concurrent claim of this key that committed.
-		err = tx.QueryRow(ctx, s.lookupSQL, scope, key).Scan(&stored, &response)
+	retention := s.retention.Microseconds()
+	// Each pass ends in a decision unless a concurrent transaction changed
+	// the record under us (took over or deleted an expired record); then the
+	// next pass sees the new state. Three passes are plenty: every retry
+	// means another transaction made progress on this key.
+	for range 3 {
+		var (
+			claimed, expired bool
+			stored, response []byte
+		)
+		err := tx.QueryRow(ctx, s.claimSQL, scope, key, requestHash, retention).
+			Scan(&claimed, &stored, &response, &expired)
 		if errors.Is(err, pgx.ErrNoRows) {
-			// Only possible if the winner's record was deleted in between
-			// (a sweep of a record that expired meanwhile).
-			return Claim{}, fmt.Errorf("idempotency: claim %s/%s: record vanished while claiming; retry", scope, key)
+			// We waited for a concurrent claim of this key that committed.
+			err = tx.QueryRow(ctx, s.lookupSQL, scope, key).Scan(&claimed, &stored, &response, &expired)
+			if errors.Is(err, pgx.ErrNoRows) {
+				continue // deleted meanwhile (swept after expiring): claim again
+			}
 		}
+		if err != nil {
+			return Claim{}, fmt.Errorf("idempotency: claim %s/%s: %w", scope, key, err)
+		}
+		if claimed {
+			return Claim{}, nil
+		}
+		if expired {
+			tag, err := tx.Exec(ctx, s.takeoverSQL, scope, key, requestHash, retention)
+			if err != nil {
+				return Claim{}, fmt.Errorf("idempotency: claim %s/%s: take over expired record: %w", scope, key, err)
+			}
+			if tag.RowsAffected() == 1 {
+				return Claim{}, nil
+			}
+			continue // someone else took it over or swept it first
+		}
+		if !bytes.Equal(stored, requestHash) {
+			return Claim{}, fmt.Errorf("%w: scope %q key %q", ErrKeyReused, scope, key)
+		}
+		return Claim{Duplicate: true, Response: response}, nil
 	}
-	if err != nil {
-		return Claim{}, fmt.Errorf("idempotency: claim %s/%s: %w", scope, key, err)
-	}
-	if claimed {
-		return Claim{}, nil
-	}
-	if !bytes.Equal(stored, requestHash) {
-		return Claim{}, fmt.Errorf("%w: scope %q key %q", ErrKeyReused, scope, key)
-	}
-	return Claim{Duplicate: true, Response: response}, nil
+	return Claim{}, fmt.Errorf("idempotency: claim %s/%s: record kept changing under concurrent claims; retry", scope, key)
 }
 
 // Complete stores response for a key claimed in the same transaction, so

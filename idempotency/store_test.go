@@ -469,6 +469,43 @@ func TestExpiredRecordNoLongerGuards(t *testing.T) {
 	}
 }
 
+// TestConcurrentTakeoverOfExpiredRecord: an expired record that is still in
+// the table is taken over by exactly one of many concurrent claims.
+func TestConcurrentTakeoverOfExpiredRecord(t *testing.T) {
+	pool := setupWide(t, 10)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO choreo_idempotency (scope, key, request_hash, expires_at)
+		VALUES ('s', 'k', 'old', now() - interval '1 second')`); err != nil {
+		t.Fatal(err)
+	}
+	store := idempotency.NewStore()
+	var (
+		wg        sync.WaitGroup
+		ran, dups atomic.Int64
+		start     = make(chan struct{})
+	)
+	for range 20 {
+		wg.Go(func() {
+			<-start
+			_, dup, err := store.Do(ctx, pool, "s", "k", []byte("new"), func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+				ran.Add(1)
+				return nil, effect(ctx, tx, "k")
+			})
+			if err != nil {
+				t.Error(err)
+			}
+			if dup {
+				dups.Add(1)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if n := effects(t, pool, "k"); n != 1 || ran.Load() != 1 || dups.Load() != 19 {
+		t.Fatalf("effects = %d, fn ran %d times, %d duplicates; want 1, 1, 19", n, ran.Load(), dups.Load())
+	}
+}
+
 func TestInvalidOptionsPanic(t *testing.T) {
 	for name, opt := range map[string]idempotency.Option{
 		"retention": idempotency.WithRetention(0),
