@@ -1,0 +1,69 @@
+// Command sagactl is the operator's CLI for choreo's demo saga: where is an order and why
+// is it stuck, what is in the dead-letter topics, and a load generator.
+//
+// Usage:
+//
+//	sagactl order <id>                   state, transition timeline, trace id, Jaeger URL
+//	sagactl stuck [-older-than 5m]       stuck orders, oldest first, with age and trace link
+//	sagactl dlq list [topic]             dead-letter topics, or one topic's records and reasons
+//	sagactl dlq show <topic> <p:o>       one dead-lettered record in full
+//	sagactl dlq replay <topic> <p:o>...  produce records back to their original topic
+//	sagactl dlq replay <topic> -all [-reason R] [-group G] [-dry-run]
+//	sagactl load -n 200 -rate 50 [-mix success=70,decline=10,oos=10,cancel=10,stuck=1]
+//
+// order, stuck and load talk to the order service's HTTP API at -order-url (environment
+// ORDER_URL, default http://127.0.0.1:8080). dlq reads and writes Kafka directly at
+// -brokers (environment KAFKA_BROKERS, default 127.0.0.1:9092). Every command prints
+// human-readable tables by default and JSON with -json; flags may come before or after
+// the positional arguments.
+//
+// # Exit codes
+//
+//	0  success
+//	1  failure: an order or record not found, a replay that failed, a load run with
+//	   orders that could not be placed or did not settle within -wait
+//	2  usage error: unknown command, bad flag or argument
+//	3  unreachable: the order service or the Kafka broker did not answer
+//
+// # Dead-letter topics
+//
+// The consumer package's DeadLetter middleware writes a record that a consumer group gave
+// up on to "<topic>.dlq" with the original key, value and headers plus choreo_dlq_*
+// headers: reason (malformed, unknown_type, key_reused, panic, retries_exhausted,
+// permanent, failed), error text, attempts, origin topic/partition/offset, group and the
+// time it failed. `dlq list` decodes these; positions are printed as partition:offset and
+// accepted in the same form by `dlq show` and `dlq replay`. A topic may be named by its
+// source ("orders.events") or in full ("orders.events.dlq").
+//
+// `dlq replay` produces each selected record to its origin topic (or -to) with its
+// original key, value and headers, the choreo_dlq_* headers removed, and waits for the
+// broker's acknowledgement. The key is kept, so the record lands on the same partition as
+// the original and per-entity order holds from then on. Replay is idempotent: the record
+// carries the same event id (ce_id), and every consumer group claims an idempotency
+// record (scope "<group>/<handler>", key = event id) in the transaction that handles an
+// event, so groups that already handled the event skip the replay, and only the group
+// that failed handles it again; replaying the same record twice is harmless for the same
+// reason. This holds while the idempotency records are kept (idempotency.Store's
+// retention, 7 days by default): replay older records only if every group that reads the
+// topic may safely see the event again. The dead-letter topic is append-only and is not
+// changed by a replay; use -dry-run to see what would be sent.
+//
+// # Load generator
+//
+// `sagactl load` places -n orders at -rate per second (each with an Idempotency-Key, so a
+// retried request cannot create a second order), cancels the "cancel" ones right after
+// placing them, polls until every order reaches a terminal state, except the orders of the
+// "stuck" kind, which the payment service leaves hanging (PAYMENT_HANG_CUSTOMER=c-hang),
+// and prints a table: orders per outcome with saga latency p50/p95/p99 (created_at to the
+// final transition by the order service's clock, so polling delay is not counted), orders
+// that ended other than their kind aims for, and the stuck orders with state, age, trace
+// id and the `sagactl order <id>` command to inspect them. A progress bar is drawn on a
+// terminal (stderr), plain progress lines otherwise. In -mix, success, decline, oos and
+// cancel are relative weights apportioned by largest remainder, while stuck is an absolute
+// number of orders: the default mix with -n 200 gives 139 success, 20 decline, 20 oos,
+// 20 cancel and exactly 1 stuck order.
+//
+// The demo data it assumes (flags change it): customers c-1..c-100 with large limits,
+// c-poor whose payments are declined, c-hang whose payments hang, stocked SKUs
+// sku-1..sku-5 and sku-rare without stock.
+package main

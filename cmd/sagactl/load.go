@@ -1,0 +1,540 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// loadConfig is the parsed `sagactl load` command line.
+type loadConfig struct {
+	n           int
+	rate        float64
+	mix         mix
+	customers   int
+	skus        []string
+	poor, hang  string
+	rare        string
+	wait        time.Duration
+	concurrency int
+	pollEvery   time.Duration
+	seed        uint64
+}
+
+// loadOrder is one order of a load run.
+type loadOrder struct {
+	Kind        kind   `json:"kind"`
+	ID          string `json:"id,omitempty"`
+	PlaceErr    string `json:"place_error,omitempty"`
+	CancelLate  bool   `json:"cancel_too_late,omitempty"` // the cancel found the order already settled
+	CancelErr   string `json:"cancel_error,omitempty"`
+	Final       Order  `json:"-"`
+	State       string `json:"state,omitempty"`
+	settled     bool
+	req         PlaceOrderRequest
+	idempotency string
+}
+
+// request builds the order for k.
+func (c loadConfig) request(k kind, rng *rand.Rand) PlaceOrderRequest {
+	customer := fmt.Sprintf("c-%d", 1+rng.IntN(c.customers))
+	sku := c.skus[rng.IntN(len(c.skus))]
+	qty := 1 + rng.IntN(3)
+	switch k {
+	case kindDecline:
+		customer = c.poor
+	case kindOOS:
+		sku = c.rare
+	case kindStuck:
+		customer = c.hang
+	}
+	return PlaceOrderRequest{
+		CustomerID: customer,
+		Items:      []Item{{SKU: sku, Qty: qty}},
+		Amount:     int64(qty) * int64(500+rng.IntN(4500)),
+	}
+}
+
+// expected reports whether the final state is what the order's kind aims for.
+func (o *loadOrder) expected() bool {
+	switch o.Kind {
+	case kindSuccess:
+		return o.State == "CONFIRMED"
+	case kindDecline, kindOOS:
+		return o.State == "REJECTED"
+	case kindCancel:
+		return o.State == "CANCELLED" || o.CancelLate && terminal(o.State)
+	case kindStuck:
+		return !terminal(o.State)
+	}
+	return false
+}
+
+func parseLoad(args []string, std stdio) (conn, loadConfig, error) {
+	var (
+		c       conn
+		lc      loadConfig
+		mixStr  string
+		skusStr string
+		seed    int64
+	)
+	fs := newFlagSet("load", std, &c)
+	fs.IntVar(&lc.n, "n", 200, "number of orders")
+	fs.Float64Var(&lc.rate, "rate", 50, "orders placed per second")
+	fs.StringVar(&mixStr, "mix", defaultMix, "order `kinds`: success, decline, oos and cancel are weights; stuck is a count of orders")
+	fs.IntVar(&lc.customers, "customers", 100, "successful orders use customers c-1..c-`N`")
+	fs.StringVar(&skusStr, "skus", "sku-1,sku-2,sku-3,sku-4,sku-5", "comma-separated stocked `SKUs`")
+	fs.StringVar(&lc.poor, "poor-customer", "c-poor", "`customer` whose payments are declined (decline)")
+	fs.StringVar(&lc.hang, "hang-customer", "c-hang", "`customer` the payment service leaves hanging (stuck; PAYMENT_HANG_CUSTOMER on payment)")
+	fs.StringVar(&lc.rare, "rare-sku", "sku-rare", "`SKU` without stock (oos)")
+	fs.DurationVar(&lc.wait, "wait", 2*time.Minute, "after the last order is placed, wait at most this long for orders to settle")
+	fs.IntVar(&lc.concurrency, "concurrency", 16, "requests in flight at most")
+	fs.DurationVar(&lc.pollEvery, "poll", 200*time.Millisecond, "how often to check unsettled orders")
+	fs.Int64Var(&seed, "seed", 0, "random seed for the order mix and contents (0: from the clock; printed)")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), `usage: sagactl load [flags]
+
+Places -n orders through the order API at -rate per second, a mix of kinds:
+  success  a customer c-1..c-N buys stocked SKUs              -> CONFIRMED
+  decline  the poor customer (declined by payment)             -> REJECTED (payment.declined)
+  oos      an SKU without stock (paid, then refunded)          -> REJECTED (payment.refunded)
+  cancel   cancelled right after it was placed                 -> CANCELLED
+  stuck    the customer payment leaves hanging                 -> stays PENDING, shown as stuck
+then waits until every order settles (stuck ones excepted) and prints the outcome per
+state with saga latency p50/p95/p99 (created_at to the final transition, by the order
+service's clock) and the stuck orders with their trace ids. Exit 1 if an order could not
+be placed or did not settle within -wait.
+
+Flags:`)
+		fs.PrintDefaults()
+	}
+	pos, err := parse(fs, args)
+	if err != nil {
+		return c, lc, err
+	}
+	if len(pos) > 0 {
+		return c, lc, fmt.Errorf("%w: load takes no arguments, got %q", errUsage, pos)
+	}
+	if lc.mix, err = parseMix(mixStr); err != nil {
+		return c, lc, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if _, err := lc.mix.counts(lc.n); err != nil {
+		return c, lc, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	for s := range strings.SplitSeq(skusStr, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			lc.skus = append(lc.skus, s)
+		}
+	}
+	switch {
+	case lc.rate <= 0:
+		return c, lc, fmt.Errorf("%w: -rate must be > 0", errUsage)
+	case lc.customers < 1:
+		return c, lc, fmt.Errorf("%w: -customers must be >= 1", errUsage)
+	case len(lc.skus) == 0:
+		return c, lc, fmt.Errorf("%w: -skus is empty", errUsage)
+	case lc.concurrency < 1:
+		return c, lc, fmt.Errorf("%w: -concurrency must be >= 1", errUsage)
+	case lc.pollEvery <= 0 || lc.wait < 0:
+		return c, lc, fmt.Errorf("%w: -poll must be > 0 and -wait >= 0", errUsage)
+	}
+	if seed == 0 {
+		seed = time.Now().UnixNano()
+	}
+	lc.seed = uint64(seed)
+	return c, lc, nil
+}
+
+// cmdLoad is `sagactl load`.
+func cmdLoad(ctx context.Context, args []string, std stdio) error {
+	c, lc, err := parseLoad(args, std)
+	if err != nil {
+		return err
+	}
+	api, err := newOrderAPI(c.orderURL, c.timeout)
+	if err != nil {
+		return err
+	}
+	// Fail fast, with exit code 3, when the order service is not there.
+	if _, err := api.List(ctx, url.Values{"limit": {"1"}}); err != nil {
+		return err
+	}
+	rng := rand.New(rand.NewPCG(lc.seed, lc.seed>>1|1))
+	plan, err := lc.mix.plan(lc.n, rng)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	orders := make([]*loadOrder, len(plan))
+	for i, k := range plan {
+		orders[i] = &loadOrder{Kind: k, req: lc.request(k, rng), idempotency: uuid.NewString()}
+	}
+	r := &loadRun{cfg: lc, api: api, orders: orders, start: time.Now()}
+	prog := newProgress(std.err, std.terminal, len(orders))
+	fmt.Fprintf(std.err, "sagactl load: %d orders at %g/s against %s (mix %s, seed %d)\n",
+		lc.n, lc.rate, c.orderURL, lc.mix, int64(lc.seed))
+	runErr := r.run(ctx, prog)
+	prog.finish(r.snapshot())
+	sum := r.summary()
+	if c.json {
+		if err := writeJSON(std.out, sum); err != nil {
+			return err
+		}
+	} else if err := renderSummary(std.out, sum); err != nil {
+		return err
+	}
+	switch {
+	case runErr != nil:
+		return runErr
+	case sum.FailedToPlace > 0 || sum.Unsettled > 0:
+		return fmt.Errorf("%w: %d order(s) not placed, %d not settled within -wait %s",
+			errIncomplete, sum.FailedToPlace, sum.Unsettled, lc.wait)
+	}
+	return nil
+}
+
+// loadRun is the state of one load run.
+type loadRun struct {
+	cfg    loadConfig
+	api    *orderAPI
+	orders []*loadOrder
+	start  time.Time
+
+	mu                          sync.Mutex
+	placed, failed, settled     int
+	placeElapsed, settleElapsed time.Duration
+}
+
+// counts is a progress snapshot.
+type counts struct{ total, placed, failed, settled int }
+
+func (r *loadRun) snapshot() counts {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return counts{len(r.orders), r.placed, r.failed, r.settled}
+}
+
+func (r *loadRun) run(ctx context.Context, prog *progress) error {
+	placing := make(chan struct{})
+	go func() {
+		defer close(placing)
+		r.place(ctx)
+	}()
+	tick := time.NewTicker(r.cfg.pollEvery)
+	defer tick.Stop()
+	var deadline <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			if placing != nil {
+				<-placing
+			}
+			return fmt.Errorf("sagactl: load interrupted: %w", ctx.Err())
+		case <-placing:
+			placing = nil
+			deadline = time.After(r.cfg.wait)
+		case <-deadline:
+			r.refresh(ctx, true)
+			return nil
+		case <-tick.C:
+			r.refresh(ctx, false)
+			prog.update(r.snapshot())
+			if placing == nil && r.waitingFor() == 0 {
+				r.refresh(ctx, true) // the stuck ones, for their final state
+				return nil
+			}
+		}
+	}
+}
+
+// place places every order at the configured rate, at most concurrency at a time.
+func (r *loadRun) place(ctx context.Context) {
+	interval := time.Duration(float64(time.Second) / r.cfg.rate)
+	sem := make(chan struct{}, r.cfg.concurrency)
+	var wg sync.WaitGroup
+	next := time.Now()
+	for _, o := range r.orders {
+		if d := time.Until(next); d > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(d):
+			}
+		}
+		next = next.Add(interval)
+		if ctx.Err() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			r.placeOne(ctx, o)
+		}()
+	}
+	wg.Wait()
+	r.mu.Lock()
+	r.placeElapsed = time.Since(r.start)
+	r.mu.Unlock()
+}
+
+func (r *loadRun) placeOne(ctx context.Context, o *loadOrder) {
+	var (
+		placed Order
+		err    error
+	)
+	// The idempotency key makes retrying a request that may have reached the service safe.
+	for attempt := range 3 {
+		placed, err = r.api.Place(ctx, o.req, o.idempotency)
+		if err == nil || ctx.Err() != nil || !retryablePlace(err) {
+			break
+		}
+		time.Sleep(time.Duration(attempt+1) * 200 * time.Millisecond)
+	}
+	var cancelErr error
+	cancelLate := false
+	if err == nil && o.Kind == kindCancel {
+		if _, cerr := r.api.Cancel(ctx, placed.ID); cerr != nil {
+			if isAPICode(cerr, "invalid_transition") {
+				cancelLate = true
+			} else {
+				cancelErr = cerr
+			}
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		o.PlaceErr = err.Error()
+		r.failed++
+		return
+	}
+	o.ID, o.State, o.Final, o.CancelLate = placed.ID, placed.State, placed, cancelLate
+	if cancelErr != nil {
+		o.CancelErr = cancelErr.Error()
+	}
+	r.placed++
+}
+
+func retryablePlace(err error) bool {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae.Status >= 500
+	}
+	return errors.Is(err, errUnreachable)
+}
+
+// waitingFor counts placed orders that are not settled, stuck-kind orders excepted.
+func (r *loadRun) waitingFor() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, o := range r.orders {
+		if o.ID != "" && !o.settled && o.Kind != kindStuck {
+			n++
+		}
+	}
+	return n
+}
+
+// refresh fetches every placed, unsettled order (including stuck-kind ones when final).
+func (r *loadRun) refresh(ctx context.Context, final bool) {
+	r.mu.Lock()
+	var todo []*loadOrder
+	for _, o := range r.orders {
+		if o.ID != "" && !o.settled && (final || o.Kind != kindStuck) {
+			todo = append(todo, o)
+		}
+	}
+	r.mu.Unlock()
+	sem := make(chan struct{}, r.cfg.concurrency)
+	var wg sync.WaitGroup
+	for _, o := range todo {
+		if ctx.Err() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			got, err := r.api.Get(ctx, o.ID)
+			if err != nil {
+				return // keep the last known state; the next round retries
+			}
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			o.Final, o.State = got, got.State
+			if terminal(got.State) && !o.settled {
+				o.settled = true
+				r.settled++
+				r.settleElapsed = time.Since(r.start)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// loadSummary is what load prints (and emits with -json).
+type loadSummary struct {
+	Orders         int              `json:"orders"`
+	Mix            string           `json:"mix"`
+	Seed           int64            `json:"seed"`
+	Rate           float64          `json:"rate"`
+	Placed         int              `json:"placed"`
+	FailedToPlace  int              `json:"failed_to_place"`
+	Settled        int              `json:"settled"`
+	Unsettled      int              `json:"unsettled"` // not settled, stuck-kind orders excepted
+	PlaceSeconds   float64          `json:"place_seconds"`
+	SettleSeconds  float64          `json:"settle_seconds"`
+	Outcomes       []outcomeSummary `json:"outcomes"`
+	Latency        latencies        `json:"latency"`
+	Unexpected     []orderBrief     `json:"unexpected"`
+	Stuck          []orderBrief     `json:"stuck"`
+	PlaceErrors    []string         `json:"place_errors,omitempty"`
+	StuckDidSettle int              `json:"stuck_kind_settled"` // stuck-kind orders that settled anyway
+}
+
+type outcomeSummary struct {
+	Outcome string    `json:"outcome"`
+	Count   int       `json:"count"`
+	Latency latencies `json:"latency"`
+}
+
+type orderBrief struct {
+	ID         string  `json:"id"`
+	Kind       kind    `json:"kind"`
+	State      string  `json:"state"`
+	AgeSeconds float64 `json:"age_seconds"`
+	TraceID    string  `json:"trace_id"`
+	JaegerURL  string  `json:"jaeger_url,omitempty"`
+	Inspect    string  `json:"inspect"`
+}
+
+// outcome names an order's final state for the summary: the state, with the cause
+// event for rejections (declined vs refunded), or "STUCK in <state>".
+func outcome(o Order) string {
+	switch {
+	case !terminal(o.State):
+		return "STUCK in " + o.State
+	case o.State == "REJECTED" || o.State == "COMPENSATION_FAILED":
+		if c := o.Cause(); c != "" {
+			return o.State + " (" + c + ")"
+		}
+	}
+	return o.State
+}
+
+func (r *loadRun) summary() loadSummary {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	s := loadSummary{
+		Orders: len(r.orders), Mix: r.cfg.mix.String(), Seed: int64(r.cfg.seed), Rate: r.cfg.rate,
+		Placed: r.placed, FailedToPlace: r.failed, Settled: r.settled,
+		PlaceSeconds: r.placeElapsed.Seconds(), SettleSeconds: r.settleElapsed.Seconds(),
+		Unexpected: []orderBrief{}, Stuck: []orderBrief{},
+	}
+	by := make(map[string][]time.Duration)
+	counts := make(map[string]int)
+	var all []time.Duration
+	for _, o := range r.orders {
+		if o.ID == "" {
+			if len(s.PlaceErrors) < 5 {
+				s.PlaceErrors = append(s.PlaceErrors, o.PlaceErr)
+			}
+			continue
+		}
+		name := outcome(o.Final)
+		counts[name]++
+		if d, ok := o.Final.SettledIn(); ok {
+			by[name] = append(by[name], d)
+			all = append(all, d)
+		}
+		brief := orderBrief{ID: o.ID, Kind: o.Kind, State: o.State, AgeSeconds: o.Final.Age(now).Seconds(),
+			TraceID: o.Final.TraceID, JaegerURL: o.Final.JaegerURL, Inspect: "sagactl order " + o.ID}
+		switch {
+		case !terminal(o.State):
+			s.Stuck = append(s.Stuck, brief)
+			if o.Kind != kindStuck {
+				s.Unsettled++
+			}
+		case o.Kind == kindStuck:
+			s.StuckDidSettle++
+		}
+		if !o.expected() && terminal(o.State) {
+			s.Unexpected = append(s.Unexpected, brief)
+		}
+	}
+	names := make([]string, 0, len(counts))
+	for n := range counts {
+		names = append(names, n)
+	}
+	slices.SortFunc(names, func(a, b string) int { return cmp.Or(cmp.Compare(counts[b], counts[a]), cmp.Compare(a, b)) })
+	for _, n := range names {
+		s.Outcomes = append(s.Outcomes, outcomeSummary{Outcome: n, Count: counts[n], Latency: summarize(by[n])})
+	}
+	s.Latency = summarize(all)
+	slices.SortFunc(s.Stuck, func(a, b orderBrief) int { return cmp.Compare(b.AgeSeconds, a.AgeSeconds) })
+	return s
+}
+
+func renderSummary(w io.Writer, s loadSummary) error {
+	fmt.Fprintf(w, "\n%d orders placed (%d failed) in %.1fs; %d settled in %.1fs\n\n",
+		s.Placed, s.FailedToPlace, s.PlaceSeconds, s.Settled, s.SettleSeconds)
+	t := newTable("OUTCOME", "ORDERS", "P50", "P95", "P99").right(1, 2, 3, 4)
+	for _, o := range s.Outcomes {
+		t.add(o.Outcome, strconv.Itoa(o.Count), fmtDuration(o.Latency.P50, o.Latency.N),
+			fmtDuration(o.Latency.P95, o.Latency.N), fmtDuration(o.Latency.P99, o.Latency.N))
+	}
+	if s.FailedToPlace > 0 {
+		t.add("failed to place", strconv.Itoa(s.FailedToPlace), "-", "-", "-")
+	}
+	t.add("all settled", strconv.Itoa(s.Latency.N), fmtDuration(s.Latency.P50, s.Latency.N),
+		fmtDuration(s.Latency.P95, s.Latency.N), fmtDuration(s.Latency.P99, s.Latency.N))
+	if err := t.render(w); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\nlatency: created_at to the final transition, by the order service's clock")
+	for _, e := range s.PlaceErrors {
+		fmt.Fprintf(w, "place error: %s\n", e)
+	}
+	if len(s.Unexpected) > 0 {
+		fmt.Fprintf(w, "\n%d order(s) ended other than their kind aims for:\n", len(s.Unexpected))
+		u := newTable("ORDER", "KIND", "STATE")
+		for _, o := range s.Unexpected[:min(len(s.Unexpected), 10)] {
+			u.add(o.ID, string(o.Kind), o.State)
+		}
+		if err := u.render(w); err != nil {
+			return err
+		}
+	}
+	if s.StuckDidSettle > 0 {
+		fmt.Fprintf(w, "\nnote: %d order(s) meant to hang settled anyway: is PAYMENT_HANG_CUSTOMER set on the payment service?\n", s.StuckDidSettle)
+	}
+	if len(s.Stuck) == 0 {
+		_, err := fmt.Fprintln(w, "\nno stuck orders")
+		return err
+	}
+	fmt.Fprintf(w, "\n%d order(s) still in flight (stuck):\n", len(s.Stuck))
+	st := newTable("ORDER", "KIND", "STATE", "AGE", "TRACE ID", "INSPECT").right(3)
+	for _, o := range s.Stuck {
+		st.add(o.ID, string(o.Kind), o.State, fmtAge(time.Duration(o.AgeSeconds*float64(time.Second))), orDash(o.TraceID), o.Inspect)
+	}
+	if err := st.render(w); err != nil {
+		return err
+	}
+	if o := s.Stuck[0]; o.JaegerURL != "" {
+		_, err := fmt.Fprintf(w, "\ntrace of %s: %s\n", o.ID, o.JaegerURL)
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Defaults of the connection flags.
+const (
+	defaultOrderURL = "http://127.0.0.1:8080"
+	defaultBrokers  = "127.0.0.1:9092"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	code := run(ctx, os.Args[1:], stdio{
+		out:      os.Stdout,
+		err:      os.Stderr,
+		getenv:   os.Getenv,
+		terminal: isTerminal(os.Stderr),
+	})
+	stop()
+	os.Exit(code)
+}
+
+// stdio is the process environment a command runs in; tests substitute buffers.
+type stdio struct {
+	out, err io.Writer
+	getenv   func(string) string
+	// terminal is true when err is a terminal: load then draws a progress bar.
+	terminal bool
+}
+
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+const usage = `sagactl: operate choreo's demo saga.
+
+Usage:
+  sagactl order <id>                       an order's state, transitions, trace id and Jaeger link
+  sagactl stuck [-older-than 5m]           stuck orders, oldest first
+  sagactl dlq list [topic]                 dead-letter topics, or the records of one with reasons
+  sagactl dlq show <topic> <partition:offset>
+  sagactl dlq replay <topic> <partition:offset>... | -all [-reason R] [-group G] [-dry-run]
+  sagactl load [-n 200] [-rate 50] [-mix ` + defaultMix + `]
+
+Connection flags (every command): -order-url (env ORDER_URL, default ` + defaultOrderURL + `),
+-brokers (env KAFKA_BROKERS, default ` + defaultBrokers + `), -timeout, -json.
+Run "sagactl <command> -h" for a command's flags.
+
+Exit codes: 0 ok, 1 failure, 2 usage error, 3 service or broker unreachable.
+`
+
+func run(ctx context.Context, args []string, std stdio) int {
+	if len(args) == 0 {
+		fmt.Fprint(std.err, usage)
+		return exitUsage
+	}
+	var err error
+	switch args[0] {
+	case "order":
+		err = cmdOrder(ctx, args[1:], std)
+	case "stuck":
+		err = cmdStuck(ctx, args[1:], std)
+	case "dlq":
+		err = cmdDLQ(ctx, args[1:], std)
+	case "load":
+		err = cmdLoad(ctx, args[1:], std)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(std.out, usage)
+		return exitOK
+	default:
+		err = fmt.Errorf("%w: unknown command %q", errUsage, args[0])
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		msg := strings.TrimPrefix(err.Error(), errUsage.Error()+": ")
+		msg = strings.TrimPrefix(msg, "sagactl: ")
+		fmt.Fprintf(std.err, "sagactl: %s\n", msg)
+		if errors.Is(err, errUsage) {
+			fmt.Fprintln(std.err, `run "sagactl help" for usage`)
+		}
+	}
+	return exitCode(err)
+}
+
+// conn holds the flags every command accepts.
+type conn struct {
+	orderURL string
+	brokers  string
+	timeout  time.Duration
+	json     bool
+}
+
+func newFlagSet(name string, std stdio, c *conn) *flag.FlagSet {
+	fs := flag.NewFlagSet("sagactl "+name, flag.ContinueOnError)
+	fs.SetOutput(std.err)
+	orderURL, brokers := std.getenv("ORDER_URL"), std.getenv("KAFKA_BROKERS")
+	if orderURL == "" {
+		orderURL = defaultOrderURL
+	}
+	if brokers == "" {
+		brokers = defaultBrokers
+	}
+	fs.StringVar(&c.orderURL, "order-url", orderURL, "order service base `URL` (env ORDER_URL)")
+	fs.StringVar(&c.brokers, "brokers", brokers, "comma-separated Kafka seed `brokers` (env KAFKA_BROKERS)")
+	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "per-request timeout")
+	fs.BoolVar(&c.json, "json", false, "print JSON instead of tables")
+	return fs
+}
+
+// parse parses flags and positional arguments in any order ("order <id> -json" and
+// "order -json <id>" both work) and returns the positional ones. Everything after "--"
+// is positional.
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w: %w", errUsage, err)
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		// fs.Parse stops at the first positional argument or after "--".
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return fmt.Errorf("sagactl: write json: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// cmdOrder prints one order: state, timeline, trace id and Jaeger link.
+func cmdOrder(ctx context.Context, args []string, std stdio) error {
+	var c conn
+	fs := newFlagSet("order", std, &c)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: sagactl order <id> [flags]\n\nShows an order's state, its transitions with the events that caused them, its trace id and Jaeger link.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return fmt.Errorf("%w: order takes exactly one order id", errUsage)
+	}
+	api, err := newOrderAPI(c.orderURL, c.timeout)
+	if err != nil {
+		return err
+	}
+	o, err := api.Get(ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return writeJSON(std.out, o)
+	}
+	return renderOrder(std.out, o, time.Now())
+}
+
+// renderOrder writes the human view of one order.
+func renderOrder(w io.Writer, o Order, now time.Time) error {
+	var b strings.Builder
+	stuck := ""
+	if o.Stuck {
+		stuck = "  (STUCK)"
+	}
+	fmt.Fprintf(&b, "order     %s\n", o.ID)
+	fmt.Fprintf(&b, "state     %s%s\n", o.State, stuck)
+	fmt.Fprintf(&b, "customer  %s\n", o.CustomerID)
+	fmt.Fprintf(&b, "amount    %s\n", fmtAmount(o.Amount))
+	fmt.Fprintf(&b, "items     %s\n", fmtItems(o.Items))
+	if !o.CreatedAt.IsZero() {
+		fmt.Fprintf(&b, "created   %s (%s ago)\n", o.CreatedAt.UTC().Format(time.RFC3339Nano), fmtAge(now.Sub(o.CreatedAt)))
+	}
+	if d, ok := o.SettledIn(); ok {
+		fmt.Fprintf(&b, "settled   in %s\n", fmtDuration(d, 1))
+	}
+	fmt.Fprintf(&b, "trace id  %s\n", orDash(o.TraceID))
+	fmt.Fprintf(&b, "jaeger    %s\n\n", orDash(o.JaegerURL))
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return fmt.Errorf("sagactl: write: %w", err)
+	}
+	t := newTable("AT", "+", "FROM", "TO", "CAUSE", "CAUSE EVENT ID").right(1)
+	for _, h := range o.History {
+		since := "-"
+		if !o.CreatedAt.IsZero() && !h.At.IsZero() {
+			since = fmtDuration(h.At.Sub(o.CreatedAt), 1)
+		}
+		t.add(h.At.UTC().Format("2006-01-02T15:04:05.000Z"), since, orDash(h.From), h.To,
+			orDash(h.CauseEventType), orDash(h.CauseEventID))
+	}
+	if len(o.History) == 0 {
+		t.add("-", "-", "-", o.State, "(no transitions recorded)", "-")
+	}
+	return t.render(w)
+}
+
+// cmdStuck lists stuck orders, oldest first.
+func cmdStuck(ctx context.Context, args []string, std stdio) error {
+	var c conn
+	fs := newFlagSet("stuck", std, &c)
+	olderThan := fs.Duration("older-than", 0, "only orders older than this `duration` (e.g. 5m; 0: every stuck order)")
+	limit := fs.Int("limit", 100, "at most this many orders")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: sagactl stuck [flags]\n\nLists orders past their state's deadline, oldest first, with state, age, trace id and Jaeger link.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 {
+		return fmt.Errorf("%w: stuck takes no arguments, got %q", errUsage, pos)
+	}
+	if *olderThan < 0 || *limit < 1 {
+		return fmt.Errorf("%w: -older-than must be >= 0 and -limit >= 1", errUsage)
+	}
+	api, err := newOrderAPI(c.orderURL, c.timeout)
+	if err != nil {
+		return err
+	}
+	q := url.Values{"stuck": {"true"}, "limit": {strconv.Itoa(*limit)}}
+	if *olderThan > 0 {
+		q.Set("older_than", olderThan.String())
+	}
+	orders, err := api.List(ctx, q)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	orders = slices.DeleteFunc(orders, func(o Order) bool { return o.Age(now) < *olderThan })
+	slices.SortStableFunc(orders, func(a, b Order) int { return cmp.Compare(b.Age(now), a.Age(now)) })
+	if c.json {
+		if orders == nil {
+			orders = []Order{}
+		}
+		return writeJSON(std.out, struct {
+			Orders []Order `json:"orders"`
+		}{orders})
+	}
+	return renderStuck(std.out, orders, now)
+}
+
+func renderStuck(w io.Writer, orders []Order, now time.Time) error {
+	if len(orders) == 0 {
+		_, err := fmt.Fprintln(w, "no stuck orders")
+		return err
+	}
+	t := newTable("ORDER", "STATE", "AGE", "CUSTOMER", "TRACE ID", "JAEGER").right(2)
+	for _, o := range orders {
+		t.add(o.ID, o.State, fmtAge(o.Age(now)), o.CustomerID, orDash(o.TraceID), orDash(o.JaegerURL))
+	}
+	if err := t.render(w); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "\n%d stuck; inspect one with: sagactl order %s\n", len(orders), orders[0].ID)
+	return err
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// fmtAmount prints cents as units with two decimals.
+func fmtAmount(cents int64) string {
+	sign := ""
+	if cents < 0 {
+		sign, cents = "-", -cents
+	}
+	return fmt.Sprintf("%s%d.%02d", sign, cents/100, cents%100)
+}
+
+func fmtItems(items []Item) string {
+	if len(items) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(items))
+	for i, it := range items {
+		parts[i] = fmt.Sprintf("%s x%d", it.SKU, it.Qty)
+	}
+	return strings.Join(parts, ", ")
+}

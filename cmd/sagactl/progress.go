@@ -1,0 +1,67 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// progress reports a load run's progress on w: a bar redrawn in place when w is a
+// terminal, otherwise a plain line at most every plainEvery (and at the end), so logs of
+// non-interactive runs stay readable.
+type progress struct {
+	w         io.Writer
+	terminal  bool
+	total     int
+	start     time.Time
+	lastPlain time.Time
+	last      string
+	now       func() time.Time
+}
+
+const (
+	barWidth   = 30
+	plainEvery = 2 * time.Second
+)
+
+func newProgress(w io.Writer, terminal bool, total int) *progress {
+	now := time.Now
+	return &progress{w: w, terminal: terminal, total: total, start: now(), now: now}
+}
+
+// line renders the progress text for c.
+func (p *progress) line(c counts) string {
+	elapsed := p.now().Sub(p.start).Round(100 * time.Millisecond)
+	text := fmt.Sprintf("placed %d/%d  settled %d  failed %d  %s", c.placed, c.total, c.settled, c.failed, elapsed)
+	if !p.terminal {
+		return text
+	}
+	done := 0
+	if c.total > 0 {
+		done = barWidth * c.settled / c.total
+	}
+	return "[" + strings.Repeat("#", done) + strings.Repeat(".", barWidth-done) + "] " + text
+}
+
+func (p *progress) update(c counts) {
+	now := p.now()
+	if p.terminal {
+		fmt.Fprintf(p.w, "\r\033[K%s", p.line(c))
+		return
+	}
+	l := p.line(c)
+	if now.Sub(p.lastPlain) < plainEvery || l == p.last {
+		return
+	}
+	p.lastPlain, p.last = now, l
+	fmt.Fprintln(p.w, l)
+}
+
+func (p *progress) finish(c counts) {
+	if p.terminal {
+		fmt.Fprintf(p.w, "\r\033[K%s\n", p.line(c))
+		return
+	}
+	fmt.Fprintln(p.w, p.line(c))
+}
