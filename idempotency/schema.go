@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"fmt"
 	"strings"
-	"text/template"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -22,16 +21,14 @@ const DefaultTable = "choreo_idempotency"
 // The value is arbitrary but fixed: the ASCII bytes of "choreoID".
 const migrateLockID int64 = 0x63686f72656f4944
 
-//go:embed schema.sql
-var schemaTemplate string
-
-var schemaTmpl = template.Must(template.New("schema").Parse(schemaTemplate))
-
 // Schema is the SQL that creates the default idempotency table
-// (DefaultTable) and its index. It is idempotent (IF NOT EXISTS) and is
-// exported so that it can be copied into the migration tool of your choice;
-// Migrate runs exactly this SQL. Use SchemaFor for a custom table name.
-var Schema = mustSchema(DefaultTable)
+// (DefaultTable) and its index: the embedded file schema.sql. It is
+// idempotent (IF NOT EXISTS) and is exported so that it can be copied into
+// the migration tool of your choice; Migrate runs exactly this SQL. Use
+// SchemaFor for a custom table name.
+//
+//go:embed schema.sql
+var Schema string
 
 // Execer is the smallest interface Migrate and the Sweeper need; it is
 // satisfied by *pgx.Conn, *pgxpool.Pool and pgx.Tx.
@@ -96,19 +93,12 @@ func parseTable(name string) (tableName, error) {
 	}, nil
 }
 
+// render returns Schema for table t. The replacer makes one pass, so a
+// replaced name is never matched again, and the quoted default names cannot
+// overlap (the table's closing quote is where the index name continues).
 func (t tableName) render() string {
-	var b strings.Builder
-	// The template only interpolates two pre-quoted identifiers; it cannot fail.
-	if err := schemaTmpl.Execute(&b, struct{ Table, Index string }{t.quoted, t.index}); err != nil {
-		panic("idempotency: render schema: " + err.Error())
-	}
-	return b.String()
-}
-
-func mustSchema(table string) string {
-	s, err := SchemaFor(table)
-	if err != nil {
-		panic(err)
-	}
-	return s
+	return strings.NewReplacer(
+		`"`+DefaultTable+`_expires_at_idx"`, t.index,
+		`"`+DefaultTable+`"`, t.quoted,
+	).Replace(Schema)
 }

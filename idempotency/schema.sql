@@ -1,7 +1,7 @@
 -- choreo idempotency records: one row per (scope, key) seen by a handler.
--- {{.Table}} and {{.Index}} are replaced with quoted identifiers; the
--- default rendering is exported as idempotency.Schema.
-CREATE TABLE IF NOT EXISTS {{.Table}} (
+-- Runnable as is (idempotency.Schema); idempotency.SchemaFor renders it for
+-- another table name by replacing the two quoted identifiers.
+CREATE TABLE IF NOT EXISTS "choreo_idempotency" (
     scope        text        NOT NULL CHECK (octet_length(scope) BETWEEN 1 AND 255),
     key          text        NOT NULL CHECK (octet_length(key) BETWEEN 1 AND 255),
     request_hash bytea       NOT NULL,
@@ -12,4 +12,4 @@ CREATE TABLE IF NOT EXISTS {{.Table}} (
 );
 
 -- The Sweeper walks expired rows in expires_at order.
-CREATE INDEX IF NOT EXISTS {{.Index}} ON {{.Table}} (expires_at);
+CREATE INDEX IF NOT EXISTS "choreo_idempotency_expires_at_idx" ON "choreo_idempotency" (expires_at);

@@ -101,6 +101,14 @@ func TestMigrateIsIdempotentUnderConcurrency(t *testing.T) {
 			}
 		})
 	}
+	var indexes int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_indexes WHERE schemaname = 'billing'
+		AND tablename = 'Idem Keys' AND indexname IN ('Idem Keys_pkey', 'Idem Keys_expires_at_idx')`).Scan(&indexes); err != nil || indexes != 2 {
+		t.Fatalf("custom table has %d of its 2 indexes (%v)", indexes, err)
+	}
+	if custom, err := idempotency.SchemaFor("billing.Idem Keys"); err != nil || strings.Contains(custom, "choreo_idempotency") {
+		t.Fatalf("SchemaFor left the default name in:\n%s (%v)", custom, err)
+	}
 	if !strings.Contains(idempotency.Schema, `"choreo_idempotency"`) {
 		t.Fatalf("Schema does not create the default table:\n%s", idempotency.Schema)
 	}

@@ -79,11 +79,12 @@ func (r result) merge(o result) result {
 
 func main() {
 	var (
-		pgDSN     = flag.String("pg", envOr("CHOREO_TEST_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "Postgres DSN (a database is created next to it)")
-		redisAddr = flag.String("redis", envOr("CHOREO_TEST_REDIS_ADDR", "127.0.0.1:6379"), "Redis address")
-		duration  = flag.Duration("duration", 5*time.Second, "measuring time per figure")
-		clientsF  = flag.String("clients", "1,8", "comma-separated client counts")
-		rounds    = flag.Int("rounds", 3, "interleaved rounds per figure (duration is split over them)")
+		pgDSN      = flag.String("pg", envOr("CHOREO_TEST_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "Postgres DSN (a database is created next to it)")
+		redisAddr  = flag.String("redis", envOr("CHOREO_TEST_REDIS_ADDR", "127.0.0.1:6379"), "Redis address")
+		duration   = flag.Duration("duration", 5*time.Second, "measuring time per figure")
+		clientsF   = flag.String("clients", "1,8", "comma-separated client counts")
+		rounds     = flag.Int("rounds", 3, "interleaved rounds per figure (duration is split over them)")
+		syncCommit = flag.String("synchronous-commit", "on", "Postgres synchronous_commit for both pgbench and pgx (off isolates the statements' cost from the WAL flush)")
 	)
 	flag.Parse()
 	if *rounds < 1 {
@@ -104,7 +105,7 @@ func main() {
 	// measured in several short slices, interleaved with the figures it is
 	// compared with (bare, guarded, bare, guarded, ...), and merged.
 	slice := *duration / time.Duration(*rounds)
-	pg, err := newPGBench(ctx, *pgDSN, slices.Max(clients))
+	pg, err := newPGBench(ctx, *pgDSN, slices.Max(clients), *syncCommit)
 	if err != nil {
 		fatal(err)
 	}
@@ -143,11 +144,12 @@ func main() {
 	pg.close(ctx)
 	rb.close(ctx)
 
-	printTable(results)
+	printTable(results, *syncCommit)
 }
 
-func printTable(rs []result) {
-	fmt.Printf("guards benchmark: %s, GOMAXPROCS=%d, %s\n\n", time.Now().UTC().Format(time.RFC3339), runtime.GOMAXPROCS(0), runtime.Version())
+func printTable(rs []result, syncCommit string) {
+	fmt.Printf("guards benchmark: %s, GOMAXPROCS=%d, %s, synchronous_commit=%s\n\n",
+		time.Now().UTC().Format(time.RFC3339), runtime.GOMAXPROCS(0), runtime.Version(), syncCommit)
 	fmt.Println("| guard | operation | tool | clients | ops | ops/s | p50 | p99 |")
 	fmt.Println("|---|---|---|---:|---:|---:|---:|---:|")
 	for _, r := range rs {
@@ -242,7 +244,7 @@ type pgBench struct {
 	run      string
 }
 
-func newPGBench(ctx context.Context, adminDSN string, maxClients int) (*pgBench, error) {
+func newPGBench(ctx context.Context, adminDSN string, maxClients int, syncCommit string) (*pgBench, error) {
 	run := randomHex(4)
 	b := &pgBench{adminDSN: adminDSN, dbName: "choreo_bench_guards_" + run, run: run, store: idempotency.NewStore()}
 	admin, err := pgx.Connect(ctx, adminDSN)
@@ -258,6 +260,12 @@ func newPGBench(ctx context.Context, adminDSN string, maxClients int) (*pgBench,
 		return nil, fmt.Errorf("-pg must be a postgres:// URL, got %q", adminDSN)
 	}
 	u.Path = "/" + b.dbName
+	// Read by libpq (pgbench) and pgx alike; libpq wants %20, not +.
+	opt := strings.ReplaceAll(url.QueryEscape("-c synchronous_commit="+syncCommit), "+", "%20")
+	if u.RawQuery != "" {
+		u.RawQuery += "&"
+	}
+	u.RawQuery += "options=" + opt
 	b.dsn = u.String()
 	cfg, err := pgxpool.ParseConfig(b.dsn)
 	if err != nil {
