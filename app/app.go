@@ -1,0 +1,634 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+
+	"github.com/choreo-saga/choreo/consumer"
+	"github.com/choreo-saga/choreo/idempotency"
+	"github.com/choreo-saga/choreo/lock"
+	"github.com/choreo-saga/choreo/outbox"
+	"github.com/choreo-saga/choreo/tracing"
+)
+
+// Sentinel errors.
+var (
+	// ErrRunning is returned by Run when the App already ran.
+	ErrRunning = errors.New("app: already running or stopped")
+	// ErrComponent wraps the error of a component (consumer, relay, background function,
+	// HTTP server) that stopped on its own before shutdown began; Run then shuts the
+	// service down and returns it.
+	ErrComponent = errors.New("app: component failed")
+)
+
+// ReadyTimeout bounds each /readyz check.
+const ReadyTimeout = 2 * time.Second
+
+type options struct {
+	logger       *slog.Logger
+	logOutput    io.Writer
+	telemetry    *tracing.Telemetry
+	tracingOpts  []tracing.Option
+	signals      bool
+	kafkaOpts    []kgo.Opt
+	outbox       *outbox.Outbox
+	lockOpts     lock.Options
+	relayOpts    []outbox.RelayOption
+	entityAttr   string
+	sweeper      bool
+	ensureDB     bool
+	store        *idempotency.Store
+	poolConfig   func(*pgxpool.Config)
+	redisOptions func(*redis.Options)
+	listener     net.Listener
+}
+
+// Option configures New.
+type Option func(*options)
+
+// WithLogger sets the logger. Default: [NewLogger] writing to the log output (see
+// [WithLogOutput]) at Config.LogLevel.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithLogOutput sets where the default logger writes. Default os.Stderr.
+func WithLogOutput(w io.Writer) Option { return func(o *options) { o.logOutput = w } }
+
+// WithTelemetry uses tel instead of calling tracing.Setup; the caller keeps ownership
+// and shuts it down. Default: tracing.Setup(ctx, Config.Service, tracing options), shut
+// down (flushed) as the last step of Run.
+func WithTelemetry(tel *tracing.Telemetry) Option { return func(o *options) { o.telemetry = tel } }
+
+// WithTracingOptions adds options for the default tracing.Setup, e.g.
+// tracing.WithoutGlobals() or tracing.WithSpanProcessor(recorder) in tests.
+func WithTracingOptions(opts ...tracing.Option) Option {
+	return func(o *options) { o.tracingOpts = append(o.tracingOpts, opts...) }
+}
+
+// WithoutSignals stops Run from shutting down on SIGINT and SIGTERM; only its context
+// does. Default: both signals start the graceful shutdown.
+func WithoutSignals() Option { return func(o *options) { o.signals = false } }
+
+// WithKafkaOptions adds franz-go options (TLS, SASL, client id, ...) to the producer
+// client shared by the outbox relay and dead-lettering. The client must stay an
+// idempotent producer with acks=all (the defaults), or the relay refuses it.
+func WithKafkaOptions(opts ...kgo.Opt) Option {
+	return func(o *options) { o.kafkaOpts = append(o.kafkaOpts, opts...) }
+}
+
+// WithOutbox sets the outbox (for a custom table). Default: outbox.New with a
+// Notifier on the pool, so a Wake reaches a relay leading in another instance too.
+func WithOutbox(ob *outbox.Outbox) Option { return func(o *options) { o.outbox = ob } }
+
+// WithLockOptions sets the options of the Redis locker. Default: the lock package's
+// defaults with Namespace "choreo:lock:<service>:".
+func WithLockOptions(lo lock.Options) Option { return func(o *options) { o.lockOpts = lo } }
+
+// WithRelayOptions adds outbox relay options (batch size, poll interval, ...).
+func WithRelayOptions(opts ...outbox.RelayOption) Option {
+	return func(o *options) { o.relayOpts = append(o.relayOpts, opts...) }
+}
+
+// WithEntityAttribute names the entity id in spans and logs of consumers and of the
+// relay, e.g. "order.id". Default "entity.id".
+func WithEntityAttribute(name string) Option { return func(o *options) { o.entityAttr = name } }
+
+// WithoutSweeper disables the background idempotency sweeper (for services whose
+// records are swept elsewhere). Default: one sweeper per App, with the idempotency
+// package's defaults.
+func WithoutSweeper() Option { return func(o *options) { o.sweeper = false } }
+
+// WithoutCreateDatabase stops New from creating a missing database (for users without
+// the CREATEDB privilege). Default: the database is created if missing.
+func WithoutCreateDatabase() Option { return func(o *options) { o.ensureDB = false } }
+
+// WithIdempotencyStore sets the idempotency store of consumers. Default
+// idempotency.NewStore().
+func WithIdempotencyStore(s *idempotency.Store) Option { return func(o *options) { o.store = s } }
+
+// WithPoolConfig adjusts the Postgres pool configuration (size, timeouts) before the
+// pool opens.
+func WithPoolConfig(f func(*pgxpool.Config)) Option { return func(o *options) { o.poolConfig = f } }
+
+// WithRedisOptions adjusts the Redis client options before the client is created.
+func WithRedisOptions(f func(*redis.Options)) Option {
+	return func(o *options) { o.redisOptions = f }
+}
+
+// WithListener makes Run serve HTTP on ln instead of listening on Config.HTTPAddr
+// (tests, socket activation). Run closes it.
+func WithListener(ln net.Listener) Option { return func(o *options) { o.listener = ln } }
+
+type component struct {
+	name string
+	run  func(ctx context.Context) error
+	// early reports whether returning before shutdown is an error even when run
+	// returned nil (consumers and the relay run until cancelled).
+	mustRun bool
+}
+
+// App is one running choreo service: its connections, its HTTP server, its consumers,
+// its outbox relay and its background functions, and their ordered shutdown. Build it
+// with New, register routes (Handle), consumers (Consume) and background functions (Go),
+// then call Run. The exported fields are ready to use after New.
+type App struct {
+	// Config is the configuration the App was built with.
+	Config Config
+	// Logger is the service's structured logger.
+	Logger *slog.Logger
+	// Telemetry holds the tracer and meter providers and the Prometheus registry.
+	Telemetry *tracing.Telemetry
+	// Pool is the instrumented pool on the service's database, migrated with
+	// [MigrateLibrary].
+	Pool *pgxpool.Pool
+	// Redis is the instrumented Redis client; nil when Config.RedisAddr is empty.
+	Redis *redis.Client
+	// Kafka is the producer shared by the outbox relay and dead-lettering: idempotent,
+	// acks=all.
+	Kafka *kgo.Client
+	// Outbox stores events in handler transactions; the App's relay publishes them and
+	// consumers wake it after each commit.
+	Outbox *outbox.Outbox
+	// Locker serialises work per entity; nil without Redis.
+	Locker *lock.Locker
+	// Store is the idempotency store of the consumers.
+	Store *idempotency.Store
+
+	opts      options
+	ownTel    bool
+	mux       *http.ServeMux
+	checks    []NamedCheck
+	relay     *outbox.Relay
+	consumers []component
+	workers   []component
+
+	state     atomic.Int32 // stateNew, stateRunning, stateStopping
+	ran       atomic.Bool
+	ready     chan struct{}
+	addr      atomic.Pointer[string]
+	closeOnce sync.Once
+}
+
+const (
+	stateNew int32 = iota
+	stateRunning
+	stateStopping
+)
+
+// New validates cfg and connects the service: telemetry (tracing.Setup), logger, the
+// database (created if missing, then migrated with [MigrateLibrary]), Redis (pinged) and
+// the Kafka producer. Nothing is served or consumed until Run. If New fails, everything
+// it opened is closed again.
+func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
+	o := options{signals: true, sweeper: true, ensureDB: true, logOutput: os.Stderr, entityAttr: "entity.id"}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	a = &App{Config: cfg, opts: o, mux: http.NewServeMux(), ready: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			a.closeResources(context.Background())
+			a = nil
+		}
+	}()
+
+	a.Logger = o.logger
+	if a.Logger == nil {
+		a.Logger = NewLogger(o.logOutput, cfg.LogLevel, cfg.Service)
+	}
+	a.Telemetry = o.telemetry
+	if a.Telemetry == nil {
+		if a.Telemetry, err = tracing.Setup(ctx, cfg.Service, o.tracingOpts...); err != nil {
+			return nil, fmt.Errorf("app: telemetry: %w", err)
+		}
+		a.ownTel = true
+	}
+	inst := tracing.WithTelemetry(a.Telemetry)
+
+	if o.ensureDB {
+		if err := EnsureDatabase(ctx, cfg.DatabaseURL); err != nil {
+			return nil, err
+		}
+	}
+	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: not a Postgres connection string", ErrConfig, EnvDatabaseURL)
+	}
+	if o.poolConfig != nil {
+		o.poolConfig(pcfg)
+	}
+	if a.Pool, err = tracing.NewPoolWithConfig(ctx, pcfg, inst); err != nil {
+		return nil, fmt.Errorf("app: postgres: %w", err)
+	}
+	if err := a.Pool.Ping(ctx); err != nil {
+		return nil, fmt.Errorf("app: postgres database %q: %w", cfg.DatabaseName(), err)
+	}
+
+	a.Outbox = o.outbox
+	if a.Outbox == nil {
+		a.Outbox = outbox.New(outbox.Notifier(a.Pool))
+	}
+	if err := MigrateLibrary(ctx, a.Pool, a.Outbox); err != nil {
+		return nil, err
+	}
+	a.Store = o.store
+	if a.Store == nil {
+		a.Store = idempotency.NewStore()
+	}
+	a.checks = append(a.checks, NamedCheck{"postgres", PostgresCheck(a.Pool)})
+
+	if cfg.RedisAddr != "" {
+		ro := &redis.Options{Addr: cfg.RedisAddr}
+		if o.redisOptions != nil {
+			o.redisOptions(ro)
+		}
+		a.Redis = redis.NewClient(ro)
+		if err := tracing.InstrumentRedis(a.Redis, inst); err != nil {
+			return nil, fmt.Errorf("app: redis: %w", err)
+		}
+		if err := a.Redis.Ping(ctx).Err(); err != nil {
+			return nil, fmt.Errorf("app: redis %s: %w", cfg.RedisAddr, err)
+		}
+		lo := o.lockOpts
+		if lo.Namespace == "" {
+			lo.Namespace = lock.DefaultNamespace + cfg.Service + ":"
+		}
+		a.Locker = lock.New(a.Redis, lo)
+		a.checks = append(a.checks, NamedCheck{"redis", RedisCheck(a.Redis)})
+	}
+
+	kopts := append([]kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...), kgo.ClientID(cfg.Service)}, o.kafkaOpts...)
+	if a.Kafka, err = kgo.NewClient(kopts...); err != nil {
+		return nil, fmt.Errorf("app: kafka client: %w", err)
+	}
+	a.checks = append(a.checks, NamedCheck{"kafka", KafkaCheck(a.Kafka)})
+
+	a.relay = outbox.NewRelay(a.Pool, a.Kafka, append([]outbox.RelayOption{
+		outbox.WithOutbox(a.Outbox),
+		outbox.TracerProvider(a.Telemetry.TracerProvider),
+		outbox.MeterProvider(a.Telemetry.MeterProvider),
+		outbox.Logger(a.Logger),
+		outbox.EntityAttribute(o.entityAttr),
+	}, o.relayOpts...)...)
+	if o.sweeper {
+		sw := idempotency.NewSweeper(a.Pool)
+		a.workers = append(a.workers, component{name: "idempotency sweeper", run: sw.Run, mustRun: true})
+	}
+	return a, nil
+}
+
+// Handle registers h for pattern (http.ServeMux syntax, e.g. "POST /orders") on the
+// service's HTTP server, with a server span per request (otelhttp) whose parent is the
+// caller's traceparent. /healthz, /readyz and /metrics are taken.
+func (a *App) Handle(pattern string, h http.Handler) {
+	a.mux.Handle(pattern, otelhttp.NewHandler(h, pattern,
+		otelhttp.WithTracerProvider(a.Telemetry.TracerProvider),
+		otelhttp.WithMeterProvider(a.Telemetry.MeterProvider),
+		otelhttp.WithPropagators(a.Telemetry.Propagator),
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+			if r.Pattern != "" {
+				return r.Pattern
+			}
+			return r.Method
+		}),
+	))
+}
+
+// HandleFunc is Handle for a handler function.
+func (a *App) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	a.Handle(pattern, http.HandlerFunc(h))
+}
+
+// AddCheck adds a readiness check, reported under name by /readyz next to "postgres",
+// "redis" and "kafka".
+func (a *App) AddCheck(name string, c Check) {
+	a.checks = append(a.checks, NamedCheck{name, c})
+}
+
+// ConsumerSpec describes one consumer group of a service; see [App.Consume].
+type ConsumerSpec struct {
+	// Group is the Kafka consumer group. Required.
+	Group string
+	// Topics are consumed by the group. Required.
+	Topics []string
+	// Router routes events by type (set Router or Handler).
+	Router *consumer.Router
+	// Handler handles every event (set Router or Handler).
+	Handler consumer.TxHandler
+	// Name is the handler name in the idempotency scope "<group>/<Name>" (default
+	// "handler").
+	Name string
+	// Retry is the in-place retry policy (zero value: consumer.RetryPolicy defaults).
+	Retry consumer.RetryPolicy
+	// Configure, if set, adjusts the standard chain's configuration last.
+	Configure func(*consumer.StandardConfig)
+	// Options are extra runtime options (buffering, timeouts, client options).
+	Options []consumer.Option
+}
+
+// Consume registers a consumer group running the standard middleware chain
+// (consumer.Standard): the App's pool for transactions, its Kafka client for the
+// dead-letter topics, its locker with fencing (when Redis is configured), its
+// idempotency store, and Outbox.Wake after every commit. It starts with Run and is
+// drained in Run's shutdown, before the relay stops.
+func (a *App) Consume(spec ConsumerSpec) error {
+	if a.state.Load() != stateNew {
+		return ErrRunning
+	}
+	sc := consumer.StandardConfig{
+		DB:              a.Pool,
+		Router:          spec.Router,
+		Handler:         spec.Handler,
+		DeadLetter:      a.Kafka,
+		Store:           a.Store,
+		Name:            spec.Name,
+		AfterCommit:     []func(){a.Outbox.Wake},
+		Retry:           spec.Retry,
+		EntityAttribute: a.opts.entityAttr,
+		Logger:          a.Logger,
+		TracerProvider:  a.Telemetry.TracerProvider,
+		MeterProvider:   a.Telemetry.MeterProvider,
+	}
+	if a.Locker != nil {
+		sc.Locker = a.Locker
+		sc.Fence = true
+	}
+	if spec.Configure != nil {
+		spec.Configure(&sc)
+	}
+	h, err := consumer.Standard(sc)
+	if err != nil {
+		return fmt.Errorf("app: consumer %s: %w", spec.Group, err)
+	}
+	copts := append([]consumer.Option{
+		consumer.WithLogger(a.Logger),
+		consumer.WithMeterProvider(a.Telemetry.MeterProvider),
+	}, spec.Options...)
+	c, err := consumer.New(a.Config.KafkaBrokers, spec.Group, spec.Topics, h, copts...)
+	if err != nil {
+		return fmt.Errorf("app: consumer %s: %w", spec.Group, err)
+	}
+	a.consumers = append(a.consumers, component{name: "consumer " + spec.Group, run: c.Run, mustRun: true})
+	return nil
+}
+
+// Go registers a background function (a sweeper, a scheduler) started by Run. Its
+// context is cancelled in the shutdown together with the consumers, before the relay
+// stops, so events it enqueued are still published. Returning nil early is fine;
+// returning an error before shutdown stops the service with that error.
+func (a *App) Go(name string, fn func(ctx context.Context) error) {
+	a.workers = append(a.workers, component{name: name, run: fn})
+}
+
+// EnsureTopics creates topics and their dead-letter topics (topic + ".dlq") with
+// Config.KafkaPartitions partitions if they do not exist (see [EnsureTopics]).
+func (a *App) EnsureTopics(ctx context.Context, topics ...string) error {
+	return EnsureTopics(ctx, a.Kafka, a.Config.KafkaPartitions, WithDeadLetterTopics(topics...)...)
+}
+
+// Migrate applies a service's own schema script under an advisory lock (see
+// [MigrateSQL]); name identifies the script, e.g. "payment".
+func (a *App) Migrate(ctx context.Context, name, script string) error {
+	return MigrateSQL(ctx, a.Pool, name, script)
+}
+
+// Addr returns the HTTP server's listen address once Run is listening (useful with
+// HTTP_ADDR=127.0.0.1:0), or "" before.
+func (a *App) Addr() string {
+	if p := a.addr.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// Ready is closed once Run has started every component and serves HTTP.
+func (a *App) Ready() <-chan struct{} { return a.ready }
+
+// Handler returns the App's HTTP handler: /healthz, /readyz, /metrics and the routes
+// registered with Handle. Run serves it; tests may call it directly.
+func (a *App) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /healthz", HealthHandler())
+	mux.Handle("GET /readyz", ReadyHandler(ReadyTimeout, a.gate, a.checks...))
+	mux.Handle("GET /metrics", a.Telemetry.MetricsHandler())
+	mux.Handle("/", a.mux)
+	return mux
+}
+
+func (a *App) gate() error {
+	switch a.state.Load() {
+	case stateRunning:
+		return nil
+	case stateStopping:
+		return fmt.Errorf("%w: shutting down", ErrNotReady)
+	default:
+		return fmt.Errorf("%w: starting", ErrNotReady)
+	}
+}
+
+type exit struct {
+	name string
+	err  error
+}
+
+// group runs components under one cancellable context and reports early exits.
+type group struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	errs   []error
+}
+
+func (a *App) start(parent context.Context, cs []component, exits chan<- exit, stopping *atomic.Bool) *group {
+	ctx, cancel := context.WithCancel(parent)
+	g := &group{cancel: cancel}
+	for _, c := range cs {
+		g.wg.Go(func() {
+			err := c.run(ctx)
+			if stopping.Load() {
+				if err != nil && !errors.Is(err, context.Canceled) {
+					g.mu.Lock()
+					g.errs = append(g.errs, fmt.Errorf("app: %s: %w", c.name, err))
+					g.mu.Unlock()
+				}
+				return
+			}
+			if err == nil && !c.mustRun {
+				a.Logger.Info("app: background function finished", slog.String("component", c.name))
+				return
+			}
+			if err == nil {
+				err = errors.New("stopped before shutdown")
+			}
+			exits <- exit{c.name, err}
+		})
+	}
+	return g
+}
+
+// stop cancels g and waits for it until ctx ends.
+func (g *group) stop(ctx context.Context) error {
+	g.cancel()
+	done := make(chan struct{})
+	go func() { g.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return errors.Join(g.errs...)
+	case <-ctx.Done():
+		return fmt.Errorf("app: shutdown timed out: %w", ctx.Err())
+	}
+}
+
+// Run serves HTTP, runs the relay, the consumers and the background functions until ctx
+// is cancelled, SIGINT or SIGTERM arrives (unless WithoutSignals) or a component fails,
+// and then shuts down in order, within Config.ShutdownTimeout:
+//
+//  1. /readyz turns 503 and the HTTP server stops accepting requests and waits for the
+//     ones in flight;
+//  2. consumers drain (in-flight handlers finish and their offsets are committed) and
+//     background functions stop;
+//  3. the outbox relay publishes what the last handlers enqueued (its batch in flight)
+//     and steps down;
+//  4. Kafka, Redis and Postgres connections close;
+//  5. telemetry is flushed (when the App set it up).
+//
+// Run returns nil after a shutdown caused by ctx or a signal, and an error wrapping
+// [ErrComponent] when a component failed. An App runs once; Close is not needed after Run.
+func (a *App) Run(ctx context.Context) (err error) {
+	if a.state.Load() != stateNew || !a.ran.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	if a.opts.signals {
+		var stop context.CancelFunc
+		ctx, stop = signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+		defer stop()
+	}
+	log := a.Logger
+
+	ln := a.opts.listener
+	if ln == nil {
+		ln, err = net.Listen("tcp", a.Config.HTTPAddr)
+	}
+	if err != nil {
+		a.state.Store(stateStopping)
+		a.closeResources(context.Background())
+		return fmt.Errorf("app: listen on %s: %w", a.Config.HTTPAddr, err)
+	}
+	addr := ln.Addr().String()
+	a.addr.Store(&addr)
+
+	var stopping atomic.Bool
+	exits := make(chan exit, len(a.consumers)+len(a.workers)+2)
+	base := context.WithoutCancel(ctx)
+	relay := a.start(base, []component{{name: "outbox relay", run: a.relay.Run, mustRun: true}}, exits, &stopping)
+	consumers := a.start(base, append(append([]component(nil), a.consumers...), a.workers...), exits, &stopping)
+
+	srv := &http.Server{
+		Handler:           a.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	httpDone := make(chan struct{})
+	go func() {
+		defer close(httpDone)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !stopping.Load() {
+			exits <- exit{"http server", err}
+		}
+	}()
+
+	a.state.Store(stateRunning)
+	close(a.ready)
+	log.Info("app: started", slog.String("http_addr", addr),
+		slog.Int("consumers", len(a.consumers)), slog.Int("background", len(a.workers)))
+
+	var cause error
+	select {
+	case <-ctx.Done():
+		log.Info("app: shutting down", slog.String("cause", context.Cause(ctx).Error()))
+	case e := <-exits:
+		cause = fmt.Errorf("%w: %s: %w", ErrComponent, e.name, e.err)
+		log.Error("app: component failed, shutting down", slog.String("component", e.name), slog.Any("error", e.err))
+	}
+	stopping.Store(true)
+	a.state.Store(stateStopping)
+
+	sctx, cancel := context.WithTimeout(context.Background(), a.Config.ShutdownTimeout)
+	defer cancel()
+	errs := []error{cause}
+	step := func(name string, f func() error) {
+		start := time.Now()
+		if err := f(); err != nil {
+			errs = append(errs, err)
+			log.Warn("app: shutdown step failed", slog.String("step", name), slog.Any("error", err))
+			return
+		}
+		log.Info("app: shutdown step done", slog.String("step", name), slog.Duration("took", time.Since(start)))
+	}
+	step("http", func() error {
+		if err := srv.Shutdown(sctx); err != nil {
+			return fmt.Errorf("app: http shutdown: %w", err)
+		}
+		<-httpDone
+		return nil
+	})
+	step("consumers", func() error { return consumers.stop(sctx) })
+	step("relay", func() error { return relay.stop(sctx) })
+	step("close", func() error { return a.closeResources(sctx) })
+	return errors.Join(errs...)
+}
+
+// Close releases the App's connections and flushes its telemetry without running it:
+// for an App built by New whose Run is never called. It is safe to call more than once
+// and after Run.
+func (a *App) Close() error {
+	a.state.Store(stateStopping)
+	ctx, cancel := context.WithTimeout(context.Background(), a.Config.ShutdownTimeout)
+	defer cancel()
+	return a.closeResources(ctx)
+}
+
+func (a *App) closeResources(ctx context.Context) error {
+	var err error
+	a.closeOnce.Do(func() {
+		var errs []error
+		if a.Kafka != nil {
+			a.Kafka.Close()
+		}
+		if a.Redis != nil {
+			if e := a.Redis.Close(); e != nil {
+				errs = append(errs, fmt.Errorf("app: close redis: %w", e))
+			}
+		}
+		if a.Pool != nil {
+			a.Pool.Close()
+		}
+		if a.ownTel && a.Telemetry != nil {
+			if e := a.Telemetry.Shutdown(ctx); e != nil {
+				errs = append(errs, fmt.Errorf("app: flush telemetry: %w", e))
+			}
+		}
+		err = errors.Join(errs...)
+	})
+	return err
+}

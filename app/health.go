@@ -1,0 +1,108 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Check reports whether one dependency is usable; nil means healthy.
+type Check func(ctx context.Context) error
+
+// NamedCheck is a Check with the name it is reported under by [ReadyHandler].
+type NamedCheck struct {
+	Name  string
+	Check Check
+}
+
+// PostgresCheck pings pool.
+func PostgresCheck(pool *pgxpool.Pool) Check {
+	return func(ctx context.Context) error { return pool.Ping(ctx) }
+}
+
+// RedisCheck pings rdb.
+func RedisCheck(rdb redis.UniversalClient) Check {
+	return func(ctx context.Context) error { return rdb.Ping(ctx).Err() }
+}
+
+// KafkaCheck asks a broker of cl for cluster metadata (kgo.Client.Ping).
+func KafkaCheck(cl *kgo.Client) Check {
+	return func(ctx context.Context) error { return cl.Ping(ctx) }
+}
+
+// ErrNotReady is reported by /readyz before the service has started all its components
+// and once shutdown has begun.
+var ErrNotReady = errors.New("app: not ready")
+
+type readyResponse struct {
+	Status string            `json:"status"`
+	Checks map[string]string `json:"checks"`
+}
+
+// ReadyHandler returns a /readyz handler: it runs every check concurrently, each bounded
+// by timeout, and answers 200 {"status":"ok","checks":{"postgres":"ok",...}} when all pass
+// and 503 with "status":"unavailable" and each failing check's error otherwise. gate, if
+// not nil, is consulted first: a non-nil error (e.g. [ErrNotReady] during shutdown) makes
+// the answer 503 without running the checks.
+func ReadyHandler(timeout time.Duration, gate func() error, checks ...NamedCheck) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		resp := readyResponse{Status: "ok", Checks: make(map[string]string, len(checks))}
+		if gate != nil {
+			if err := gate(); err != nil {
+				resp.Status = "unavailable"
+				resp.Checks["service"] = err.Error()
+				writeJSON(w, http.StatusServiceUnavailable, resp)
+				return
+			}
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), timeout)
+		defer cancel()
+		var (
+			mu sync.Mutex
+			wg sync.WaitGroup
+		)
+		for _, c := range checks {
+			wg.Go(func() {
+				msg := "ok"
+				if err := c.Check(ctx); err != nil {
+					msg = err.Error()
+				}
+				mu.Lock()
+				resp.Checks[c.Name] = msg
+				if msg != "ok" {
+					resp.Status = "unavailable"
+				}
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		code := http.StatusOK
+		if resp.Status != "ok" {
+			code = http.StatusServiceUnavailable
+		}
+		writeJSON(w, code, resp)
+	})
+}
+
+// HealthHandler returns a /healthz (liveness) handler: 200 {"status":"ok"} as long as the
+// process serves HTTP. It checks no dependency, so an outage of Postgres or Kafka makes
+// the service unready, never restarted.
+func HealthHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,49 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// DeadLetterSuffix is appended to a topic's name to name its dead-letter topic; it is
+// the consumer package's default naming.
+const DeadLetterSuffix = ".dlq"
+
+// EnsureTopics creates every topic in topics that does not exist yet, with partitions
+// partitions and the broker's default replication factor, through the admin API
+// (kadm). Existing topics are left unchanged, whatever their partition count. It is
+// safe to run from several processes at once.
+func EnsureTopics(ctx context.Context, cl *kgo.Client, partitions int32, topics ...string) error {
+	if len(topics) == 0 {
+		return nil
+	}
+	if partitions < 1 {
+		return fmt.Errorf("%w: topic partitions must be at least 1, got %d", ErrConfig, partitions)
+	}
+	resp, err := kadm.NewClient(cl).CreateTopics(ctx, partitions, -1, nil, topics...)
+	if err != nil {
+		return fmt.Errorf("app: create topics: %w", err)
+	}
+	var errs []error
+	for _, t := range resp.Sorted() {
+		if t.Err != nil && !errors.Is(t.Err, kerr.TopicAlreadyExists) {
+			errs = append(errs, fmt.Errorf("app: create topic %s: %w", t.Topic, t.Err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// WithDeadLetterTopics returns topics followed by the dead-letter topic of each
+// (topic + DeadLetterSuffix), for [EnsureTopics].
+func WithDeadLetterTopics(topics ...string) []string {
+	out := append([]string(nil), topics...)
+	for _, t := range topics {
+		out = append(out, t+DeadLetterSuffix)
+	}
+	return out
+}

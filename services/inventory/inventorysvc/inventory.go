@@ -1,0 +1,462 @@
+package inventorysvc
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/consumer"
+	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/outbox"
+	"github.com/choreo-saga/choreo/services/events"
+)
+
+// ErrInvalidEvent is returned (marked non-retryable) for an event whose payload cannot
+// be handled: no order id, or an order id that differs from the subject.
+var ErrInvalidEvent = errors.New("inventorysvc: invalid event")
+
+// Reservation statuses (inventory_reservations.status).
+const (
+	StatusReserved    = "reserved"
+	StatusCommitted   = "committed"
+	StatusReleased    = "released"
+	StatusExpired     = "expired"
+	StatusUnavailable = "unavailable"
+	StatusCancelled   = "cancelled"
+)
+
+// Reasons carried in StockV1.Reason.
+const (
+	ReasonOrderCancelled   = "order cancelled"
+	ReasonInsufficient     = "insufficient stock"
+	ReasonUnknownSKU       = "unknown sku"
+	ReasonInvalidItems     = "invalid items"
+	ReasonCancelled        = "cancelled"
+	ReasonNothingReserved  = "nothing reserved"
+	ReasonAlreadyCommitted = "already committed"
+	ReasonExpired          = "reservation expired"
+)
+
+// Handlers are the inventory service's business handlers (consumer.TxHandler functions).
+// Each runs inside the transaction opened by the consumer's Idempotent middleware.
+//
+// Cancellation contract (what the order service relies on): for an order's first
+// order.cancel_requested, inventory emits exactly one stock.released, listing the items
+// it actually released (empty if it held nothing), and remembers the cancellation: a
+// payment.authorized that arrives later (it travels on another topic, so it can) reserves
+// nothing and is answered with stock.unavailable, reason "order cancelled".
+type Handlers struct {
+	outbox *outbox.Outbox
+	ttl    time.Duration
+	log    *slog.Logger
+	ops    metric.Int64Counter
+}
+
+// NewHandlers returns the handlers for cfg, enqueueing into o. logger and mp may be nil.
+func NewHandlers(o *outbox.Outbox, cfg Config, logger *slog.Logger, mp metric.MeterProvider) (*Handlers, error) {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	if mp == nil {
+		mp = noop.NewMeterProvider()
+	}
+	ops, err := mp.Meter("github.com/choreo-saga/choreo/services/inventory").Int64Counter("inventory.operations",
+		metric.WithDescription("Inventory decisions by operation (reserve, unavailable, commit, release, expire, tombstone, oversold)."))
+	if err != nil {
+		return nil, fmt.Errorf("inventorysvc: metrics: %w", err)
+	}
+	ttl := cfg.ReservationTTL
+	if ttl <= 0 {
+		ttl = DefaultReservationTTL
+	}
+	return &Handlers{outbox: o, ttl: ttl, log: logger, ops: ops}, nil
+}
+
+// Topics are the topics the inventory service consumes.
+var Topics = []string{events.TopicOrders, events.TopicPayments}
+
+// Router routes the inventory service's events: payment.authorized, order.confirmed and
+// order.cancel_requested are handled; the saga's other types on those topics are ignored.
+func (h *Handlers) Router() *consumer.Router {
+	return consumer.NewRouter().
+		Handle(events.PaymentAuthorized, h.PaymentAuthorized).
+		Handle(events.OrderConfirmed, h.OrderConfirmed).
+		Handle(events.OrderCancelRequested, h.CancelRequested).
+		Ignore(events.OrderCreated, events.OrderRejected, events.OrderCancelled,
+			events.PaymentDeclined, events.PaymentRefunded)
+}
+
+func (h *Handlers) count(ctx context.Context, op string) {
+	h.ops.Add(ctx, 1, metric.WithAttributes(attribute.String("op", op)))
+}
+
+// PaymentAuthorized reserves all of the order's items or none: it locks the SKUs' rows
+// in SKU order (no deadlocks between orders), checks every quantity, and takes the stock
+// with one conditional UPDATE (... WHERE available >= qty) in the handler's transaction.
+// It emits stock.reserved or stock.unavailable.
+func (h *Handlers) PaymentAuthorized(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+	var p events.PaymentV1
+	if err := decode(ev, &p); err != nil {
+		return err
+	}
+	if err := orderID(ev, p.OrderID); err != nil {
+		return err
+	}
+	r, found, err := lockReservation(ctx, tx, p.OrderID)
+	if err != nil {
+		return err
+	}
+	if found {
+		if r.status != StatusCancelled {
+			h.log.InfoContext(ctx, "inventory: order already decided, nothing to do", slog.String("status", r.status))
+			return nil
+		}
+		// Cancelled before the payment reached us: reserve nothing.
+		if err := setStatus(ctx, tx, p.OrderID, StatusUnavailable, ReasonOrderCancelled); err != nil {
+			return err
+		}
+		h.count(ctx, "unavailable")
+		return h.emit(ctx, tx, ev, events.StockUnavailable, events.StockV1{OrderID: p.OrderID, Items: nonNil(p.Items), Reason: ReasonOrderCancelled})
+	}
+
+	items, reason := normalize(p.Items)
+	if reason == "" {
+		reason, err = take(ctx, tx, items)
+		if err != nil {
+			return err
+		}
+	}
+	if reason != "" {
+		if err := insertReservation(ctx, tx, p.OrderID, StatusUnavailable, reason, nil); err != nil {
+			return err
+		}
+		h.count(ctx, "unavailable")
+		h.log.InfoContext(ctx, "inventory: stock unavailable", slog.String("reason", reason))
+		return h.emit(ctx, tx, ev, events.StockUnavailable, events.StockV1{OrderID: p.OrderID, Items: nonNil(p.Items), Reason: reason})
+	}
+	expires := time.Now().Add(h.ttl)
+	if err := insertReservation(ctx, tx, p.OrderID, StatusReserved, "", &expires); err != nil {
+		return err
+	}
+	if err := insertItems(ctx, tx, p.OrderID, items); err != nil {
+		return err
+	}
+	h.count(ctx, "reserve")
+	h.log.InfoContext(ctx, "inventory: reserved", slog.Int("skus", len(items)), slog.Time("expires_at", expires))
+	return h.emit(ctx, tx, ev, events.StockReserved, events.StockV1{OrderID: p.OrderID, Items: items})
+}
+
+// OrderConfirmed commits the order's reservation: the stock is sold and no longer
+// expires. A reservation that already expired takes its stock again if it can; if it
+// cannot, the oversold order is logged at error level and counted ("oversold").
+func (h *Handlers) OrderConfirmed(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+	var p events.OrderOutcomeV1
+	if err := decode(ev, &p); err != nil {
+		return err
+	}
+	if err := orderID(ev, p.OrderID); err != nil {
+		return err
+	}
+	r, found, err := lockReservation(ctx, tx, p.OrderID)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !found:
+		h.log.WarnContext(ctx, "inventory: order confirmed without a reservation")
+		return nil
+	case r.status == StatusReserved:
+		h.count(ctx, "commit")
+		return setStatus(ctx, tx, p.OrderID, StatusCommitted, "")
+	case r.status == StatusExpired:
+		items, err := reservationItems(ctx, tx, p.OrderID)
+		if err != nil {
+			return err
+		}
+		reason, err := take(ctx, tx, items)
+		if err != nil {
+			return err
+		}
+		if reason != "" {
+			h.count(ctx, "oversold")
+			h.log.ErrorContext(ctx, "inventory: confirmed order's reservation expired and its stock is gone",
+				slog.String("reason", reason))
+			return nil
+		}
+		h.count(ctx, "commit")
+		return setStatus(ctx, tx, p.OrderID, StatusCommitted, "re-reserved after expiry")
+	default:
+		h.log.WarnContext(ctx, "inventory: order confirmed in unexpected reservation state", slog.String("status", r.status))
+		return nil
+	}
+}
+
+// CancelRequested releases the order's reservation, if it holds one, and answers the
+// cancel with one stock.released (see the contract on Handlers).
+func (h *Handlers) CancelRequested(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+	var p events.OrderCancelRequestedV1
+	if err := decode(ev, &p); err != nil {
+		return err
+	}
+	if err := orderID(ev, p.OrderID); err != nil {
+		return err
+	}
+	r, found, err := lockReservation(ctx, tx, p.OrderID)
+	if err != nil {
+		return err
+	}
+	released := []events.Item{}
+	reason := ReasonNothingReserved
+	switch {
+	case !found:
+		if err := insertReservation(ctx, tx, p.OrderID, StatusCancelled, ReasonOrderCancelled, nil); err != nil {
+			return err
+		}
+		h.count(ctx, "tombstone")
+	case r.cancelSeen:
+		h.log.InfoContext(ctx, "inventory: cancel already answered")
+		return nil
+	case r.status == StatusReserved:
+		items, err := reservationItems(ctx, tx, p.OrderID)
+		if err != nil {
+			return err
+		}
+		if err := give(ctx, tx, items); err != nil {
+			return err
+		}
+		if err := setStatus(ctx, tx, p.OrderID, StatusReleased, ReasonCancelled); err != nil {
+			return err
+		}
+		released, reason = items, ReasonCancelled
+		h.count(ctx, "release")
+	case r.status == StatusCommitted:
+		reason = ReasonAlreadyCommitted
+		h.log.WarnContext(ctx, "inventory: cancel of a committed order; stock stays sold")
+	}
+	if _, err := tx.Exec(ctx, `UPDATE inventory_reservations SET cancel_seen = true, updated_at = now() WHERE order_id = $1`, p.OrderID); err != nil {
+		return fmt.Errorf("inventorysvc: mark cancel: %w", err)
+	}
+	return h.emit(ctx, tx, ev, events.StockReleased, events.StockV1{OrderID: p.OrderID, Items: released, Reason: reason})
+}
+
+// normalize merges lines of the same SKU and sorts by SKU; a reason is returned for
+// items that cannot be reserved at all.
+func normalize(in []events.Item) ([]events.Item, string) {
+	if len(in) == 0 {
+		return nil, ReasonInvalidItems
+	}
+	sum := map[string]int{}
+	for _, it := range in {
+		if it.SKU == "" || it.Qty <= 0 {
+			return nil, ReasonInvalidItems
+		}
+		sum[it.SKU] += it.Qty
+	}
+	out := make([]events.Item, 0, len(sum))
+	for sku, qty := range sum {
+		out = append(out, events.Item{SKU: sku, Qty: qty})
+	}
+	slices.SortFunc(out, func(a, b events.Item) int { return cmp.Compare(a.SKU, b.SKU) })
+	return out, ""
+}
+
+func split(items []events.Item) ([]string, []int64) {
+	skus := make([]string, len(items))
+	qtys := make([]int64, len(items))
+	for i, it := range items {
+		skus[i], qtys[i] = it.SKU, int64(it.Qty)
+	}
+	return skus, qtys
+}
+
+// lockStock locks the rows of skus (sorted) in SKU order and returns their availability.
+func lockStock(ctx context.Context, tx pgx.Tx, skus []string) (map[string]int64, error) {
+	rows, err := tx.Query(ctx, `SELECT sku, available FROM inventory_stock WHERE sku = ANY($1) ORDER BY sku FOR UPDATE`, skus)
+	if err != nil {
+		return nil, fmt.Errorf("inventorysvc: lock stock: %w", err)
+	}
+	avail := make(map[string]int64, len(skus))
+	for rows.Next() {
+		var sku string
+		var n int64
+		if err := rows.Scan(&sku, &n); err != nil {
+			return nil, fmt.Errorf("inventorysvc: lock stock: %w", err)
+		}
+		avail[sku] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("inventorysvc: lock stock: %w", err)
+	}
+	return avail, nil
+}
+
+// take removes items (normalized) from stock, all or nothing. It returns a reason
+// when the stock is not there (and changes nothing).
+func take(ctx context.Context, tx pgx.Tx, items []events.Item) (string, error) {
+	skus, qtys := split(items)
+	avail, err := lockStock(ctx, tx, skus)
+	if err != nil {
+		return "", err
+	}
+	for _, it := range items {
+		n, ok := avail[it.SKU]
+		switch {
+		case !ok:
+			return ReasonUnknownSKU + " " + it.SKU, nil
+		case n < int64(it.Qty):
+			return ReasonInsufficient + " for " + it.SKU, nil
+		}
+	}
+	tag, err := tx.Exec(ctx, `UPDATE inventory_stock s SET available = s.available - r.qty
+		FROM unnest($1::text[], $2::bigint[]) AS r(sku, qty)
+		WHERE s.sku = r.sku AND s.available >= r.qty`, skus, qtys)
+	if err != nil {
+		return "", fmt.Errorf("inventorysvc: reserve: %w", err)
+	}
+	if int(tag.RowsAffected()) != len(items) {
+		// Impossible while the rows are locked; fail loudly rather than reserve partially.
+		return "", fmt.Errorf("inventorysvc: reserve: updated %d of %d skus", tag.RowsAffected(), len(items))
+	}
+	return "", nil
+}
+
+// give returns items to stock.
+func give(ctx context.Context, tx pgx.Tx, items []events.Item) error {
+	if len(items) == 0 {
+		return nil
+	}
+	skus, qtys := split(items)
+	if _, err := lockStock(ctx, tx, skus); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE inventory_stock s SET available = s.available + r.qty
+		FROM unnest($1::text[], $2::bigint[]) AS r(sku, qty) WHERE s.sku = r.sku`, skus, qtys); err != nil {
+		return fmt.Errorf("inventorysvc: release: %w", err)
+	}
+	return nil
+}
+
+type reservation struct {
+	status     string
+	cancelSeen bool
+}
+
+func lockReservation(ctx context.Context, tx pgx.Tx, id string) (reservation, bool, error) {
+	var r reservation
+	err := tx.QueryRow(ctx, `SELECT status, cancel_seen FROM inventory_reservations WHERE order_id = $1 FOR UPDATE`, id).
+		Scan(&r.status, &r.cancelSeen)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, false, nil
+	}
+	if err != nil {
+		return r, false, fmt.Errorf("inventorysvc: lock reservation: %w", err)
+	}
+	return r, true, nil
+}
+
+func insertReservation(ctx context.Context, tx pgx.Tx, id, status, reason string, expires *time.Time) error {
+	tag, err := tx.Exec(ctx, `INSERT INTO inventory_reservations (order_id, status, reason, expires_at)
+		VALUES ($1, $2, $3, $4) ON CONFLICT (order_id) DO NOTHING`, id, status, reason, expires)
+	if err != nil {
+		return fmt.Errorf("inventorysvc: record reservation: %w", err)
+	}
+	if tag.RowsAffected() != 1 {
+		// A concurrent handling of the same order committed first: roll back (with the
+		// stock taken) and let the retry see its decision.
+		return fmt.Errorf("inventorysvc: reservation of order %s appeared concurrently", id)
+	}
+	return nil
+}
+
+func insertItems(ctx context.Context, tx pgx.Tx, id string, items []events.Item) error {
+	skus, qtys := split(items)
+	if _, err := tx.Exec(ctx, `INSERT INTO inventory_reservation_items (order_id, sku, qty)
+		SELECT $1, sku, qty FROM unnest($2::text[], $3::bigint[]) AS r(sku, qty)`, id, skus, qtys); err != nil {
+		return fmt.Errorf("inventorysvc: record reservation items: %w", err)
+	}
+	return nil
+}
+
+func reservationItems(ctx context.Context, tx pgx.Tx, id string) ([]events.Item, error) {
+	rows, err := tx.Query(ctx, `SELECT sku, qty FROM inventory_reservation_items WHERE order_id = $1 ORDER BY sku`, id)
+	if err != nil {
+		return nil, fmt.Errorf("inventorysvc: read reservation items: %w", err)
+	}
+	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (events.Item, error) {
+		var it events.Item
+		err := r.Scan(&it.SKU, &it.Qty)
+		return it, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("inventorysvc: read reservation items: %w", err)
+	}
+	return nonNil(items), nil
+}
+
+func setStatus(ctx context.Context, tx pgx.Tx, id, status, reason string) error {
+	if _, err := tx.Exec(ctx, `UPDATE inventory_reservations SET status = $2, reason = $3, updated_at = now(),
+		expires_at = CASE WHEN $2 = 'reserved' THEN expires_at END WHERE order_id = $1`, id, status, reason); err != nil {
+		return fmt.Errorf("inventorysvc: set reservation %s: %w", status, err)
+	}
+	return nil
+}
+
+func (h *Handlers) emit(ctx context.Context, tx pgx.Tx, cause event.Event, typ string, payload events.StockV1) error {
+	ev, err := event.New(events.SourceInventory, typ, payload.OrderID, payload)
+	if err != nil {
+		return consumer.Permanent(fmt.Errorf("inventorysvc: build %s: %w", typ, err))
+	}
+	if cause.ID != "" {
+		ev = ev.CausedBy(cause)
+	}
+	return h.outbox.Enqueue(ctx, tx, events.TopicInventory, ev)
+}
+
+func decode(ev event.Event, v any) error {
+	if err := ev.DecodeData(v); err != nil {
+		return fmt.Errorf("inventorysvc: %s payload: %w", ev.Type, err) // wraps event.ErrMalformed: dead-lettered
+	}
+	return nil
+}
+
+func orderID(ev event.Event, id string) error {
+	if id == "" || id != ev.Subject {
+		return consumer.Permanent(fmt.Errorf("%w: %s: order_id %q, subject %q", ErrInvalidEvent, ev.Type, id, ev.Subject))
+	}
+	return nil
+}
+
+func nonNil(items []events.Item) []events.Item {
+	if items == nil {
+		return []events.Item{}
+	}
+	return items
+}
+
+// Seed inserts SKUs that do not exist yet; existing rows are left alone, so a restart
+// never creates stock out of nothing.
+func Seed(ctx context.Context, db app.Execer, stock []Stock) error {
+	if len(stock) == 0 {
+		return nil
+	}
+	skus := make([]string, len(stock))
+	qtys := make([]int64, len(stock))
+	for i, s := range stock {
+		skus[i], qtys[i] = s.SKU, s.Qty
+	}
+	if _, err := db.Exec(ctx, `INSERT INTO inventory_stock (sku, initial_qty, available)
+		SELECT sku, q, q FROM unnest($1::text[], $2::bigint[]) AS s(sku, q) ON CONFLICT (sku) DO NOTHING`, skus, qtys); err != nil {
+		return fmt.Errorf("inventorysvc: seed stock: %w", err)
+	}
+	return nil
+}

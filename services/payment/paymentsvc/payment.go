@@ -1,0 +1,388 @@
+package paymentsvc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/consumer"
+	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/outbox"
+	"github.com/choreo-saga/choreo/services/events"
+)
+
+// Sentinel errors.
+var (
+	// ErrGatewayUnavailable is the retryable failure injected by Config.FailureRate.
+	ErrGatewayUnavailable = errors.New("paymentsvc: payment gateway unavailable")
+	// ErrInvalidEvent is returned (marked non-retryable) for an event whose payload
+	// cannot be handled: no order id, or an order id that differs from the subject.
+	ErrInvalidEvent = errors.New("paymentsvc: invalid event")
+)
+
+// Order statuses (payment_orders.status).
+const (
+	StatusHeld       = "held"
+	StatusAuthorized = "authorized"
+	StatusDeclined   = "declined"
+	StatusRefunded   = "refunded"
+	StatusCancelled  = "cancelled"
+)
+
+// Decline and refund reasons carried in PaymentV1.Reason.
+const (
+	ReasonUnknownCustomer   = "unknown customer"
+	ReasonInvalidAmount     = "invalid amount"
+	ReasonOverLimit         = "over limit"
+	ReasonInsufficientFunds = "insufficient funds"
+	ReasonCancelled         = "cancelled"
+	ReasonStockUnavailable  = "stock unavailable"
+)
+
+// Handlers are the payment service's business handlers (consumer.TxHandler functions).
+// Each runs inside the transaction opened by the consumer's Idempotent middleware: its
+// writes and the events it enqueues commit together, or not at all.
+//
+// Cancellation contract (what the order service relies on): for every order.cancel_requested,
+// payment emits, at most once per order and exactly once over the order's life, one of
+//   - payment.refunded (reason "cancelled") if it had charged the order,
+//   - payment.declined (reason "cancelled") if it had charged nothing (held by the hang
+//     knob, or not seen yet: a tombstone then makes a later order.created charge nothing),
+//   - nothing, if it had already declined or refunded the order (that event was the answer).
+//
+// A refund happens at most once per order (stock.unavailable and a cancel never both
+// refund) and never for more than was charged; the database enforces both (one ledger row
+// per order and kind, refunded <= charged).
+type Handlers struct {
+	outbox   *outbox.Outbox
+	hang     map[string]bool
+	latency  time.Duration
+	failRate float64
+	random   func() float64
+	log      *slog.Logger
+	ops      metric.Int64Counter
+	amounts  metric.Int64Counter
+}
+
+// NewHandlers returns the handlers for cfg, enqueueing into o. logger and mp may be nil
+// (slog.Default, no metrics).
+func NewHandlers(o *outbox.Outbox, cfg Config, logger *slog.Logger, mp metric.MeterProvider) (*Handlers, error) {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	if mp == nil {
+		mp = noop.NewMeterProvider()
+	}
+	m := mp.Meter("github.com/choreo-saga/choreo/services/payment")
+	ops, err := m.Int64Counter("payment.operations", metric.WithDescription("Payment decisions by operation (charge, decline, refund, hold, tombstone)."))
+	if err != nil {
+		return nil, fmt.Errorf("paymentsvc: metrics: %w", err)
+	}
+	amounts, err := m.Int64Counter("payment.amount", metric.WithUnit("{cent}"), metric.WithDescription("Money moved, by operation (charge, refund)."))
+	if err != nil {
+		return nil, fmt.Errorf("paymentsvc: metrics: %w", err)
+	}
+	h := &Handlers{
+		outbox:   o,
+		hang:     make(map[string]bool),
+		latency:  cfg.Latency,
+		failRate: cfg.FailureRate,
+		random:   cfg.random(),
+		log:      logger,
+		ops:      ops,
+		amounts:  amounts,
+	}
+	for _, c := range cfg.HangCustomers {
+		h.hang[c] = true
+	}
+	return h, nil
+}
+
+// Router routes the payment service's events: order.created, stock.unavailable and
+// order.cancel_requested are handled; the saga's other types on the topics it reads are
+// ignored.
+func (h *Handlers) Router() *consumer.Router {
+	return consumer.NewRouter().
+		Handle(events.OrderCreated, h.OrderCreated).
+		Handle(events.StockUnavailable, h.StockUnavailable).
+		Handle(events.OrderCancelRequested, h.CancelRequested).
+		Ignore(events.OrderConfirmed, events.OrderRejected, events.OrderCancelled,
+			events.StockReserved, events.StockReleased)
+}
+
+// Topics are the topics the payment service consumes.
+var Topics = []string{events.TopicOrders, events.TopicInventory}
+
+func (h *Handlers) count(ctx context.Context, op string) {
+	h.ops.Add(ctx, 1, metric.WithAttributes(attribute.String("op", op)))
+}
+
+// OrderCreated charges the order's customer, or declines. It emits payment.authorized
+// (with the items, for inventory) or payment.declined; for a hang customer it records
+// the order as held and emits nothing.
+func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+	var p events.OrderCreatedV1
+	if err := decode(ev, &p); err != nil {
+		return err
+	}
+	if err := orderID(ev, p.OrderID); err != nil {
+		return err
+	}
+	var status string
+	err := tx.QueryRow(ctx, `SELECT status FROM payment_orders WHERE order_id = $1`, p.OrderID).Scan(&status)
+	switch {
+	case err == nil:
+		// Already decided (a redelivery under another event id) or cancelled before we
+		// saw it (tombstone): never charge twice, never charge a cancelled order.
+		h.log.InfoContext(ctx, "payment: order already known, nothing to do", slog.String("status", status))
+		return nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("paymentsvc: read order: %w", err)
+	}
+
+	if h.hang[p.CustomerID] {
+		if _, err := insertOrder(ctx, tx, p.OrderID, p.CustomerID, p.Amount, StatusHeld, 0, "hang knob"); err != nil {
+			return err
+		}
+		h.count(ctx, "hold")
+		h.log.WarnContext(ctx, "payment: order held on purpose (hang knob), it will not be answered",
+			slog.String("customer_id", p.CustomerID))
+		return nil
+	}
+
+	// The gateway: added latency and injected failures, before any write.
+	if h.latency > 0 {
+		t := time.NewTimer(h.latency)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	if h.failRate > 0 && h.random() < h.failRate {
+		return ErrGatewayUnavailable
+	}
+
+	reason := ""
+	var balance, limit int64
+	err = tx.QueryRow(ctx, `SELECT balance, charge_limit FROM payment_customers WHERE id = $1 FOR UPDATE`, p.CustomerID).
+		Scan(&balance, &limit)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		reason = ReasonUnknownCustomer
+	case err != nil:
+		return fmt.Errorf("paymentsvc: read customer: %w", err)
+	case p.Amount <= 0:
+		reason = ReasonInvalidAmount
+	case p.Amount > limit:
+		reason = ReasonOverLimit
+	case p.Amount > balance:
+		reason = ReasonInsufficientFunds
+	}
+
+	out := events.PaymentV1{OrderID: p.OrderID, CustomerID: p.CustomerID, Amount: p.Amount, Items: p.Items, Reason: reason}
+	if reason != "" {
+		inserted, err := insertOrder(ctx, tx, p.OrderID, p.CustomerID, p.Amount, StatusDeclined, 0, reason)
+		if err != nil || !inserted {
+			return err
+		}
+		h.count(ctx, "decline")
+		h.log.InfoContext(ctx, "payment: declined", slog.String("reason", reason), slog.Int64("amount", p.Amount))
+		return h.emit(ctx, tx, ev, events.PaymentDeclined, out)
+	}
+	inserted, err := insertOrder(ctx, tx, p.OrderID, p.CustomerID, p.Amount, StatusAuthorized, p.Amount, "")
+	if err != nil || !inserted {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE payment_customers SET balance = balance - $2 WHERE id = $1`, p.CustomerID, p.Amount); err != nil {
+		return fmt.Errorf("paymentsvc: debit: %w", err)
+	}
+	if err := ledger(ctx, tx, p.OrderID, "charge", p.CustomerID, p.Amount, ev.ID); err != nil {
+		return err
+	}
+	h.count(ctx, "charge")
+	h.amounts.Add(ctx, p.Amount, metric.WithAttributes(attribute.String("op", "charge")))
+	h.log.InfoContext(ctx, "payment: authorized", slog.Int64("amount", p.Amount))
+	out.Reason = ""
+	return h.emit(ctx, tx, ev, events.PaymentAuthorized, out)
+}
+
+// StockUnavailable refunds a charged order whose stock could not be reserved and emits
+// payment.refunded. An order that was not charged, or already refunded, gets nothing.
+func (h *Handlers) StockUnavailable(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+	var p events.StockV1
+	if err := decode(ev, &p); err != nil {
+		return err
+	}
+	if err := orderID(ev, p.OrderID); err != nil {
+		return err
+	}
+	reason := ReasonStockUnavailable
+	if p.Reason != "" {
+		reason += ": " + p.Reason
+	}
+	o, found, err := lockOrder(ctx, tx, p.OrderID)
+	if err != nil {
+		return err
+	}
+	if !found || o.status != StatusAuthorized {
+		h.log.InfoContext(ctx, "payment: nothing to refund", slog.String("status", o.status))
+		return nil
+	}
+	return h.refund(ctx, tx, ev, o, reason)
+}
+
+// CancelRequested compensates a cancelled order (see the contract on Handlers).
+func (h *Handlers) CancelRequested(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+	var p events.OrderCancelRequestedV1
+	if err := decode(ev, &p); err != nil {
+		return err
+	}
+	if err := orderID(ev, p.OrderID); err != nil {
+		return err
+	}
+	o, found, err := lockOrder(ctx, tx, p.OrderID)
+	if err != nil {
+		return err
+	}
+	if !found {
+		// Cancel before order.created: leave a tombstone so the charge never happens,
+		// and tell order that nothing was (or will be) charged.
+		inserted, err := insertOrder(ctx, tx, p.OrderID, "", 0, StatusCancelled, 0, ReasonCancelled)
+		if err != nil {
+			return err
+		}
+		if !inserted { // a concurrent handler created the row; redeliver and decide on it
+			return fmt.Errorf("paymentsvc: order %s appeared concurrently", p.OrderID)
+		}
+		h.count(ctx, "tombstone")
+		return h.emit(ctx, tx, ev, events.PaymentDeclined, events.PaymentV1{OrderID: p.OrderID, Reason: ReasonCancelled})
+	}
+	switch o.status {
+	case StatusAuthorized:
+		return h.refund(ctx, tx, ev, o, ReasonCancelled)
+	case StatusHeld:
+		if _, err := tx.Exec(ctx, `UPDATE payment_orders SET status = $2, reason = $3, updated_at = now() WHERE order_id = $1`,
+			o.orderID, StatusCancelled, ReasonCancelled); err != nil {
+			return fmt.Errorf("paymentsvc: cancel held order: %w", err)
+		}
+		h.count(ctx, "cancel_held")
+		return h.emit(ctx, tx, ev, events.PaymentDeclined, events.PaymentV1{
+			OrderID: o.orderID, CustomerID: o.customerID, Amount: o.amount, Reason: ReasonCancelled})
+	default: // declined, refunded, cancelled: that event already answered the order
+		h.log.InfoContext(ctx, "payment: cancel needs no compensation", slog.String("status", o.status))
+		return nil
+	}
+}
+
+type orderRow struct {
+	orderID, customerID, status string
+	amount, charged, refunded   int64
+}
+
+func lockOrder(ctx context.Context, tx pgx.Tx, id string) (orderRow, bool, error) {
+	o := orderRow{orderID: id}
+	err := tx.QueryRow(ctx, `SELECT customer_id, status, amount, charged_amount, refunded_amount
+		FROM payment_orders WHERE order_id = $1 FOR UPDATE`, id).
+		Scan(&o.customerID, &o.status, &o.amount, &o.charged, &o.refunded)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return o, false, nil
+	}
+	if err != nil {
+		return o, false, fmt.Errorf("paymentsvc: lock order: %w", err)
+	}
+	return o, true, nil
+}
+
+// refund gives back what is left to refund of a charged order and emits payment.refunded.
+func (h *Handlers) refund(ctx context.Context, tx pgx.Tx, cause event.Event, o orderRow, reason string) error {
+	amount := o.charged - o.refunded
+	if amount > 0 {
+		if _, err := tx.Exec(ctx, `UPDATE payment_customers SET balance = balance + $2 WHERE id = $1`, o.customerID, amount); err != nil {
+			return fmt.Errorf("paymentsvc: credit: %w", err)
+		}
+		if err := ledger(ctx, tx, o.orderID, "refund", o.customerID, amount, cause.ID); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.Exec(ctx, `UPDATE payment_orders SET status = $2, refunded_amount = refunded_amount + $3, reason = $4, updated_at = now()
+		WHERE order_id = $1`, o.orderID, StatusRefunded, amount, reason); err != nil {
+		return fmt.Errorf("paymentsvc: mark refunded: %w", err)
+	}
+	h.count(ctx, "refund")
+	h.amounts.Add(ctx, amount, metric.WithAttributes(attribute.String("op", "refund")))
+	h.log.InfoContext(ctx, "payment: refunded", slog.Int64("amount", amount), slog.String("reason", reason))
+	return h.emit(ctx, tx, cause, events.PaymentRefunded, events.PaymentV1{
+		OrderID: o.orderID, CustomerID: o.customerID, Amount: amount, Reason: reason})
+}
+
+// insertOrder inserts the order's one row; false means a row already existed (a
+// concurrent handling of the same order won), in which case nothing was written.
+func insertOrder(ctx context.Context, tx pgx.Tx, id, customer string, amount int64, status string, charged int64, reason string) (bool, error) {
+	tag, err := tx.Exec(ctx, `INSERT INTO payment_orders (order_id, customer_id, amount, status, charged_amount, reason)
+		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (order_id) DO NOTHING`, id, customer, amount, status, charged, reason)
+	if err != nil {
+		return false, fmt.Errorf("paymentsvc: record order: %w", err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+func ledger(ctx context.Context, tx pgx.Tx, orderID, kind, customer string, amount int64, eventID string) error {
+	if _, err := tx.Exec(ctx, `INSERT INTO payment_ledger (order_id, kind, customer_id, amount, event_id) VALUES ($1, $2, $3, $4, $5)`,
+		orderID, kind, customer, amount, eventID); err != nil {
+		return fmt.Errorf("paymentsvc: ledger %s: %w", kind, err)
+	}
+	return nil
+}
+
+func (h *Handlers) emit(ctx context.Context, tx pgx.Tx, cause event.Event, typ string, payload events.PaymentV1) error {
+	ev, err := event.New(events.SourcePayment, typ, payload.OrderID, payload)
+	if err != nil {
+		return consumer.Permanent(fmt.Errorf("paymentsvc: build %s: %w", typ, err))
+	}
+	return h.outbox.Enqueue(ctx, tx, events.TopicPayments, ev.CausedBy(cause))
+}
+
+func decode(ev event.Event, v any) error {
+	if err := ev.DecodeData(v); err != nil {
+		return fmt.Errorf("paymentsvc: %s payload: %w", ev.Type, err) // wraps event.ErrMalformed: dead-lettered
+	}
+	return nil
+}
+
+func orderID(ev event.Event, id string) error {
+	if id == "" || id != ev.Subject {
+		return consumer.Permanent(fmt.Errorf("%w: %s: order_id %q, subject %q", ErrInvalidEvent, ev.Type, id, ev.Subject))
+	}
+	return nil
+}
+
+// Seed inserts customers that do not exist yet; existing rows (and their balances) are
+// left alone, so a restart never mints money.
+func Seed(ctx context.Context, db app.Execer, customers []Customer) error {
+	if len(customers) == 0 {
+		return nil
+	}
+	ids := make([]string, len(customers))
+	balances := make([]int64, len(customers))
+	limits := make([]int64, len(customers))
+	for i, c := range customers {
+		ids[i], balances[i], limits[i] = c.ID, c.Balance, c.Limit
+	}
+	_, err := db.Exec(ctx, `INSERT INTO payment_customers (id, balance, charge_limit, initial_balance)
+		SELECT id, b, l, b FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS s(id, b, l)
+		ON CONFLICT (id) DO NOTHING`, ids, balances, limits)
+	if err != nil {
+		return fmt.Errorf("paymentsvc: seed customers: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,40 @@
+-- payment service schema (idempotent; applied at every start under an advisory lock).
+
+-- Customers: balance is the money the customer still has; charge_limit caps one charge.
+-- initial_balance is the seeded balance, for the conservation audit:
+--   sum(balance) + sum(captured) = sum(initial_balance).
+CREATE TABLE IF NOT EXISTS payment_customers (
+    id              text PRIMARY KEY,
+    balance         bigint NOT NULL CHECK (balance >= 0),
+    charge_limit    bigint NOT NULL CHECK (charge_limit >= 0),
+    initial_balance bigint NOT NULL CHECK (initial_balance >= 0)
+);
+
+-- One row per order, ever: the primary key is the "never charge twice" guard.
+-- status: held (hang knob, never answered), authorized (charged), declined (nothing
+-- charged), refunded (charged then refunded), cancelled (tombstone: cancel seen before
+-- any charge; a later order.created charges nothing).
+CREATE TABLE IF NOT EXISTS payment_orders (
+    order_id        text PRIMARY KEY,
+    customer_id     text NOT NULL,
+    amount          bigint NOT NULL,
+    status          text NOT NULL CHECK (status IN ('held', 'authorized', 'declined', 'refunded', 'cancelled')),
+    charged_amount  bigint NOT NULL DEFAULT 0 CHECK (charged_amount >= 0),
+    refunded_amount bigint NOT NULL DEFAULT 0 CHECK (refunded_amount >= 0),
+    reason          text NOT NULL DEFAULT '',
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    updated_at      timestamptz NOT NULL DEFAULT now(),
+    CHECK (refunded_amount <= charged_amount)
+);
+
+-- The money movements. At most one charge and one refund per order, enforced by the
+-- database whatever the handlers do.
+CREATE TABLE IF NOT EXISTS payment_ledger (
+    order_id    text NOT NULL,
+    kind        text NOT NULL CHECK (kind IN ('charge', 'refund')),
+    customer_id text NOT NULL,
+    amount      bigint NOT NULL CHECK (amount > 0),
+    event_id    text NOT NULL,
+    at          timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (order_id, kind)
+);

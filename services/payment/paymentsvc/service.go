@@ -1,0 +1,51 @@
+package paymentsvc
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/services/events"
+)
+
+// Run starts the payment service with cfg and blocks until ctx is cancelled (or SIGINT/
+// SIGTERM arrives, unless app.WithoutSignals is in cfg.AppOptions), then shuts it down
+// gracefully (see app.App.Run). At start it creates its database if missing, applies the
+// library and payment schemas, seeds missing customers and creates the saga's topics.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	opts := append([]app.Option{app.WithEntityAttribute("order.id")}, cfg.AppOptions...)
+	a, err := app.New(ctx, cfg.App, opts...)
+	if err != nil {
+		return err
+	}
+	if err := setup(ctx, a, cfg); err != nil {
+		_ = a.Close()
+		return err
+	}
+	return a.Run(ctx)
+}
+
+func setup(ctx context.Context, a *app.App, cfg Config) error {
+	if err := a.Migrate(ctx, "payment", Schema); err != nil {
+		return err
+	}
+	if err := Seed(ctx, a.Pool, cfg.Customers); err != nil {
+		return err
+	}
+	if err := a.EnsureTopics(ctx, events.Topics...); err != nil {
+		return err
+	}
+	h, err := NewHandlers(a.Outbox, cfg, a.Logger, a.Telemetry.MeterProvider)
+	if err != nil {
+		return err
+	}
+	if err := a.Consume(app.ConsumerSpec{Group: cfg.Group, Topics: Topics, Router: h.Router(), Name: "payment"}); err != nil {
+		return fmt.Errorf("paymentsvc: %w", err)
+	}
+	a.Logger.InfoContext(ctx, "payment: configured", "customers", len(cfg.Customers), "hang_customers", cfg.HangCustomers,
+		"latency", cfg.Latency.String(), "failure_rate", cfg.FailureRate)
+	return nil
+}
