@@ -39,6 +39,9 @@ func NewLogHandler(next slog.Handler) slog.Handler {
 type logHandler struct {
 	next slog.Handler // never has groups applied
 	ops  []logOp
+	// top lists the keys given to next.WithAttrs, which sit at the top level
+	// of every record next writes.
+	top []string
 }
 
 // logOp is either a group (group != "") or a set of attributes.
@@ -57,7 +60,12 @@ func (h *logHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 	}
 	if len(h.ops) == 0 {
 		// No group open: let next pre-format the attributes (fast path).
-		return &logHandler{next: h.next.WithAttrs(attrs)}
+		top := make([]string, len(h.top), len(h.top)+len(attrs))
+		copy(top, h.top)
+		for _, a := range attrs {
+			top = append(top, a.Key)
+		}
+		return &logHandler{next: h.next.WithAttrs(attrs), top: top}
 	}
 	return h.with(logOp{attrs: attrs})
 }
@@ -72,11 +80,11 @@ func (h *logHandler) WithGroup(name string) slog.Handler {
 func (h *logHandler) with(op logOp) *logHandler {
 	ops := make([]logOp, len(h.ops), len(h.ops)+1)
 	copy(ops, h.ops)
-	return &logHandler{next: h.next, ops: append(ops, op)}
+	return &logHandler{next: h.next, ops: append(ops, op), top: h.top}
 }
 
 func (h *logHandler) Handle(ctx context.Context, r slog.Record) error {
-	ids := correlationLogAttrs(ctx)
+	ids := h.dedup(correlationLogAttrs(ctx), r)
 	if len(ids) == 0 && len(h.ops) == 0 {
 		return h.next.Handle(ctx, r)
 	}
@@ -103,6 +111,40 @@ func (h *logHandler) Handle(ctx context.Context, r slog.Record) error {
 	out.AddAttrs(ids...)
 	out.AddAttrs(inner...)
 	return h.next.Handle(ctx, out)
+}
+
+// dedup drops the ids whose key the record already has at its top level
+// (e.g. a logger that adds correlation_id itself), so no key appears twice.
+func (h *logHandler) dedup(ids []slog.Attr, r slog.Record) []slog.Attr {
+	if len(ids) == 0 {
+		return ids
+	}
+	present := func(key string) bool {
+		for _, k := range h.top {
+			if k == key {
+				return true
+			}
+		}
+		if len(h.ops) > 0 {
+			// ops always starts with a group (attributes added before any
+			// group went to next.WithAttrs), so the record's own attributes
+			// are not at the top level.
+			return false
+		}
+		found := false
+		r.Attrs(func(a slog.Attr) bool {
+			found = a.Key == key
+			return !found
+		})
+		return found
+	}
+	out := ids[:0]
+	for _, a := range ids {
+		if !present(a.Key) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // correlationLogAttrs returns the ids of ctx as log attributes.

@@ -45,6 +45,11 @@ func logJSON(t *testing.T, log func(*slog.Logger)) map[string]any {
 	if err := json.Unmarshal(buf.Bytes(), &m); err != nil {
 		t.Fatalf("log output %q: %v", buf.String(), err)
 	}
+	for _, k := range []string{"trace_id", "span_id", "correlation_id"} {
+		if n := bytes.Count(buf.Bytes(), []byte(`"`+k+`":`)); n > 1 {
+			t.Errorf("key %s appears %d times in %s", k, n, buf.Bytes())
+		}
+	}
 	return m
 }
 
@@ -70,6 +75,9 @@ func TestLogHandlerAddsIDs(t *testing.T) {
 			"trace_id": sc.TraceID().String(), "correlation_id": "o-1", "a": 1.0,
 			"g": map[string]any{"b": 2.0, "c": 3.0},
 		}},
+		{"a key the record already has is not repeated", func(l *slog.Logger) {
+			l.With("trace_id", "mine").InfoContext(ctx, "hi", "correlation_id", "explicit")
+		}, map[string]any{"trace_id": "mine", "correlation_id": "explicit", "span_id": sc.SpanID().String()}},
 		{"no context, no ids", func(l *slog.Logger) { l.Info("hi", "k", "v") }, map[string]any{
 			"k": "v", "trace_id": nil, "correlation_id": nil,
 		}},
