@@ -39,6 +39,8 @@ type config struct {
 	redeliveryMax   time.Duration
 	logger          *slog.Logger
 	meterProvider   metric.MeterProvider
+	batchMax        int
+	batch           BatchHandler
 }
 
 // Option configures a Consumer.
@@ -103,6 +105,24 @@ func WithRedeliveryBackoff(minDelay, maxDelay time.Duration) Option {
 	return func(c *config) {
 		if minDelay > 0 && maxDelay >= minDelay {
 			c.redeliveryMin, c.redeliveryMax = minDelay, maxDelay
+		}
+	}
+}
+
+// BatchHandler handles several records of one partition, in offset order, as one unit
+// (typically one transaction). Returning nil settles all of them; an error settles none.
+type BatchHandler func(ctx context.Context, ms []*Message) error
+
+// WithBatch turns on batch mode (default off): when more than one record of a partition
+// is buffered, its worker hands up to maxRecords of them at once to h (see
+// StandardBatch), amortising the transaction's commit over the batch. If h fails, the
+// worker hands the same records to the consumer's Handler one at a time, so a poison
+// record is isolated, retried and dead-lettered exactly as without batching. A lone
+// buffered record always goes to the Handler.
+func WithBatch(maxRecords int, h BatchHandler) Option {
+	return func(c *config) {
+		if maxRecords > 1 && h != nil {
+			c.batchMax, c.batch = maxRecords, h
 		}
 	}
 }

@@ -21,20 +21,24 @@ func CorrelationID(entityAttr string) Middleware {
 	}
 	return func(next Handler) Handler {
 		return func(ctx context.Context, m *Message) error {
-			if id := m.Header(event.HeaderCorrelationID); id != "" {
-				ctx = tracing.WithCorrelationID(ctx, id)
-			}
-			entity := m.Header(event.HeaderSubject)
-			if entity == "" {
-				entity = string(m.Record.Key)
-			}
-			if entity != "" {
-				ctx = tracing.WithEntity(ctx, entityAttr, entity)
-			}
-			if span := trace.SpanFromContext(ctx); span.IsRecording() {
-				span.SetAttributes(tracing.SpanAttributes(ctx)...)
-			}
-			return next(ctx, m)
+			return next(withCorrelation(ctx, m, entityAttr), m)
 		}
 	}
+}
+
+func withCorrelation(ctx context.Context, m *Message, entityAttr string) context.Context {
+	if id := m.Header(event.HeaderCorrelationID); id != "" {
+		ctx = tracing.WithCorrelationID(ctx, id)
+	}
+	entity := m.Header(event.HeaderSubject)
+	if entity == "" {
+		entity = string(m.Record.Key)
+	}
+	if entity != "" {
+		ctx = tracing.WithEntity(ctx, entityAttr, entity)
+	}
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(tracing.SpanAttributes(ctx)...)
+	}
+	return ctx
 }

@@ -21,40 +21,44 @@ func Logging(l *slog.Logger) Middleware {
 		return func(ctx context.Context, m *Message) error {
 			start := time.Now()
 			err := next(ctx, m)
-			outcome := m.outcome(err)
-			level := slog.LevelDebug
-			switch outcome {
-			case OutcomeDeadLettered:
-				level = slog.LevelWarn
-			case OutcomeFailed:
-				level = slog.LevelError
-			}
-			if !l.Enabled(ctx, level) {
-				return err
-			}
-			attrs := []slog.Attr{
-				slog.String("group", m.Group),
-				slog.String("topic", m.Record.Topic),
-				slog.Int("partition", int(m.Record.Partition)),
-				slog.Int64("offset", m.Record.Offset),
-				slog.String("key", string(m.Record.Key)),
-				slog.String("outcome", string(outcome)),
-				slog.Int("attempts", max(m.Attempt, 1)),
-				slog.Duration("duration", time.Since(start)),
-			}
-			if m.Decoded {
-				attrs = append(attrs, slog.String("event_type", m.Event.Type), slog.String("event_id", m.Event.ID))
-			}
-			if id := tracing.CorrelationID(ctx); id != "" {
-				attrs = append(attrs, slog.String("correlation_id", id))
-			}
-			if err != nil {
-				attrs = append(attrs, slog.Any("error", err))
-			} else if m.DeadLetterCause != nil {
-				attrs = append(attrs, slog.String("reason", Reason(m.DeadLetterCause)), slog.Any("error", m.DeadLetterCause))
-			}
-			l.LogAttrs(ctx, level, "consumer: record "+string(outcome), attrs...)
+			logRecord(ctx, l, m, err, time.Since(start))
 			return err
 		}
 	}
+}
+
+func logRecord(ctx context.Context, l *slog.Logger, m *Message, err error, elapsed time.Duration) {
+	outcome := m.outcome(err)
+	level := slog.LevelDebug
+	switch outcome {
+	case OutcomeDeadLettered:
+		level = slog.LevelWarn
+	case OutcomeFailed:
+		level = slog.LevelError
+	}
+	if !l.Enabled(ctx, level) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("group", m.Group),
+		slog.String("topic", m.Record.Topic),
+		slog.Int("partition", int(m.Record.Partition)),
+		slog.Int64("offset", m.Record.Offset),
+		slog.String("key", string(m.Record.Key)),
+		slog.String("outcome", string(outcome)),
+		slog.Int("attempts", max(m.Attempt, 1)),
+		slog.Duration("duration", elapsed),
+	}
+	if m.Decoded {
+		attrs = append(attrs, slog.String("event_type", m.Event.Type), slog.String("event_id", m.Event.ID))
+	}
+	if id := tracing.CorrelationID(ctx); id != "" {
+		attrs = append(attrs, slog.String("correlation_id", id))
+	}
+	if err != nil {
+		attrs = append(attrs, slog.Any("error", err))
+	} else if m.DeadLetterCause != nil {
+		attrs = append(attrs, slog.String("reason", Reason(m.DeadLetterCause)), slog.Any("error", m.DeadLetterCause))
+	}
+	l.LogAttrs(ctx, level, "consumer: record "+string(outcome), attrs...)
 }

@@ -32,6 +32,27 @@ var (
 // destination, partition, consumer group, outcome and, on failure, error.type as
 // attributes. Place it outside DeadLetter so dead-lettered records are counted as such.
 func Metrics(mp metric.MeterProvider) (Middleware, error) {
+	ins, err := newInstruments(mp)
+	if err != nil {
+		return nil, err
+	}
+	return func(next Handler) Handler {
+		return func(ctx context.Context, m *Message) error {
+			start := time.Now()
+			err := next(ctx, m)
+			ins.record(ctx, m, err, time.Since(start))
+			return err
+		}
+	}, nil
+}
+
+type instruments struct {
+	duration metric.Float64Histogram
+	outcomes metric.Int64Counter
+	attempts metric.Int64Histogram
+}
+
+func newInstruments(mp metric.MeterProvider) (*instruments, error) {
 	meter := mp.Meter(instrumentationName)
 	duration, err := meter.Float64Histogram(MetricProcessDuration,
 		metric.WithUnit("s"),
@@ -53,28 +74,24 @@ func Metrics(mp metric.MeterProvider) (Middleware, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %s histogram: %w", MetricAttempts, err)
 	}
-	return func(next Handler) Handler {
-		return func(ctx context.Context, m *Message) error {
-			start := time.Now()
-			err := next(ctx, m)
-			elapsed := time.Since(start).Seconds()
-			attrs := []attribute.KeyValue{
-				semconv.MessagingSystemKafka,
-				semconv.MessagingConsumerGroupName(m.Group),
-				semconv.MessagingDestinationName(m.Record.Topic),
-				semconv.MessagingDestinationPartitionID(strconv.Itoa(int(m.Record.Partition))),
-				outcomeKey.String(string(m.outcome(err))),
-			}
-			if err != nil {
-				attrs = append(attrs, semconv.ErrorTypeKey.String(fmt.Sprintf("%T", err)))
-			}
-			set := metric.WithAttributeSet(attribute.NewSet(attrs...))
-			duration.Record(ctx, elapsed, set)
-			outcomes.Add(ctx, 1, set)
-			if m.Attempt > 0 {
-				attempts.Record(ctx, int64(m.Attempt), set)
-			}
-			return err
-		}
-	}, nil
+	return &instruments{duration: duration, outcomes: outcomes, attempts: attempts}, nil
+}
+
+func (ins *instruments) record(ctx context.Context, m *Message, err error, elapsed time.Duration) {
+	attrs := []attribute.KeyValue{
+		semconv.MessagingSystemKafka,
+		semconv.MessagingConsumerGroupName(m.Group),
+		semconv.MessagingDestinationName(m.Record.Topic),
+		semconv.MessagingDestinationPartitionID(strconv.Itoa(int(m.Record.Partition))),
+		outcomeKey.String(string(m.outcome(err))),
+	}
+	if err != nil {
+		attrs = append(attrs, semconv.ErrorTypeKey.String(fmt.Sprintf("%T", err)))
+	}
+	set := metric.WithAttributeSet(attribute.NewSet(attrs...))
+	ins.duration.Record(ctx, elapsed.Seconds(), set)
+	ins.outcomes.Add(ctx, 1, set)
+	if m.Attempt > 0 {
+		ins.attempts.Record(ctx, int64(m.Attempt), set)
+	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/choreo-saga/choreo/event"
@@ -48,9 +49,33 @@ type StandardConfig struct {
 	EntityAttribute string
 	// Logger logs one line per record (default slog.Default()).
 	Logger *slog.Logger
-	// TracerProvider and MeterProvider default to the otel globals.
+	// TracerProvider, Propagator and MeterProvider default to the otel globals.
 	TracerProvider trace.TracerProvider
+	Propagator     propagation.TextMapPropagator
 	MeterProvider  metric.MeterProvider
+}
+
+func (cfg *StandardConfig) validate() error {
+	switch {
+	case cfg.DB == nil:
+		return errors.New("consumer: StandardConfig.DB is required")
+	case cfg.DeadLetter == nil:
+		return errors.New("consumer: StandardConfig.DeadLetter is required")
+	case (cfg.Router == nil) == (cfg.Handler == nil):
+		return errors.New("consumer: set exactly one of StandardConfig.Router and StandardConfig.Handler")
+	}
+	return nil
+}
+
+func (cfg *StandardConfig) tracingOptions() []tracing.InstrumentOption {
+	var opts []tracing.InstrumentOption
+	if cfg.TracerProvider != nil {
+		opts = append(opts, tracing.WithTracerProvider(cfg.TracerProvider))
+	}
+	if cfg.Propagator != nil {
+		opts = append(opts, tracing.WithPropagator(cfg.Propagator))
+	}
+	return opts
 }
 
 // Standard returns the chain every choreo consumer runs, outermost first:
@@ -63,13 +88,8 @@ type StandardConfig struct {
 // both, so undecodable records, unknown types and panics are dead-lettered at once
 // instead of blocking the partition. Lock sits inside Retry, so "not obtained" backs off.
 func Standard(cfg StandardConfig) (Handler, error) {
-	switch {
-	case cfg.DB == nil:
-		return nil, errors.New("consumer: StandardConfig.DB is required")
-	case cfg.DeadLetter == nil:
-		return nil, errors.New("consumer: StandardConfig.DeadLetter is required")
-	case (cfg.Router == nil) == (cfg.Handler == nil):
-		return nil, errors.New("consumer: set exactly one of StandardConfig.Router and StandardConfig.Handler")
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	mp := cfg.MeterProvider
 	if mp == nil {
@@ -79,10 +99,6 @@ func Standard(cfg StandardConfig) (Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	var traceOpts []tracing.InstrumentOption
-	if cfg.TracerProvider != nil {
-		traceOpts = append(traceOpts, tracing.WithTracerProvider(cfg.TracerProvider))
-	}
 	var dlqOpts []DeadLetterOption
 	if cfg.DeadLetterTopic != nil {
 		dlqOpts = append(dlqOpts, DeadLetterTopic(cfg.DeadLetterTopic))
@@ -91,7 +107,7 @@ func Standard(cfg StandardConfig) (Handler, error) {
 	h := cfg.Handler
 	mws := []Middleware{
 		Recover(),
-		Tracing(traceOpts...),
+		Tracing(cfg.tracingOptions()...),
 		CorrelationID(cfg.EntityAttribute),
 		metrics,
 		Logging(cfg.Logger),

@@ -90,9 +90,9 @@ func (w *worker) push(recs []*kgo.Record, hwm int64) {
 	}
 }
 
-// take returns the next record, waiting for one, or false once the worker is stopping.
-// It resumes fetching once the buffer has drained to half its bound.
-func (w *worker) take() (*kgo.Record, bool) {
+// take returns up to n buffered records, waiting for at least one, or false once the
+// worker is stopping. It resumes fetching once the buffer has drained to half its bound.
+func (w *worker) take(n int) ([]*kgo.Record, bool) {
 	for {
 		select {
 		case <-w.stopping:
@@ -101,9 +101,11 @@ func (w *worker) take() (*kgo.Record, bool) {
 		}
 		w.mu.Lock()
 		if len(w.queue) > 0 {
-			r := w.queue[0]
-			w.queue[0] = nil
-			w.queue = w.queue[1:]
+			n = min(n, len(w.queue))
+			rs := make([]*kgo.Record, n)
+			copy(rs, w.queue)
+			clear(w.queue[:n])
+			w.queue = w.queue[n:]
 			if len(w.queue) == 0 {
 				w.queue = nil
 			}
@@ -112,7 +114,7 @@ func (w *worker) take() (*kgo.Record, bool) {
 				w.cl.ResumeFetchPartitions(map[string][]int32{w.tp.topic: {w.tp.partition}})
 			}
 			w.mu.Unlock()
-			return r, true
+			return rs, true
 		}
 		w.mu.Unlock()
 		select {
@@ -126,17 +128,56 @@ func (w *worker) take() (*kgo.Record, bool) {
 func (w *worker) run() {
 	defer close(w.done)
 	defer w.cancel()
+	n := max(w.c.cfg.batchMax, 1)
 	for {
-		r, ok := w.take()
+		rs, ok := w.take(n)
 		if !ok {
 			return
 		}
-		if !w.handle(r) {
-			return
+		if len(rs) > 1 && w.handleBatch(rs) {
+			w.settled(rs[len(rs)-1])
+			continue
 		}
-		w.cl.MarkCommitRecords(r)
-		w.next.Store(r.Offset + 1)
+		for _, r := range rs {
+			if w.isStopping() || !w.handle(r) {
+				return
+			}
+			w.settled(r)
+		}
 	}
+}
+
+func (w *worker) isStopping() bool {
+	select {
+	case <-w.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// settled marks r, and every earlier record of the partition, for commit.
+func (w *worker) settled(r *kgo.Record) {
+	w.cl.MarkCommitRecords(r)
+	w.next.Store(r.Offset + 1)
+}
+
+// handleBatch hands rs to the batch handler and reports whether it settled them all.
+func (w *worker) handleBatch(rs []*kgo.Record) bool {
+	ms := make([]*Message, len(rs))
+	for i, r := range rs {
+		ms[i] = &Message{Record: r, Group: w.c.group}
+	}
+	err := w.c.cfg.batch(w.ctx, ms)
+	if err == nil {
+		return true
+	}
+	if !abandoned(w.ctx, err) {
+		w.c.cfg.logger.LogAttrs(w.ctx, slog.LevelDebug, "consumer: batch failed; handling its records one at a time",
+			slog.String("group", w.c.group), slog.String("topic", w.tp.topic), slog.Int("partition", int(w.tp.partition)),
+			slog.Int64("first_offset", rs[0].Offset), slog.Int("records", len(rs)), slog.Any("error", err))
+	}
+	return false
 }
 
 // handle runs the handler until it settles r, and reports false if the worker stopped

@@ -1,0 +1,586 @@
+// Command consumer measures the consumer runtime and the standard middleware chain on a
+// 12-partition topic, next to the physical limit measured in the same run: pgbench
+// running the same SQL transaction (idempotency claim + one business UPDATE + one outbox
+// INSERT) at the same concurrency.
+//
+//	go run ./bench/consumer [-events 20000] [-partitions 12] [-batch 0,16]
+//
+// Modes, each consuming the same backlog of events in a fresh consumer group:
+//
+//   - bare: the runtime and a hand-written handler running the business transaction
+//     (UPDATE + outbox INSERT) with no lock, no idempotency and no middleware;
+//   - chain: consumer.Standard (Recover, Tracing, CorrelationID, Metrics, Logging,
+//     DeadLetter, Retry, Decode, Router filter, Redis Lock, Idempotent) around the same
+//     business handler;
+//   - chain/batch=N: the same chain in batch mode (consumer.WithBatch), up to N records
+//     of one partition per transaction.
+//
+// Latency is the time one record spends in the handler (batch mode: its batch's time).
+// It needs Postgres (-pg, default $CHOREO_TEST_POSTGRES_DSN or
+// postgres://postgres@127.0.0.1:5432/postgres), Redis (-redis, default 127.0.0.1:6379)
+// and pgbench on PATH. The broker is an in-process kfake cluster unless -brokers is given
+// (kfake then shares the process and the machine's cores). It creates and drops its own
+// database. Telemetry uses the no-op OpenTelemetry globals, as a service with exporters
+// disabled would.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/choreo-saga/choreo/consumer"
+	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/idempotency"
+	"github.com/choreo-saga/choreo/lock"
+	"github.com/choreo-saga/choreo/outbox"
+)
+
+type config struct {
+	pg         string
+	redis      string
+	brokers    string
+	events     int
+	partitions int
+	accounts   int
+	batches    []int
+	pgbenchT   time.Duration
+}
+
+func main() {
+	var c config
+	def := os.Getenv("CHOREO_TEST_POSTGRES_DSN")
+	if def == "" {
+		def = "postgres://postgres@127.0.0.1:5432/postgres"
+	}
+	defRedis := os.Getenv("CHOREO_TEST_REDIS_ADDR")
+	if defRedis == "" {
+		defRedis = "127.0.0.1:6379"
+	}
+	var batches string
+	flag.StringVar(&c.pg, "pg", def, "Postgres DSN of a database allowed to CREATE DATABASE")
+	flag.StringVar(&c.redis, "redis", defRedis, "Redis address")
+	flag.StringVar(&c.brokers, "brokers", "", "Kafka seed brokers (comma-separated); default an in-process kfake cluster")
+	flag.IntVar(&c.events, "events", 20_000, "events consumed per mode")
+	flag.IntVar(&c.partitions, "partitions", 12, "topic partitions (= concurrency)")
+	flag.IntVar(&c.accounts, "accounts", 1200, "distinct entities (record keys)")
+	flag.StringVar(&batches, "batch", "0,16", "comma-separated batch sizes to run the chain with (0 = one record per transaction)")
+	flag.DurationVar(&c.pgbenchT, "pgbench-time", 10*time.Second, "duration of the pgbench run")
+	flag.Parse()
+	for _, b := range strings.Split(batches, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(b))
+		if err != nil || n < 0 {
+			fmt.Fprintln(os.Stderr, "bench/consumer: bad -batch", b)
+			os.Exit(2)
+		}
+		c.batches = append(c.batches, n)
+	}
+	if err := run(context.Background(), c); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/consumer:", err)
+		os.Exit(1)
+	}
+}
+
+type result struct {
+	mode      string
+	perSec    float64
+	p50, p99  time.Duration
+	evPerTx   float64
+	notes     string
+	isPgbench bool
+}
+
+func run(ctx context.Context, c config) error {
+	dsn, drop, err := createDB(ctx, c.pg)
+	if err != nil {
+		return err
+	}
+	defer drop()
+	pool, err := pgxpool.New(ctx, dsn+poolSize(c.partitions+4))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := setupSchema(ctx, pool, c.accounts); err != nil {
+		return err
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: c.redis, PoolSize: 2 * c.partitions})
+	defer rdb.Close()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis %s: %w", c.redis, err)
+	}
+
+	brokers := strings.Split(c.brokers, ",")
+	if c.brokers == "" {
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			return err
+		}
+		defer cluster.Close()
+		brokers = cluster.ListenAddrs()
+	}
+
+	fmt.Printf("consumer benchmark: %d events per mode, %d partitions, %d keys, GOMAXPROCS %d, %s\n",
+		c.events, c.partitions, c.accounts, runtime.GOMAXPROCS(0), brokerKind(c.brokers))
+
+	var results []result
+	pgb, err := runPgbench(ctx, dsn, c)
+	if err != nil {
+		return err
+	}
+	results = append(results, pgb)
+	if _, err := pool.Exec(ctx, `TRUNCATE choreo_idempotency, choreo_outbox`); err != nil {
+		return err
+	}
+
+	ob := outbox.New()
+	business := func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+		if _, err := tx.Exec(ctx, `UPDATE bench_accounts SET balance = balance + 1, version = version + 1 WHERE id = $1`, ev.Subject); err != nil {
+			return err
+		}
+		next, err := event.New("bench", "bench.applied", ev.Subject, struct {
+			Amount int `json:"amount"`
+		}{1})
+		if err != nil {
+			return err
+		}
+		return ob.Enqueue(ctx, tx, "bench.applied", next.CausedBy(ev))
+	}
+
+	modes := []struct {
+		name  string
+		batch int
+		bare  bool
+	}{{name: "bare handler (UPDATE + outbox INSERT)", bare: true}}
+	for _, b := range c.batches {
+		name := "full chain (lock + idempotency + UPDATE + outbox)"
+		if b > 0 {
+			name = fmt.Sprintf("full chain, batch mode (%d/tx)", b)
+		}
+		modes = append(modes, struct {
+			name  string
+			batch int
+			bare  bool
+		}{name, b, false})
+	}
+	for i, m := range modes {
+		topic := fmt.Sprintf("bench-consumer-%d", i)
+		if err := createTopic(ctx, brokers, topic, int32(c.partitions)); err != nil {
+			return err
+		}
+		if err := produceBacklog(ctx, brokers, topic, c.events, c.accounts); err != nil {
+			return err
+		}
+		r, err := consume(ctx, c, m.name, m.bare, m.batch, brokers, topic, pool, rdb, business)
+		if err != nil {
+			return fmt.Errorf("%s: %w", m.name, err)
+		}
+		results = append(results, r)
+		if _, err := pool.Exec(ctx, `TRUNCATE choreo_idempotency, choreo_outbox, choreo_lock_fences`); err != nil {
+			return err
+		}
+	}
+	printTable(results, c.partitions)
+	return nil
+}
+
+func brokerKind(b string) string {
+	if b == "" {
+		return "in-process kfake broker"
+	}
+	return "brokers " + b
+}
+
+func poolSize(n int) string { return fmt.Sprintf("&pool_max_conns=%d", n) }
+
+func createDB(ctx context.Context, admin string) (string, func(), error) {
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return "", nil, fmt.Errorf("postgres %s: %w", admin, err)
+	}
+	name := fmt.Sprintf("choreo_bench_consumer_%d", os.Getpid())
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		conn.Close(ctx)
+		return "", nil, err
+	}
+	u, err := url.Parse(admin)
+	if err != nil {
+		return "", nil, err
+	}
+	u.Path = "/" + name
+	q := u.Query()
+	q.Set("sslmode", firstNonEmpty(q.Get("sslmode"), "disable"))
+	u.RawQuery = q.Encode()
+	drop := func() {
+		_, _ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		conn.Close(context.Background())
+	}
+	return u.String(), drop, nil
+}
+
+func firstNonEmpty(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func setupSchema(ctx context.Context, pool *pgxpool.Pool, accounts int) error {
+	if err := idempotency.Migrate(ctx, pool); err != nil {
+		return err
+	}
+	if err := lock.Migrate(ctx, pool); err != nil {
+		return err
+	}
+	if err := outbox.Migrate(ctx, pool); err != nil {
+		return err
+	}
+	_, err := pool.Exec(ctx, `
+CREATE TABLE bench_accounts (id text PRIMARY KEY, balance bigint NOT NULL DEFAULT 0, version int NOT NULL DEFAULT 0);
+INSERT INTO bench_accounts (id) SELECT 'acct-' || g FROM generate_series(1, `+strconv.Itoa(accounts)+`) g`)
+	if err != nil {
+		return err
+	}
+	_, err = pool.Exec(ctx, `VACUUM ANALYZE bench_accounts`)
+	return err
+}
+
+// runPgbench runs the business transaction of one event as plain SQL: the idempotency
+// claim's INSERT, the UPDATE and the outbox INSERT with headers of the size the chain
+// writes, at one client per partition.
+func runPgbench(ctx context.Context, dsn string, c config) (result, error) {
+	ev, err := event.New("bench", "bench.applied", "acct-1", struct {
+		Amount int `json:"amount"`
+	}{1})
+	if err != nil {
+		return result{}, err
+	}
+	rec, err := event.ToRecord("bench.applied", ev)
+	if err != nil {
+		return result{}, err
+	}
+	var hs []string
+	for _, h := range rec.Headers {
+		hs = append(hs, fmt.Sprintf("[%q,%q]", h.Key, h.Value))
+	}
+	hs = append(hs, `["traceparent","00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"]`)
+	headers := "[" + strings.Join(hs, ",") + "]"
+	script := fmt.Sprintf(`\set aid random(1, %d)
+BEGIN;
+INSERT INTO choreo_idempotency AS i (scope, key, request_hash, expires_at) VALUES ('bench/pgbench', gen_random_uuid()::text, sha256(random()::text::bytea), now() + interval '7 days') ON CONFLICT (scope, key) DO NOTHING RETURNING 1;
+UPDATE bench_accounts SET balance = balance + 1, version = version + 1 WHERE id = 'acct-' || :aid;
+INSERT INTO choreo_outbox (topic, key, headers, payload) VALUES ('bench.applied', 'acct-' || :aid, '%s'::jsonb, '\x7b22616d6f756e74223a317d');
+COMMIT;
+`, c.accounts, headers)
+	dir, err := os.MkdirTemp("", "bench-consumer")
+	if err != nil {
+		return result{}, err
+	}
+	defer os.RemoveAll(dir)
+	file := filepath.Join(dir, "step.sql")
+	if err := os.WriteFile(file, []byte(script), 0o600); err != nil {
+		return result{}, err
+	}
+	args := []string{"-n", "-M", "extended", "-c", strconv.Itoa(c.partitions), "-j", strconv.Itoa(min(c.partitions, runtime.NumCPU())),
+		"-T", strconv.Itoa(int(c.pgbenchT.Seconds())), "-f", file, "-l", "--log-prefix", filepath.Join(dir, "log"), dsn}
+	cmd := exec.CommandContext(ctx, "pgbench", args...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return result{}, fmt.Errorf("pgbench: %w\n%s", err, out)
+	}
+	m := regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`).FindSubmatch(out)
+	if m == nil {
+		return result{}, fmt.Errorf("pgbench: no tps in output:\n%s", out)
+	}
+	tps, _ := strconv.ParseFloat(string(m[1]), 64)
+	lat, err := pgbenchLatencies(dir)
+	if err != nil {
+		return result{}, err
+	}
+	return result{
+		mode: "pgbench, same SQL transaction", perSec: tps, evPerTx: 1, isPgbench: true,
+		p50: percentile(lat, 0.50), p99: percentile(lat, 0.99),
+	}, nil
+}
+
+// pgbenchLatencies reads pgbench's per-transaction logs (third column: latency in µs).
+func pgbenchLatencies(dir string) ([]time.Duration, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "log*"))
+	if err != nil {
+		return nil, err
+	}
+	var lat []time.Duration
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if err != nil {
+			return nil, err
+		}
+		s := bufio.NewScanner(fh)
+		for s.Scan() {
+			fields := strings.Fields(s.Text())
+			if len(fields) < 3 {
+				continue
+			}
+			us, err := strconv.ParseInt(fields[2], 10, 64)
+			if err == nil {
+				lat = append(lat, time.Duration(us)*time.Microsecond)
+			}
+		}
+		fh.Close()
+	}
+	if len(lat) == 0 {
+		return nil, errors.New("pgbench wrote no latency log")
+	}
+	return lat, nil
+}
+
+func createTopic(ctx context.Context, brokers []string, topic string, partitions int32) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	for _, t := range []string{topic, topic + ".dlq"} {
+		resp, err := adm.CreateTopic(ctx, partitions, 1, nil, t)
+		if err == nil {
+			err = resp.Err
+		}
+		if err != nil {
+			return fmt.Errorf("create topic %s: %w", t, err)
+		}
+	}
+	return nil
+}
+
+func produceBacklog(ctx context.Context, brokers []string, topic string, n, accounts int) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(5*time.Millisecond))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	for i := range n {
+		ev, err := event.New("bench", "bench.requested", fmt.Sprintf("acct-%d", i%accounts+1), struct {
+			Amount int `json:"amount"`
+		}{1})
+		if err != nil {
+			return err
+		}
+		r, err := event.ToRecord(topic, ev)
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
+			defer wg.Done()
+			if err != nil {
+				mu.Lock()
+				first = cmpOr(first, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+func cmpOr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// consume runs one mode until the whole backlog is handled.
+func consume(ctx context.Context, c config, name string, bare bool, batch int, brokers []string, topic string,
+	pool *pgxpool.Pool, rdb *redis.Client, business consumer.TxHandler,
+) (result, error) {
+	lat := newLatencies(c.events)
+	var (
+		handled  atomic.Int64
+		txs      atomic.Int64
+		firstAt  atomic.Int64
+		finished = make(chan time.Time, 1)
+	)
+	note := func(n int, d time.Duration) {
+		firstAt.CompareAndSwap(0, time.Now().Add(-d).UnixNano())
+		for range n {
+			lat.add(d)
+		}
+		txs.Add(1)
+		if handled.Add(int64(n)) == int64(c.events) {
+			finished <- time.Now()
+		}
+	}
+
+	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return result{}, err
+	}
+	defer producer.Close()
+	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+	var opts []consumer.Option
+	var h consumer.Handler
+	switch {
+	case bare:
+		h = func(ctx context.Context, m *consumer.Message) error {
+			start := time.Now()
+			ev, err := event.FromRecord(m.Record)
+			if err != nil {
+				return err
+			}
+			if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return business(ctx, tx, ev) }); err != nil {
+				return err
+			}
+			note(1, time.Since(start))
+			return nil
+		}
+	default:
+		cfg := consumer.StandardConfig{
+			DB: pool, Handler: business, DeadLetter: producer, Name: "bench",
+			Locker: lock.New(rdb, lock.Options{Namespace: fmt.Sprintf("bench-%d:", os.Getpid())}),
+			Logger: quiet,
+		}
+		if batch > 0 {
+			bh, err := consumer.StandardBatch(cfg)
+			if err != nil {
+				return result{}, err
+			}
+			opts = append(opts, consumer.WithBatch(batch, func(ctx context.Context, ms []*consumer.Message) error {
+				start := time.Now()
+				if err := bh(ctx, ms); err != nil {
+					return err
+				}
+				note(len(ms), time.Since(start))
+				return nil
+			}))
+		}
+		std, err := consumer.Standard(cfg)
+		if err != nil {
+			return result{}, err
+		}
+		h = func(ctx context.Context, m *consumer.Message) error {
+			start := time.Now()
+			if err := std(ctx, m); err != nil {
+				return err
+			}
+			note(1, time.Since(start))
+			return nil
+		}
+	}
+	opts = append(opts,
+		consumer.WithLogger(quiet),
+		consumer.WithClientOptions(kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond)),
+	)
+	cons, err := consumer.New(brokers, fmt.Sprintf("bench-%s", topic), []string{topic}, h, opts...)
+	if err != nil {
+		return result{}, err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- cons.Run(runCtx) }()
+	var end time.Time
+	select {
+	case end = <-finished:
+	case err := <-done:
+		cancel()
+		return result{}, fmt.Errorf("consumer stopped early: %v", err)
+	case <-time.After(10 * time.Minute):
+		cancel()
+		return result{}, errors.New("timed out")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		return result{}, err
+	}
+	elapsed := end.Sub(time.Unix(0, firstAt.Load()))
+	all := lat.sorted()
+	return result{
+		mode: name, perSec: float64(c.events) / elapsed.Seconds(),
+		p50: percentile(all, 0.50), p99: percentile(all, 0.99),
+		evPerTx: float64(c.events) / float64(txs.Load()),
+	}, nil
+}
+
+type latencies struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func newLatencies(n int) *latencies { return &latencies{d: make([]time.Duration, 0, n)} }
+
+func (l *latencies) add(d time.Duration) {
+	l.mu.Lock()
+	l.d = append(l.d, d)
+	l.mu.Unlock()
+}
+
+func (l *latencies) sorted() []time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := slices.Clone(l.d)
+	slices.Sort(out)
+	return out
+}
+
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	if !slices.IsSorted(sorted) {
+		slices.Sort(sorted)
+	}
+	return sorted[min(int(p*float64(len(sorted))), len(sorted)-1)]
+}
+
+func printTable(rs []result, partitions int) {
+	var pgbench, bare result
+	for _, r := range rs {
+		if r.isPgbench {
+			pgbench = r
+		}
+		if strings.HasPrefix(r.mode, "bare") {
+			bare = r
+		}
+	}
+	fmt.Printf("\n| mode (concurrency %d) | events/s | vs pgbench | events/tx | p50 | p99 | p50 added vs bare |\n", partitions)
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|")
+	for _, r := range rs {
+		added := "—"
+		if !r.isPgbench && !strings.HasPrefix(r.mode, "bare") && r.evPerTx == 1 {
+			added = fmt.Sprintf("%+.2f ms", ms(r.p50-bare.p50))
+		}
+		fmt.Printf("| %s | %.0f | %.0f%% | %.1f | %.2f ms | %.2f ms | %s |\n",
+			r.mode, r.perSec, 100*r.perSec/pgbench.perSec, r.evPerTx, ms(r.p50), ms(r.p99), added)
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -1,0 +1,241 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/idempotency"
+	"github.com/choreo-saga/choreo/lock"
+	"github.com/choreo-saga/choreo/tracing"
+)
+
+// StandardBatch returns the batch-mode counterpart of Standard, for WithBatch: it handles
+// several records of one partition in ONE transaction, so that one commit (and its disk
+// flush) is shared by the whole batch, which is what lets a consumer go beyond the
+// database's transactions-per-second limit.
+//
+// For a batch it decodes every record and applies the router's filter (ignored types are
+// settled, unknown types fail the batch), acquires the lease of every distinct entity in
+// sorted order, then in one transaction checks the fences (if Fence), claims every
+// event's idempotency key, skips duplicates and calls the business handler for the rest,
+// commits, runs the AfterCommit hooks once, and releases the leases. Each record still
+// gets its own consumer span (child of its producer's span), correlation context, metric
+// and log line.
+//
+// Any failure (a record that does not decode, an unknown type, a lease not obtained, a
+// handler error or panic, a failed commit) rolls the whole batch back and returns the
+// error: the runtime then hands the same records to the Standard chain one at a time,
+// where they are retried and dead-lettered individually. cfg is the Standard config of
+// that chain; use the same value for both.
+func StandardBatch(cfg StandardConfig) (BatchHandler, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	mp := cfg.MeterProvider
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	ins, err := newInstruments(mp)
+	if err != nil {
+		return nil, err
+	}
+	k := tracing.NewKafka(cfg.tracingOptions()...)
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	entityAttr := cfg.EntityAttribute
+	if entityAttr == "" {
+		entityAttr = "entity.id"
+	}
+	lockEntity := cfg.LockEntity
+	if lockEntity == nil {
+		lockEntity = (*Message).Subject
+	}
+	store := cfg.Store
+	if store == nil {
+		store = idempotency.NewStore()
+	}
+	name := cfg.Name
+	if name == "" {
+		name = "handler"
+	}
+	h := cfg.Handler
+	if cfg.Router != nil {
+		h = cfg.Router.Route
+	}
+
+	return func(ctx context.Context, ms []*Message) (err error) {
+		start := time.Now()
+		defer func() {
+			if v := recover(); v != nil {
+				err = &PanicError{Value: v, Stack: debug.Stack()}
+			}
+			if err != nil {
+				for _, m := range ms {
+					m.Outcome, m.Lease = "", nil
+				}
+			}
+		}()
+
+		// Decode and filter.
+		work := make([]*Message, 0, len(ms))
+		for _, m := range ms {
+			if !m.Decoded {
+				ev, err := event.FromRecord(m.Record, cfg.Decode...)
+				if err != nil {
+					return fmt.Errorf("consumer: batch: decode offset %d: %w", m.Record.Offset, err)
+				}
+				m.Event, m.Decoded = ev, true
+			}
+			if r := cfg.Router; r != nil {
+				switch {
+				case r.ignore[m.Event.Type]:
+					m.Outcome = OutcomeIgnored
+					continue
+				case r.routes[m.Event.Type] == nil:
+					return fmt.Errorf("%w: %q", ErrUnknownType, m.Event.Type)
+				}
+			}
+			work = append(work, m)
+		}
+
+		// Lock every entity of the batch, in a fixed order so that batches of different
+		// partitions that share entities cannot deadlock.
+		lctx := ctx
+		if cfg.Locker != nil && len(work) > 0 {
+			leases, release, err := acquireAll(ctx, cfg.Locker, work, lockEntity)
+			if err != nil {
+				return err
+			}
+			defer release()
+			var cancel context.CancelFunc
+			lctx, cancel = context.WithCancel(ctx)
+			defer cancel()
+			for _, l := range leases {
+				stop := context.AfterFunc(l.Context(), cancel)
+				defer stop()
+			}
+		}
+
+		// One span and correlation context per record.
+		ctxs := make([]context.Context, len(ms))
+		spans := make([]trace.Span, len(ms))
+		for i, m := range ms {
+			ctxs[i], spans[i] = k.StartProcess(lctx, m.Record, m.Group)
+			ctxs[i] = withCorrelation(ctxs[i], m, entityAttr)
+		}
+		defer func() {
+			for i, s := range spans {
+				s.SetAttributes(outcomeKey.String(string(ms[i].outcome(err))), eventTypeKey.String(ms[i].Event.Type))
+				if err != nil {
+					s.RecordError(err)
+					s.SetStatus(codes.Error, err.Error())
+				}
+				s.End()
+			}
+		}()
+
+		index := make(map[*Message]int, len(ms))
+		for i, m := range ms {
+			index[m] = i
+		}
+		err = pgx.BeginFunc(lctx, cfg.DB, func(tx pgx.Tx) error {
+			for _, m := range work {
+				mctx := ctxs[index[m]]
+				if cfg.Fence && m.Lease != nil {
+					if err := m.Lease.CheckFence(mctx, tx); err != nil {
+						return err
+					}
+				}
+				c, err := store.Claim(mctx, tx, m.Group+"/"+name, m.Event.ID, idempotency.Hash([]byte(m.Event.Type), m.Event.Data))
+				if err != nil {
+					return err
+				}
+				if c.Duplicate {
+					m.Outcome = OutcomeDuplicate
+					continue
+				}
+				if err := h(mctx, tx, m.Event); err != nil {
+					return fmt.Errorf("consumer: batch: handle %s %s: %w", m.Event.Type, m.Event.ID, err)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			if lost := firstLost(work); lost != nil && ctx.Err() == nil {
+				err = fmt.Errorf("%w: %w", lost, err)
+			}
+			return err
+		}
+		if len(work) > 0 {
+			for _, f := range cfg.AfterCommit {
+				f()
+			}
+		}
+		elapsed := time.Since(start)
+		for i, m := range ms {
+			ins.record(ctxs[i], m, nil, elapsed)
+			logRecord(ctxs[i], logger, m, nil, elapsed)
+			m.Lease = nil
+		}
+		return nil
+	}, nil
+}
+
+// acquireAll acquires the lease of every distinct entity of ms in sorted order and sets
+// each message's Lease. On failure it releases what it holds.
+func acquireAll(ctx context.Context, l Locker, ms []*Message, entityOf func(*Message) string) ([]*lock.Lease, func(), error) {
+	byEntity := make(map[string]*lock.Lease)
+	var entities []string
+	for _, m := range ms {
+		if e := entityOf(m); e != "" {
+			if _, ok := byEntity[e]; !ok {
+				byEntity[e] = nil
+				entities = append(entities, e)
+			}
+		}
+	}
+	slices.Sort(entities)
+	leases := make([]*lock.Lease, 0, len(entities))
+	release := func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		for _, l := range leases {
+			_ = l.Release(rctx)
+		}
+	}
+	for _, e := range entities {
+		lease, err := l.Acquire(ctx, e)
+		if err != nil {
+			release()
+			return nil, nil, fmt.Errorf("consumer: batch: lock %q: %w", e, err)
+		}
+		leases = append(leases, lease)
+		byEntity[e] = lease
+	}
+	for _, m := range ms {
+		m.Lease = byEntity[entityOf(m)]
+	}
+	return leases, release, nil
+}
+
+func firstLost(ms []*Message) error {
+	for _, m := range ms {
+		if m.Lease != nil && m.Lease.Err() != nil && errors.Is(m.Lease.Err(), lock.ErrLost) {
+			return lock.ErrLost
+		}
+	}
+	return nil
+}

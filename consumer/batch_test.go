@@ -1,0 +1,74 @@
+package consumer
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Batch mode: records of a partition share transactions; duplicates are skipped, the
+// order per key holds, and a poison record in a batch makes the batch fall back to the
+// one-at-a-time chain, which dead-letters only the poison record.
+func TestStandardBatch(t *testing.T) {
+	e := newChainEnv(t, 2)
+	const perKey = 40
+	ks := keys(8)
+	recs := seqEvents(t, e.topic, ks, perKey)
+	// Duplicates and poison records in the middle of the stream.
+	poison := []*kgo.Record{
+		{Topic: e.topic, Key: []byte(ks[0]), Value: []byte(`{}`)}, // undecodable
+		eventRecord(t, e.topic, "test.unknown", ks[1], seqPayload{Seq: 1}),
+	}
+	mixed := append([]*kgo.Record{}, recs[:len(recs)/2]...)
+	mixed = append(mixed, poison...)
+	mixed = append(mixed, cloneRecord(recs[0]), cloneRecord(recs[1]))
+	mixed = append(mixed, recs[len(recs)/2:]...)
+	produce(t, e.producer, mixed...)
+
+	router := NewRouter().Handle("test.step", applySeq)
+	cfg := StandardConfig{Router: router}
+	single := e.standard(t, cfg)
+	cfg.DB, cfg.DeadLetter, cfg.Locker, cfg.Name, cfg.Fence = e.pool, e.producer, e.locker, "seq", true
+	batch, err := StandardBatch(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var batches, batched, failed atomic.Int64
+	counting := func(ctx context.Context, ms []*Message) error {
+		err := batch(ctx, ms)
+		if err != nil {
+			failed.Add(1)
+			return err
+		}
+		batches.Add(1)
+		batched.Add(int64(len(ms)))
+		return nil
+	}
+	start(t, e.consumer(t, single, WithBatch(16, counting), WithMaxBuffered(64)))
+	e.waitCommitted(t)
+
+	total := len(ks) * perKey
+	if n := e.effects(t); n != total {
+		t.Errorf("%d effects, want %d", n, total)
+	}
+	if n := count(t, e.pool, `SELECT count(*) FROM entities WHERE seq = $1`, perKey); n != len(ks) {
+		t.Errorf("%d of %d keys complete and in order", n, len(ks))
+	}
+	if batches.Load() == 0 || batched.Load() <= batches.Load() {
+		t.Errorf("%d batches of %d records: batch mode never batched", batches.Load(), batched.Load())
+	}
+	if failed.Load() == 0 {
+		t.Error("no batch failed, so the fallback path was not exercised")
+	}
+	dead := readTopic(t, e.brokers, e.dlq, 2)
+	got := map[string]bool{header(dead[0], HeaderDLQReason): true, header(dead[1], HeaderDLQReason): true}
+	if !got[ReasonMalformed] || !got[ReasonUnknownType] {
+		t.Errorf("dead-letter reasons %v, want malformed and unknown_type", got)
+	}
+	if n := e.dlqLen(t); n != 2 {
+		t.Errorf("%d dead letters, want 2", n)
+	}
+	t.Logf("%d batches, %d records batched, %d batches fell back", batches.Load(), batched.Load(), failed.Load())
+}
