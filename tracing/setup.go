@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 
@@ -75,12 +76,12 @@ type Telemetry struct {
 	// Resource describes this process (service.name, host, runtime, and
 	// OTEL_RESOURCE_ATTRIBUTES).
 	Resource *resource.Resource
-	// TracesExporter names the span exporter in use: "otlp/grpc",
-	// "otlp/http/protobuf", "console", or "" when spans are not exported.
+	// TracesExporter names the span exporters in use, comma-separated:
+	// "otlp/grpc", "otlp/http/protobuf", "console"; "" when spans are not
+	// exported.
 	TracesExporter string
-	// MetricsExporter names the push metric exporter in use: "otlp/grpc",
-	// "otlp/http/protobuf", "console", or "" when metrics are only pulled via
-	// Registry.
+	// MetricsExporter names the push metric exporters in use, like
+	// TracesExporter; "" when metrics are only pulled via Registry.
 	MetricsExporter string
 
 	shutdownOnce sync.Once
@@ -205,6 +206,7 @@ func WithoutCorrelationAttributes() Option {
 //     OTEL_EXPORTER_OTLP_PROTOCOL: "grpc" (e.g. Jaeger :4317) or
 //     "http/protobuf" (default, e.g. Jaeger :4318).
 //   - "console": pretty-printed JSON on stdout. "none": no exporter.
+//   - a comma-separated list, e.g. "otlp,console": each of them.
 //
 // Exported spans go through a batch processor (OTEL_BSP_* apply). Exporters
 // connect lazily, so Setup does no network I/O.
@@ -243,12 +245,19 @@ func Setup(ctx context.Context, serviceName string, opts ...Option) (*Telemetry,
 	}
 
 	// Traces.
-	var spanExp sdktrace.SpanExporter
+	var spanExps []sdktrace.SpanExporter
+	closeExporters := func() {
+		for _, e := range spanExps {
+			_ = e.Shutdown(ctx)
+		}
+	}
 	if !disabled {
-		spanExp, tel.TracesExporter, err = newSpanExporter(ctx)
+		var names []string
+		spanExps, names, err = newSpanExporters(ctx)
 		if err != nil {
 			return nil, err
 		}
+		tel.TracesExporter = strings.Join(names, ",")
 	}
 	tpOpts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
 	if cfg.sampler != nil {
@@ -257,8 +266,8 @@ func Setup(ctx context.Context, serviceName string, opts ...Option) (*Telemetry,
 	if !cfg.noCorrelation {
 		tpOpts = append(tpOpts, sdktrace.WithSpanProcessor(CorrelationProcessor()))
 	}
-	if spanExp != nil {
-		tpOpts = append(tpOpts, sdktrace.WithBatcher(spanExp))
+	for _, e := range spanExps {
+		tpOpts = append(tpOpts, sdktrace.WithBatcher(e))
 	}
 	for _, p := range cfg.processors {
 		tpOpts = append(tpOpts, sdktrace.WithSpanProcessor(p))
@@ -275,24 +284,20 @@ func Setup(ctx context.Context, serviceName string, opts ...Option) (*Telemetry,
 	}
 	promReader, err := NewPrometheusReader(reg)
 	if err != nil {
-		if spanExp != nil {
-			_ = spanExp.Shutdown(ctx)
-		}
+		closeExporters()
 		return nil, err
 	}
 	mpOpts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(promReader)}
 	if !disabled {
-		pushReader, name, err := newMetricReader(ctx)
+		readers, names, err := newMetricReaders(ctx)
 		if err != nil {
-			if spanExp != nil {
-				_ = spanExp.Shutdown(ctx)
-			}
+			closeExporters()
 			return nil, err
 		}
-		if pushReader != nil {
-			mpOpts = append(mpOpts, sdkmetric.WithReader(pushReader))
-			tel.MetricsExporter = name
+		for _, r := range readers {
+			mpOpts = append(mpOpts, sdkmetric.WithReader(r))
 		}
+		tel.MetricsExporter = strings.Join(names, ",")
 	}
 	for _, r := range cfg.readers {
 		mpOpts = append(mpOpts, sdkmetric.WithReader(r))
@@ -354,81 +359,118 @@ func otlpProtocol(signalKey string) string {
 	return defaultOTLPProtocolName
 }
 
-// newSpanExporter applies the rules documented on Setup. A nil exporter and
-// empty name mean "do not export". The exporters read their own
-// OTEL_EXPORTER_OTLP_* settings (endpoint, headers, TLS, timeout, compression).
-func newSpanExporter(ctx context.Context) (sdktrace.SpanExporter, string, error) {
-	name := envLower(EnvTracesExporter)
-	if name == "" {
-		if os.Getenv(EnvOTLPEndpoint) == "" && os.Getenv(EnvOTLPTracesEndpoint) == "" {
-			return nil, "", nil
+// exporterNames returns the exporters named by envKey (a comma-separated
+// list, as the OTel spec allows), or ["otlp"] when it is unset and an OTLP
+// endpoint is configured, or nothing. "none" means nothing and cannot be
+// combined with other names.
+func exporterNames(envKey, signalEndpointKey string) ([]string, error) {
+	v := envLower(envKey)
+	if v == "" {
+		if os.Getenv(EnvOTLPEndpoint) == "" && os.Getenv(signalEndpointKey) == "" {
+			return nil, nil
 		}
-		name = "otlp"
+		return []string{"otlp"}, nil
 	}
-	var (
-		exp sdktrace.SpanExporter
-		err error
-	)
-	switch name {
-	case "none":
-		return nil, "", nil
-	case "console":
-		exp, err = stdouttrace.New(stdouttrace.WithPrettyPrint())
-	case "otlp":
-		switch proto := otlpProtocol(EnvOTLPTracesProtocol); proto {
-		case "grpc":
-			exp, err = otlptracegrpc.New(ctx)
-		case "http/protobuf":
-			exp, err = otlptracehttp.New(ctx)
-		default:
-			return nil, "", fmt.Errorf("%w: OTLP protocol %q for traces (want grpc or http/protobuf)", ErrInvalidConfig, proto)
+	var names []string
+	for _, n := range strings.Split(v, ",") {
+		if n = strings.TrimSpace(n); n != "" && !slices.Contains(names, n) {
+			names = append(names, n)
 		}
-		name = "otlp/" + otlpProtocol(EnvOTLPTracesProtocol)
-	default:
-		return nil, "", fmt.Errorf("%w: %s=%q (want otlp, console or none)", ErrInvalidConfig, EnvTracesExporter, name)
 	}
-	if err != nil {
-		return nil, "", fmt.Errorf("%w: traces exporter %s: %w", ErrInvalidConfig, name, err)
+	if slices.Contains(names, "none") {
+		if len(names) > 1 {
+			return nil, fmt.Errorf("%w: %s=%q combines none with exporters", ErrInvalidConfig, envKey, v)
+		}
+		return nil, nil
 	}
-	return exp, name, nil
+	return names, nil
 }
 
-// newMetricReader returns the push reader chosen by OTEL_METRICS_EXPORTER,
-// or nil.
-func newMetricReader(ctx context.Context) (sdkmetric.Reader, string, error) {
-	name := envLower(EnvMetricsExporter)
-	if name == "" {
-		if os.Getenv(EnvOTLPEndpoint) == "" && os.Getenv(EnvOTLPMetricsEndpoint) == "" {
-			return nil, "", nil
-		}
-		name = "otlp"
-	}
-	var (
-		exp sdkmetric.Exporter
-		err error
-	)
-	switch name {
-	case "none", "prometheus":
-		// "prometheus" is served by the pull reader every Telemetry has.
-		return nil, "", nil
-	case "console":
-		exp, err = stdoutmetric.New()
-	case "otlp":
-		switch proto := otlpProtocol(EnvOTLPMetricsProtocol); proto {
-		case "grpc":
-			exp, err = otlpmetricgrpc.New(ctx)
-		case "http/protobuf":
-			exp, err = otlpmetrichttp.New(ctx)
-		default:
-			return nil, "", fmt.Errorf("%w: OTLP protocol %q for metrics (want grpc or http/protobuf)", ErrInvalidConfig, proto)
-		}
-		name = "otlp/" + otlpProtocol(EnvOTLPMetricsProtocol)
-	default:
-		return nil, "", fmt.Errorf("%w: %s=%q (want otlp, prometheus, console or none)", ErrInvalidConfig, EnvMetricsExporter, name)
-	}
+// newSpanExporters applies the rules documented on Setup and returns the
+// exporters with their names ("otlp/grpc", "otlp/http/protobuf", "console").
+// The OTLP exporters read their own OTEL_EXPORTER_OTLP_* settings (endpoint,
+// headers, TLS, timeout, compression).
+func newSpanExporters(ctx context.Context) (exps []sdktrace.SpanExporter, names []string, err error) {
+	list, err := exporterNames(EnvTracesExporter, EnvOTLPTracesEndpoint)
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: metrics exporter %s: %w", ErrInvalidConfig, name, err)
+		return nil, nil, err
 	}
-	// OTEL_METRIC_EXPORT_INTERVAL / _TIMEOUT are read by the periodic reader.
-	return sdkmetric.NewPeriodicReader(exp), name, nil
+	defer func() {
+		if err != nil {
+			for _, e := range exps {
+				_ = e.Shutdown(ctx)
+			}
+			exps, names = nil, nil
+		}
+	}()
+	for _, name := range list {
+		var exp sdktrace.SpanExporter
+		switch name {
+		case "console":
+			exp, err = stdouttrace.New(stdouttrace.WithPrettyPrint())
+		case "otlp":
+			proto := otlpProtocol(EnvOTLPTracesProtocol)
+			switch proto {
+			case "grpc":
+				exp, err = otlptracegrpc.New(ctx)
+			case "http/protobuf":
+				exp, err = otlptracehttp.New(ctx)
+			default:
+				return exps, names, fmt.Errorf("%w: OTLP protocol %q for traces (want grpc or http/protobuf)", ErrInvalidConfig, proto)
+			}
+			name = "otlp/" + proto
+		default:
+			return exps, names, fmt.Errorf("%w: %s: unknown exporter %q (want otlp, console or none)", ErrInvalidConfig, EnvTracesExporter, name)
+		}
+		if err != nil {
+			return exps, names, fmt.Errorf("%w: traces exporter %s: %w", ErrInvalidConfig, name, err)
+		}
+		exps, names = append(exps, exp), append(names, name)
+	}
+	return exps, names, nil
+}
+
+// newMetricReaders returns the push readers chosen by OTEL_METRICS_EXPORTER
+// ("prometheus" is served by the pull reader every Telemetry has). The
+// periodic readers honour OTEL_METRIC_EXPORT_INTERVAL and _TIMEOUT.
+func newMetricReaders(ctx context.Context) (readers []sdkmetric.Reader, names []string, err error) {
+	list, err := exporterNames(EnvMetricsExporter, EnvOTLPMetricsEndpoint)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		if err != nil {
+			for _, r := range readers {
+				_ = r.Shutdown(ctx)
+			}
+			readers, names = nil, nil
+		}
+	}()
+	for _, name := range list {
+		var exp sdkmetric.Exporter
+		switch name {
+		case "prometheus":
+			continue
+		case "console":
+			exp, err = stdoutmetric.New()
+		case "otlp":
+			proto := otlpProtocol(EnvOTLPMetricsProtocol)
+			switch proto {
+			case "grpc":
+				exp, err = otlpmetricgrpc.New(ctx)
+			case "http/protobuf":
+				exp, err = otlpmetrichttp.New(ctx)
+			default:
+				return readers, names, fmt.Errorf("%w: OTLP protocol %q for metrics (want grpc or http/protobuf)", ErrInvalidConfig, proto)
+			}
+			name = "otlp/" + proto
+		default:
+			return readers, names, fmt.Errorf("%w: %s: unknown exporter %q (want otlp, prometheus, console or none)", ErrInvalidConfig, EnvMetricsExporter, name)
+		}
+		if err != nil {
+			return readers, names, fmt.Errorf("%w: metrics exporter %s: %w", ErrInvalidConfig, name, err)
+		}
+		readers, names = append(readers, sdkmetric.NewPeriodicReader(exp)), append(names, name)
+	}
+	return readers, names, nil
 }

@@ -96,6 +96,7 @@ func TestSetupExporterSelection(t *testing.T) {
 		{"explicit otlp without endpoint", []string{tracing.EnvTracesExporter, "otlp"}, "otlp/http/protobuf", ""},
 		{"none wins over endpoint", []string{tracing.EnvOTLPEndpoint, "http://127.0.0.1:4318", tracing.EnvTracesExporter, "none", tracing.EnvMetricsExporter, "none"}, "", ""},
 		{"console", []string{tracing.EnvTracesExporter, "console"}, "console", ""},
+		{"list", []string{tracing.EnvTracesExporter, "otlp, console,otlp", tracing.EnvMetricsExporter, "prometheus,otlp"}, "otlp/http/protobuf,console", "otlp/http/protobuf"},
 		{"prometheus metrics is the pull reader", []string{tracing.EnvMetricsExporter, "prometheus", tracing.EnvOTLPEndpoint, "http://127.0.0.1:4318"}, "otlp/http/protobuf", ""},
 		{"sdk disabled", []string{tracing.EnvSDKDisabled, "true", tracing.EnvOTLPEndpoint, "http://127.0.0.1:4318"}, "", ""},
 	}
@@ -119,6 +120,8 @@ func TestSetupRejectsInvalidConfig(t *testing.T) {
 		{"no service name", "", nil},
 		{"unknown traces exporter", "svc", []string{tracing.EnvTracesExporter, "zipkin"}},
 		{"unknown metrics exporter", "svc", []string{tracing.EnvMetricsExporter, "statsd"}},
+		{"none combined with an exporter", "svc", []string{tracing.EnvTracesExporter, "none,otlp"}},
+		{"unknown exporter in a list", "svc", []string{tracing.EnvTracesExporter, "otlp,jaeger"}},
 		{"unsupported protocol", "svc", []string{tracing.EnvOTLPEndpoint, "http://127.0.0.1:4318", tracing.EnvOTLPProtocol, "http/json"}},
 	}
 	for _, tt := range tests {
