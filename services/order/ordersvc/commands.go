@@ -1,0 +1,344 @@
+package ordersvc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/choreo-saga/choreo/consumer"
+	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/idempotency"
+	"github.com/choreo-saga/choreo/services/events"
+)
+
+// Validation limits of CreateRequest.
+const (
+	MaxItems     = 50
+	MaxQty       = 1000
+	MaxAmount    = 1_000_000_000_00 // cents: one billion
+	MaxIDLength  = 64
+	idempotScope = "order/http/create"
+)
+
+var (
+	customerPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$`)
+	skuPattern      = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+)
+
+// CreateRequest is the body of POST /orders.
+type CreateRequest struct {
+	CustomerID string        `json:"customer_id"`
+	Items      []events.Item `json:"items"`
+	// Amount is the order total in cents.
+	Amount int64 `json:"amount"`
+}
+
+// Validate checks the request: a customer id of 1 to 64 characters [A-Za-z0-9_.:-]
+// starting with a letter or digit, 1 to 50 items with distinct SKUs of the same form
+// (without ':') and quantities 1 to 1000, and an amount of 1 to MaxAmount cents. The
+// error wraps ErrInvalidRequest and names the first offending field.
+func (r CreateRequest) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidRequest, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case r.CustomerID == "":
+		return bad("customer_id is required")
+	case !customerPattern.MatchString(r.CustomerID):
+		return bad("customer_id must be 1-64 characters of [A-Za-z0-9_.:-], starting with a letter or digit")
+	case len(r.Items) == 0:
+		return bad("items must hold at least one item")
+	case len(r.Items) > MaxItems:
+		return bad("items must hold at most %d items", MaxItems)
+	case r.Amount <= 0:
+		return bad("amount must be a positive number of cents")
+	case r.Amount > MaxAmount:
+		return bad("amount must be at most %d cents", int64(MaxAmount))
+	}
+	seen := make(map[string]bool, len(r.Items))
+	for i, it := range r.Items {
+		switch {
+		case !skuPattern.MatchString(it.SKU):
+			return bad("items[%d].sku must be 1-64 characters of [A-Za-z0-9_.-], starting with a letter or digit", i)
+		case it.Qty < 1 || it.Qty > MaxQty:
+			return bad("items[%d].qty must be between 1 and %d", i, MaxQty)
+		case seen[it.SKU]:
+			return bad("items[%d].sku %q appears twice", i, it.SKU)
+		}
+		seen[it.SKU] = true
+	}
+	return nil
+}
+
+// Create validates req and creates a PENDING order, its history entry and its
+// order.created event in one transaction. The order id is a new UUIDv7, the correlation
+// id of its saga, and the current span (the HTTP request's) becomes the saga's trace.
+//
+// With a non-empty idempotency key, the request is done at most once per key
+// (idempotency.Store.Do): a repetition with the same body returns the order created
+// first and created == false; the same key with another body fails with an error
+// wrapping idempotency.ErrKeyReused.
+func (s *Service) Create(ctx context.Context, req CreateRequest, key string) (o Order, created bool, err error) {
+	if err := req.Validate(); err != nil {
+		return Order{}, false, err
+	}
+	u, err := uuid.NewV7()
+	if err != nil {
+		return Order{}, false, fmt.Errorf("ordersvc: new order id: %w", err)
+	}
+	id := u.String()
+	octx := withOrder(ctx, id)
+	if key == "" {
+		err := pgx.BeginFunc(octx, s.db, func(tx pgx.Tx) error {
+			var err error
+			o, err = s.insert(octx, tx, id, req)
+			return err
+		})
+		if err != nil {
+			return Order{}, false, err
+		}
+		s.outbox.Wake()
+		return o, true, nil
+	}
+
+	body, err := json.Marshal(req) // canonical form: the hash ignores formatting
+	if err != nil {
+		return Order{}, false, fmt.Errorf("ordersvc: encode request: %w", err)
+	}
+	resp, dup, err := s.idem.Do(octx, s.db, idempotScope, key, idempotency.Hash(body),
+		func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+			var err error
+			o, err = s.insert(ctx, tx, id, req)
+			if err != nil {
+				return nil, err
+			}
+			return []byte(id), nil
+		})
+	switch {
+	case errors.Is(err, idempotency.ErrInvalidKey):
+		return Order{}, false, fmt.Errorf("%w: Idempotency-Key must be 1 to %d bytes", ErrInvalidRequest, idempotency.MaxKeyBytes)
+	case err != nil:
+		return Order{}, false, err
+	case dup:
+		id = string(resp)
+		ctx = withOrder(ctx, id)
+		o, err = s.load(ctx, s.db, id, false)
+		return o, false, err
+	}
+	s.outbox.Wake()
+	return o, true, nil
+}
+
+// Cancel requests the cancellation of an order: PENDING moves to CANCELLING and
+// order.cancel_requested is published; payment and inventory compensate and the order
+// completes to CANCELLED. Cancelling an order that is already CANCELLING or CANCELLED
+// changes nothing and succeeds; any other state fails with ErrInvalidTransition (and
+// the current order). The work runs in a span of the saga's trace, linked to the caller's.
+func (s *Service) Cancel(ctx context.Context, id string) (Order, error) {
+	if !validID(id) {
+		return Order{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	ctx = withOrder(ctx, id)
+	o, err := s.load(ctx, s.db, id, false)
+	if err != nil {
+		return Order{}, err
+	}
+	ctx, span := s.sagaSpan(ctx, "order.cancel", o)
+	var d Decision
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		cur, err := s.load(ctx, tx, id, true)
+		if err != nil {
+			return err
+		}
+		o, d, err = s.apply(ctx, tx, cur, CmdCancel, nil, "cancelled by customer")
+		return err
+	})
+	endSpan(span, err)
+	if errors.Is(err, ErrInvalidTransition) {
+		s.log.InfoContext(ctx, "order: cancel rejected", "state", string(o.State))
+		return o, err
+	}
+	if err != nil {
+		return Order{}, err
+	}
+	if d.Emit != "" {
+		s.outbox.Wake()
+	}
+	return o, nil
+}
+
+// Router returns the consumer router for the order service's topics (payments.events and
+// inventory.events): every event type on them is routed to HandleEvent.
+func (s *Service) Router() *consumer.Router {
+	r := consumer.NewRouter()
+	for _, t := range []Trigger{OnPaymentAuthorized, OnPaymentDeclined, OnPaymentRefunded,
+		OnStockReserved, OnStockUnavailable, OnStockReleased} {
+		r.Handle(string(t), s.HandleEvent)
+	}
+	return r
+}
+
+// Topics are the topics the order service consumes.
+var Topics = []string{events.TopicPayments, events.TopicInventory}
+
+// HandleEvent is the consumer's business handler (a consumer.TxHandler): it locks the
+// order named by the event's subject and applies the event through the transition
+// table, in tx.
+//
+// An event that is invalid in the order's state (e.g. a late event after a terminal
+// state) is not an error: its facts and an ignored history entry are written, a warning
+// is logged, and HandleEvent returns nil, so the event is settled, not retried. An
+// event for an unknown order or with a malformed payload fails permanently (it is
+// dead-lettered).
+func (s *Service) HandleEvent(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+	id := ev.Subject
+	if !validID(id) {
+		return fmt.Errorf("ordersvc: subject %q is not an order id: %w", id, event.ErrMalformed)
+	}
+	reason, err := eventReason(ev)
+	if err != nil {
+		return err
+	}
+	o, err := s.load(ctx, tx, id, true)
+	if errors.Is(err, ErrNotFound) {
+		return consumer.Permanent(err)
+	}
+	if err != nil {
+		return err
+	}
+	o2, d, err := s.apply(ctx, tx, o, Trigger(ev.Type), &ev, reason)
+	if errors.Is(err, ErrInvalidTransition) {
+		s.log.WarnContext(ctx, "order: event ignored: invalid in state",
+			"state", string(o.State), "event_type", ev.Type, "event_id", ev.ID)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if d.From != d.To {
+		s.log.InfoContext(ctx, "order: transition", "from", string(d.From), "to", string(d.To),
+			"event_type", ev.Type, "event_id", ev.ID, "reason", o2.Reason)
+	}
+	return nil
+}
+
+// eventReason decodes the payload of a payment or stock event, checks that it is about
+// the event's subject, and returns the reason an outcome caused by it carries.
+func eventReason(ev event.Event) (string, error) {
+	var p struct {
+		OrderID string `json:"order_id"`
+		Reason  string `json:"reason"`
+	}
+	if err := ev.DecodeData(&p); err != nil {
+		return "", err
+	}
+	if p.OrderID != "" && p.OrderID != ev.Subject {
+		return "", fmt.Errorf("ordersvc: payload order_id %q differs from subject %q: %w", p.OrderID, ev.Subject, event.ErrMalformed)
+	}
+	var what string
+	switch ev.Type {
+	case events.PaymentDeclined:
+		what = "payment declined"
+	case events.PaymentRefunded:
+		what = "payment refunded"
+	default:
+		return p.Reason, nil
+	}
+	if p.Reason != "" {
+		return what + ": " + p.Reason, nil
+	}
+	return what, nil
+}
+
+// SweepOnce handles up to SweepBatch orders past their deadline, oldest deadline first:
+// a PENDING order is cancelled (CANCELLING and order.cancel_requested, reason "saga
+// deadline exceeded"), a CANCELLING one moves to COMPENSATION_FAILED. Each order gets its
+// own transaction that re-reads and locks the row, so concurrent sweepers (one per
+// instance) and concurrent events never apply a stale decision. It returns the number of
+// orders moved.
+func (s *Service) SweepOnce(ctx context.Context) (int, error) {
+	rows, err := s.db.Query(ctx, `SELECT id::text FROM orders
+		WHERE state IN ('PENDING', 'CANCELLING') AND deadline_at <= now()
+		ORDER BY deadline_at LIMIT $1`, s.cfg.SweepBatch)
+	if err != nil {
+		return 0, fmt.Errorf("ordersvc: find expired orders: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, fmt.Errorf("ordersvc: find expired orders: %w", err)
+	}
+	moved := 0
+	var errs []error
+	for _, id := range ids {
+		ok, err := s.expire(ctx, id)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if ok {
+			moved++
+		}
+	}
+	return moved, errors.Join(errs...)
+}
+
+// expire applies the deadline trigger to one order if it is still past its deadline.
+func (s *Service) expire(ctx context.Context, id string) (bool, error) {
+	ctx = withOrder(ctx, id)
+	o, err := s.load(ctx, s.db, id, false)
+	if err != nil {
+		return false, err
+	}
+	ctx, span := s.sagaSpan(ctx, "order.deadline", o)
+	var (
+		d     Decision
+		moved bool
+	)
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		cur, err := s.load(ctx, tx, id, true)
+		if err != nil {
+			return err
+		}
+		if cur.State.Terminal() || cur.DeadlineAt.IsZero() || cur.DeadlineAt.After(cur.readAt) {
+			return nil // moved on since we looked
+		}
+		var (
+			t      Trigger
+			reason string
+		)
+		switch cur.State {
+		case Pending:
+			t, reason = CmdSagaTimeout, fmt.Sprintf("saga deadline exceeded (%s)", s.cfg.SagaTimeout)
+		case Cancelling:
+			t = CmdCompensationTimeout
+			reason = fmt.Sprintf("compensation not finished within %s (payment %s, stock %s)",
+				s.cfg.CompensationTimeout, cur.Facts.PaymentStatus(), cur.Facts.StockStatus())
+		}
+		o, d, err = s.apply(ctx, tx, cur, t, nil, reason)
+		moved = err == nil && d.From != d.To
+		return err
+	})
+	endSpan(span, err)
+	if err != nil {
+		return false, err
+	}
+	if moved {
+		s.expired.Add(ctx, 1, metric.WithAttributes(attribute.String("state", string(d.From))))
+		level := s.log.WarnContext
+		if d.To == CompensationFailed {
+			level = s.log.ErrorContext
+		}
+		level(ctx, "order: deadline passed", "from", string(d.From), "to", string(d.To), "reason", o.Reason)
+	}
+	if d.Emit != "" {
+		s.outbox.Wake()
+	}
+	return moved, nil
+}

@@ -1,0 +1,60 @@
+// Package ordersvc is the order service of choreo's reference saga: an HTTP API that
+// places and cancels orders, an explicit state machine driven by the payment and
+// inventory events, and durable deadlines that find stuck orders and compensate
+// expired ones. The binary in services/order runs it with Run; this package is
+// importable so that tests (services/e2e) can run the service in process.
+//
+// # State machine
+//
+// One table (see Lookup and Decide) maps (state, trigger) to the next state; a trigger is
+// an event type or a command (cancel, saga deadline, compensation deadline):
+//
+//	PENDING    + payment.authorized     -> PENDING     (fact recorded)
+//	PENDING    + stock.reserved         -> CONFIRMED   emits order.confirmed
+//	PENDING    + payment.declined       -> REJECTED    emits order.rejected
+//	PENDING    + stock.unavailable      -> PENDING     (payment refunds next)
+//	PENDING    + payment.refunded       -> REJECTED    emits order.rejected
+//	PENDING    + cancel | saga deadline -> CANCELLING  emits order.cancel_requested
+//	CANCELLING + payment.* / stock.*    -> CANCELLED when compensated, emits order.cancelled;
+//	                                       else stays CANCELLING (fact recorded)
+//	CANCELLING + compensation deadline  -> COMPENSATION_FAILED
+//	CANCELLING | CANCELLED + cancel     -> no-op (a repeated cancel succeeds)
+//
+// Every other pair is an invalid transition: it is never applied. An invalid command
+// (cancelling a CONFIRMED order) is refused with ErrInvalidTransition (HTTP 409). An
+// invalid event (typically a late event after a terminal state) is settled and not
+// retried: its facts and an "ignored" history entry are written, a warning is logged
+// and MetricIgnored is counted. Each transition runs in one transaction that locks the
+// order row (SELECT ... FOR UPDATE), updates it, appends to order_history (from, to,
+// causing event id and type, time) and enqueues the outgoing event in the outbox.
+//
+// # Cancellation races
+//
+// The order records what payment and inventory report (Facts) whatever its state, and
+// CANCELLING completes only when both sides are settled: the payment was declined or
+// refunded, and the stock was released, reported unavailable, or can never be reserved
+// (payment declined). A stock.reserved that arrives while CANCELLING therefore keeps the
+// order there until stock.released, and a cancel can never end in CANCELLED while money or
+// stock is still held. This relies on payment answering order.cancel_requested with a
+// refund (or a decline when it never charged), and on inventory always answering it with
+// stock.released and refusing later reservations for the order.
+//
+// # Deadlines and stuck orders
+//
+// Each non-terminal order has a durable deadline (column deadline_at): the saga deadline
+// while PENDING (SagaTimeout), the compensation deadline while CANCELLING
+// (CompensationTimeout). RunSweeper moves expired orders every SweepInterval: PENDING to
+// CANCELLING (compensation runs as for a customer cancel), CANCELLING to
+// COMPENSATION_FAILED, which is terminal and visible (state, reason, metric, log at error
+// level), never a silent retry loop. Independently, a non-terminal order that has stayed
+// in its state longer than StuckAfter[state] is stuck: GET /orders?stuck=true lists
+// such orders, GET /orders/{id} flags them, and MetricStuck counts them.
+//
+// # Tracing
+//
+// The span of POST /orders is the root of the saga's trace; its ids are stored on the
+// order (trace_id, and jaeger_url built from JaegerUIURL in the API). Work on an existing
+// order started outside a consumer (a cancel, a deadline) runs in a span whose parent is
+// that stored span, linked to the caller's span, so the whole saga, compensation
+// included, is one trace. Every span carries saga.correlation_id and order.id.
+package ordersvc

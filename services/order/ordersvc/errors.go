@@ -1,0 +1,16 @@
+package ordersvc
+
+import "errors"
+
+// Sentinel errors, matched with errors.Is.
+var (
+	// ErrInvalidTransition: the transition table has no rule for the order's state and
+	// the trigger. Nothing is applied. HTTP answers 409 invalid_transition; the consumer
+	// records the event as ignored and does not retry it.
+	ErrInvalidTransition = errors.New("ordersvc: invalid transition")
+	// ErrNotFound: no order with that id.
+	ErrNotFound = errors.New("ordersvc: order not found")
+	// ErrInvalidRequest: the request failed validation. HTTP answers 400 invalid_request
+	// with the message.
+	ErrInvalidRequest = errors.New("ordersvc: invalid request")
+)

@@ -1,0 +1,213 @@
+package ordersvc_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/internal/testenv"
+	"github.com/choreo-saga/choreo/services/events"
+	"github.com/choreo-saga/choreo/services/order/ordersvc"
+	"github.com/choreo-saga/choreo/tracing"
+)
+
+func TestMain(m *testing.M) {
+	// outbox.Enqueue injects trace context with the global propagator, as in a service
+	// after tracing.Setup.
+	otel.SetTextMapPropagator(tracing.NewPropagator())
+	os.Exit(m.Run())
+}
+
+type fixture struct {
+	svc    *ordersvc.Service
+	pool   *pgxpool.Pool
+	spans  *tracetest.SpanRecorder
+	reader *sdkmetric.ManualReader
+	srv    *httptest.Server
+}
+
+// newFixture returns the order domain on a fresh, migrated database, with an in-memory
+// span recorder and metric reader, and its HTTP API on a test server.
+func newFixture(t *testing.T, cfg ordersvc.Settings) *fixture {
+	t.Helper()
+	pool := testenv.Postgres(t)
+	if err := ordersvc.Migrate(context.Background(), pool, nil); err != nil {
+		t.Fatal(err)
+	}
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()),
+		sdktrace.WithSpanProcessor(tracing.CorrelationProcessor()), sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	if cfg.JaegerUIURL == "" {
+		cfg.JaegerUIURL = "http://jaeger.test:16686/"
+	}
+	svc, err := ordersvc.New(pool, cfg, ordersvc.WithTracerProvider(tp), ordersvc.WithMeterProvider(mp),
+		ordersvc.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(svc.Handler())
+	t.Cleanup(srv.Close)
+	return &fixture{svc: svc, pool: pool, spans: rec, reader: reader, srv: srv}
+}
+
+// do sends a request to the API and decodes a JSON response into out (if not nil).
+func (f *fixture) do(t *testing.T, method, path string, body string, header map[string]string, out any) *http.Response {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = bytes.NewBufferString(body)
+	}
+	req, err := http.NewRequest(method, f.srv.URL+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := f.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			t.Fatalf("%s %s: decode %q: %v", method, path, raw, err)
+		}
+	}
+	return resp
+}
+
+const validBody = `{"customer_id":"c-1","items":[{"sku":"sku-1","qty":2}],"amount":4200}`
+
+// create places a valid order through the API and returns it.
+func (f *fixture) create(t *testing.T) ordersvc.OrderJSON {
+	t.Helper()
+	var o ordersvc.OrderJSON
+	if resp := f.do(t, "POST", "/orders", validBody, nil, &o); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("create: status %d", resp.StatusCode)
+	}
+	return o
+}
+
+// get returns an order with its history through the API.
+func (f *fixture) get(t *testing.T, id string) ordersvc.OrderJSON {
+	t.Helper()
+	var o ordersvc.OrderJSON
+	if resp := f.do(t, "GET", "/orders/"+id, "", nil, &o); resp.StatusCode != http.StatusOK {
+		t.Fatalf("get %s: status %d", id, resp.StatusCode)
+	}
+	return o
+}
+
+// deliver hands an event about orderID to the consumer's business handler in its own
+// transaction, as consumer.Idempotent does, and returns the event.
+func (f *fixture) deliver(t *testing.T, orderID, typ string) (event.Event, error) {
+	t.Helper()
+	var data any = events.PaymentV1{OrderID: orderID, CustomerID: "c-1", Amount: 4200, Reason: "test"}
+	source := events.SourcePayment
+	if typ == events.StockReserved || typ == events.StockUnavailable || typ == events.StockReleased {
+		data, source = events.StockV1{OrderID: orderID, Items: []events.Item{{SKU: "sku-1", Qty: 2}}}, events.SourceInventory
+	}
+	ev, err := event.New(source, typ, orderID, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := tracing.WithCorrelationID(context.Background(), orderID)
+	return ev, pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error { return f.svc.HandleEvent(ctx, tx, ev) })
+}
+
+// mustDeliver is deliver that fails the test on error.
+func (f *fixture) mustDeliver(t *testing.T, orderID, typ string) event.Event {
+	t.Helper()
+	ev, err := f.deliver(t, orderID, typ)
+	if err != nil {
+		t.Fatalf("deliver %s: %v", typ, err)
+	}
+	return ev
+}
+
+type outboxRow struct {
+	Topic, Key, Type, CorrelationID, CausationID, TraceParent string
+	Payload                                                  map[string]any
+}
+
+// outbox returns the rows waiting in the outbox, oldest first.
+func (f *fixture) outbox(t *testing.T) []outboxRow {
+	t.Helper()
+	rows, err := f.pool.Query(context.Background(), "SELECT topic, key, headers, payload FROM choreo_outbox ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []outboxRow
+	for rows.Next() {
+		var (
+			r       outboxRow
+			headers [][2]string
+			payload []byte
+		)
+		if err := rows.Scan(&r.Topic, &r.Key, &headers, &payload); err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range headers {
+			switch h[0] {
+			case event.HeaderType:
+				r.Type = h[1]
+			case event.HeaderCorrelationID:
+				r.CorrelationID = h[1]
+			case event.HeaderCausationID:
+				r.CausationID = h[1]
+			case "traceparent":
+				r.TraceParent = h[1]
+			}
+		}
+		if err := json.Unmarshal(payload, &r.Payload); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// typesFor returns the event types waiting in the outbox for one order.
+func (f *fixture) typesFor(t *testing.T, orderID string) []string {
+	t.Helper()
+	var types []string
+	for _, r := range f.outbox(t) {
+		if r.Key == orderID {
+			types = append(types, r.Type)
+		}
+	}
+	return types
+}
+
+// exec runs SQL on the test database (used to move clocks: state_since, deadline_at).
+func (f *fixture) exec(t *testing.T, sql string, args ...any) {
+	t.Helper()
+	if _, err := f.pool.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,104 @@
+package ordersvc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Metric names.
+const (
+	// MetricStuck is a gauge of stuck orders by state, as of the last sweep.
+	MetricStuck = "choreo.order.stuck"
+	// MetricTransitions counts state changes by from and to state.
+	MetricTransitions = "choreo.order.transitions"
+	// MetricIgnored counts events that were invalid in the order's state, by state and
+	// trigger.
+	MetricIgnored = "choreo.order.ignored_events"
+	// MetricDeadlines counts orders moved by their deadline, by the state they left.
+	MetricDeadlines = "choreo.order.deadlines_expired"
+)
+
+func (s *Service) initMetrics() error {
+	m := s.mp.Meter(instrumentationName)
+	var errs [4]error
+	s.transitions, errs[0] = m.Int64Counter(MetricTransitions, metric.WithUnit("{transition}"),
+		metric.WithDescription("Order state changes, by from and to state."))
+	s.ignored, errs[1] = m.Int64Counter(MetricIgnored, metric.WithUnit("{event}"),
+		metric.WithDescription("Events that were invalid in the order's state and were recorded as ignored."))
+	s.expired, errs[2] = m.Int64Counter(MetricDeadlines, metric.WithUnit("{order}"),
+		metric.WithDescription("Orders moved by their saga or compensation deadline, by the state they left."))
+	_, errs[3] = m.Int64ObservableGauge(MetricStuck, metric.WithUnit("{order}"),
+		metric.WithDescription("Non-terminal orders past their state's stuck threshold, as of the last sweep."),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			for st, n := range s.stuck {
+				o.Observe(n, metric.WithAttributes(attribute.String("state", string(st))))
+			}
+			return nil
+		}))
+	if err := errors.Join(errs[:]...); err != nil {
+		return fmt.Errorf("ordersvc: metrics: %w", err)
+	}
+	return nil
+}
+
+// Stuck returns the stuck counts of the last sweep (nil before the first).
+func (s *Service) Stuck() map[State]int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stuck == nil {
+		return nil
+	}
+	out := make(map[State]int64, len(s.stuck))
+	for k, v := range s.stuck {
+		out[k] = v
+	}
+	return out
+}
+
+// RunSweeper sweeps expired deadlines (SweepOnce) and refreshes the stuck gauge
+// (CountStuck) every SweepInterval until ctx is cancelled; it then returns nil. Errors
+// are logged and retried at the next tick. Every instance may run it.
+func (s *Service) RunSweeper(ctx context.Context) error {
+	t := time.NewTicker(s.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		if err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
+			s.log.ErrorContext(ctx, "order: sweep failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Sweep is one round of RunSweeper: it moves every order past its deadline (SweepOnce,
+// batch after batch) and then refreshes the stuck counts behind MetricStuck and Stuck.
+func (s *Service) Sweep(ctx context.Context) error {
+	var errs []error
+	for {
+		n, err := s.SweepOnce(ctx)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if err != nil || n < s.cfg.SweepBatch {
+			break
+		}
+	}
+	counts, err := s.CountStuck(ctx)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	s.mu.Lock()
+	s.stuck = counts
+	s.mu.Unlock()
+	return errors.Join(errs...)
+}

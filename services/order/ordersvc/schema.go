@@ -1,0 +1,31 @@
+package ordersvc
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+
+	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/outbox"
+)
+
+// Schema is the order service's own SQL schema (tables orders and order_history).
+//
+//go:embed schema.sql
+var Schema string
+
+// Migrate creates the library tables (idempotency records, lock fences, the outbox of o)
+// and the service's own tables in db's current search_path. It is idempotent and safe
+// to run from several instances at once.
+func Migrate(ctx context.Context, db interface {
+	app.Execer
+	app.Beginner
+}, o *outbox.Outbox) error {
+	if err := app.MigrateLibrary(ctx, db, o); err != nil {
+		return fmt.Errorf("ordersvc: %w", err)
+	}
+	if err := app.MigrateSQL(ctx, db, "order", Schema); err != nil {
+		return fmt.Errorf("ordersvc: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,318 @@
+package ordersvc_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/choreo-saga/choreo/consumer"
+	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/services/order/ordersvc"
+)
+
+// TestEventFlows drives orders through the saga's event sequences, including the races
+// between a cancel and in-flight events, and checks the end state, the events the
+// order published and its history.
+func TestEventFlows(t *testing.T) {
+	f := newFixture(t, ordersvc.Settings{})
+	tests := []struct {
+		name   string
+		steps  []string // event types, or "cancel"
+		state  ordersvc.State
+		emits  []string // after order.created
+		reason string
+	}{
+		{"confirmed", []string{"payment.authorized", "stock.reserved"}, ordersvc.Confirmed,
+			[]string{"order.confirmed"}, ""},
+		{"declined", []string{"payment.declined"}, ordersvc.Rejected,
+			[]string{"order.rejected"}, "payment declined: test"},
+		{"out of stock", []string{"payment.authorized", "stock.unavailable", "payment.refunded"}, ordersvc.Rejected,
+			[]string{"order.rejected"}, "payment refunded: test"},
+		{"cancel before anything", []string{"cancel", "payment.authorized", "payment.refunded", "stock.released"}, ordersvc.Cancelled,
+			[]string{"order.cancel_requested", "order.cancelled"}, "cancelled by customer"},
+		{"cancel races a reservation: stay until released", []string{"payment.authorized", "cancel", "stock.reserved", "payment.refunded", "stock.released"}, ordersvc.Cancelled,
+			[]string{"order.cancel_requested", "order.cancelled"}, "cancelled by customer"},
+		{"release before refund", []string{"payment.authorized", "cancel", "stock.reserved", "stock.released", "payment.refunded"}, ordersvc.Cancelled,
+			[]string{"order.cancel_requested", "order.cancelled"}, "cancelled by customer"},
+		{"cancel races a decline", []string{"cancel", "payment.declined"}, ordersvc.Cancelled,
+			[]string{"order.cancel_requested", "order.cancelled"}, "cancelled by customer"},
+		{"cancel after stock failure", []string{"payment.authorized", "stock.unavailable", "cancel", "payment.refunded"}, ordersvc.Cancelled,
+			[]string{"order.cancel_requested", "order.cancelled"}, "cancelled by customer"},
+		{"inventory answers the cancel before the late authorization", []string{"cancel", "stock.released", "payment.authorized", "stock.unavailable", "payment.refunded"}, ordersvc.Cancelled,
+			[]string{"order.cancel_requested", "order.cancelled"}, "cancelled by customer"},
+		{"still waiting for the refund", []string{"payment.authorized", "cancel", "stock.reserved", "stock.released"}, ordersvc.Cancelling,
+			[]string{"order.cancel_requested"}, "cancelled by customer"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := f.create(t)
+			for _, step := range tt.steps {
+				if step == "cancel" {
+					if _, err := f.svc.Cancel(context.Background(), o.ID); err != nil {
+						t.Fatalf("cancel: %v", err)
+					}
+					continue
+				}
+				f.mustDeliver(t, o.ID, step)
+			}
+			g := f.get(t, o.ID)
+			if g.State != tt.state || g.Reason != tt.reason {
+				t.Fatalf("state %s reason %q; want %s %q (history %+v)", g.State, g.Reason, tt.state, tt.reason, g.History)
+			}
+			if got, want := f.typesFor(t, o.ID), append([]string{"order.created"}, tt.emits...); strings.Join(got, ",") != strings.Join(want, ",") {
+				t.Fatalf("events %v; want %v", got, want)
+			}
+			// One history entry per trigger, none ignored, ending in the final state.
+			if len(g.History) != 1+len(tt.steps) {
+				t.Fatalf("history %+v", g.History)
+			}
+			for i, h := range g.History[1:] {
+				if h.Ignored || h.CauseEventType != strings.Replace(tt.steps[i], "cancel", "command.cancel", 1) {
+					t.Fatalf("history[%d] = %+v; want %s", i+1, h, tt.steps[i])
+				}
+				if tt.steps[i] != "cancel" && h.CauseEventID == "" {
+					t.Fatalf("history[%d] has no cause event id", i+1)
+				}
+			}
+			if last := g.History[len(g.History)-1]; last.To != tt.state {
+				t.Fatalf("last history entry %+v", last)
+			}
+			if tt.state.Terminal() && g.DeadlineAt != nil {
+				t.Fatalf("terminal order keeps a deadline %v", g.DeadlineAt)
+			}
+		})
+	}
+}
+
+func TestOutcomeEventsAreCausedByTheirTrigger(t *testing.T) {
+	f := newFixture(t, ordersvc.Settings{})
+	o := f.create(t)
+	f.mustDeliver(t, o.ID, "payment.authorized")
+	reserved := f.mustDeliver(t, o.ID, "stock.reserved")
+	rows := f.outbox(t)
+	last := rows[len(rows)-1]
+	if last.Type != "order.confirmed" || last.CausationID != reserved.ID || last.CorrelationID != o.ID {
+		t.Fatalf("order.confirmed %+v; want caused by %s", last, reserved.ID)
+	}
+}
+
+// TestInvalidEventsAreRecordedAndIgnored: an event that is invalid in the order's state
+// changes no state and emits nothing, but is settled (nil error: not retried, not
+// dead-lettered), recorded as ignored in the history and counted.
+func TestInvalidEventsAreRecordedAndIgnored(t *testing.T) {
+	f := newFixture(t, ordersvc.Settings{})
+	o := f.create(t)
+	f.mustDeliver(t, o.ID, "payment.authorized")
+	f.mustDeliver(t, o.ID, "stock.reserved")
+	late := f.mustDeliver(t, o.ID, "stock.released") // e.g. a reservation TTL release after confirmation
+	p := f.create(t)
+	f.mustDeliver(t, p.ID, "stock.released") // nothing was cancelled
+
+	g := f.get(t, o.ID)
+	if g.State != ordersvc.Confirmed || g.StockStatus != "released" {
+		t.Fatalf("confirmed order after a late event: %+v", g)
+	}
+	h := g.History[len(g.History)-1]
+	if !h.Ignored || h.From != ordersvc.Confirmed || h.To != ordersvc.Confirmed || h.CauseEventID != late.ID ||
+		!strings.Contains(h.Note, "terminal") {
+		t.Fatalf("ignored entry %+v", h)
+	}
+	if got := f.typesFor(t, o.ID); strings.Join(got, ",") != "order.created,order.confirmed" {
+		t.Fatalf("events %v", got)
+	}
+	if g := f.get(t, p.ID); g.State != ordersvc.Pending || !g.History[1].Ignored {
+		t.Fatalf("pending order after stock.released: %+v", g)
+	}
+
+	var rm metricdata.ResourceMetrics
+	if err := f.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	if n := counterSum(rm, ordersvc.MetricIgnored); n != 2 {
+		t.Fatalf("%s = %d; want 2", ordersvc.MetricIgnored, n)
+	}
+}
+
+func counterSum(rm metricdata.ResourceMetrics, name string) int64 {
+	var n int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					n += p.Value
+				}
+			case metricdata.Gauge[int64]:
+				for _, p := range d.DataPoints {
+					n += p.Value
+				}
+			}
+		}
+	}
+	return n
+}
+
+func TestBadEventsFailPermanently(t *testing.T) {
+	f := newFixture(t, ordersvc.Settings{})
+	// An unknown order: dead-lettered, not retried.
+	_, err := f.deliver(t, "0190a3d2-0000-7000-8000-000000000000", "payment.authorized")
+	if !errors.Is(err, ordersvc.ErrNotFound) || consumer.Retryable(err) {
+		t.Fatalf("unknown order: %v (retryable %v)", err, consumer.Retryable(err))
+	}
+	// A subject that is not an order id.
+	_, err = f.deliver(t, "not-an-id", "payment.authorized")
+	if !errors.Is(err, event.ErrMalformed) || consumer.Retryable(err) {
+		t.Fatalf("bad subject: %v", err)
+	}
+	// A payload about another order.
+	o, other := f.create(t), f.create(t)
+	ev, err := event.New("payment", "payment.declined", o.ID, map[string]any{"order_id": other.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = f.svc.HandleEvent(context.Background(), nil, ev)
+	if !errors.Is(err, event.ErrMalformed) {
+		t.Fatalf("mismatched payload: %v", err)
+	}
+}
+
+func TestDeadlineSweep(t *testing.T) {
+	f := newFixture(t, ordersvc.Settings{SagaTimeout: time.Hour, CompensationTimeout: time.Hour})
+	ctx := context.Background()
+	expired, fresh, charged := f.create(t), f.create(t), f.create(t)
+	f.mustDeliver(t, charged.ID, "payment.authorized")
+	f.exec(t, "UPDATE orders SET deadline_at = now() - interval '1 second' WHERE id = ANY($1::uuid[])", []string{expired.ID, charged.ID})
+	if n, err := f.svc.SweepOnce(ctx); err != nil || n != 2 {
+		t.Fatalf("SweepOnce = %d, %v; want 2", n, err)
+	}
+	for _, id := range []string{expired.ID, charged.ID} {
+		g := f.get(t, id)
+		if g.State != ordersvc.Cancelling || !strings.HasPrefix(g.Reason, "saga deadline exceeded") ||
+			g.History[len(g.History)-1].CauseEventType != "deadline.saga" {
+			t.Fatalf("expired order %+v", g)
+		}
+		if g.DeadlineAt == nil || !g.DeadlineAt.After(time.Now().Add(30*time.Minute)) {
+			t.Fatalf("compensation deadline %v; want about an hour ahead", g.DeadlineAt)
+		}
+		if got := f.typesFor(t, id); got[len(got)-1] != "order.cancel_requested" {
+			t.Fatalf("events %v", got)
+		}
+	}
+	if g := f.get(t, fresh.ID); g.State != ordersvc.Pending {
+		t.Fatalf("order before its deadline moved: %+v", g)
+	}
+	// The cancellation continues the saga's trace.
+	rows := f.outbox(t)
+	if last := rows[len(rows)-1]; !strings.Contains(last.TraceParent, charged.TraceID) {
+		t.Fatalf("cancel_requested traceparent %q; want trace %s", last.TraceParent, charged.TraceID)
+	}
+	// A second sweep finds nothing.
+	if n, err := f.svc.SweepOnce(ctx); err != nil || n != 0 {
+		t.Fatalf("second SweepOnce = %d, %v", n, err)
+	}
+
+	// Compensation that does not finish in time fails visibly: the refund came, the
+	// stock answer did not.
+	f.mustDeliver(t, charged.ID, "payment.refunded")
+	f.exec(t, "UPDATE orders SET deadline_at = now() - interval '1 second' WHERE id = $1", charged.ID)
+	if n, err := f.svc.SweepOnce(ctx); err != nil || n != 1 {
+		t.Fatalf("SweepOnce = %d, %v; want 1", n, err)
+	}
+	g := f.get(t, charged.ID)
+	if g.State != ordersvc.CompensationFailed || g.DeadlineAt != nil ||
+		g.Reason != "compensation not finished within 1h0m0s (payment refunded, stock none)" {
+		t.Fatalf("compensation failed order %+v", g)
+	}
+	// The late answer is recorded but the terminal state stays.
+	f.mustDeliver(t, charged.ID, "stock.released")
+	if g := f.get(t, charged.ID); g.State != ordersvc.CompensationFailed || !g.History[len(g.History)-1].Ignored {
+		t.Fatalf("after a late release: %+v", g)
+	}
+
+	var rm metricdata.ResourceMetrics
+	if err := f.reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	if n := counterSum(rm, ordersvc.MetricDeadlines); n != 3 {
+		t.Fatalf("%s = %d; want 3", ordersvc.MetricDeadlines, n)
+	}
+}
+
+func TestStuckOrders(t *testing.T) {
+	f := newFixture(t, ordersvc.Settings{StuckAfter: map[ordersvc.State]time.Duration{
+		ordersvc.Pending: time.Minute, ordersvc.Cancelling: time.Hour}})
+	ctx := context.Background()
+	stuckPending, freshPending, cancelling, slowCancelling, confirmed := f.create(t), f.create(t), f.create(t), f.create(t), f.create(t)
+	for _, id := range []string{cancelling.ID, slowCancelling.ID} {
+		if _, err := f.svc.Cancel(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.mustDeliver(t, confirmed.ID, "payment.authorized")
+	f.mustDeliver(t, confirmed.ID, "stock.reserved")
+	// Move clocks instead of sleeping: 2 minutes in PENDING is stuck (> 1m), 2 minutes in
+	// CANCELLING is not (< 1h), 2 hours in CANCELLING is, and a terminal order never is.
+	f.exec(t, "UPDATE orders SET state_since = now() - interval '2 minutes', created_at = now() - interval '2 minutes' WHERE id = ANY($1::uuid[])",
+		[]string{stuckPending.ID, cancelling.ID, confirmed.ID})
+	f.exec(t, "UPDATE orders SET state_since = now() - interval '2 hours', created_at = now() - interval '2 hours' WHERE id = ANY($1::uuid[])",
+		[]string{slowCancelling.ID, confirmed.ID})
+
+	var list ordersvc.ListJSON
+	f.do(t, "GET", "/orders?stuck=true", "", nil, &list)
+	if ids := idsOf(list); strings.Join(ids, ",") != slowCancelling.ID+","+stuckPending.ID {
+		t.Fatalf("stuck = %v; want [%s %s] (oldest first)", ids, slowCancelling.ID, stuckPending.ID)
+	}
+	for _, o := range list.Orders {
+		if !o.Stuck || o.AgeSeconds == nil || *o.AgeSeconds < 100 || o.JaegerURL == "" {
+			t.Fatalf("stuck entry %+v", o)
+		}
+	}
+	f.do(t, "GET", "/orders?stuck=true&state=PENDING", "", nil, &list)
+	if ids := idsOf(list); len(ids) != 1 || ids[0] != stuckPending.ID {
+		t.Fatalf("stuck pending = %v", ids)
+	}
+	f.do(t, "GET", "/orders?state=PENDING&older_than=1m", "", nil, &list)
+	if ids := idsOf(list); len(ids) != 1 || ids[0] != stuckPending.ID {
+		t.Fatalf("pending older than 1m = %v", ids)
+	}
+	f.do(t, "GET", "/orders?limit=2", "", nil, &list)
+	if len(list.Orders) != 2 {
+		t.Fatalf("limit 2 gave %d", len(list.Orders))
+	}
+	if g := f.get(t, freshPending.ID); g.Stuck {
+		t.Fatal("fresh order reported stuck")
+	}
+	if g := f.get(t, stuckPending.ID); !g.Stuck {
+		t.Fatal("stuck order not reported stuck")
+	}
+
+	// The gauge reports the counts of the last sweep.
+	if err := f.svc.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.svc.Stuck(); got[ordersvc.Pending] != 1 || got[ordersvc.Cancelling] != 1 {
+		t.Fatalf("Stuck() = %v", got)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := f.reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	if n := counterSum(rm, ordersvc.MetricStuck); n != 2 {
+		t.Fatalf("%s = %d; want 2", ordersvc.MetricStuck, n)
+	}
+}
+
+func idsOf(l ordersvc.ListJSON) []string {
+	ids := make([]string, len(l.Orders))
+	for i, o := range l.Orders {
+		ids[i] = o.ID
+	}
+	return ids
+}

@@ -1,0 +1,247 @@
+package ordersvc
+
+import (
+	"fmt"
+
+	"github.com/choreo-saga/choreo/services/events"
+)
+
+// State is the state of an order.
+type State string
+
+// The order states. CONFIRMED, REJECTED, CANCELLED and COMPENSATION_FAILED are terminal:
+// no trigger leads out of them.
+const (
+	// Pending: created, waiting for payment and stock.
+	Pending State = "PENDING"
+	// Confirmed: paid and stock reserved.
+	Confirmed State = "CONFIRMED"
+	// Rejected: payment declined, or stock unavailable and the payment refunded.
+	Rejected State = "REJECTED"
+	// Cancelling: a cancel was requested (by the customer or the saga deadline); the
+	// order waits until payment and stock are both settled.
+	Cancelling State = "CANCELLING"
+	// Cancelled: compensation finished: nothing is charged and nothing is reserved.
+	Cancelled State = "CANCELLED"
+	// CompensationFailed: compensation did not finish before its deadline. It needs an
+	// operator; the facts (payment/stock status) say which side did not answer.
+	CompensationFailed State = "COMPENSATION_FAILED"
+)
+
+// States lists every state, non-terminal ones first.
+var States = []State{Pending, Cancelling, Confirmed, Rejected, Cancelled, CompensationFailed}
+
+// Terminal reports whether s is a final state.
+func (s State) Terminal() bool {
+	switch s {
+	case Confirmed, Rejected, Cancelled, CompensationFailed:
+		return true
+	}
+	return false
+}
+
+// Valid reports whether s is one of the order states.
+func (s State) Valid() bool {
+	for _, x := range States {
+		if s == x {
+			return true
+		}
+	}
+	return false
+}
+
+// Trigger is what can move an order: an incoming event type, or a command.
+type Trigger string
+
+// Triggers. Event triggers are the event type names of services/events.
+const (
+	OnPaymentAuthorized Trigger = events.PaymentAuthorized
+	OnPaymentDeclined   Trigger = events.PaymentDeclined
+	OnPaymentRefunded   Trigger = events.PaymentRefunded
+	OnStockReserved     Trigger = events.StockReserved
+	OnStockUnavailable  Trigger = events.StockUnavailable
+	OnStockReleased     Trigger = events.StockReleased
+
+	// CmdCancel is POST /orders/{id}/cancel.
+	CmdCancel Trigger = "command.cancel"
+	// CmdSagaTimeout fires when a PENDING order passes its saga deadline.
+	CmdSagaTimeout Trigger = "deadline.saga"
+	// CmdCompensationTimeout fires when a CANCELLING order passes its compensation
+	// deadline.
+	CmdCompensationTimeout Trigger = "deadline.compensation"
+)
+
+// Facts are what the other services have reported about an order, recorded from every
+// event whatever the state. The CANCELLING state completes on them.
+type Facts struct {
+	PaymentAuthorized bool // payment.authorized seen: the customer was charged
+	PaymentDeclined   bool // payment.declined seen: nothing was (or will be) charged
+	PaymentRefunded   bool // payment.refunded seen: the charge was given back
+	StockReserved     bool // stock.reserved seen
+	StockUnavailable  bool // stock.unavailable seen: nothing was (or will be) reserved
+	StockReleased     bool // stock.released seen: the reservation was given back
+}
+
+// Observe records what trigger t says about the other services.
+func (f *Facts) Observe(t Trigger) {
+	switch t {
+	case OnPaymentAuthorized:
+		f.PaymentAuthorized = true
+	case OnPaymentDeclined:
+		f.PaymentDeclined = true
+	case OnPaymentRefunded:
+		f.PaymentRefunded = true
+	case OnStockReserved:
+		f.StockReserved = true
+	case OnStockUnavailable:
+		f.StockUnavailable = true
+	case OnStockReleased:
+		f.StockReleased = true
+	}
+}
+
+// PaymentSettled: payment will not charge (declined) or has refunded.
+func (f Facts) PaymentSettled() bool { return f.PaymentDeclined || f.PaymentRefunded }
+
+// StockSettled: inventory released, or said it reserved nothing, or can never reserve
+// because the payment was declined (inventory reserves only on payment.authorized).
+func (f Facts) StockSettled() bool {
+	return f.StockReleased || f.StockUnavailable || f.PaymentDeclined
+}
+
+// Compensated reports whether a cancelled order has been fully compensated: nothing is
+// charged and nothing is reserved, and neither can change any more.
+func (f Facts) Compensated() bool { return f.PaymentSettled() && f.StockSettled() }
+
+// PaymentStatus summarises the payment facts for the API: none, authorized, declined
+// or refunded.
+func (f Facts) PaymentStatus() string {
+	switch {
+	case f.PaymentRefunded:
+		return "refunded"
+	case f.PaymentDeclined:
+		return "declined"
+	case f.PaymentAuthorized:
+		return "authorized"
+	}
+	return "none"
+}
+
+// StockStatus summarises the stock facts for the API: none, reserved, unavailable or
+// released.
+func (f Facts) StockStatus() string {
+	switch {
+	case f.StockReleased:
+		return "released"
+	case f.StockUnavailable:
+		return "unavailable"
+	case f.StockReserved:
+		return "reserved"
+	}
+	return "none"
+}
+
+// Guard is a condition on the facts that a rule needs to move to its target state; when
+// it does not hold, the order stays where it is (the trigger is still recorded).
+type Guard string
+
+// Guards.
+const (
+	// Always: no condition.
+	Always Guard = ""
+	// WhenCompensated: Facts.Compensated.
+	WhenCompensated Guard = "compensated"
+)
+
+func (g Guard) holds(f Facts) bool {
+	switch g {
+	case WhenCompensated:
+		return f.Compensated()
+	}
+	return true
+}
+
+// Rule is one row of the transition table.
+type Rule struct {
+	// To is the target state when Guard holds.
+	To State
+	// Guard must hold for the order to move to To; otherwise it stays in its state.
+	Guard Guard
+	// Emit is the event type published when the order moves to To ("" for none).
+	Emit string
+	// Noop marks a trigger that is accepted but changes and records nothing (a repeated
+	// cancel).
+	Noop bool
+}
+
+type ruleKey struct {
+	from State
+	on   Trigger
+}
+
+// transitions is THE transition table: every (state, trigger) pair that is allowed.
+// Any pair missing here is an invalid transition: rejected, logged and, for events,
+// recorded in the history as ignored.
+var transitions = map[ruleKey]Rule{
+	// The happy path and its failures.
+	{Pending, OnPaymentAuthorized}: {To: Pending},
+	{Pending, OnStockReserved}:     {To: Confirmed, Emit: events.OrderConfirmed},
+	{Pending, OnPaymentDeclined}:   {To: Rejected, Emit: events.OrderRejected},
+	{Pending, OnStockUnavailable}:  {To: Pending}, // payment refunds next; payment.refunded rejects
+	{Pending, OnPaymentRefunded}:   {To: Rejected, Emit: events.OrderRejected},
+
+	// Cancellation (by the customer or the saga deadline) and its completion.
+	{Pending, CmdCancel}:      {To: Cancelling, Emit: events.OrderCancelRequested},
+	{Pending, CmdSagaTimeout}: {To: Cancelling, Emit: events.OrderCancelRequested},
+	{Cancelling, CmdCancel}:   {To: Cancelling, Noop: true},
+	{Cancelled, CmdCancel}:    {To: Cancelled, Noop: true},
+
+	// While cancelling, in-flight events of the forward path are recorded (a late
+	// stock.reserved keeps the order here until stock.released arrives), and each
+	// settling event completes the cancellation once both sides are settled.
+	{Cancelling, OnPaymentAuthorized}:    {To: Cancelling},
+	{Cancelling, OnStockReserved}:        {To: Cancelling},
+	{Cancelling, OnPaymentDeclined}:      {To: Cancelled, Guard: WhenCompensated, Emit: events.OrderCancelled},
+	{Cancelling, OnPaymentRefunded}:      {To: Cancelled, Guard: WhenCompensated, Emit: events.OrderCancelled},
+	{Cancelling, OnStockUnavailable}:     {To: Cancelled, Guard: WhenCompensated, Emit: events.OrderCancelled},
+	{Cancelling, OnStockReleased}:        {To: Cancelled, Guard: WhenCompensated, Emit: events.OrderCancelled},
+	{Cancelling, CmdCompensationTimeout}: {To: CompensationFailed},
+}
+
+// Lookup returns the rule for trigger t in state s, and whether one exists.
+func Lookup(s State, t Trigger) (Rule, bool) {
+	r, ok := transitions[ruleKey{s, t}]
+	return r, ok
+}
+
+// Decision is the outcome of Decide.
+type Decision struct {
+	From, To State
+	// Emit is the event type to publish ("" for none).
+	Emit string
+	// Noop: accepted, nothing to record.
+	Noop bool
+	// Facts are the facts after observing the trigger.
+	Facts Facts
+}
+
+// Decide applies trigger t to an order in state s with facts f: it records the trigger's
+// facts and looks the transition up. It returns an error wrapping ErrInvalidTransition
+// when the table has no rule for (s, t); the returned Decision still carries the updated
+// facts (From == To == s) so that callers can record them.
+func Decide(s State, f Facts, t Trigger) (Decision, error) {
+	f.Observe(t)
+	d := Decision{From: s, To: s, Facts: f}
+	r, ok := Lookup(s, t)
+	if !ok {
+		return d, fmt.Errorf("%w: %s on %s", ErrInvalidTransition, t, s)
+	}
+	if r.Noop {
+		d.Noop = true
+		return d, nil
+	}
+	if r.Guard.holds(f) {
+		d.To, d.Emit = r.To, r.Emit
+	}
+	return d, nil
+}

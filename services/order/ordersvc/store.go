@@ -1,0 +1,381 @@
+package ordersvc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/services/events"
+)
+
+// Order is one order as stored.
+type Order struct {
+	ID         string
+	CustomerID string
+	Items      []events.Item
+	Amount     int64
+	State      State
+	// Reason explains a terminal state (why rejected, cancelled or failed).
+	Reason string
+	Facts  Facts
+	// StateSince is when the order entered State.
+	StateSince time.Time
+	// DeadlineAt is the deadline of State (saga deadline while PENDING, compensation
+	// deadline while CANCELLING); zero in terminal states.
+	DeadlineAt time.Time
+	// TraceID and SpanID identify the span that created the order: the saga's trace.
+	TraceID, SpanID string
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+	// Version counts the order's updates.
+	Version int64
+	// Stuck reports whether the order has stayed in its non-terminal state longer than
+	// its StuckAfter when it was read (database clock).
+	Stuck bool
+	// Age is how old the order was when it was read (database clock).
+	Age time.Duration
+
+	readAt time.Time // database clock at the read
+}
+
+func (o Order) sagaSpanContext() (trace.SpanContext, bool) {
+	tid, err1 := trace.TraceIDFromHex(o.TraceID)
+	sid, err2 := trace.SpanIDFromHex(o.SpanID)
+	if err1 != nil || err2 != nil {
+		return trace.SpanContext{}, false
+	}
+	sc := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, Remote: true,
+	})
+	return sc, sc.IsValid()
+}
+
+// HistoryEntry is one trigger an order saw.
+type HistoryEntry struct {
+	From, To State // From is "" for the creation
+	// CauseEventID is the id of the causing event ("" for commands).
+	CauseEventID string
+	// CauseEventType is the event type, or the command (command.create, command.cancel,
+	// deadline.saga, deadline.compensation).
+	CauseEventType string
+	// Ignored marks a trigger that was invalid in From and changed nothing.
+	Ignored bool
+	// Note explains an ignored trigger or a reason.
+	Note string
+	At   time.Time
+}
+
+// cmdCreate names the creation in the history.
+const cmdCreate = "command.create"
+
+const orderColumns = `id::text, customer_id, items, amount, state, reason,
+	payment_authorized, payment_declined, payment_refunded, stock_reserved, stock_unavailable, stock_released,
+	state_since, deadline_at, trace_id, span_id, created_at, updated_at, version, now()`
+
+func (s *Service) scanOrder(row pgx.Row) (Order, error) {
+	var (
+		o        Order
+		state    string
+		deadline *time.Time
+		now      time.Time
+		f        = &o.Facts
+	)
+	err := row.Scan(&o.ID, &o.CustomerID, &o.Items, &o.Amount, &state, &o.Reason,
+		&f.PaymentAuthorized, &f.PaymentDeclined, &f.PaymentRefunded, &f.StockReserved, &f.StockUnavailable, &f.StockReleased,
+		&o.StateSince, &deadline, &o.TraceID, &o.SpanID, &o.CreatedAt, &o.UpdatedAt, &o.Version, &now)
+	if err != nil {
+		return Order{}, err
+	}
+	o.State = State(state)
+	if deadline != nil {
+		o.DeadlineAt = *deadline
+	}
+	o.readAt = now
+	o.Age = now.Sub(o.CreatedAt)
+	o.Stuck = !o.State.Terminal() && now.Sub(o.StateSince) > s.cfg.StuckAfter[o.State]
+	return o, nil
+}
+
+// q is what both a pool and a transaction offer.
+type q interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// load reads one order; forUpdate locks its row until the transaction ends.
+func (s *Service) load(ctx context.Context, db q, id string, forUpdate bool) (Order, error) {
+	sql := "SELECT " + orderColumns + " FROM orders WHERE id = $1"
+	if forUpdate {
+		sql += " FOR UPDATE"
+	}
+	o, err := s.scanOrder(db.QueryRow(ctx, sql, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Order{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return Order{}, fmt.Errorf("ordersvc: load order %s: %w", id, err)
+	}
+	return o, nil
+}
+
+// validID reports whether id is a canonical UUID (the only form order ids take).
+func validID(id string) bool {
+	u, err := uuid.Parse(id)
+	return err == nil && u.String() == id
+}
+
+// Get returns the order with its full history, oldest entry first.
+func (s *Service) Get(ctx context.Context, id string) (Order, []HistoryEntry, error) {
+	if !validID(id) {
+		return Order{}, nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	o, err := s.load(ctx, s.db, id, false)
+	if err != nil {
+		return Order{}, nil, err
+	}
+	rows, err := s.db.Query(ctx, `SELECT from_state, to_state, cause_event_id, cause_event_type, ignored, note, at
+		FROM order_history WHERE order_id = $1 ORDER BY id`, id)
+	if err != nil {
+		return Order{}, nil, fmt.Errorf("ordersvc: history of %s: %w", id, err)
+	}
+	hist, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (HistoryEntry, error) {
+		var h HistoryEntry
+		var from, to string
+		err := r.Scan(&from, &to, &h.CauseEventID, &h.CauseEventType, &h.Ignored, &h.Note, &h.At)
+		h.From, h.To = State(from), State(to)
+		return h, err
+	})
+	if err != nil {
+		return Order{}, nil, fmt.Errorf("ordersvc: history of %s: %w", id, err)
+	}
+	return o, hist, nil
+}
+
+// insert writes a new PENDING order, its creation history entry and order.created, in tx.
+func (s *Service) insert(ctx context.Context, tx pgx.Tx, id string, req CreateRequest) (Order, error) {
+	var traceID, spanID string
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		traceID, spanID = sc.TraceID().String(), sc.SpanID().String()
+	}
+	o, err := s.scanOrder(tx.QueryRow(ctx, `INSERT INTO orders
+		(id, customer_id, items, amount, state, deadline_at, trace_id, span_id)
+		VALUES ($1, $2, $3, $4, $5, now() + $6::bigint * interval '1 microsecond', $7, $8)
+		RETURNING `+orderColumns,
+		id, req.CustomerID, req.Items, req.Amount, string(Pending), s.cfg.SagaTimeout.Microseconds(), traceID, spanID))
+	if err != nil {
+		return Order{}, fmt.Errorf("ordersvc: insert order: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO order_history (order_id, from_state, to_state, cause_event_type)
+		VALUES ($1, '', $2, $3)`, id, string(Pending), cmdCreate); err != nil {
+		return Order{}, fmt.Errorf("ordersvc: insert history: %w", err)
+	}
+	ev, err := event.New(events.SourceOrder, events.OrderCreated, id, events.OrderCreatedV1{
+		OrderID: id, CustomerID: req.CustomerID, Items: req.Items, Amount: req.Amount,
+	})
+	if err != nil {
+		return Order{}, fmt.Errorf("ordersvc: build order.created: %w", err)
+	}
+	if err := s.outbox.Enqueue(ctx, tx, events.TopicOrders, ev); err != nil {
+		return Order{}, fmt.Errorf("ordersvc: %w", err)
+	}
+	return o, nil
+}
+
+// apply applies trigger t to o, whose row tx has locked (load with forUpdate). cause is
+// the causing event (nil for commands). reason explains the move to a new state: it is
+// stored on the order when the state changes (a cancellation's reason is kept through
+// CANCELLED) and travels in the emitted event.
+//
+// For a valid trigger it updates the row, appends the history entry and enqueues the
+// rule's event, all in tx. For an invalid one it returns an error wrapping
+// ErrInvalidTransition; when the trigger is an event, it first records the event's
+// facts and an ignored history entry in tx, so that committing tx settles the event
+// for good (a late event is not retried forever), and the ignored entry shows in the
+// history.
+func (s *Service) apply(ctx context.Context, tx pgx.Tx, o Order, t Trigger, cause *event.Event, reason string) (Order, Decision, error) {
+	d, derr := Decide(o.State, o.Facts, t)
+	causeID := ""
+	if cause != nil {
+		causeID = cause.ID
+	}
+	if derr != nil {
+		if cause == nil {
+			return o, d, derr
+		}
+		note := fmt.Sprintf("no transition for %s in %s", t, o.State)
+		if o.State.Terminal() {
+			note = fmt.Sprintf("late event: %s is terminal", o.State)
+		}
+		if err := s.writeFacts(ctx, tx, o.ID, d.Facts); err != nil {
+			return o, d, err
+		}
+		if err := s.writeHistory(ctx, tx, o.ID, o.State, o.State, causeID, string(t), true, note); err != nil {
+			return o, d, err
+		}
+		s.ignored.Add(ctx, 1, metric.WithAttributes(attribute.String("state", string(o.State)), attribute.String("trigger", string(t))))
+		return o, d, derr
+	}
+	if d.Noop {
+		return o, d, nil
+	}
+
+	stored := reason
+	if d.To == Cancelled {
+		stored = "" // keep the cancellation's reason; the settling event's goes to the history
+	}
+	f := d.Facts
+	o2, err := s.scanOrder(tx.QueryRow(ctx, `UPDATE orders SET
+		state = $2,
+		reason = CASE WHEN $3 = '' OR state = $2 THEN reason ELSE $3 END,
+		state_since = CASE WHEN state = $2 THEN state_since ELSE now() END,
+		-- The deadline follows the state: kept while the state stays, the
+		-- compensation deadline on entering CANCELLING, none in a terminal state.
+		deadline_at = CASE WHEN state = $2 THEN deadline_at
+			WHEN $2 = 'CANCELLING' THEN now() + $4::bigint * interval '1 microsecond'
+			ELSE NULL END,
+		payment_authorized = $5, payment_declined = $6, payment_refunded = $7,
+		stock_reserved = $8, stock_unavailable = $9, stock_released = $10,
+		updated_at = now(), version = version + 1
+		WHERE id = $1
+		RETURNING `+orderColumns,
+		o.ID, string(d.To), stored, s.cfg.CompensationTimeout.Microseconds(),
+		f.PaymentAuthorized, f.PaymentDeclined, f.PaymentRefunded, f.StockReserved, f.StockUnavailable, f.StockReleased))
+	if err != nil {
+		return o, d, fmt.Errorf("ordersvc: update order %s: %w", o.ID, err)
+	}
+	note := ""
+	if d.From != d.To {
+		note = reason
+	}
+	if err := s.writeHistory(ctx, tx, o.ID, d.From, d.To, causeID, string(t), false, note); err != nil {
+		return o, d, err
+	}
+	if d.Emit != "" {
+		ev, err := newEvent(d.Emit, o.ID, o2.Reason, cause)
+		if err != nil {
+			return o, d, err
+		}
+		if err := s.outbox.Enqueue(ctx, tx, events.TopicOrders, ev); err != nil {
+			return o, d, fmt.Errorf("ordersvc: %w", err)
+		}
+	}
+	if d.From != d.To {
+		s.transitions.Add(ctx, 1, metric.WithAttributes(attribute.String("from", string(d.From)), attribute.String("to", string(d.To))))
+	}
+	return o2, d, nil
+}
+
+func (s *Service) writeFacts(ctx context.Context, tx pgx.Tx, id string, f Facts) error {
+	_, err := tx.Exec(ctx, `UPDATE orders SET
+		payment_authorized = $2, payment_declined = $3, payment_refunded = $4,
+		stock_reserved = $5, stock_unavailable = $6, stock_released = $7, updated_at = now()
+		WHERE id = $1`,
+		id, f.PaymentAuthorized, f.PaymentDeclined, f.PaymentRefunded, f.StockReserved, f.StockUnavailable, f.StockReleased)
+	if err != nil {
+		return fmt.Errorf("ordersvc: update facts of %s: %w", id, err)
+	}
+	return nil
+}
+
+func (s *Service) writeHistory(ctx context.Context, tx pgx.Tx, id string, from, to State, causeID, causeType string, ignored bool, note string) error {
+	_, err := tx.Exec(ctx, `INSERT INTO order_history
+		(order_id, from_state, to_state, cause_event_id, cause_event_type, ignored, note)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+		id, string(from), string(to), causeID, causeType, ignored, note)
+	if err != nil {
+		return fmt.Errorf("ordersvc: insert history of %s: %w", id, err)
+	}
+	return nil
+}
+
+// ListQuery filters List.
+type ListQuery struct {
+	// State, if set, keeps only orders in that state.
+	State State
+	// Stuck keeps only stuck orders (non-terminal and past their state's StuckAfter).
+	Stuck bool
+	// OlderThan, if positive, keeps only orders created longer ago than that.
+	OlderThan time.Duration
+	// Limit bounds the result (default 100, at most MaxListLimit).
+	Limit int
+}
+
+// Limits of List.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+)
+
+// stuckCondition is the SQL condition for "stuck", with the per-state thresholds as
+// microsecond parameters $n (PENDING) and $n+1 (CANCELLING).
+func stuckCondition(n int) string {
+	return fmt.Sprintf(`(state IN ('PENDING', 'CANCELLING') AND state_since < now() -
+		(CASE state WHEN 'PENDING' THEN $%d::bigint ELSE $%d::bigint END) * interval '1 microsecond')`, n, n+1)
+}
+
+// List returns the orders matching lq, oldest first.
+func (s *Service) List(ctx context.Context, lq ListQuery) ([]Order, error) {
+	var (
+		where []string
+		args  []any
+	)
+	arg := func(v any) int { args = append(args, v); return len(args) }
+	if lq.State != "" {
+		where = append(where, fmt.Sprintf("state = $%d", arg(string(lq.State))))
+	}
+	if lq.Stuck {
+		n := arg(s.cfg.StuckAfter[Pending].Microseconds())
+		arg(s.cfg.StuckAfter[Cancelling].Microseconds())
+		where = append(where, stuckCondition(n))
+	}
+	if lq.OlderThan > 0 {
+		where = append(where, fmt.Sprintf("created_at < now() - $%d::bigint * interval '1 microsecond'", arg(lq.OlderThan.Microseconds())))
+	}
+	limit := lq.Limit
+	if limit <= 0 {
+		limit = DefaultListLimit
+	}
+	limit = min(limit, MaxListLimit)
+	sql := "SELECT " + orderColumns + " FROM orders"
+	if len(where) > 0 {
+		sql += " WHERE " + strings.Join(where, " AND ")
+	}
+	sql += fmt.Sprintf(" ORDER BY created_at, id LIMIT $%d", arg(limit))
+	rows, err := s.db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("ordersvc: list orders: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Order, error) { return s.scanOrder(r) })
+	if err != nil {
+		return nil, fmt.Errorf("ordersvc: list orders: %w", err)
+	}
+	return out, nil
+}
+
+// CountStuck returns the number of stuck orders per non-terminal state (zero counts
+// included).
+func (s *Service) CountStuck(ctx context.Context) (map[State]int64, error) {
+	rows, err := s.db.Query(ctx, "SELECT state, count(*) FROM orders WHERE "+stuckCondition(1)+" GROUP BY state",
+		s.cfg.StuckAfter[Pending].Microseconds(), s.cfg.StuckAfter[Cancelling].Microseconds())
+	if err != nil {
+		return nil, fmt.Errorf("ordersvc: count stuck orders: %w", err)
+	}
+	counts := map[State]int64{Pending: 0, Cancelling: 0}
+	var (
+		st string
+		n  int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&st, &n}, func() error { counts[State(st)] = n; return nil })
+	if err != nil {
+		return nil, fmt.Errorf("ordersvc: count stuck orders: %w", err)
+	}
+	return counts, nil
+}
