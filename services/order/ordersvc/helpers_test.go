@@ -149,7 +149,7 @@ func (f *fixture) mustDeliver(t *testing.T, orderID, typ string) event.Event {
 
 type outboxRow struct {
 	Topic, Key, Type, CorrelationID, CausationID, TraceParent string
-	Payload                                                  map[string]any
+	Payload                                                   map[string]any
 }
 
 // outbox returns the rows waiting in the outbox, oldest first.
