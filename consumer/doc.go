@@ -1,0 +1,104 @@
+// Package consumer runs choreo's Kafka consumers: a franz-go group consumer with one
+// worker per partition, and the middleware chain every saga step runs in.
+//
+// # Embedding
+//
+// A service builds the standard chain around its business handlers and runs it:
+//
+//	router := consumer.NewRouter().
+//		Handle("order.created", charge).   // func(ctx, tx pgx.Tx, ev event.Event) error
+//		Ignore("order.viewed")
+//	h, err := consumer.Standard(consumer.StandardConfig{
+//		DB: pool, Router: router, DeadLetter: kafkaClient, Locker: locker,
+//		Name: "charge", AfterCommit: []func(){ob.Wake},
+//	})
+//	c, err := consumer.New(brokers, "payment", []string{"orders.events"}, h)
+//	err = c.Run(ctx) // until ctx is cancelled; then a graceful shutdown
+//
+// The business handler receives the transaction explicitly. It makes its writes and
+// enqueues its outgoing events with outbox.Enqueue in that transaction, using
+// ev.CausedBy(incoming) so that they keep the saga's correlation id and name their cause.
+//
+// # The chain
+//
+// Standard wires, outermost first:
+//
+//	Recover → Tracing → CorrelationID → Metrics → Logging → DeadLetter → Retry →
+//	Recover → Decode → Router.Filter → Lock → Idempotent → handler(ctx, tx, event)
+//
+//   - Recover turns panics into *PanicError. Outermost it protects the runtime; just inside
+//     Retry it makes a panicking handler's event non-retryable, so it is dead-lettered.
+//   - Tracing continues the producer's trace (W3C headers) in a consumer span with the
+//     OpenTelemetry messaging attributes; CorrelationID adds the saga's correlation id and
+//     entity id to the context, the span and the logs.
+//   - Metrics and Logging report every record's duration, attempts and Outcome.
+//   - DeadLetter settles records that cannot be handled: it produces them, with their
+//     original key, value and headers and the HeaderDLQ* headers (reason, error, attempts,
+//     source topic, partition, offset, group, timestamps), to "<topic>.dlq", waits for the
+//     acknowledgement, and lets the partition move on. It sits outside Retry because only
+//     the outcome of all attempts decides.
+//   - Retry retries retryable errors in place with exponential backoff and full jitter
+//     (delay uniform in [0, min(MaxDelay, BaseDelay·2^(n-1))]), bounded by MaxAttempts and
+//     MaxElapsed. Errors are classified with errors.Is/As by Retryable: Permanent errors,
+//     event.ErrMalformed, idempotency.ErrKeyReused, ErrUnknownType and panics are never
+//     retried; lock.ErrNotObtained, lock.ErrLost and everything else are.
+//   - Decode turns the record into an event.Event; the router's filter settles ignored
+//     types and rejects unknown ones before any lock or transaction.
+//   - Lock holds the entity's Redis lease (package lock) while the transaction runs, to
+//     avoid contention; it is not the correctness guard.
+//   - Idempotent is the correctness guard: in one Postgres transaction it claims the
+//     event id under the scope "<group>/<name>" with a SHA-256 of type and payload
+//     (package idempotency), optionally checks the lease's fencing token, runs the
+//     handler and commits. A duplicate is skipped; the same id with another payload is
+//     key reuse, dead-lettered.
+//
+// Every piece is an ordinary Middleware (func(Handler) Handler) and can be composed
+// differently with Chain.
+//
+// # Runtime
+//
+// New and Run consume a set of topics in a consumer group (franz-go, cooperative-sticky
+// balancing by default). Each assigned partition gets a worker goroutine that handles its
+// records one at a time in offset order, so the events of one key (one entity) are
+// handled in order while partitions run in parallel. The poll loop never blocks on a
+// worker: each partition buffers at most WithMaxBuffered records (plus one poll) and its
+// fetching is paused (PauseFetchPartitions) while the buffer is full.
+//
+// Offsets are committed only for settled records, i.e. records whose transaction
+// committed or that were dead-lettered: a worker marks a record (kgo.AutoCommitMarks,
+// MarkCommitRecords) only after its handler returned nil, and marked offsets are
+// committed periodically. A handler error means "not settled": the worker hands the
+// same record over again after a backoff (WithRedeliveryBackoff) and never skips it.
+// The poll loop and the rebalance callbacks are serialised (kgo.BlockRebalanceOnPoll,
+// released after every poll, which never blocks). When partitions are revoked, their
+// workers finish the record in hand (bounded by WithDrainTimeout), buffered records are
+// dropped unmarked, and the marked offsets are committed before the callback returns, so
+// the next owner starts exactly after the last settled record. When partitions are lost
+// (the member was fenced out of the group), their workers stop at once and nothing is
+// committed; the next owner redoes at most the unsettled work, which idempotency absorbs.
+//
+// Cancelling Run's context shuts down gracefully: fetching stops, in-flight handlers
+// finish (bounded by WithShutdownTimeout), the settled offsets are committed and the
+// member leaves the group.
+//
+// Per-partition lag (high watermark minus the offset after the last settled record) and
+// buffered records are exported as OpenTelemetry gauges (choreo.consumer.lag,
+// choreo.consumer.buffered; WithMeterProvider) and returned by Consumer.Lag.
+//
+// # Batch mode
+//
+// One transaction per event is bounded by the database's commit rate. WithBatch with
+// StandardBatch hands up to N buffered records of a partition to one transaction (locks
+// on all their entities, one claim per event, one commit), and falls back to the
+// one-at-a-time chain for that batch if anything in it fails, so poison records are still
+// isolated and dead-lettered individually. See docs/benchmarks-consumer.md.
+//
+// # Why hand-written parts
+//
+// Retry implements full jitter itself: github.com/cenkalti/backoff randomises around the
+// exponential delay (a randomization factor) rather than over [0, bound], and the policy
+// must cooperate with the worker's stop signal and with DeadLetter. The per-partition
+// runtime follows franz-go's goroutine-per-partition pattern rather than wrapping a
+// framework, because the commit-after-settle and drain-on-revoke rules are the point.
+// Spans come from package tracing (W3C propagation compatible with franz-go's kotel).
+package consumer

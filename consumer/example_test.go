@@ -1,0 +1,198 @@
+package consumer_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/choreo-saga/choreo/consumer"
+	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/idempotency"
+	"github.com/choreo-saga/choreo/lock"
+	"github.com/choreo-saga/choreo/outbox"
+)
+
+// A payment service charges every order.created event once, records the payment and
+// publishes payment.authorized through the outbox, in one transaction. The embedding is
+// the part between the markers; the rest starts throw-away infrastructure.
+func ExampleStandard() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pool, rdb, brokers, cleanup := exampleInfra(ctx)
+	defer cleanup()
+
+	// --- embedding starts ---
+	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...)) // publishes dead letters
+	if err != nil {
+		panic(err)
+	}
+	defer producer.Close()
+	ob := outbox.New()
+	router := consumer.NewRouter().
+		Handle("order.created", func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+			var order struct {
+				Amount int `json:"amount"`
+			}
+			if err := ev.DecodeData(&order); err != nil {
+				return err // malformed: dead-lettered at once
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO payments (order_id, amount) VALUES ($1, $2)`, ev.Subject, order.Amount); err != nil {
+				return err
+			}
+			next, err := event.New("payment", "payment.authorized", ev.Subject, order)
+			if err != nil {
+				return err
+			}
+			return ob.Enqueue(ctx, tx, "payments.events", next.CausedBy(ev))
+		}).
+		Ignore("order.viewed")
+	h, err := consumer.Standard(consumer.StandardConfig{
+		DB: pool, Router: router, DeadLetter: producer, Name: "charge",
+		Locker:      lock.New(rdb, lock.Options{Namespace: "example:" + exampleID() + ":"}),
+		AfterCommit: []func(){ob.Wake}, EntityAttribute: "order.id",
+	})
+	if err != nil {
+		panic(err)
+	}
+	c, err := consumer.New(brokers, "payment", []string{"orders.events"}, h,
+		consumer.WithClientOptions(kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())))
+	if err != nil {
+		panic(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	// --- embedding ends ---
+
+	// The same order.created delivered twice, and an event nobody handles.
+	created, _ := event.New("order", "order.created", "o-1", map[string]int{"amount": 42})
+	rec, _ := event.ToRecord("orders.events", created)
+	viewed, _ := event.New("order", "order.viewed", "o-1", map[string]int{})
+	vrec, _ := event.ToRecord("orders.events", viewed)
+	if err := producer.ProduceSync(ctx, rec, rec, vrec).FirstErr(); err != nil {
+		panic(err)
+	}
+
+	var payments, queued int
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		_ = pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM payments), (SELECT count(*) FROM choreo_outbox)`).Scan(&payments, &queued)
+		if lag, ok := c.Lag()["orders.events"][0]; ok && lag == 0 && payments > 0 {
+			break
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		panic(err)
+	}
+	fmt.Printf("payments: %d, events queued in the outbox: %d\n", payments, queued)
+	// Output: payments: 1, events queued in the outbox: 1
+}
+
+// Permanent marks an error that no retry can fix: Retry gives up at once and DeadLetter
+// sends the event to the dead-letter topic with reason "permanent".
+func ExamplePermanent() {
+	errLimit := errors.New("amount above the customer's limit")
+	err := fmt.Errorf("charge o-1: %w", consumer.Permanent(errLimit))
+	fmt.Println(consumer.Retryable(err), errors.Is(err, errLimit), consumer.Reason(err))
+	fmt.Println(consumer.Retryable(lock.ErrNotObtained), consumer.Reason(idempotency.ErrKeyReused))
+	// Output:
+	// false true permanent
+	// true key_reused
+}
+
+// The backoff bound doubles per failed attempt up to MaxDelay; the actual delay is drawn
+// uniformly from [0, bound] (full jitter).
+func ExampleRetryPolicy_Bound() {
+	p := consumer.RetryPolicy{BaseDelay: 100 * time.Millisecond, MaxDelay: time.Second}
+	for attempt := 1; attempt <= 5; attempt++ {
+		fmt.Print(p.Bound(attempt), " ")
+	}
+	fmt.Println()
+	// Output: 100ms 200ms 400ms 800ms 1s
+}
+
+// Chain applies middlewares outermost first.
+func ExampleChain() {
+	trace := func(name string) consumer.Middleware {
+		return func(next consumer.Handler) consumer.Handler {
+			return func(ctx context.Context, m *consumer.Message) error {
+				fmt.Println("enter", name)
+				defer fmt.Println("leave", name)
+				return next(ctx, m)
+			}
+		}
+	}
+	h := consumer.Chain(func(context.Context, *consumer.Message) error {
+		fmt.Println("handler")
+		return nil
+	}, trace("outer"), trace("inner"))
+	_ = h(context.Background(), &consumer.Message{Record: &kgo.Record{}})
+	// Output:
+	// enter outer
+	// enter inner
+	// handler
+	// leave inner
+	// leave outer
+}
+
+func exampleID() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// exampleInfra returns a Postgres pool on a private schema holding the idempotency, fence
+// and outbox tables and a payments table, a Redis client, and an in-process Kafka
+// (kfake) broker with the topics of the example.
+func exampleInfra(ctx context.Context) (*pgxpool.Pool, *redis.Client, []string, func()) {
+	dsn := os.Getenv("CHOREO_TEST_POSTGRES_DSN")
+	if dsn == "" {
+		dsn = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	}
+	schema := "choreo_example_" + exampleID()
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		panic(err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		panic(err)
+	}
+	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+schema+"; CREATE TABLE payments (order_id text PRIMARY KEY, amount int NOT NULL)"); err != nil {
+		panic(err)
+	}
+	for _, migrate := range []func(context.Context) error{
+		func(ctx context.Context) error { return idempotency.Migrate(ctx, pool) },
+		func(ctx context.Context) error { return lock.Migrate(ctx, pool) },
+		func(ctx context.Context) error { return outbox.Migrate(ctx, pool) },
+	} {
+		if err := migrate(ctx); err != nil {
+			panic(err)
+		}
+	}
+	addr := os.Getenv("CHOREO_TEST_REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders.events", "orders.events.dlq", "payments.events"))
+	if err != nil {
+		panic(err)
+	}
+	return pool, rdb, cluster.ListenAddrs(), func() {
+		cluster.Close()
+		_ = rdb.Close()
+		_, _ = pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
+		pool.Close()
+	}
+}
