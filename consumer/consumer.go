@@ -310,8 +310,13 @@ func (c *Consumer) revoked(ctx context.Context, cl *kgo.Client, revoked map[stri
 // lost stops the workers of partitions this member no longer owns, at once and without
 // committing: another member may already be consuming them. Work cut short is redone by
 // the new owner and absorbed by idempotency.
-func (c *Consumer) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
-	c.stopWorkers(c.take(lost), 0)
+func (c *Consumer) lost(ctx context.Context, _ *kgo.Client, lost map[string][]int32) {
+	ws := c.take(lost)
+	if len(ws) > 0 {
+		c.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "consumer: partitions lost; stopping their workers without committing",
+			slog.String("group", c.group), slog.Any("partitions", lost))
+	}
+	c.stopWorkers(ws, 0)
 }
 
 func (c *Consumer) take(tps map[string][]int32) []*worker {
