@@ -26,6 +26,8 @@
 //	Recover → Tracing → CorrelationID → Metrics → Logging → DeadLetter → Retry →
 //	Recover → Decode → Router.Filter → Lock → Idempotent → handler(ctx, tx, event)
 //
+// What each part does:
+//
 //   - Recover turns panics into *PanicError. Outermost it protects the runtime; just inside
 //     Retry it makes a panicking handler's event non-retryable, so it is dead-lettered.
 //   - Tracing continues the producer's trace (W3C headers) in a consumer span with the
