@@ -556,3 +556,53 @@ func TestHash(t *testing.T) {
 		})
 	}
 }
+
+// TestClaimInSavepoint: a claim made in a savepoint (a nested pgx.Tx) that
+// is rolled back leaves the key free, while the outer transaction goes on.
+func TestClaimInSavepoint(t *testing.T) {
+	pool := setup(t)
+	ctx := context.Background()
+	store := idempotency.NewStore(idempotency.WithRetention(36 * time.Hour))
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if c, err := store.Claim(ctx, sp, "s", "k", []byte("h")); err != nil || c.Duplicate {
+			return fmt.Errorf("claim in savepoint: %+v %w", c, err)
+		}
+		if err := sp.Rollback(ctx); err != nil {
+			return err
+		}
+		c, err := store.Claim(ctx, tx, "s", "k", []byte("h"))
+		if err != nil || c.Duplicate {
+			return fmt.Errorf("claim after savepoint rollback: %+v %w", c, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lifetime time.Duration
+	if err := pool.QueryRow(ctx, `SELECT expires_at - created_at FROM choreo_idempotency WHERE scope = 's' AND key = 'k'`).Scan(&lifetime); err != nil {
+		t.Fatal(err)
+	}
+	if lifetime != 36*time.Hour {
+		t.Fatalf("record lifetime = %v, want the configured retention 36h", lifetime)
+	}
+}
+
+func TestClaimErrorsAreWrapped(t *testing.T) {
+	pool := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	cancel()
+	_, err = idempotency.NewStore().Claim(ctx, tx, "s", "k", nil)
+	if !errors.Is(err, context.Canceled) || !strings.HasPrefix(err.Error(), "idempotency: claim") {
+		t.Fatalf("Claim with cancelled ctx = %v, want a wrapped context.Canceled", err)
+	}
+}
