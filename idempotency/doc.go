@@ -41,7 +41,10 @@
 //
 // # Why not a library
 //
-// There is no maintained Go library that implements transactional
-// idempotency keys over pgx; the logic is one table and two statements, kept
-// here so that its concurrency behaviour is tested against a real Postgres.
+// The Go idempotency-key packages we know of are HTTP middlewares that own
+// their storage and their own transaction (or a cache), so the record cannot
+// commit or roll back together with the handler's writes. The guard here has
+// to run inside the caller's pgx transaction; it is one table and a few
+// statements, kept in this package so that its concurrency behaviour is
+// tested against a real Postgres.
 package idempotency

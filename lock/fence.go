@@ -85,8 +85,9 @@ func (ls *Lease) CheckFence(ctx context.Context, tx pgx.Tx) error {
 
 // PruneFences deletes fencing rows not written for olderThan, at most
 // batch rows per statement, until none is left; it returns how many it
-// deleted. A pruned row only protects against a holder paused for longer
-// than olderThan, so keep it far above any plausible pause (days).
+// deleted. Pruning an entity's row removes its protection only against a
+// holder that was paused for longer than olderThan (a newer holder writes a
+// new row), so keep olderThan far above any plausible pause: days.
 func PruneFences(ctx context.Context, db Execer, olderThan time.Duration, batch int) (int64, error) {
 	if olderThan <= 0 || batch <= 0 {
 		return 0, fmt.Errorf("lock: prune fences: olderThan %v and batch %d must be positive", olderThan, batch)
