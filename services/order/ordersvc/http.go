@@ -100,40 +100,12 @@ func (s *Service) JSON(o Order) OrderJSON {
 	return j
 }
 
-// Handler returns the order HTTP API on a net/http ServeMux, with an OpenTelemetry
-// server span per request (otelhttp, named after the route pattern) and panics turned
-// into 500 responses:
-//
-//	POST /orders               create (Idempotency-Key honoured)      201, or 200 on a replay
-//	GET  /orders/{id}          the order with its full history         200
-//	POST /orders/{id}/cancel   request cancellation                    202
-//	GET  /orders               list: ?state=&stuck=true&older_than=&limit=  200
-//
-// Errors are JSON ErrorJSON bodies with the Code* codes.
+// Handler returns the order HTTP API (see Register) on its own net/http ServeMux, with an
+// OpenTelemetry server span per request (otelhttp, named after the route pattern).
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /orders", s.handleCreate)
-	mux.HandleFunc("GET /orders", s.handleList)
-	mux.HandleFunc("GET /orders/{id}", s.handleGet)
-	mux.HandleFunc("POST /orders/{id}/cancel", s.handleCancel)
-
-	// Every path the API knows, without methods: a request that matches one of them but
-	// none of the routes above has the wrong method.
-	known := http.NewServeMux()
-	for _, p := range []string{"/orders", "/orders/{id}", "/orders/{id}/cancel"} {
-		known.HandleFunc(p, func(http.ResponseWriter, *http.Request) {})
-	}
-	allow := map[string]string{"/orders": "GET, POST", "/orders/{id}": "GET", "/orders/{id}/cancel": "POST"}
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		if _, p := known.Handler(r); p != "" {
-			w.Header().Set("Allow", allow[p])
-			writeError(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed, "method "+r.Method+" is not allowed here")
-			return
-		}
-		writeError(w, http.StatusNotFound, CodeNotFound, "no such route")
-	})
-
-	return otelhttp.NewHandler(s.recoverer(mux), "order",
+	s.Register(mux.Handle)
+	return otelhttp.NewHandler(mux, "order",
 		otelhttp.WithTracerProvider(s.tp),
 		otelhttp.WithMeterProvider(s.mp),
 		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
@@ -142,6 +114,40 @@ func (s *Service) Handler() http.Handler {
 			}
 			return r.Method
 		}))
+}
+
+// Register registers the order HTTP API with handle (http.ServeMux.Handle, or
+// app.App.Handle, which adds the server spans). Every handler turns a panic into a 500.
+//
+//	POST /orders               create (Idempotency-Key honoured)      201, or 200 on a replay
+//	GET  /orders/{id}          the order with its full history         200
+//	POST /orders/{id}/cancel   request cancellation                    202
+//	GET  /orders               list: ?state=&stuck=true&older_than=&limit=  200
+//	/                          JSON 404 not_found or 405 method_not_allowed (with Allow)
+//
+// Errors are ErrorJSON bodies with the Code* codes.
+func (s *Service) Register(handle func(pattern string, h http.Handler)) {
+	route := func(pattern string, h http.HandlerFunc) { handle(pattern, s.recoverer(h)) }
+	route("POST /orders", s.handleCreate)
+	route("GET /orders", s.handleList)
+	route("GET /orders/{id}", s.handleGet)
+	route("POST /orders/{id}/cancel", s.handleCancel)
+
+	// Every path the API knows, without methods: a request that matches one of them but
+	// none of the routes above has the wrong method.
+	known := http.NewServeMux()
+	for _, p := range []string{"/orders", "/orders/{id}", "/orders/{id}/cancel"} {
+		known.HandleFunc(p, func(http.ResponseWriter, *http.Request) {})
+	}
+	allow := map[string]string{"/orders": "GET, POST", "/orders/{id}": "GET", "/orders/{id}/cancel": "POST"}
+	route("/", func(w http.ResponseWriter, r *http.Request) {
+		if _, p := known.Handler(r); p != "" {
+			w.Header().Set("Allow", allow[p])
+			writeError(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed, "method "+r.Method+" is not allowed here")
+			return
+		}
+		writeError(w, http.StatusNotFound, CodeNotFound, "no such route")
+	})
 }
 
 func (s *Service) recoverer(next http.Handler) http.Handler {

@@ -1,0 +1,115 @@
+package ordersvc
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/choreo-saga/choreo/app"
+)
+
+// Environment variables read by LoadConfig, besides the shared ones of app.LoadConfig
+// (DATABASE_URL, REDIS_ADDR, KAFKA_BROKERS, KAFKA_PARTITIONS, HTTP_ADDR, LOG_LEVEL,
+// JAEGER_UI_URL, SHUTDOWN_TIMEOUT, OTEL_*).
+const (
+	// EnvStuckAfter: how long an order may stay in a non-terminal state before it is
+	// stuck (default DefaultStuckAfter).
+	EnvStuckAfter = "ORDER_STUCK_AFTER"
+	// EnvStuckAfterCancelling overrides EnvStuckAfter for CANCELLING.
+	EnvStuckAfterCancelling = "ORDER_STUCK_AFTER_CANCELLING"
+	// EnvSagaTimeout: the durable saga deadline of a PENDING order (default
+	// DefaultSagaTimeout); it must exceed the stuck threshold, so that a stuck order is
+	// visible before it is cancelled.
+	EnvSagaTimeout = "ORDER_SAGA_TIMEOUT"
+	// EnvCompensationTimeout: the deadline of a CANCELLING order before it becomes
+	// COMPENSATION_FAILED (default DefaultCompensationTimeout).
+	EnvCompensationTimeout = "ORDER_COMPENSATION_TIMEOUT"
+	// EnvSweepInterval: the period of the deadline sweeper and stuck gauge (default
+	// DefaultSweepInterval).
+	EnvSweepInterval = "ORDER_SWEEP_INTERVAL"
+	// EnvGroup: the Kafka consumer group (default DefaultGroup).
+	EnvGroup = "ORDER_GROUP"
+)
+
+// Defaults of Config.
+const (
+	// DefaultHTTPAddr is the default HTTP_ADDR of the order service.
+	DefaultHTTPAddr = ":8080"
+	// DefaultGroup is the default consumer group.
+	DefaultGroup = "order"
+)
+
+// EnvVars returns the names of the environment variables the order service reads
+// itself (the shared ones are app's).
+func EnvVars() []string {
+	return []string{EnvStuckAfter, EnvStuckAfterCancelling, EnvSagaTimeout, EnvCompensationTimeout, EnvSweepInterval, EnvGroup}
+}
+
+// Config is the order service's configuration.
+type Config struct {
+	// App is the shared plumbing configuration. Its JaegerUIURL builds the API's trace
+	// links.
+	App app.Config
+	// Settings are the domain settings (deadlines, stuck thresholds, sweep period).
+	Settings Settings
+	// Group is the consumer group of the payment and inventory topics.
+	Group string
+	// AppOptions are passed to app.New (e.g. app.WithListener, app.WithoutSignals in
+	// tests). Not read from the environment.
+	AppOptions []app.Option
+}
+
+// LoadConfig reads the configuration from env; problems are recorded in env (see
+// app.Env.Err), together with those of Validate.
+func LoadConfig(env *app.Env) Config {
+	stuck := env.Duration(EnvStuckAfter, DefaultStuckAfter)
+	c := Config{
+		App: app.LoadConfig(env, "order", DefaultHTTPAddr),
+		Settings: Settings{
+			SagaTimeout:         env.Duration(EnvSagaTimeout, DefaultSagaTimeout),
+			CompensationTimeout: env.Duration(EnvCompensationTimeout, DefaultCompensationTimeout),
+			StuckAfter: map[State]time.Duration{
+				Pending:    stuck,
+				Cancelling: env.Duration(EnvStuckAfterCancelling, stuck),
+			},
+			SweepInterval: env.Duration(EnvSweepInterval, DefaultSweepInterval),
+		},
+		Group: env.String(EnvGroup, DefaultGroup),
+	}
+	c.Settings.JaegerUIURL = c.App.JaegerUIURL
+	for _, p := range c.problems() {
+		env.Fail(p.key, p.reason)
+	}
+	return c
+}
+
+type problem struct{ key, reason string }
+
+func (c Config) problems() []problem {
+	var ps []problem
+	check := func(key string, ok bool, reason string) {
+		if !ok {
+			ps = append(ps, problem{key, reason})
+		}
+	}
+	s := c.Settings
+	check(EnvSagaTimeout, s.SagaTimeout > 0, "must be positive")
+	check(EnvCompensationTimeout, s.CompensationTimeout > 0, "must be positive")
+	check(EnvSweepInterval, s.SweepInterval > 0, "must be positive")
+	check(EnvStuckAfter, s.StuckAfter[Pending] > 0, "must be positive")
+	check(EnvStuckAfterCancelling, s.StuckAfter[Cancelling] > 0, "must be positive")
+	check(EnvSagaTimeout, s.SagaTimeout > s.StuckAfter[Pending],
+		fmt.Sprintf("must be longer than %s (%s), or stuck orders are cancelled before anyone sees them",
+			EnvStuckAfter, s.StuckAfter[Pending]))
+	check(EnvGroup, c.Group != "", "empty consumer group")
+	return ps
+}
+
+// Validate reports every problem of c, each matching app.ErrConfig.
+func (c Config) Validate() error {
+	errs := []error{c.App.Validate()}
+	for _, p := range c.problems() {
+		errs = append(errs, fmt.Errorf("%w: %s: %s", app.ErrConfig, p.key, p.reason))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,63 @@
+package ordersvc
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/services/events"
+)
+
+// Run starts the order service with cfg and blocks until ctx is cancelled (or SIGINT or
+// SIGTERM arrives, unless app.WithoutSignals is in cfg.AppOptions), then shuts down
+// gracefully (app.App.Run: HTTP, then consumers and the deadline sweeper, then the
+// outbox relay, then connections and telemetry). At start it creates its database if
+// missing, applies the library and order schemas and creates the saga's topics.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	opts := append([]app.Option{app.WithEntityAttribute(AttrOrderID)}, cfg.AppOptions...)
+	a, err := app.New(ctx, cfg.App, opts...)
+	if err != nil {
+		return err
+	}
+	if err := setup(ctx, a, cfg); err != nil {
+		_ = a.Close()
+		return err
+	}
+	return a.Run(ctx)
+}
+
+func setup(ctx context.Context, a *app.App, cfg Config) error {
+	if err := a.Migrate(ctx, "order", Schema); err != nil {
+		return fmt.Errorf("ordersvc: %w", err)
+	}
+	if err := a.EnsureTopics(ctx, events.Topics...); err != nil {
+		return fmt.Errorf("ordersvc: %w", err)
+	}
+	settings := cfg.Settings
+	if settings.JaegerUIURL == "" {
+		settings.JaegerUIURL = cfg.App.JaegerUIURL
+	}
+	svc, err := New(a.Pool, settings,
+		WithLogger(a.Logger),
+		WithTracerProvider(a.Telemetry.TracerProvider),
+		WithMeterProvider(a.Telemetry.MeterProvider),
+		WithOutbox(a.Outbox),
+		WithIdempotencyStore(a.Store))
+	if err != nil {
+		return err
+	}
+	svc.Register(a.Handle)
+	if err := a.Consume(app.ConsumerSpec{Group: cfg.Group, Topics: Topics, Router: svc.Router(), Name: "order"}); err != nil {
+		return fmt.Errorf("ordersvc: %w", err)
+	}
+	a.Go("deadline sweeper", svc.RunSweeper)
+	s := svc.Settings()
+	a.Logger.InfoContext(ctx, "order: configured",
+		"saga_timeout", s.SagaTimeout.String(), "compensation_timeout", s.CompensationTimeout.String(),
+		"stuck_after_pending", s.StuckAfter[Pending].String(), "stuck_after_cancelling", s.StuckAfter[Cancelling].String(),
+		"sweep_interval", s.SweepInterval.String())
+	return nil
+}
