@@ -200,6 +200,11 @@ func (s *Store) Retention() time.Duration { return s.retention }
 // The common cases take one round trip; a claim that waited for a
 // concurrent winner, or takes over an expired record, takes two.
 //
+// A transaction may claim several keys (a batch of events). Claim them in
+// a consistent order, e.g. sorted, so that two transactions racing on the
+// same keys wait for each other instead of deadlocking (Postgres would
+// abort one of them with SQLSTATE 40P01, which is retryable).
+//
 // Claim is designed for READ COMMITTED, Postgres' default. Under REPEATABLE
 // READ or SERIALIZABLE, a claim that waited for a concurrent winner fails
 // with a serialization error (SQLSTATE 40001), which is retryable.
