@@ -18,11 +18,47 @@ const AttrCorrelationID = "saga.correlation_id"
 // instrumentation) still know the saga.
 const BaggageCorrelationID = AttrCorrelationID
 
-type correlationKey struct{}
+// sagaKey holds a *saga: one context value for both ids, with the span
+// attributes built once per WithCorrelationID/WithEntity call rather than
+// once per span (CorrelationProcessor reads them for every span).
+type sagaKey struct{}
 
-type entityKey struct{}
+type saga struct {
+	correlation          string
+	entityAttr, entityID string
+	attrs                []attribute.KeyValue // nil unless correlation is set
+}
 
-type entity struct{ attr, id string }
+func sagaFrom(ctx context.Context) *saga {
+	s, _ := ctx.Value(sagaKey{}).(*saga)
+	return s
+}
+
+// with returns a copy of s (which may be nil) changed by f, with its
+// attributes rebuilt.
+func (s *saga) with(f func(*saga)) *saga {
+	var n saga
+	if s != nil {
+		n = *s
+	}
+	f(&n)
+	n.attrs = nil
+	if n.correlation != "" {
+		n.attrs = buildAttrs(n.correlation, n.entityAttr, n.entityID)
+	}
+	return &n
+}
+
+func buildAttrs(correlation, entityAttr, entityID string) []attribute.KeyValue {
+	kvs := make([]attribute.KeyValue, 0, 2)
+	if correlation != "" {
+		kvs = append(kvs, attribute.String(AttrCorrelationID, correlation))
+	}
+	if entityAttr != "" && entityID != "" {
+		kvs = append(kvs, attribute.String(entityAttr, entityID))
+	}
+	return kvs
+}
 
 // WithCorrelationID returns ctx carrying the saga's correlation id, both as a
 // context value and as the baggage member [BaggageCorrelationID] (which
@@ -32,7 +68,7 @@ func WithCorrelationID(ctx context.Context, id string) context.Context {
 	if id == "" {
 		return ctx
 	}
-	ctx = context.WithValue(ctx, correlationKey{}, id)
+	ctx = context.WithValue(ctx, sagaKey{}, sagaFrom(ctx).with(func(s *saga) { s.correlation = id }))
 	if m, err := baggage.NewMemberRaw(BaggageCorrelationID, id); err == nil {
 		if b, err := baggage.FromContext(ctx).SetMember(m); err == nil {
 			ctx = baggage.ContextWithBaggage(ctx, b)
@@ -47,8 +83,8 @@ func WithCorrelationID(ctx context.Context, id string) context.Context {
 // [WithCorrelationID], else the [BaggageCorrelationID] baggage member (e.g.
 // extracted from an incoming record or request), else "".
 func CorrelationID(ctx context.Context) string {
-	if id, _ := ctx.Value(correlationKey{}).(string); id != "" {
-		return id
+	if s := sagaFrom(ctx); s != nil && s.correlation != "" {
+		return s.correlation
 	}
 	return baggage.FromContext(ctx).Member(BaggageCorrelationID).Value()
 }
@@ -57,26 +93,34 @@ func CorrelationID(ctx context.Context) string {
 // attribute name attr (e.g. "order.id"). The entity stays in-process: it is
 // not added to baggage.
 func WithEntity(ctx context.Context, attr, id string) context.Context {
-	return context.WithValue(ctx, entityKey{}, entity{attr: attr, id: id})
+	return context.WithValue(ctx, sagaKey{}, sagaFrom(ctx).with(func(s *saga) { s.entityAttr, s.entityID = attr, id }))
 }
 
 // Entity returns the entity attribute name and id carried by ctx, or two empty strings.
 func Entity(ctx context.Context) (attr, id string) {
-	e, _ := ctx.Value(entityKey{}).(entity)
-	return e.attr, e.id
+	if s := sagaFrom(ctx); s != nil {
+		return s.entityAttr, s.entityID
+	}
+	return "", ""
 }
 
 // SpanAttributes returns the correlation id and entity attributes carried by ctx, ready
-// for span.SetAttributes.
+// for span.SetAttributes. The slice may be shared: do not modify its
+// elements (appending is safe).
 func SpanAttributes(ctx context.Context) []attribute.KeyValue {
-	var kvs []attribute.KeyValue
-	if id := CorrelationID(ctx); id != "" {
-		kvs = append(kvs, attribute.String(AttrCorrelationID, id))
+	s := sagaFrom(ctx)
+	if s != nil && s.attrs != nil {
+		return s.attrs[:len(s.attrs):len(s.attrs)]
 	}
-	if attr, id := Entity(ctx); attr != "" && id != "" {
-		kvs = append(kvs, attribute.String(attr, id))
+	corr := baggage.FromContext(ctx).Member(BaggageCorrelationID).Value()
+	var attr, id string
+	if s != nil {
+		attr, id = s.entityAttr, s.entityID
 	}
-	return kvs
+	if corr == "" && (attr == "" || id == "") {
+		return nil
+	}
+	return buildAttrs(corr, attr, id)
 }
 
 // AnnotateSpan sets [SpanAttributes] of ctx on the span in ctx. Spans started

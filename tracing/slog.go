@@ -84,9 +84,24 @@ func (h *logHandler) with(op logOp) *logHandler {
 }
 
 func (h *logHandler) Handle(ctx context.Context, r slog.Record) error {
-	ids := h.dedup(correlationLogAttrs(ctx), r)
-	if len(ids) == 0 && len(h.ops) == 0 {
+	// One slice for the ids and, without groups, the record's attributes, so
+	// the new record gets them in a single AddAttrs.
+	n := 4
+	if len(h.ops) == 0 {
+		n += r.NumAttrs()
+	}
+	attrs := h.dedup(appendCorrelationAttrs(make([]slog.Attr, 0, n), ctx), r)
+	if len(attrs) == 0 && len(h.ops) == 0 {
 		return h.next.Handle(ctx, r)
+	}
+	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
+	if len(h.ops) == 0 {
+		r.Attrs(func(a slog.Attr) bool {
+			attrs = append(attrs, a)
+			return true
+		})
+		out.AddAttrs(attrs...)
+		return h.next.Handle(ctx, out)
 	}
 
 	// The record's own attributes belong inside the innermost group.
@@ -106,10 +121,7 @@ func (h *logHandler) Handle(ctx context.Context, r slog.Record) error {
 		}
 		inner = []slog.Attr{{Key: op.group, Value: slog.GroupValue(inner...)}}
 	}
-
-	out := slog.NewRecord(r.Time, r.Level, r.Message, r.PC)
-	out.AddAttrs(ids...)
-	out.AddAttrs(inner...)
+	out.AddAttrs(append(attrs, inner...)...)
 	return h.next.Handle(ctx, out)
 }
 
@@ -147,12 +159,11 @@ func (h *logHandler) dedup(ids []slog.Attr, r slog.Record) []slog.Attr {
 	return out
 }
 
-// correlationLogAttrs returns the ids of ctx as log attributes.
-func correlationLogAttrs(ctx context.Context) []slog.Attr {
+// appendCorrelationAttrs appends the ids of ctx to attrs as log attributes.
+func appendCorrelationAttrs(attrs []slog.Attr, ctx context.Context) []slog.Attr {
 	if ctx == nil {
-		return nil
+		return attrs
 	}
-	var attrs []slog.Attr
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		attrs = append(attrs,
 			slog.String(LogKeyTraceID, sc.TraceID().String()),
