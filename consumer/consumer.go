@@ -166,7 +166,6 @@ type Consumer struct {
 	mu      sync.Mutex // guards workers and closing
 	workers map[topicPartition]*worker
 	closing bool
-	cl      *kgo.Client
 	baseCtx context.Context
 }
 
@@ -232,10 +231,6 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("consumer: new client: %w", err)
 	}
-	c.mu.Lock()
-	c.cl = cl
-	c.mu.Unlock()
-
 	unregister, err := c.registerGauges()
 	if err != nil {
 		cl.Close()

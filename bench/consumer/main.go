@@ -3,12 +3,14 @@
 // running the same SQL transaction (idempotency claim + one business UPDATE + one outbox
 // INSERT) at the same concurrency.
 //
-//	go run ./bench/consumer [-events 20000] [-partitions 12] [-batch 0,16]
+//	go run ./bench/consumer [-events 10000] [-partitions 12] [-batch 0,16]
 //
 // Modes, each consuming the same backlog of events in a fresh consumer group:
 //
 //   - bare: the runtime and a hand-written handler running the business transaction
 //     (UPDATE + outbox INSERT) with no lock, no idempotency and no middleware;
+//   - chain without Lock: consumer.Standard with no Locker, to separate the Redis lease's
+//     cost from the rest of the chain;
 //   - chain: consumer.Standard (Recover, Tracing, CorrelationID, Metrics, Logging,
 //     DeadLetter, Retry, Decode, Router filter, Redis Lock, Idempotent) around the same
 //     business handler;
@@ -83,7 +85,7 @@ func main() {
 	flag.StringVar(&c.pg, "pg", def, "Postgres DSN of a database allowed to CREATE DATABASE")
 	flag.StringVar(&c.redis, "redis", defRedis, "Redis address")
 	flag.StringVar(&c.brokers, "brokers", "", "Kafka seed brokers (comma-separated); default an in-process kfake cluster")
-	flag.IntVar(&c.events, "events", 20_000, "events consumed per mode")
+	flag.IntVar(&c.events, "events", 10_000, "events consumed per mode")
 	flag.IntVar(&c.partitions, "partitions", 12, "topic partitions (= concurrency)")
 	flag.IntVar(&c.accounts, "accounts", 1200, "distinct entities (record keys)")
 	flag.StringVar(&batches, "batch", "0,16", "comma-separated batch sizes to run the chain with (0 = one record per transaction)")
@@ -169,21 +171,22 @@ func run(ctx context.Context, c config) error {
 		return ob.Enqueue(ctx, tx, "bench.applied", next.CausedBy(ev))
 	}
 
-	modes := []struct {
-		name  string
-		batch int
-		bare  bool
-	}{{name: "bare handler (UPDATE + outbox INSERT)", bare: true}}
+	type mode struct {
+		name   string
+		batch  int
+		bare   bool
+		noLock bool
+	}
+	modes := []mode{
+		{name: "bare handler (UPDATE + outbox INSERT)", bare: true},
+		{name: "chain without Lock (idempotency + UPDATE + outbox)", noLock: true},
+	}
 	for _, b := range c.batches {
 		name := "full chain (lock + idempotency + UPDATE + outbox)"
 		if b > 0 {
 			name = fmt.Sprintf("full chain, batch mode (%d/tx)", b)
 		}
-		modes = append(modes, struct {
-			name  string
-			batch int
-			bare  bool
-		}{name, b, false})
+		modes = append(modes, mode{name: name, batch: b})
 	}
 	for i, m := range modes {
 		topic := fmt.Sprintf("bench-consumer-%d", i)
@@ -193,7 +196,7 @@ func run(ctx context.Context, c config) error {
 		if err := produceBacklog(ctx, brokers, topic, c.events, c.accounts); err != nil {
 			return err
 		}
-		r, err := consume(ctx, c, m.name, m.bare, m.batch, brokers, topic, pool, rdb, business)
+		r, err := consume(ctx, c, m.name, m.bare, m.noLock, m.batch, brokers, topic, pool, rdb, business)
 		if err != nil {
 			return fmt.Errorf("%s: %w", m.name, err)
 		}
@@ -419,7 +422,7 @@ func cmpOr(a, b error) error {
 }
 
 // consume runs one mode until the whole backlog is handled.
-func consume(ctx context.Context, c config, name string, bare bool, batch int, brokers []string, topic string,
+func consume(ctx context.Context, c config, name string, bare, noLock bool, batch int, brokers []string, topic string,
 	pool *pgxpool.Pool, rdb *redis.Client, business consumer.TxHandler,
 ) (result, error) {
 	lat := newLatencies(c.events)
@@ -468,6 +471,9 @@ func consume(ctx context.Context, c config, name string, bare bool, batch int, b
 			DB: pool, Handler: business, DeadLetter: producer, Name: "bench",
 			Locker: lock.New(rdb, lock.Options{Namespace: fmt.Sprintf("bench-%d:", os.Getpid())}),
 			Logger: quiet,
+		}
+		if noLock {
+			cfg.Locker = nil
 		}
 		if batch > 0 {
 			bh, err := consumer.StandardBatch(cfg)
