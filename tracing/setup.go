@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -50,6 +51,7 @@ const (
 	EnvOTLPTracesProtocol   = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
 	EnvOTLPMetricsProtocol  = "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"
 	EnvTracesSampler        = "OTEL_TRACES_SAMPLER"
+	EnvTracesSamplerArg     = "OTEL_TRACES_SAMPLER_ARG"
 	EnvResourceAttributes   = "OTEL_RESOURCE_ATTRIBUTES"
 	defaultOTLPProtocolName = "http/protobuf"
 )
@@ -233,6 +235,11 @@ func Setup(ctx context.Context, serviceName string, opts ...Option) (*Telemetry,
 		return nil, fmt.Errorf("%w: empty service name and %s unset", ErrInvalidConfig, EnvServiceName)
 	}
 	disabled := strings.EqualFold(strings.TrimSpace(os.Getenv(EnvSDKDisabled)), "true")
+	if cfg.sampler == nil {
+		if err := checkSamplerEnv(); err != nil {
+			return nil, err
+		}
+	}
 
 	res, err := newResource(ctx, serviceName, cfg.resourceAttrs)
 	if err != nil {
@@ -313,6 +320,29 @@ func Setup(ctx context.Context, serviceName string, opts ...Option) (*Telemetry,
 		otel.SetTextMapPropagator(tel.Propagator)
 	}
 	return tel, nil
+}
+
+// checkSamplerEnv rejects OTEL_TRACES_SAMPLER values the SDK would report
+// through the otel error handler and then silently replace with the default
+// sampler: a typo there should stop the deploy, not sample 100%.
+func checkSamplerEnv() error {
+	name := envLower(EnvTracesSampler)
+	arg := strings.TrimSpace(os.Getenv(EnvTracesSamplerArg))
+	switch name {
+	case "", "always_on", "always_off", "parentbased_always_on", "parentbased_always_off":
+		return nil
+	case "traceidratio", "parentbased_traceidratio":
+		if arg == "" {
+			return nil // the SDK's default ratio is 1
+		}
+		if r, err := strconv.ParseFloat(arg, 64); err != nil || r < 0 || r > 1 {
+			return fmt.Errorf("%w: %s=%q is not a ratio in [0, 1]", ErrInvalidConfig, EnvTracesSamplerArg, arg)
+		}
+		return nil
+	default:
+		return fmt.Errorf("%w: %s=%q (want always_on, always_off, traceidratio or their parentbased_ forms)",
+			ErrInvalidConfig, EnvTracesSampler, name)
+	}
 }
 
 // NewPropagator returns the propagator choreo uses on every hop: W3C

@@ -32,7 +32,7 @@ var otelEnv = []string{
 	tracing.EnvSDKDisabled, tracing.EnvServiceName, tracing.EnvTracesExporter, tracing.EnvMetricsExporter,
 	tracing.EnvOTLPEndpoint, tracing.EnvOTLPTracesEndpoint, tracing.EnvOTLPMetricsEndpoint,
 	tracing.EnvOTLPProtocol, tracing.EnvOTLPTracesProtocol, tracing.EnvOTLPMetricsProtocol,
-	tracing.EnvTracesSampler, "OTEL_TRACES_SAMPLER_ARG", tracing.EnvResourceAttributes,
+	tracing.EnvTracesSampler, tracing.EnvTracesSamplerArg, tracing.EnvResourceAttributes,
 }
 
 func cleanEnv(t *testing.T, kv ...string) {
@@ -122,6 +122,8 @@ func TestSetupRejectsInvalidConfig(t *testing.T) {
 		{"unknown metrics exporter", "svc", []string{tracing.EnvMetricsExporter, "statsd"}},
 		{"none combined with an exporter", "svc", []string{tracing.EnvTracesExporter, "none,otlp"}},
 		{"unknown exporter in a list", "svc", []string{tracing.EnvTracesExporter, "otlp,jaeger"}},
+		{"unknown sampler", "svc", []string{tracing.EnvTracesSampler, "always_onn"}},
+		{"sampler ratio out of range", "svc", []string{tracing.EnvTracesSampler, "traceidratio", tracing.EnvTracesSamplerArg, "1.5"}},
 		{"unsupported protocol", "svc", []string{tracing.EnvOTLPEndpoint, "http://127.0.0.1:4318", tracing.EnvOTLPProtocol, "http/json"}},
 	}
 	for _, tt := range tests {
@@ -180,8 +182,8 @@ func TestSetupSamplerFromEnv(t *testing.T) {
 	}{
 		{nil, true},
 		{[]string{tracing.EnvTracesSampler, "always_off"}, false},
-		{[]string{tracing.EnvTracesSampler, "traceidratio", "OTEL_TRACES_SAMPLER_ARG", "0"}, false},
-		{[]string{tracing.EnvTracesSampler, "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG", "1"}, true},
+		{[]string{tracing.EnvTracesSampler, "traceidratio", tracing.EnvTracesSamplerArg, "0"}, false},
+		{[]string{tracing.EnvTracesSampler, "parentbased_traceidratio", tracing.EnvTracesSamplerArg, "1"}, true},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.env, "="), func(t *testing.T) {
