@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/internal/testenv"
@@ -112,6 +115,7 @@ func TestConsumerBackpressure(t *testing.T) {
 
 	release := make(chan struct{})
 	var rec recorder
+	reader := sdkmetric.NewManualReader()
 	c, err := New(brokers, testenv.Name(t, "g"), []string{topic}, func(ctx context.Context, m *Message) error {
 		select {
 		case <-release:
@@ -120,7 +124,8 @@ func TestConsumerBackpressure(t *testing.T) {
 		}
 		rec.add(decodeSeq(t, m.Record))
 		return nil
-	}, fastGroup(), WithMaxBuffered(maxBuffered), WithMaxPollRecords(maxPoll))
+	}, fastGroup(), WithMaxBuffered(maxBuffered), WithMaxPollRecords(maxPoll),
+		WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,8 +150,16 @@ func TestConsumerBackpressure(t *testing.T) {
 	if got := w().buffered(); got > maxBuffered+maxPoll {
 		t.Errorf("buffered %d records, bound is %d", got, maxBuffered+maxPoll)
 	}
+	// The lag gauge reports the whole partition: nothing is settled yet.
+	waitFor(t, "lag gauge at n", func() bool { return gauge(t, reader, lagMetricName, topic, 0) == n })
+	// Paused means the buffer is above the resume mark (half the bound) and at most one
+	// poll above the bound.
+	if got := gauge(t, reader, bufferedMetricName, topic, 0); got <= maxBuffered/2 || got > maxBuffered+maxPoll {
+		t.Errorf("buffered gauge %d, want within (%d, %d]", got, maxBuffered/2, maxBuffered+maxPoll)
+	}
 	close(release)
 	waitFor(t, "all records handled", func() bool { return rec.total() >= n })
+	waitFor(t, "lag gauge at 0", func() bool { return gauge(t, reader, lagMetricName, topic, 0) == 0 })
 	if got := rec.byKey["k"]; len(got) != n || !slices.IsSorted(got) {
 		t.Errorf("handled %v", got)
 	}
@@ -265,6 +278,30 @@ func TestRunTwice(t *testing.T) {
 	if err := c.Run(ctx); !errors.Is(err, ErrClosed) {
 		t.Fatalf("second Run: %v, want ErrClosed", err)
 	}
+}
+
+// gauge returns the value of an int64 gauge for one partition of topic, or -1.
+func gauge(t *testing.T, r *sdkmetric.ManualReader, name, topic string, partition int) int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Gauge[int64]).DataPoints {
+				tp, _ := dp.Attributes.Value("messaging.destination.name")
+				p, _ := dp.Attributes.Value("messaging.destination.partition.id")
+				if tp.AsString() == topic && p.AsString() == strconv.Itoa(partition) {
+					return dp.Value
+				}
+			}
+		}
+	}
+	return -1
 }
 
 func mapsEqual(a, b map[int32]int64) bool {

@@ -39,6 +39,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -69,6 +70,7 @@ type config struct {
 	accounts   int
 	batches    []int
 	pgbenchT   time.Duration
+	cpuProfile string
 }
 
 func main() {
@@ -90,6 +92,7 @@ func main() {
 	flag.IntVar(&c.accounts, "accounts", 1200, "distinct entities (record keys)")
 	flag.StringVar(&batches, "batch", "0,16", "comma-separated batch sizes to run the chain with (0 = one record per transaction)")
 	flag.DurationVar(&c.pgbenchT, "pgbench-time", 10*time.Second, "duration of the pgbench run")
+	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the consumer modes to this file")
 	flag.Parse()
 	for _, b := range strings.Split(batches, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(b))
@@ -187,6 +190,17 @@ func run(ctx context.Context, c config) error {
 			name = fmt.Sprintf("full chain, batch mode (%d/tx)", b)
 		}
 		modes = append(modes, mode{name: name, batch: b})
+	}
+	if c.cpuProfile != "" {
+		f, err := os.Create(c.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	for i, m := range modes {
 		topic := fmt.Sprintf("bench-consumer-%d", i)
@@ -306,7 +320,7 @@ COMMIT;
 	if err := os.WriteFile(file, []byte(script), 0o600); err != nil {
 		return result{}, err
 	}
-	args := []string{"-n", "-M", "extended", "-c", strconv.Itoa(c.partitions), "-j", strconv.Itoa(min(c.partitions, runtime.NumCPU())),
+	args := []string{"-n", "-M", "prepared", "-c", strconv.Itoa(c.partitions), "-j", strconv.Itoa(min(c.partitions, runtime.NumCPU())),
 		"-T", strconv.Itoa(int(c.pgbenchT.Seconds())), "-f", file, "-l", "--log-prefix", filepath.Join(dir, "log"), dsn}
 	cmd := exec.CommandContext(ctx, "pgbench", args...)
 	out, err := cmd.CombinedOutput()
