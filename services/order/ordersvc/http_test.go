@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"github.com/choreo-saga/choreo/services/order/ordersvc"
 	"github.com/choreo-saga/choreo/tracing"
 )
@@ -118,10 +120,7 @@ func TestCreateAndGet(t *testing.T) {
 	for _, s := range f.spans.Ended() {
 		if s.Name() == "POST /orders" {
 			found = true
-			a := map[string]string{}
-			for _, kv := range s.Attributes() {
-				a[string(kv.Key)] = kv.Value.Emit()
-			}
+			a := spanAttrs(s)
 			if a[tracing.AttrCorrelationID] != o.ID || a[ordersvc.AttrOrderID] != o.ID || s.SpanContext().TraceID().String() != o.TraceID {
 				t.Fatalf("span attributes %v, trace %s", a, s.SpanContext().TraceID())
 			}
@@ -197,6 +196,14 @@ func TestIdempotencyKey(t *testing.T) {
 	}
 }
 
+func spanAttrs(s sdktrace.ReadOnlySpan) map[string]string {
+	a := map[string]string{}
+	for _, kv := range s.Attributes() {
+		a[string(kv.Key)] = kv.Value.Emit()
+	}
+	return a
+}
+
 func TestRoutesAndErrors(t *testing.T) {
 	f := newFixture(t, ordersvc.Settings{})
 	tests := []struct {
@@ -255,6 +262,38 @@ func TestCancelAPI(t *testing.T) {
 	if !strings.Contains(rows[1].TraceParent, o.TraceID) {
 		t.Fatalf("cancel_requested traceparent %q is not in the saga trace %s", rows[1].TraceParent, o.TraceID)
 	}
+	// The cancel span is a child of the saga's root span, linked to the request's span,
+	// and both carry the saga attributes.
+	var cancelSpan, reqSpan sdktrace.ReadOnlySpan
+	for _, sp := range f.spans.Ended() {
+		switch sp.Name() {
+		case "order.cancel":
+			if cancelSpan == nil {
+				cancelSpan = sp
+			}
+		case "POST /orders/{id}/cancel":
+			if reqSpan == nil {
+				reqSpan = sp
+			}
+		}
+	}
+	if cancelSpan == nil || reqSpan == nil {
+		t.Fatal("missing order.cancel or request span")
+	}
+	if cancelSpan.SpanContext().TraceID().String() != o.TraceID || cancelSpan.Parent().SpanID().String() == "" ||
+		len(cancelSpan.Links()) != 1 || cancelSpan.Links()[0].SpanContext.SpanID() != reqSpan.SpanContext().SpanID() {
+		t.Fatalf("order.cancel span: trace %s parent %s links %v", cancelSpan.SpanContext().TraceID(), cancelSpan.Parent().SpanID(), cancelSpan.Links())
+	}
+	for _, sp := range []sdktrace.ReadOnlySpan{cancelSpan, reqSpan} {
+		a := spanAttrs(sp)
+		if a[tracing.AttrCorrelationID] != o.ID || a[ordersvc.AttrOrderID] != o.ID {
+			t.Fatalf("span %s attributes %v", sp.Name(), a)
+		}
+	}
+	if spanAttrs(reqSpan)["saga.trace_id"] != o.TraceID {
+		t.Fatalf("request span does not name the saga trace: %v", spanAttrs(reqSpan))
+	}
+
 	g := f.get(t, o.ID)
 	if len(g.History) != 2 || g.History[1].From != ordersvc.Pending || g.History[1].To != ordersvc.Cancelling ||
 		g.History[1].CauseEventType != "command.cancel" || g.DeadlineAt == nil {
