@@ -284,9 +284,9 @@ INSERT INTO bench_accounts (id) SELECT 'acct-' || g FROM generate_series(1, `+st
 	return err
 }
 
-// runPgbench runs the business transaction of one event as plain SQL: the idempotency
-// claim's INSERT, the UPDATE and the outbox INSERT with headers of the size the chain
-// writes, at one client per partition.
+// runPgbench runs the transaction of one event as plain SQL: the idempotency claim
+// statement of idempotency.Store.Claim (same text), the UPDATE, and the outbox INSERT with
+// headers of the size the chain writes, at one client per partition.
 func runPgbench(ctx context.Context, dsn string, c config) (result, error) {
 	ev, err := event.New("bench", "bench.applied", "acct-1", struct {
 		Amount int `json:"amount"`
@@ -306,7 +306,8 @@ func runPgbench(ctx context.Context, dsn string, c config) (result, error) {
 	headers := "[" + strings.Join(hs, ",") + "]"
 	script := fmt.Sprintf(`\set aid random(1, %d)
 BEGIN;
-INSERT INTO choreo_idempotency AS i (scope, key, request_hash, expires_at) VALUES ('bench/pgbench', gen_random_uuid()::text, sha256(random()::text::bytea), now() + interval '7 days') ON CONFLICT (scope, key) DO NOTHING RETURNING 1;
+\set key random(1, 1000000000000)
+WITH ins AS (INSERT INTO choreo_idempotency AS i (scope, key, request_hash, expires_at) VALUES ('bench/pgbench', :client_id || '-' || :key, sha256(:key::text::bytea), now() + 604800000000::bigint * interval '1 microsecond') ON CONFLICT (scope, key) DO UPDATE SET request_hash = EXCLUDED.request_hash, response = NULL, created_at = now(), expires_at = EXCLUDED.expires_at WHERE i.expires_at <= now() RETURNING 1) SELECT true, NULL::bytea, NULL::bytea FROM ins UNION ALL SELECT false, request_hash, response FROM choreo_idempotency WHERE scope = 'bench/pgbench' AND key = :client_id || '-' || :key AND NOT EXISTS (SELECT 1 FROM ins);
 UPDATE bench_accounts SET balance = balance + 1, version = version + 1 WHERE id = 'acct-' || :aid;
 INSERT INTO choreo_outbox (topic, key, headers, payload) VALUES ('bench.applied', 'acct-' || :aid, '%s'::jsonb, '\x7b22616d6f756e74223a317d');
 COMMIT;
