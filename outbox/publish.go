@@ -34,26 +34,49 @@ type row struct {
 // table, after the previous round's rows were deleted. A row whose
 // transaction commits after rows with higher ids were published is therefore
 // simply found by a later round, never skipped.
+//
+// While a full batch is in flight, the next one is read (and the previous
+// one deleted) in the same round trip, excluding the ids in flight by value,
+// so database and broker work overlap. It is produced only once the batch in
+// flight is fully acknowledged, and discarded if anything in it failed.
 func (r *Relay) drain(ctx context.Context, conn *pgx.Conn) error {
-	var acked []int64 // acknowledged in the last round, deleted with the next claim
+	var acked []int64 // acknowledged, deleted with the next claim
+	var next []row    // read ahead while the previous batch was in flight
+	readAhead := false
 	attempt := 0
 	for {
-		rows, err := r.claim(ctx, conn, acked)
-		if err != nil {
-			if ctx.Err() != nil {
-				// Shutdown interrupted the pipelined delete: finish it.
-				return r.remove(conn, acked)
+		rows := next
+		if !readAhead {
+			var err error
+			rows, err = r.claim(ctx, conn, acked, nil)
+			if err != nil {
+				if ctx.Err() != nil {
+					// Shutdown interrupted the pipelined delete: finish it.
+					return r.remove(conn, acked)
+				}
+				return err
 			}
-			return err
+			acked = nil
 		}
-		acked = nil
+		next, readAhead = nil, false
 		if len(rows) == 0 {
 			return nil
 		}
 
-		results, abandoned := r.publish(ctx, rows)
+		batch := r.send(ctx, rows)
+		var aheadErr error
+		if len(rows) == r.cfg.batchSize && ctx.Err() == nil {
+			next, aheadErr = r.claim(ctx, conn, acked, batch.ids)
+			if aheadErr == nil {
+				// An empty read-ahead leaves this batch's delete to the
+				// next claim, like a batch that was not full.
+				acked, readAhead = nil, len(next) > 0
+			}
+		}
+		results, abandoned := batch.wait()
 		if abandoned {
-			return nil // shutdown gave up on the acks; the rows stay
+			// Shutdown gave up on the acks; those rows stay.
+			return r.remove(conn, acked)
 		}
 		var ok []Published
 		var failed []failure
@@ -70,13 +93,16 @@ func (r *Relay) drain(ctx context.Context, conn *pgx.Conn) error {
 		for _, p := range ok {
 			acked = append(acked, p.ID)
 		}
-		if ctx.Err() != nil || len(failed) > 0 {
+		if aheadErr != nil || ctx.Err() != nil || len(failed) > 0 {
 			// Delete now rather than with the next claim: we are stopping,
 			// or failures will be resolved one row at a time.
 			if err := r.remove(conn, acked); err != nil {
 				return err
 			}
 			acked = nil
+			if aheadErr != nil && ctx.Err() == nil {
+				return aheadErr
+			}
 		}
 		if ctx.Err() != nil {
 			return nil
@@ -85,13 +111,14 @@ func (r *Relay) drain(ctx context.Context, conn *pgx.Conn) error {
 			attempt = 0
 			continue
 		}
+		next, readAhead = nil, false // read again from the oldest row
 		for _, f := range failed {
 			if errors.Is(f.err, kgo.ErrClientClosed) {
 				return fmt.Errorf("outbox: produce: %w", f.err)
 			}
 		}
 		if allPermanent(failed) {
-			err = r.resolve(ctx, conn, failed)
+			err := r.resolve(ctx, conn, failed)
 			if err == nil {
 				attempt = 0
 				continue
@@ -187,15 +214,22 @@ func (r *Relay) acknowledged(ctx context.Context, ok []Published) error {
 }
 
 // claim deletes the previous round's acknowledged rows and reads the next
-// batch in one round trip (a pipeline on the leader's session).
-func (r *Relay) claim(ctx context.Context, conn *pgx.Conn, acked []int64) ([]row, error) {
+// batch in one round trip (a pipeline on the leader's session), skipping the
+// ids in flight.
+func (r *Relay) claim(ctx context.Context, conn *pgx.Conn, acked, inflight []int64) ([]row, error) {
 	qctx, cancel := context.WithTimeout(ctx, r.cfg.queryTimeout)
 	defer cancel()
 	b := &pgx.Batch{}
 	if len(acked) > 0 {
 		b.Queue("DELETE FROM "+r.names.table+" WHERE id = ANY($1)", acked)
 	}
-	b.Queue("SELECT id, topic, key, headers, payload, created_at FROM "+r.names.table+" ORDER BY id LIMIT $1", r.cfg.batchSize)
+	if len(inflight) == 0 {
+		b.Queue("SELECT id, topic, key, headers, payload, created_at FROM "+r.names.table+" ORDER BY id LIMIT $1", r.cfg.batchSize)
+	} else {
+		// NOT IN over a subquery is evaluated with a hash table.
+		b.Queue("SELECT id, topic, key, headers, payload, created_at FROM "+r.names.table+
+			" WHERE id NOT IN (SELECT unnest($2::bigint[])) ORDER BY id LIMIT $1", r.cfg.batchSize, inflight)
+	}
 	br := conn.SendBatch(qctx, b)
 	defer br.Close()
 	if len(acked) > 0 {
@@ -264,19 +298,42 @@ type result struct {
 	err error
 }
 
-// publish produces rows (in order) and waits for every ack. Each record gets a
-// producer span whose parent is the trace context stored with the row; the
-// record carries that span's context onward.
-//
-// When ctx is cancelled, publish keeps waiting for up to ShutdownTimeout, then
-// cancels the records not yet sent and waits only a little more for those in
-// flight (an idempotent producer cannot cancel them safely). If they still have
-// not resolved it reports abandoned: the caller must leave the rows alone.
+// publish produces rows and waits for every ack; see send.
 func (r *Relay) publish(ctx context.Context, rows []row) (results []result, abandoned bool) {
-	results = make([]result, len(rows))
+	return r.send(ctx, rows).wait()
+}
+
+// inflight is a batch being produced.
+type inflight struct {
+	ids     []int64
+	mu      sync.Mutex // guards results against a callback that outlives an abandoned batch
+	results []result
+	done    chan struct{} // every record resolved
+	gaveUp  chan struct{} // shutdown stopped waiting
+	cleanup []func()
+	rows    int
+	log     func(msg string, args ...any)
+}
+
+// send produces rows (in order). Each record gets a producer span whose
+// parent is the trace context stored with the row; the record carries that
+// span's context onward.
+//
+// When ctx is cancelled, the batch still gets up to ShutdownTimeout to be
+// acknowledged; then the records not yet sent are cancelled and those in
+// flight (which an idempotent producer cannot cancel safely) get one more
+// second. If they still have not resolved, wait reports the batch abandoned:
+// the caller must leave its rows alone.
+func (r *Relay) send(ctx context.Context, rows []row) *inflight {
+	f := &inflight{
+		ids:     make([]int64, len(rows)),
+		results: make([]result, len(rows)),
+		done:    make(chan struct{}),
+		gaveUp:  make(chan struct{}),
+		rows:    len(rows),
+		log:     r.log.Warn,
+	}
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	gaveUp := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		t := time.NewTimer(r.cfg.shutdownTimeout)
 		defer t.Stop()
@@ -289,24 +346,24 @@ func (r *Relay) publish(ctx context.Context, rows []row) (results []result, aban
 		t.Reset(time.Second)
 		select {
 		case <-t.C:
-			close(gaveUp)
+			close(f.gaveUp)
 		case <-pctx.Done():
 		}
 	})
-	defer stop()
+	f.cleanup = append(f.cleanup, func() { stop() }, cancel)
 
-	var mu sync.Mutex // guards results against a callback that outlives an abandoned batch
 	var wg sync.WaitGroup
 	wg.Add(len(rows))
 	for i := range rows {
-		rec, span, err := r.record(ctx, rows[i])
+		x := rows[i]
+		f.ids[i] = x.id
+		rec, span, err := r.record(ctx, x)
 		if err != nil {
-			// Undecodable headers: never going to improve, dead-letter it.
-			results[i].err = fmt.Errorf("%w: %w", kerr.InvalidRecord, err)
+			// Undecodable headers never improve: dead-letter the row.
+			f.results[i].err = fmt.Errorf("%w: %w", kerr.InvalidRecord, err)
 			wg.Done()
 			continue
 		}
-		x := rows[i]
 		r.client.Produce(pctx, rec, func(rec *kgo.Record, err error) {
 			now := time.Now()
 			tracing.EndSend(span, rec, err)
@@ -316,24 +373,40 @@ func (r *Relay) publish(ctx context.Context, rows []row) (results []result, aban
 			} else {
 				r.metrics.errors.Add(context.Background(), 1, r.metrics.topicAttrs(x.topic))
 			}
-			mu.Lock()
-			results[i] = result{err: err, pub: Published{ID: x.id, Record: rec, CreatedAt: x.createdAt, AckedAt: now}}
-			mu.Unlock()
+			f.mu.Lock()
+			f.results[i] = result{err: err, pub: Published{ID: x.id, Record: rec, CreatedAt: x.createdAt, AckedAt: now}}
+			f.mu.Unlock()
 			wg.Done()
 		})
 	}
-	done := make(chan struct{})
+	if r.linger {
+		// The relay waits for the whole batch, so lingering for more records
+		// only adds latency: flush until the batch is done.
+		fctx, fcancel := context.WithCancel(pctx)
+		f.cleanup = append(f.cleanup, fcancel)
+		go func() { _ = r.client.Flush(fctx) }()
+	}
 	go func() {
 		wg.Wait()
-		close(done)
+		close(f.done)
+	}()
+	return f
+}
+
+// wait blocks until every record of the batch resolved, or shutdown gave up.
+func (f *inflight) wait() (results []result, abandoned bool) {
+	defer func() {
+		for _, c := range f.cleanup {
+			c()
+		}
 	}()
 	select {
-	case <-done:
-		mu.Lock()
-		defer mu.Unlock()
-		return results, false
-	case <-gaveUp:
-		r.log.Warn("outbox relay: shutdown abandoned a batch still in flight; its rows stay and will be republished", "rows", len(rows))
+	case <-f.done:
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.results, false
+	case <-f.gaveUp:
+		f.log("outbox relay: shutdown abandoned a batch still in flight; its rows stay and will be republished", "rows", f.rows)
 		return nil, true
 	}
 }

@@ -35,6 +35,7 @@ type Relay struct {
 	wake    chan struct{} // buffered(1): coalesced wake-ups for the leader
 	leader  atomic.Bool
 	running atomic.Bool
+	linger  bool // the client lingers before sending: flush after each batch
 
 	kafka   *tracing.Kafka
 	metrics *relayMetrics
@@ -216,6 +217,11 @@ func NewRelay(pool *pgxpool.Pool, client *kgo.Client, opts ...RelayOption) *Rela
 		wake:   make(chan struct{}, 1),
 		kafka:  tracing.NewKafka(tracing.WithTracerProvider(cfg.tracerProvider)),
 		log:    cfg.logger.With("outbox_table", cfg.outbox.names.table),
+	}
+	if client != nil {
+		if d, ok := client.OptValue(kgo.ProducerLinger).(time.Duration); ok && d > 0 {
+			r.linger = true
+		}
 	}
 	if cfg.lockKey != nil {
 		r.names.lockKey = *cfg.lockKey
