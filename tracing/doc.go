@@ -24,7 +24,9 @@
 // using go.opentelemetry.io/contrib/exporters/autoexport.
 //
 // Setup also installs its providers and propagator as the otel globals,
-// because instrumentation libraries and [Inject]/[Extract] read them;
+// because instrumentation libraries and [Inject]/[Extract] read them, and an
+// error handler that logs each distinct OpenTelemetry error at most once a
+// minute through slog ([WithErrorLogger]);
 // [WithoutGlobals] turns that off. Code of your own should take the providers
 // from Telemetry ([WithTelemetry]) rather than from the globals.
 //
@@ -48,10 +50,11 @@
 // ("process <topic>") spans with the OTel messaging semantic conventions; the
 // headers are plain W3C, so records produced or consumed through franz-go's
 // plugin/kotel, or any other OTel-instrumented client, join the same trace.
-// kotel itself is not used for choreo's own spans: its hooks open a span when
-// a record is buffered, while the outbox relay must parent its send span on
-// the trace context stored with the outbox row, long after the request that
-// wrote it.
+// kotel's tracer is not used for choreo's own spans: its hooks open a span
+// when a record is buffered, while the outbox relay must parent its send span
+// on the trace context stored with the outbox row, long after the request
+// that wrote it. kotel's meter is: [KafkaClientMetrics] adds its broker and
+// throughput counters to a client.
 //
 // # Postgres and Redis
 //

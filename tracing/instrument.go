@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kotel"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
@@ -170,4 +172,23 @@ func (t childOnlyTracer) Start(ctx context.Context, name string, opts ...trace.S
 		return ctx, trace.SpanFromContext(ctx)
 	}
 	return t.t.Start(ctx, name, opts...)
+}
+
+// KafkaClientMetrics returns a kgo option that reports the franz-go client's
+// broker connections, bytes and records produced and fetched, per broker and
+// topic, through franz-go's plugin/kotel meter (messaging.kafka.* counters),
+// to the meter provider of opts (default otel.GetMeterProvider()). Only
+// kotel's metrics are used: choreo's spans come from [Kafka], which places
+// them where the saga needs them. Connection attempts and failures share one
+// counter with an outcome attribute.
+func KafkaClientMetrics(opts ...InstrumentOption) kgo.Opt {
+	var c instrumentConfig
+	for _, o := range opts {
+		o(&c)
+	}
+	mopts := []kotel.MeterOpt{kotel.WithMergedConnectsMeter()}
+	if c.mp != nil {
+		mopts = append(mopts, kotel.MeterProvider(c.mp))
+	}
+	return kgo.WithHooks(kotel.NewKotel(kotel.WithMeter(kotel.NewMeter(mopts...))).Hooks()...)
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/choreo-saga/choreo/internal/testenv"
@@ -100,5 +103,39 @@ func TestWithRootSpansTracesOrphanCommands(t *testing.T) {
 	s := spanNamed(t, rec, "get")
 	if s.Parent().IsValid() {
 		t.Fatalf("orphan command span has parent %v", s.Parent())
+	}
+}
+
+func TestKafkaClientMetrics(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+
+	brokers, topic := kafkaTopic(t)
+	cl := kafkaClient(t, brokers, tracing.KafkaClientMetrics(tracing.WithMeterProvider(mp)))
+	for range 3 {
+		if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: topic, Value: []byte("x")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok {
+				for _, dp := range sum.DataPoints {
+					got[m.Name] += dp.Value
+				}
+			}
+		}
+	}
+	if got["messaging.kafka.produce_records.count"] != 3 {
+		t.Errorf("produced records counter = %d, want 3 (all: %v)", got["messaging.kafka.produce_records.count"], got)
+	}
+	if got["messaging.kafka.connects.count"] == 0 {
+		t.Errorf("no broker connections counted (all: %v)", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"slices"
@@ -136,11 +137,13 @@ type setupConfig struct {
 	registry      *prometheus.Registry
 	resourceAttrs []attribute.KeyValue
 	noCorrelation bool
+	errorLogger   *slog.Logger
 }
 
 // WithoutGlobals stops [Setup] from installing its providers and propagator
 // as the otel globals. By default Setup sets otel.SetTracerProvider,
-// otel.SetMeterProvider and otel.SetTextMapPropagator, because
+// otel.SetMeterProvider, otel.SetTextMapPropagator and otel.SetErrorHandler
+// (see [WithErrorLogger]), because
 // instrumentation libraries (otelhttp, kotel, otelpgx, redisotel) and this
 // package's [Inject]/[Extract] fall back to them when not handed a provider.
 // Use this in tests that run several Setups in one process.
@@ -318,6 +321,7 @@ func Setup(ctx context.Context, serviceName string, opts ...Option) (*Telemetry,
 		otel.SetTracerProvider(tel.TracerProvider)
 		otel.SetMeterProvider(tel.MeterProvider)
 		otel.SetTextMapPropagator(tel.Propagator)
+		otel.SetErrorHandler(newErrorLog(cfg.errorLogger))
 	}
 	return tel, nil
 }
