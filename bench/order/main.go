@@ -1,0 +1,394 @@
+// Command order measures the order service's two hot paths on this machine and prints
+// them next to their limits measured in the same run:
+//
+//   - POST /orders through the HTTP API (JSON decoding, validation, the
+//     Idempotency-Key claim, INSERT order + history + outbox row, COMMIT), with 1, 8
+//     and 32 concurrent clients over loopback;
+//   - one saga step in the order consumer's business handler (idempotency claim,
+//     SELECT ... FOR UPDATE, UPDATE through the transition table, history row, outbox
+//     row, COMMIT: stock.reserved -> CONFIRMED), with 1 and 8 workers;
+//   - pgbench running the same SQL statements per transaction with the same client
+//     counts: the database's limit for that work.
+//
+//	go run ./bench/order [-duration 5s] [-clients 1,8,32] [-workers 1,8]
+//
+// It needs Postgres (-pg, default $CHOREO_TEST_POSTGRES_DSN or
+// postgres://postgres@127.0.0.1:5432/postgres) and pgbench on PATH; it creates and drops
+// its own database. Tracing is off (no-op provider), as in a service without an
+// exporter.
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/idempotency"
+	"github.com/choreo-saga/choreo/services/events"
+	"github.com/choreo-saga/choreo/services/order/ordersvc"
+)
+
+type config struct {
+	pg       string
+	duration time.Duration
+	clients  []int
+	workers  []int
+	orders   int
+}
+
+func main() {
+	var c config
+	def := os.Getenv("CHOREO_TEST_POSTGRES_DSN")
+	if def == "" {
+		def = "postgres://postgres@127.0.0.1:5432/postgres"
+	}
+	var clients, workers string
+	flag.StringVar(&c.pg, "pg", def, "Postgres DSN of a database allowed to CREATE DATABASE")
+	flag.DurationVar(&c.duration, "duration", 5*time.Second, "duration of each run")
+	flag.StringVar(&clients, "clients", "1,8,32", "concurrent HTTP clients per API run")
+	flag.StringVar(&workers, "workers", "1,8", "concurrent workers per handler run")
+	flag.IntVar(&c.orders, "orders", 60000, "PENDING orders prepared for the handler runs")
+	flag.Parse()
+	var err error
+	if c.clients, err = ints(clients); err == nil {
+		c.workers, err = ints(workers)
+	}
+	if err == nil {
+		err = run(context.Background(), c)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench/order:", err)
+		os.Exit(1)
+	}
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("bad count %q", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// result of one run.
+type result struct {
+	ops      int
+	elapsed  time.Duration
+	p50, p99 time.Duration
+}
+
+func (r result) rate() float64 { return float64(r.ops) / r.elapsed.Seconds() }
+
+// measure runs op in n goroutines for d and collects per-op latencies. op gets the
+// goroutine index and returns false when it has nothing left to do.
+func measure(n int, d time.Duration, op func(g int) (bool, error)) (result, error) {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		lat   []time.Duration
+		first error
+		stop  atomic.Bool
+	)
+	start := time.Now()
+	for g := range n {
+		wg.Go(func() {
+			var mine []time.Duration
+			for !stop.Load() && time.Since(start) < d {
+				t0 := time.Now()
+				more, err := op(g)
+				if err != nil {
+					mu.Lock()
+					first = cmp(first, err)
+					mu.Unlock()
+					stop.Store(true)
+					break
+				}
+				if !more {
+					stop.Store(true)
+					break
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if first != nil {
+		return result{}, first
+	}
+	if len(lat) == 0 {
+		return result{}, errors.New("no operation completed")
+	}
+	slices.Sort(lat)
+	return result{ops: len(lat), elapsed: elapsed, p50: lat[len(lat)/2], p99: lat[len(lat)*99/100]}, nil
+}
+
+func cmp(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+func run(ctx context.Context, c config) error {
+	if _, err := exec.LookPath("pgbench"); err != nil {
+		return fmt.Errorf("pgbench not on PATH: %w", err)
+	}
+	dsn, drop, err := createDB(ctx, c.pg)
+	if err != nil {
+		return err
+	}
+	defer drop()
+	pcfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return err
+	}
+	pcfg.MaxConns = int32(max(slices.Max(c.clients), slices.Max(c.workers)) + 4)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := ordersvc.Migrate(ctx, pool, nil); err != nil {
+		return err
+	}
+	svc, err := ordersvc.New(pool, ordersvc.Settings{}, ordersvc.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: svc.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	base := "http://" + ln.Addr().String()
+
+	var pgVersion string
+	_ = pool.QueryRow(ctx, "SHOW server_version").Scan(&pgVersion)
+	fmt.Printf("order service benchmark — %d CPUs, Postgres %s, %s per run\n\n", runtime.NumCPU(), pgVersion, c.duration)
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "what\tconcurrency\trate\tp50\tp99\t")
+	row := func(what string, n int, r result, unit string) {
+		fmt.Fprintf(tw, "%s\t%d\t%.0f %s\t%s\t%s\t\n", what, n, r.rate(), unit, r.p50.Round(10*time.Microsecond), r.p99.Round(10*time.Microsecond))
+	}
+	limit := func(what string, n int, tps float64, unit string) {
+		fmt.Fprintf(tw, "%s\t%d\t%.0f %s\t\t\t\n", what, n, tps, unit)
+	}
+
+	// 1. POST /orders over HTTP, and the same SQL through pgbench.
+	body := []byte(`{"customer_id":"c-1","items":[{"sku":"sku-1","qty":2},{"sku":"sku-2","qty":1}],"amount":4200}`)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+	var seq atomic.Int64
+	post := func(withKey bool) func(int) (bool, error) {
+		return func(int) (bool, error) {
+			req, err := http.NewRequest(http.MethodPost, base+"/orders", bytes.NewReader(body))
+			if err != nil {
+				return false, err
+			}
+			req.Header.Set("Content-Type", "application/json")
+			if withKey {
+				req.Header.Set("Idempotency-Key", "bench-"+strconv.FormatInt(seq.Add(1), 10))
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				return false, err
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusCreated {
+				return false, fmt.Errorf("POST /orders: status %d", resp.StatusCode)
+			}
+			return true, nil
+		}
+	}
+	for _, n := range c.clients {
+		r, err := measure(n, c.duration, post(true))
+		if err != nil {
+			return err
+		}
+		row("API: POST /orders with Idempotency-Key", n, r, "orders/s")
+	}
+	r, err := measure(c.clients[len(c.clients)/2], c.duration, post(false))
+	if err != nil {
+		return err
+	}
+	row("API: POST /orders without key", c.clients[len(c.clients)/2], r, "orders/s")
+	for _, n := range c.clients {
+		tps, err := pgbench(ctx, dsn, createScript, n, c.duration)
+		if err != nil {
+			return err
+		}
+		limit("limit: pgbench, the same SQL (claim, order, history, outbox, complete)", n, tps, "tx/s")
+	}
+
+	// 2. One saga step in the consumer's business handler, and its SQL through pgbench.
+	if _, err := pool.Exec(ctx, "TRUNCATE orders, order_history, choreo_outbox, choreo_idempotency"); err != nil {
+		return err
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO orders (id, customer_id, items, amount, state, deadline_at)
+		SELECT gen_random_uuid(), 'c-1', '[{"sku":"sku-1","qty":2}]', 4200, 'PENDING', now() + interval '1 hour'
+		FROM generate_series(1, $1)`, c.orders); err != nil {
+		return err
+	}
+	if _, err := pool.Exec(ctx, "ANALYZE orders"); err != nil {
+		return err
+	}
+	rows, err := pool.Query(ctx, "SELECT id::text FROM orders")
+	if err != nil {
+		return err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	store := idempotency.NewStore()
+	var next atomic.Int64
+	step := func(int) (bool, error) {
+		i := int(next.Add(1)) - 1
+		if i >= len(ids) {
+			return false, nil
+		}
+		ev, err := event.New(events.SourceInventory, events.StockReserved, ids[i],
+			events.StockV1{OrderID: ids[i], Items: []events.Item{{SKU: "sku-1", Qty: 2}}})
+		if err != nil {
+			return false, err
+		}
+		// What consumer.Idempotent does around the business handler.
+		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := store.Claim(ctx, tx, "order/order", ev.ID, idempotency.Hash([]byte(ev.Type), ev.Data)); err != nil {
+				return err
+			}
+			return svc.HandleEvent(ctx, tx, ev)
+		})
+		return err == nil, err
+	}
+	for _, n := range c.workers {
+		r, err := measure(n, c.duration, step)
+		if err != nil {
+			return err
+		}
+		row("handler: stock.reserved -> CONFIRMED (claim, lock, update, history, outbox)", n, r, "events/s")
+	}
+	if _, err := pool.Exec(ctx, "CREATE TABLE bench_ids AS SELECT row_number() OVER () AS n, id FROM orders; CREATE UNIQUE INDEX ON bench_ids (n)"); err != nil {
+		return err
+	}
+	for _, n := range c.workers {
+		tps, err := pgbench(ctx, dsn, fmt.Sprintf(stepScript, len(ids)), n, c.duration)
+		if err != nil {
+			return err
+		}
+		limit("limit: pgbench, the same SQL", n, tps, "tx/s")
+	}
+	return tw.Flush()
+}
+
+// createScript is the SQL of one POST /orders with an Idempotency-Key, one statement per
+// round trip as ordersvc sends them.
+const createScript = `BEGIN;
+INSERT INTO choreo_idempotency (scope, key, request_hash, expires_at) VALUES ('bench/create', gen_random_uuid()::text, '\x00', now() + interval '7 days');
+INSERT INTO orders (id, customer_id, items, amount, state, deadline_at) VALUES (gen_random_uuid(), 'c-1', '[{"sku":"sku-1","qty":2},{"sku":"sku-2","qty":1}]', 4200, 'PENDING', now() + interval '2 minutes') RETURNING id AS oid \gset
+INSERT INTO order_history (order_id, from_state, to_state, cause_event_type) VALUES (:oid, '', 'PENDING', 'command.create');
+INSERT INTO choreo_outbox (topic, key, headers, payload) VALUES ('orders.events', 'k', '[["ce_id","x"],["ce_type","order.created"]]', '\x7b226f726465725f6964223a2278227d');
+UPDATE choreo_idempotency SET response = '\x00' WHERE scope = 'bench/create' AND key = 'none';
+COMMIT;
+`
+
+// stepScript is the SQL of one saga step in the order handler (%d: number of orders).
+const stepScript = `\set n random(1, %d)
+BEGIN;
+INSERT INTO choreo_idempotency (scope, key, request_hash, expires_at) VALUES ('bench/step', gen_random_uuid()::text, '\x00', now() + interval '7 days');
+SELECT o.id AS oid, o.state FROM orders o JOIN bench_ids b ON b.id = o.id WHERE b.n = :n FOR UPDATE OF o \gset
+UPDATE orders SET stock_reserved = true, updated_at = now(), version = version + 1 WHERE id = :oid;
+INSERT INTO order_history (order_id, from_state, to_state, cause_event_id, cause_event_type) VALUES (:oid, 'PENDING', 'CONFIRMED', 'x', 'stock.reserved');
+INSERT INTO choreo_outbox (topic, key, headers, payload) VALUES ('orders.events', 'k', '[["ce_id","x"],["ce_type","order.confirmed"]]', '\x7b226f726465725f6964223a2278227d');
+COMMIT;
+`
+
+var tpsRE = regexp.MustCompile(`tps = ([0-9.]+)`)
+
+func pgbench(ctx context.Context, dsn, script string, clients int, d time.Duration) (float64, error) {
+	dir, err := os.MkdirTemp("", "order-bench")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	f := filepath.Join(dir, "script.sql")
+	if err := os.WriteFile(f, []byte(script), 0o600); err != nil {
+		return 0, err
+	}
+	args := []string{"-n", "-M", "prepared", "-f", f, "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, 2)),
+		"-T", strconv.Itoa(max(1, int(d.Seconds()))), dsn}
+	out, err := exec.CommandContext(ctx, "pgbench", args...).CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("pgbench: %w\n%s", err, out)
+	}
+	m := tpsRE.FindSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("pgbench: no tps in output:\n%s", out)
+	}
+	return strconv.ParseFloat(string(m[1]), 64)
+}
+
+// createDB creates a database with a random name next to the one admin names and returns
+// its DSN and a function that drops it.
+func createDB(ctx context.Context, admin string) (string, func(), error) {
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return "", nil, err
+	}
+	defer conn.Close(ctx)
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	name := "bench_order_" + hex.EncodeToString(b)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return "", nil, err
+	}
+	u, err := url.Parse(admin)
+	if err != nil {
+		return "", nil, err
+	}
+	u.Path = "/" + name
+	drop := func() {
+		c, err := pgx.Connect(context.Background(), admin)
+		if err != nil {
+			return
+		}
+		defer c.Close(context.Background())
+		_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+	}
+	return u.String(), drop, nil
+}
