@@ -118,20 +118,30 @@ func TestKafkaClientMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if sum, ok := m.Data.(metricdata.Sum[int64]); ok {
-				for _, dp := range sum.DataPoints {
-					got[m.Name] += dp.Value
+	collect := func() map[string]int64 {
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]int64{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if sum, ok := m.Data.(metricdata.Sum[int64]); ok {
+					for _, dp := range sum.DataPoints {
+						got[m.Name] += dp.Value
+					}
 				}
 			}
 		}
+		return got
 	}
+	// franz-go calls the batch-written hook after it has resolved the
+	// produce promises, so the counter may trail ProduceSync briefly.
+	var got map[string]int64
+	waitFor(t, func() bool {
+		got = collect()
+		return got["messaging.kafka.produce_records.count"] >= 3
+	})
 	if got["messaging.kafka.produce_records.count"] != 3 {
 		t.Errorf("produced records counter = %d, want 3 (all: %v)", got["messaging.kafka.produce_records.count"], got)
 	}
