@@ -75,9 +75,9 @@ wait_http "http://$INVENTORY_ADDR/readyz" inventory
 wait_http "http://$ORDER_ADDR/readyz" order
 echo "demo: broker on 127.0.0.1:$KAFKA_PORT, order API on http://$ORDER_ADDR, logs in $LOGS/"
 
-bin/sagactl --order-url "http://$ORDER_ADDR" load -n "$ORDERS" -rate "$RATE"
+ORDER_URL="http://$ORDER_ADDR" bin/sagactl load -n "$ORDERS" -rate "$RATE"
 echo
-echo "demo: inspect the stuck order with the command above (add --order-url http://$ORDER_ADDR while the demo runs;"
+echo "demo: inspect the stuck order with the command above (with ORDER_URL=http://$ORDER_ADDR while the demo runs;"
 echo "      DEMO_KEEP=1 make demo keeps the services running until Ctrl-C)"
 if [ -n "${DEMO_KEEP:-}" ]; then
   echo "demo: services keep running; Ctrl-C stops them"
