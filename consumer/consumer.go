@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -174,13 +173,13 @@ type Consumer struct {
 func New(brokers []string, group string, topics []string, h Handler, opts ...Option) (*Consumer, error) {
 	switch {
 	case len(brokers) == 0:
-		return nil, errors.New("consumer: no seed brokers")
+		return nil, fmt.Errorf("%w: no seed brokers", ErrInvalidConfig)
 	case group == "":
-		return nil, errors.New("consumer: empty group")
+		return nil, fmt.Errorf("%w: empty group", ErrInvalidConfig)
 	case len(topics) == 0:
-		return nil, errors.New("consumer: no topics")
+		return nil, fmt.Errorf("%w: no topics", ErrInvalidConfig)
 	case h == nil:
-		return nil, errors.New("consumer: nil handler")
+		return nil, fmt.Errorf("%w: nil handler", ErrInvalidConfig)
 	}
 	cfg := config{
 		maxBuffered:     DefaultMaxBuffered,

@@ -34,7 +34,7 @@ func TestNewValidates(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := New(tt.brokers, tt.group, tt.topics, tt.h); err == nil {
+			if _, err := New(tt.brokers, tt.group, tt.topics, tt.h); !errors.Is(err, ErrInvalidConfig) {
 				t.Fatal("New accepted an invalid configuration")
 			}
 		})

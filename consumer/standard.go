@@ -1,7 +1,7 @@
 package consumer
 
 import (
-	"errors"
+	"fmt"
 	"log/slog"
 
 	"go.opentelemetry.io/otel"
@@ -58,11 +58,11 @@ type StandardConfig struct {
 func (cfg *StandardConfig) validate() error {
 	switch {
 	case cfg.DB == nil:
-		return errors.New("consumer: StandardConfig.DB is required")
+		return fmt.Errorf("%w: StandardConfig.DB is required", ErrInvalidConfig)
 	case cfg.DeadLetter == nil:
-		return errors.New("consumer: StandardConfig.DeadLetter is required")
+		return fmt.Errorf("%w: StandardConfig.DeadLetter is required", ErrInvalidConfig)
 	case (cfg.Router == nil) == (cfg.Handler == nil):
-		return errors.New("consumer: set exactly one of StandardConfig.Router and StandardConfig.Handler")
+		return fmt.Errorf("%w: set exactly one of StandardConfig.Router and StandardConfig.Handler", ErrInvalidConfig)
 	}
 	return nil
 }

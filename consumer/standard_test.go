@@ -326,8 +326,11 @@ func TestStandardValidates(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := Standard(tt.cfg); err == nil {
-				t.Fatal("Standard accepted an invalid configuration")
+			if _, err := Standard(tt.cfg); !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("Standard: %v, want ErrInvalidConfig", err)
+			}
+			if _, err := StandardBatch(tt.cfg); !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("StandardBatch: %v, want ErrInvalidConfig", err)
 			}
 		})
 	}
