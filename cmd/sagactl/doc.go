@@ -53,8 +53,9 @@
 // `sagactl load` places -n orders at -rate per second (each with an Idempotency-Key, so a
 // retried request cannot create a second order), cancels the "cancel" ones right after
 // placing them, polls until every order reaches a terminal state, except the orders of the
-// "stuck" kind, which the payment service leaves hanging (PAYMENT_HANG_CUSTOMER=c-hang),
-// and prints a table: orders per outcome with saga latency p50/p95/p99 (created_at to the
+// "stuck" kind, which the payment service leaves hanging (PAYMENT_HANG_CUSTOMERS=c-hang, the default),
+// and, with -wait-stuck (the default), until the order service flags those as stuck (a
+// PENDING order after 30 s by default; bounded by -wait), and prints a table: orders per outcome with saga latency p50/p95/p99 (created_at to the
 // final transition by the order service's clock, so polling delay is not counted), orders
 // that ended other than their kind aims for, and the stuck orders with state, age, trace
 // id and the `sagactl order <id>` command to inspect them. A progress bar is drawn on a

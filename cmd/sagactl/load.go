@@ -29,6 +29,7 @@ type loadConfig struct {
 	wait        time.Duration
 	concurrency int
 	pollEvery   time.Duration
+	waitStuck   bool
 	seed        uint64
 }
 
@@ -96,10 +97,11 @@ func parseLoad(args []string, std stdio) (conn, loadConfig, error) {
 	fs.IntVar(&lc.customers, "customers", 100, "successful orders use customers c-1..c-`N`")
 	fs.StringVar(&skusStr, "skus", "sku-1,sku-2,sku-3,sku-4,sku-5", "comma-separated stocked `SKUs`")
 	fs.StringVar(&lc.poor, "poor-customer", "c-poor", "`customer` whose payments are declined (decline)")
-	fs.StringVar(&lc.hang, "hang-customer", "c-hang", "`customer` the payment service leaves hanging (stuck; PAYMENT_HANG_CUSTOMER on payment)")
+	fs.StringVar(&lc.hang, "hang-customer", "c-hang", "`customer` the payment service leaves hanging (stuck; PAYMENT_HANG_CUSTOMERS on payment)")
 	fs.StringVar(&lc.rare, "rare-sku", "sku-rare", "`SKU` without stock (oos)")
 	fs.DurationVar(&lc.wait, "wait", 2*time.Minute, "after the last order is placed, wait at most this long for orders to settle")
 	fs.IntVar(&lc.concurrency, "concurrency", 16, "requests in flight at most")
+	fs.BoolVar(&lc.waitStuck, "wait-stuck", true, "also wait (within -wait) until the order service flags the stuck-kind orders as stuck")
 	fs.DurationVar(&lc.pollEvery, "poll", 200*time.Millisecond, "how often to check unsettled orders")
 	fs.Int64Var(&seed, "seed", 0, "random seed for the order mix and contents (0: from the clock; printed)")
 	fs.Usage = func() {
@@ -111,7 +113,8 @@ Places -n orders through the order API at -rate per second, a mix of kinds:
   oos      an SKU without stock (paid, then refunded)          -> REJECTED (payment.refunded)
   cancel   cancelled right after it was placed                 -> CANCELLED
   stuck    the customer payment leaves hanging                 -> stays PENDING, shown as stuck
-then waits until every order settles (stuck ones excepted) and prints the outcome per
+then waits until every order settles (stuck ones excepted; with -wait-stuck also until
+the service flags those as stuck, e.g. 30s for a PENDING order) and prints the outcome per
 state with saga latency p50/p95/p99 (created_at to the final transition, by the order
 service's clock) and the stuck orders with their trace ids. Exit 1 if an order could not
 be placed or did not settle within -wait.
@@ -247,9 +250,14 @@ func (r *loadRun) run(ctx context.Context, prog *progress) error {
 			r.refresh(ctx, true)
 			return nil
 		case <-tick.C:
-			r.refresh(ctx, false)
+			// Once the others have settled, the stuck-kind orders are polled too.
+			othersDone := placing == nil && r.waitingFor() == 0
+			r.refresh(ctx, othersDone)
 			prog.update(r.snapshot())
-			if placing == nil && r.waitingFor() == 0 {
+			if !othersDone {
+				continue
+			}
+			if !r.cfg.waitStuck || r.unflagged() == 0 {
 				r.refresh(ctx, true) // the stuck ones, for their final state
 				return nil
 			}
@@ -346,6 +354,20 @@ func (r *loadRun) waitingFor() int {
 	return n
 }
 
+// unflagged counts placed stuck-kind orders the service does not flag as stuck yet and
+// that have not settled.
+func (r *loadRun) unflagged() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, o := range r.orders {
+		if o.ID != "" && o.Kind == kindStuck && !o.settled && !o.Final.Stuck {
+			n++
+		}
+	}
+	return n
+}
+
 // refresh fetches every placed, unsettled order (including stuck-kind ones when final).
 func (r *loadRun) refresh(ctx context.Context, final bool) {
 	r.mu.Lock()
@@ -398,7 +420,7 @@ type loadSummary struct {
 	Outcomes       []outcomeSummary `json:"outcomes"`
 	Latency        latencies        `json:"latency"`
 	Unexpected     []orderBrief     `json:"unexpected"`
-	Stuck          []orderBrief     `json:"stuck"`
+	Stuck          []orderBrief     `json:"stuck"` // every order not settled at the end, oldest first
 	PlaceErrors    []string         `json:"place_errors,omitempty"`
 	StuckDidSettle int              `json:"stuck_kind_settled"` // stuck-kind orders that settled anyway
 }
@@ -413,6 +435,7 @@ type orderBrief struct {
 	ID         string  `json:"id"`
 	Kind       kind    `json:"kind"`
 	State      string  `json:"state"`
+	Flagged    bool    `json:"stuck"` // the order service flags it stuck (past its deadline)
 	AgeSeconds float64 `json:"age_seconds"`
 	TraceID    string  `json:"trace_id"`
 	JaegerURL  string  `json:"jaeger_url,omitempty"`
@@ -420,11 +443,14 @@ type orderBrief struct {
 }
 
 // outcome names an order's final state for the summary: the state, with the cause
-// event for rejections (declined vs refunded), or "STUCK in <state>".
+// event for rejections (declined vs refunded); for an unsettled order "STUCK in <state>"
+// once the service flags it stuck, "IN FLIGHT (<state>)" before.
 func outcome(o Order) string {
 	switch {
-	case !terminal(o.State):
+	case !terminal(o.State) && o.Stuck:
 		return "STUCK in " + o.State
+	case !terminal(o.State):
+		return "IN FLIGHT (" + o.State + ")"
 	case o.State == "REJECTED" || o.State == "COMPENSATION_FAILED":
 		if c := o.Cause(); c != "" {
 			return o.State + " (" + c + ")"
@@ -459,7 +485,7 @@ func (r *loadRun) summary() loadSummary {
 			by[name] = append(by[name], d)
 			all = append(all, d)
 		}
-		brief := orderBrief{ID: o.ID, Kind: o.Kind, State: o.State, AgeSeconds: o.Final.Age(now).Seconds(),
+		brief := orderBrief{ID: o.ID, Kind: o.Kind, State: o.State, Flagged: o.Final.Stuck, AgeSeconds: o.Final.Age(now).Seconds(),
 			TraceID: o.Final.TraceID, JaegerURL: o.Final.JaegerURL, Inspect: "sagactl order " + o.ID}
 		switch {
 		case !terminal(o.State):
@@ -518,16 +544,20 @@ func renderSummary(w io.Writer, s loadSummary) error {
 		}
 	}
 	if s.StuckDidSettle > 0 {
-		fmt.Fprintf(w, "\nnote: %d order(s) meant to hang settled anyway: is PAYMENT_HANG_CUSTOMER set on the payment service?\n", s.StuckDidSettle)
+		fmt.Fprintf(w, "\nnote: %d order(s) meant to hang settled anyway: does PAYMENT_HANG_CUSTOMERS on the payment service list the -hang-customer?\n", s.StuckDidSettle)
 	}
 	if len(s.Stuck) == 0 {
 		_, err := fmt.Fprintln(w, "\nno stuck orders")
 		return err
 	}
-	fmt.Fprintf(w, "\n%d order(s) still in flight (stuck):\n", len(s.Stuck))
-	st := newTable("ORDER", "KIND", "STATE", "AGE", "TRACE ID", "INSPECT").right(3)
+	fmt.Fprintf(w, "\n%d order(s) not settled:\n", len(s.Stuck))
+	st := newTable("ORDER", "KIND", "STATE", "STUCK", "AGE", "TRACE ID", "INSPECT").right(4)
 	for _, o := range s.Stuck {
-		st.add(o.ID, string(o.Kind), o.State, fmtAge(time.Duration(o.AgeSeconds*float64(time.Second))), orDash(o.TraceID), o.Inspect)
+		flagged := "not yet"
+		if o.Flagged {
+			flagged = "yes"
+		}
+		st.add(o.ID, string(o.Kind), o.State, flagged, fmtAge(time.Duration(o.AgeSeconds*float64(time.Second))), orDash(o.TraceID), o.Inspect)
 	}
 	if err := st.render(w); err != nil {
 		return err

@@ -50,6 +50,12 @@ func renderOrder(w io.Writer, o Order, now time.Time) error {
 	}
 	fmt.Fprintf(&b, "order     %s\n", o.ID)
 	fmt.Fprintf(&b, "state     %s%s\n", o.State, stuck)
+	if o.Reason != "" {
+		fmt.Fprintf(&b, "reason    %s\n", o.Reason)
+	}
+	if o.Payment != "" || o.Stock != "" {
+		fmt.Fprintf(&b, "payment   %s   stock %s\n", orDash(o.Payment), orDash(o.Stock))
+	}
 	fmt.Fprintf(&b, "customer  %s\n", o.CustomerID)
 	fmt.Fprintf(&b, "amount    %s\n", fmtAmount(o.Amount))
 	fmt.Fprintf(&b, "items     %s\n", fmtItems(o.Items))
@@ -58,23 +64,30 @@ func renderOrder(w io.Writer, o Order, now time.Time) error {
 	}
 	if d, ok := o.SettledIn(); ok {
 		fmt.Fprintf(&b, "settled   in %s\n", fmtDuration(d, 1))
+	} else if o.DeadlineAt != nil {
+		fmt.Fprintf(&b, "deadline  %s (in %s; then it is cancelled)\n", o.DeadlineAt.UTC().Format(time.RFC3339), fmtAge(o.DeadlineAt.Sub(now)))
 	}
 	fmt.Fprintf(&b, "trace id  %s\n", orDash(o.TraceID))
 	fmt.Fprintf(&b, "jaeger    %s\n\n", orDash(o.JaegerURL))
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return fmt.Errorf("sagactl: write: %w", err)
 	}
-	t := newTable("AT", "+", "FROM", "TO", "CAUSE", "CAUSE EVENT ID").right(1)
+	t := newTable("AT", "+", "FROM", "TO", "CAUSE", "CAUSE EVENT ID", "NOTE").right(1)
 	for _, h := range o.History {
 		since := "-"
 		if !o.CreatedAt.IsZero() && !h.At.IsZero() {
 			since = fmtDuration(h.At.Sub(o.CreatedAt), 1)
 		}
-		t.add(h.At.UTC().Format("2006-01-02T15:04:05.000Z"), since, orDash(h.From), h.To,
-			orDash(h.CauseEventType), orDash(h.CauseEventID))
+		to, note := h.To, h.Note
+		if h.Ignored {
+			to = "(stays " + h.From + ")"
+			note = strings.TrimSpace("ignored " + note)
+		}
+		t.add(h.At.UTC().Format("2006-01-02T15:04:05.000Z"), since, orDash(h.From), to,
+			orDash(h.CauseEventType), orDash(h.CauseEventID), note)
 	}
 	if len(o.History) == 0 {
-		t.add("-", "-", "-", o.State, "(no transitions recorded)", "-")
+		t.add("-", "-", "-", o.State, "(no transitions recorded)", "-", "")
 	}
 	return t.render(w)
 }

@@ -20,8 +20,13 @@ type Order struct {
 	Items      []Item       `json:"items"`
 	Amount     int64        `json:"amount"`
 	State      string       `json:"state"`
+	Reason     string       `json:"reason,omitempty"`
+	Payment    string       `json:"payment_status,omitempty"`
+	Stock      string       `json:"stock_status,omitempty"`
 	CreatedAt  time.Time    `json:"created_at"`
 	UpdatedAt  time.Time    `json:"updated_at"`
+	StateSince time.Time    `json:"state_since,omitzero"`
+	DeadlineAt *time.Time   `json:"deadline_at,omitempty"`
 	TraceID    string       `json:"trace_id"`
 	JaegerURL  string       `json:"jaeger_url"`
 	Stuck      bool         `json:"stuck"`
@@ -37,11 +42,14 @@ type Item struct {
 
 // Transition is one entry of an order's state history.
 type Transition struct {
-	From           string    `json:"from"`
-	To             string    `json:"to"`
-	CauseEventID   string    `json:"cause_event_id"`
-	CauseEventType string    `json:"cause_event_type"`
-	At             time.Time `json:"at"`
+	From           string `json:"from"`
+	To             string `json:"to"`
+	CauseEventID   string `json:"cause_event_id"`
+	CauseEventType string `json:"cause_event_type"`
+	// Ignored marks an event the order recorded without changing state (Note says why).
+	Ignored bool      `json:"ignored,omitempty"`
+	Note    string    `json:"note,omitempty"`
+	At      time.Time `json:"at"`
 }
 
 // terminal reports whether state is one an order never leaves.
@@ -72,9 +80,12 @@ func (o Order) SettledIn() (d time.Duration, ok bool) {
 		return 0, false
 	}
 	for i := len(o.History) - 1; i >= 0; i-- {
-		if h := o.History[i]; h.To == o.State && !h.At.IsZero() {
+		if h := o.History[i]; h.To == o.State && !h.Ignored && !h.At.IsZero() {
 			return h.At.Sub(o.CreatedAt), true
 		}
+	}
+	if !o.StateSince.IsZero() {
+		return o.StateSince.Sub(o.CreatedAt), true
 	}
 	if !o.UpdatedAt.IsZero() {
 		return o.UpdatedAt.Sub(o.CreatedAt), true
@@ -85,8 +96,8 @@ func (o Order) SettledIn() (d time.Duration, ok bool) {
 // Cause is the event type of the transition into the current state ("" if unknown).
 func (o Order) Cause() string {
 	for i := len(o.History) - 1; i >= 0; i-- {
-		if o.History[i].To == o.State {
-			return o.History[i].CauseEventType
+		if h := o.History[i]; h.To == o.State && !h.Ignored {
+			return h.CauseEventType
 		}
 	}
 	return ""

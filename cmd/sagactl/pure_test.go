@@ -28,9 +28,8 @@ func TestTableRender(t *testing.T) {
 	want := "" +
 		"NAME                         COUNT  NOTE\n" +
 		"confirmed                      140  ok\n" +
-		"rejected (payment.declined)      7  \n" +
+		"rejected (payment.declined)      7\n" +
 		"x                            12345  first line\n"
-	// The last column is never padded, but an empty last cell leaves the separator.
 	if b.String() != want {
 		t.Errorf("render:\n%s\nwant:\n%s", b.String(), want)
 	}
@@ -418,8 +417,12 @@ func TestOrderDerivedFields(t *testing.T) {
 	if _, ok := p.SettledIn(); ok {
 		t.Error("a PENDING order is not settled")
 	}
-	if got := outcome(p); got != "STUCK in PENDING" {
+	if got := outcome(p); got != "IN FLIGHT (PENDING)" {
 		t.Errorf("outcome = %q", got)
+	}
+	p.Stuck = true
+	if got := outcome(p); got != "STUCK in PENDING" {
+		t.Errorf("outcome of a flagged order = %q", got)
 	}
 	if got := p.Age(t0.Add(time.Minute)); got != time.Minute {
 		t.Errorf("Age = %v", got)
@@ -500,7 +503,7 @@ func TestSummaryAndRender(t *testing.T) {
 	}
 	add(kindDecline, settled("d1", "REJECTED", "payment.declined", 5*time.Millisecond))
 	add(kindSuccess, settled("s-bad", "REJECTED", "payment.refunded", 7*time.Millisecond))
-	add(kindStuck, Order{ID: "h1", State: "PENDING", CreatedAt: t0, TraceID: "trace-h1", JaegerURL: "http://j/trace/trace-h1"})
+	add(kindStuck, Order{ID: "h1", State: "PENDING", Stuck: true, CreatedAt: t0, TraceID: "trace-h1", JaegerURL: "http://j/trace/trace-h1"})
 	r.orders = append(r.orders, &loadOrder{Kind: kindSuccess, PlaceErr: "HTTP 500"})
 	r.failed++
 
@@ -536,7 +539,7 @@ func TestSummaryAndRender(t *testing.T) {
 		"all settled                      12",
 		"place error: HTTP 500",
 		"1 order(s) ended other than their kind aims for",
-		"h1     stuck  PENDING", "trace-h1  sagactl order h1",
+		"h1     stuck  PENDING  yes", "trace-h1  sagactl order h1",
 		"trace of h1: http://j/trace/trace-h1",
 	} {
 		if !strings.Contains(b.String(), want) {

@@ -49,8 +49,7 @@ func (t *table) add(cells ...string) {
 	t.rows = append(t.rows, row)
 }
 
-// render writes the table to w. The last column is not padded, so lines carry no
-// trailing spaces.
+// render writes the table to w. Lines carry no trailing spaces.
 func (t *table) render(w io.Writer) error {
 	width := make([]int, len(t.header))
 	for _, row := range append([][]string{t.header}, t.rows...) {
@@ -60,22 +59,20 @@ func (t *table) render(w io.Writer) error {
 	}
 	var b strings.Builder
 	line := func(row []string) {
+		var l strings.Builder
 		for i, c := range row {
 			pad := strings.Repeat(" ", width[i]-utf8.RuneCountInString(c))
-			last := i == len(row)-1
-			switch {
-			case t.align[i] == alignRight:
-				b.WriteString(pad + c)
-			case last:
-				b.WriteString(c)
-			default:
-				b.WriteString(c + pad)
+			if t.align[i] == alignRight {
+				l.WriteString(pad + c)
+			} else {
+				l.WriteString(c + pad)
 			}
-			if !last {
-				b.WriteString("  ")
+			if i < len(row)-1 {
+				l.WriteString("  ")
 			}
 		}
-		b.WriteString("\n")
+		// The last column is not padded, and an empty cell leaves no separator behind.
+		b.WriteString(strings.TrimRight(l.String(), " ") + "\n")
 	}
 	line(t.header)
 	for _, row := range t.rows {
