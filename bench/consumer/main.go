@@ -62,15 +62,16 @@ import (
 )
 
 type config struct {
-	pg         string
-	redis      string
-	brokers    string
-	events     int
-	partitions int
-	accounts   int
-	batches    []int
-	pgbenchT   time.Duration
-	cpuProfile string
+	pg            string
+	redis         string
+	brokers       string
+	events        int
+	partitions    int
+	accounts      int
+	batches       []int
+	pgbenchT      time.Duration
+	cpuProfile    string
+	latencyEvents int
 }
 
 func main() {
@@ -92,6 +93,7 @@ func main() {
 	flag.IntVar(&c.accounts, "accounts", 1200, "distinct entities (record keys)")
 	flag.StringVar(&batches, "batch", "0,16", "comma-separated batch sizes to run the chain with (0 = one record per transaction)")
 	flag.DurationVar(&c.pgbenchT, "pgbench-time", 10*time.Second, "duration of the pgbench run")
+	flag.IntVar(&c.latencyEvents, "latency-events", 2000, "events of the sequential (1 partition) latency pass; 0 skips it")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the consumer modes to this file")
 	flag.Parse()
 	for _, b := range strings.Split(batches, ",") {
@@ -113,7 +115,6 @@ type result struct {
 	perSec    float64
 	p50, p99  time.Duration
 	evPerTx   float64
-	notes     string
 	isPgbench bool
 }
 
@@ -150,16 +151,6 @@ func run(ctx context.Context, c config) error {
 	fmt.Printf("consumer benchmark: %d events per mode, %d partitions, %d keys, GOMAXPROCS %d, %s\n",
 		c.events, c.partitions, c.accounts, runtime.GOMAXPROCS(0), brokerKind(c.brokers))
 
-	var results []result
-	pgb, err := runPgbench(ctx, dsn, c)
-	if err != nil {
-		return err
-	}
-	results = append(results, pgb)
-	if _, err := pool.Exec(ctx, `TRUNCATE choreo_idempotency, choreo_outbox`); err != nil {
-		return err
-	}
-
 	ob := outbox.New()
 	business := func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
 		if _, err := tx.Exec(ctx, `UPDATE bench_accounts SET balance = balance + 1, version = version + 1 WHERE id = $1`, ev.Subject); err != nil {
@@ -174,12 +165,6 @@ func run(ctx context.Context, c config) error {
 		return ob.Enqueue(ctx, tx, "bench.applied", next.CausedBy(ev))
 	}
 
-	type mode struct {
-		name   string
-		batch  int
-		bare   bool
-		noLock bool
-	}
 	modes := []mode{
 		{name: "bare handler (UPDATE + outbox INSERT)", bare: true},
 		{name: "chain without Lock (idempotency + UPDATE + outbox)", noLock: true},
@@ -202,8 +187,44 @@ func run(ctx context.Context, c config) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if err := pass(ctx, c, "t", modes, brokers, dsn, pool, rdb, business); err != nil {
+		return err
+	}
+	if c.latencyEvents > 0 {
+		// One partition, one client: the chain's added latency without queueing.
+		c1 := c
+		c1.partitions, c1.events = 1, c.latencyEvents
+		fmt.Printf("\nsequential latency: %d events, 1 partition\n", c1.events)
+		return pass(ctx, c1, "s", []mode{
+			{name: "bare handler (UPDATE + outbox INSERT)", bare: true},
+			{name: "chain without Lock (idempotency + UPDATE + outbox)", noLock: true},
+			{name: "full chain (lock + idempotency + UPDATE + outbox)"},
+		}, brokers, dsn, pool, rdb, business)
+	}
+	return nil
+}
+
+type mode struct {
+	name   string
+	batch  int
+	bare   bool
+	noLock bool
+}
+
+// pass runs pgbench and then every mode at c.partitions concurrency, and prints a table.
+func pass(ctx context.Context, c config, prefix string, modes []mode, brokers []string, dsn string,
+	pool *pgxpool.Pool, rdb *redis.Client, business consumer.TxHandler,
+) error {
+	pgb, err := runPgbench(ctx, dsn, c)
+	if err != nil {
+		return err
+	}
+	results := []result{pgb}
+	if _, err := pool.Exec(ctx, `TRUNCATE choreo_idempotency, choreo_outbox`); err != nil {
+		return err
+	}
 	for i, m := range modes {
-		topic := fmt.Sprintf("bench-consumer-%d", i)
+		topic := fmt.Sprintf("bench-consumer-%s%d", prefix, i)
 		if err := createTopic(ctx, brokers, topic, int32(c.partitions)); err != nil {
 			return err
 		}
