@@ -10,6 +10,8 @@
 //   - pgbench running the same SQL statements per transaction with the same client
 //     counts: the database's limit for that work.
 //
+// Usage:
+//
 //	go run ./bench/order [-duration 5s] [-clients 1,8,32] [-workers 1,8]
 //
 // It needs Postgres (-pg, default $CHOREO_TEST_POSTGRES_DSN or

@@ -4,6 +4,37 @@
 // expired ones. The binary in services/order runs it with Run; this package is
 // importable so that tests (services/e2e) can run the service in process.
 //
+// # HTTP API
+//
+//	POST /orders               {"customer_id":"c-1","items":[{"sku":"sku-1","qty":2}],"amount":4200}
+//	                           201 with the order; with an Idempotency-Key header a retry of the
+//	                           same request returns the same order (200, Idempotent-Replayed: true)
+//	                           and another body with the same key is refused (422)
+//	GET  /orders/{id}          200: the order with trace_id, jaeger_url, stuck and its full history
+//	POST /orders/{id}/cancel   202: PENDING -> CANCELLING (a repeated cancel is a no-op);
+//	                           409 invalid_transition once the order is CONFIRMED or REJECTED
+//	GET  /orders?state=PENDING&stuck=true&older_than=5m&limit=100
+//	                           200 {"orders":[...]}, oldest first, each with age_seconds
+//
+// Input is validated (see CreateRequest.Validate), bodies are limited to MaxBodyBytes and
+// must be one JSON object without unknown fields, and every error is a JSON body
+// {"error":{"code":...,"message":...}} with one of the Code* codes; internal errors are
+// logged and answered with a generic message.
+//
+// # Configuration
+//
+// LoadConfig reads the variables of app.LoadConfig (DATABASE_URL, REDIS_ADDR,
+// KAFKA_BROKERS, HTTP_ADDR with default :8080, JAEGER_UI_URL, ...) and
+//
+//	ORDER_STUCK_AFTER             30s  non-terminal orders longer than this in their state are stuck
+//	ORDER_STUCK_AFTER_CANCELLING  = ORDER_STUCK_AFTER
+//	ORDER_SAGA_TIMEOUT            2m   PENDING longer than this is cancelled (must exceed ORDER_STUCK_AFTER)
+//	ORDER_COMPENSATION_TIMEOUT    2m   CANCELLING longer than this becomes COMPENSATION_FAILED
+//	ORDER_SWEEP_INTERVAL          1s   period of the deadline sweeper and the stuck gauge
+//	ORDER_GROUP                   order  consumer group of payments.events and inventory.events
+//
+// and reports every invalid value at once.
+//
 // # State machine
 //
 // One table (see Lookup and Decide) maps (state, trigger) to the next state; a trigger is

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -29,10 +28,10 @@ const AttrOrderID = "order.id"
 
 const instrumentationName = "github.com/choreo-saga/choreo/services/order/ordersvc"
 
-// DB is what the service needs from Postgres: a *pgxpool.Pool.
+// DB is what the service needs from Postgres: a *pgxpool.Pool (or a *pgx.Conn in
+// single-threaded tools).
 type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
