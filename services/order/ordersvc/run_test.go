@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/choreo-saga/choreo/app"
@@ -151,6 +152,39 @@ func TestRun(t *testing.T) {
 	}
 	if dlq := nextRecord(t, cl, events.TopicPayments+".dlq"); string(dlq.Key) != o.ID {
 		t.Fatalf("dlq record key %q", dlq.Key)
+	}
+
+	// The deadline sweeper runs in the service: an order past its saga deadline is
+	// cancelled and compensation is requested (the clock is moved, not waited for).
+	resp, err = http.Post(base+"/orders", "application/json", strings.NewReader(validBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var late ordersvc.OrderJSON
+	if err := json.NewDecoder(resp.Body).Decode(&late); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	db, err := pgxpool.New(ctx, cfg.App.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(ctx, "UPDATE orders SET deadline_at = now() - interval '1 second' WHERE id = $1", late.ID); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ev, err := event.FromRecord(nextRecord(t, cl, events.TopicOrders))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Subject == late.ID && ev.Type == events.OrderCancelRequested {
+			break
+		}
+	}
+	getJSON(t, base+"/orders/"+late.ID, &g)
+	if g.State != ordersvc.Cancelling || !strings.HasPrefix(g.Reason, "saga deadline exceeded") {
+		t.Fatalf("expired order %+v", g)
 	}
 
 	// /metrics exposes the order metrics.
