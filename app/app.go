@@ -203,9 +203,10 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 		return nil, err
 	}
 	a = &App{Config: cfg, opts: o, mux: http.NewServeMux(), ready: make(chan struct{})}
+	self := a // "return nil, err" clears a before the deferred cleanup runs
 	defer func() {
 		if err != nil {
-			a.closeResources(context.Background())
+			_ = self.closeResources(context.Background())
 			a = nil
 		}
 	}()

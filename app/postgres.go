@@ -51,7 +51,9 @@ func EnsureDatabase(ctx context.Context, dsn string) error {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
-	if err != nil && !isPgCode(err, "42P04") { // duplicate_database: another process won the race
+	// duplicate_database, or a unique violation on pg_database when the concurrent
+	// CREATE DATABASE commits while ours runs: another process won the race.
+	if err != nil && !isPgCode(err, "42P04") && !isPgCode(err, "23505") {
 		return fmt.Errorf("app: create database %q: %w", name, err)
 	}
 	return nil

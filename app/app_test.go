@@ -1,0 +1,385 @@
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/app/apptest"
+	"github.com/choreo-saga/choreo/consumer"
+	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/internal/testenv"
+	"github.com/choreo-saga/choreo/lock"
+)
+
+// freshDSN returns a DSN naming a database that does not exist yet on the test server,
+// and drops it when the test ends.
+func freshDSN(t *testing.T) string {
+	t.Helper()
+	base := testenv.PostgresDSN(t) // proves the server is there
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := testenv.Name(t, "choreo_app")
+	u.Path = "/" + name
+	t.Cleanup(func() {
+		admin := *u
+		admin.Path = "/postgres"
+		conn, err := pgx.Connect(context.Background(), admin.String())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Error(err)
+		}
+	})
+	return u.String()
+}
+
+func TestEnsureDatabase(t *testing.T) {
+	ctx := context.Background()
+	dsn := freshDSN(t)
+	if _, err := pgx.Connect(ctx, dsn); err == nil {
+		t.Fatal("database exists before EnsureDatabase")
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Go(func() { errs[i] = app.EnsureDatabase(ctx, dsn) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent EnsureDatabase: %v", err)
+		}
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("database not created: %v", err)
+	}
+	conn.Close(ctx)
+	if err := app.EnsureDatabase(ctx, dsn); err != nil {
+		t.Fatalf("second call: %v", err)
+	}
+
+	if err := app.EnsureDatabase(ctx, "postgres://127.0.0.1:5432/"); !errors.Is(err, app.ErrConfig) {
+		t.Errorf("dsn without database: %v", err)
+	}
+	err = app.EnsureDatabase(ctx, "postgres://user:s3cret@127.0.0.1:1/db?connect_timeout=2")
+	if err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("unreachable server: err = %v (must fail without the password)", err)
+	}
+}
+
+func TestMigrations(t *testing.T) {
+	ctx := context.Background()
+	pool := testenv.Postgres(t)
+	const script = `CREATE TABLE IF NOT EXISTS widgets (id int PRIMARY KEY);
+		CREATE INDEX IF NOT EXISTS widgets_id ON widgets (id);`
+	var wg sync.WaitGroup
+	errs := make([]error, 6)
+	for i := range errs {
+		wg.Go(func() {
+			if i%2 == 0 {
+				errs[i] = app.MigrateLibrary(ctx, pool, nil)
+			} else {
+				errs[i] = app.MigrateSQL(ctx, pool, "widgets", script)
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, table := range []string{"choreo_idempotency", "choreo_lock_fences", "choreo_outbox", "choreo_outbox_dead", "widgets"} {
+		var ok bool
+		if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&ok); err != nil || !ok {
+			t.Errorf("table %s missing (%v)", table, err)
+		}
+	}
+	if err := app.MigrateSQL(ctx, pool, "bad", "CREATE TABLE nope ("); err == nil || !strings.Contains(err.Error(), "app: migrate bad") {
+		t.Errorf("bad script: %v", err)
+	}
+}
+
+func TestEnsureTopics(t *testing.T) {
+	ctx := context.Background()
+	brokers := testenv.KafkaCluster(t).ListenAddrs()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	existing := testenv.Topic(t, brokers, 1)
+	topics := app.WithDeadLetterTopics("a.events", existing)
+	for range 2 {
+		if err := app.EnsureTopics(ctx, cl, 3, topics...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	details, err := kadm.NewClient(cl).ListTopics(ctx, topics...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"a.events": 3, "a.events.dlq": 3, existing: 1, existing + ".dlq": 3}
+	for name, n := range want {
+		if got := len(details[name].Partitions); got != n {
+			t.Errorf("%s has %d partitions, want %d", name, got, n)
+		}
+	}
+	if err := app.EnsureTopics(ctx, cl, 0, "x"); !errors.Is(err, app.ErrConfig) {
+		t.Errorf("0 partitions: %v", err)
+	}
+}
+
+// testApp builds an App on fresh Postgres, Redis and kfake.
+type testApp struct {
+	*app.App
+	brokers []string
+	base    string
+	logs    *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func newTestApp(t *testing.T, opts ...app.Option) *testApp {
+	t.Helper()
+	_, ns := testenv.Redis(t)
+	brokers := testenv.KafkaCluster(t).ListenAddrs()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := app.MapEnv(map[string]string{
+		app.EnvDatabaseURL: freshDSN(t), app.EnvRedisAddr: testenv.RedisAddr(t),
+		app.EnvKafkaBrokers: strings.Join(brokers, ","), app.EnvKafkaPartitions: "2", app.EnvLogLevel: "debug",
+	})
+	cfg := app.LoadConfig(env, "widget", ln.Addr().String())
+	if err := env.Err(); err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	a, err := app.New(context.Background(), cfg, append([]app.Option{
+		app.WithListener(ln), app.WithoutSignals(), app.WithLogOutput(logs),
+		app.WithLockOptions(lock.Options{Namespace: ns}), app.WithEntityAttribute("widget.id"),
+	}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testApp{App: a, brokers: brokers, base: "http://" + ln.Addr().String(), logs: logs}
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestAppLifecycle runs a small service on the App: an HTTP route, a consumer that
+// answers ping with pong through the outbox, and a background function that enqueues
+// one last event when it is stopped. The ordered shutdown must still publish that event
+// (background functions stop before the relay) and Run must return nil.
+func TestAppLifecycle(t *testing.T) {
+	ctx := context.Background()
+	a := newTestApp(t)
+	if err := a.EnsureTopics(ctx, "widgets.in", "widgets.out"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Migrate(ctx, "widget", `CREATE TABLE IF NOT EXISTS widgets (id text PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	a.HandleFunc("GET /widgets/{id}", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "widget "+r.PathValue("id"))
+	})
+	router := consumer.NewRouter().
+		Handle("widget.ping", func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO widgets (id) VALUES ($1)`, ev.Subject); err != nil {
+				return err
+			}
+			out, err := event.New("widget", "widget.pong", ev.Subject, map[string]string{"id": ev.Subject})
+			if err != nil {
+				return err
+			}
+			return a.Outbox.Enqueue(ctx, tx, "widgets.out", out.CausedBy(ev))
+		}).
+		Ignore("widget.noise")
+	if err := a.Consume(app.ConsumerSpec{Group: "widget", Topics: []string{"widgets.in"}, Router: router}); err != nil {
+		t.Fatal(err)
+	}
+	a.Go("farewell", func(ctx context.Context) error {
+		<-ctx.Done()
+		ev, err := event.New("widget", "widget.farewell", "w-last", map[string]string{})
+		if err != nil {
+			return err
+		}
+		return a.Outbox.InTx(context.WithoutCancel(ctx), a.Pool, func(ctx context.Context, tx pgx.Tx) error {
+			return a.Outbox.Enqueue(ctx, tx, "widgets.out", ev)
+		})
+	})
+
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	<-a.Ready()
+	apptest.WaitReady(t, a.base)
+
+	code, body := get(t, a.base+"/readyz")
+	var ready struct {
+		Status string
+		Checks map[string]string
+	}
+	if err := json.Unmarshal([]byte(body), &ready); err != nil || code != 200 || ready.Status != "ok" ||
+		ready.Checks["postgres"] != "ok" || ready.Checks["redis"] != "ok" || ready.Checks["kafka"] != "ok" {
+		t.Fatalf("/readyz = %d %s", code, body)
+	}
+	if code, body := get(t, a.base+"/healthz"); code != 200 || !strings.Contains(body, "ok") {
+		t.Fatalf("/healthz = %d %s", code, body)
+	}
+	if code, body := get(t, a.base+"/widgets/w-9"); code != 200 || body != "widget w-9" {
+		t.Fatalf("route = %d %s", code, body)
+	}
+
+	k := apptest.NewKafka(t, a.brokers)
+	ping := func(id string) event.Event {
+		ev, err := event.New("test", "widget.ping", id, map[string]string{"id": id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ev
+	}
+	noise, _ := event.New("test", "widget.noise", "w-1", map[string]string{})
+	k.ProduceTwice("widgets.in", ping("w-1"), ping("w-2"), noise)
+	k.WaitSettled(a.Pool, "", map[string][]string{"widget": {"widgets.in"}})
+	if got := k.Events("widgets.out"); len(got) != 2 || len(got["w-1"]) != 1 || len(got["w-2"]) != 1 {
+		t.Fatalf("published %v", got)
+	}
+
+	code, metrics := get(t, a.base+"/metrics")
+	for _, m := range []string{"choreo_consumer_outcomes", "choreo_outbox_published", "http_server", "go_goroutines"} {
+		if code != 200 || !strings.Contains(metrics, m) {
+			t.Errorf("/metrics lacks %s", m)
+		}
+	}
+
+	pool := a.Pool // closed by Run's shutdown; keep the DSN to look afterwards
+	dsn := pool.Config().ConnString()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if got := k.Events("widgets.out")["w-last"]; len(got) != 1 || got[0].Type != "widget.farewell" {
+		t.Fatalf("event enqueued during shutdown was not published before the relay stopped: %v", got)
+	}
+	after, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer after.Close()
+	var rows int
+	if err := after.QueryRow(ctx, `SELECT count(*) FROM choreo_outbox`).Scan(&rows); err != nil || rows != 0 {
+		t.Fatalf("outbox after shutdown: %d rows (%v)", rows, err)
+	}
+
+	logs := a.logs.String()
+	order := []string{`"step":"http"`, `"step":"consumers"`, `"step":"relay"`, `"step":"close"`}
+	last := -1
+	for _, s := range order {
+		i := strings.Index(logs, s)
+		if i < last {
+			t.Fatalf("shutdown steps out of order (%s):\n%s", s, logs)
+		}
+		last = i
+	}
+	if !strings.Contains(logs, `"service":"widget"`) || !strings.Contains(logs, `"trace_id"`) {
+		t.Errorf("logs lack service or trace ids:\n%s", logs)
+	}
+	if err := a.Run(ctx); !errors.Is(err, app.ErrRunning) {
+		t.Errorf("second Run = %v", err)
+	}
+}
+
+func TestReadyzReportsFailingChecks(t *testing.T) {
+	a := newTestApp(t)
+	a.AddCheck("gateway", func(ctx context.Context) error { return errors.New("gateway down") })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	<-a.Ready()
+	code, body := get(t, a.base+"/readyz")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "gateway down") || !strings.Contains(body, `"postgres":"ok"`) {
+		t.Fatalf("/readyz = %d %s", code, body)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestComponentFailureStopsTheService(t *testing.T) {
+	a := newTestApp(t)
+	boom := errors.New("boom")
+	a.Go("exploder", func(ctx context.Context) error { return boom })
+	err := a.Run(context.Background())
+	if !errors.Is(err, app.ErrComponent) || !errors.Is(err, boom) || !strings.Contains(err.Error(), "exploder") {
+		t.Fatalf("Run = %v", err)
+	}
+	if err := a.Pool.Ping(context.Background()); err == nil {
+		t.Error("pool still open after Run returned")
+	}
+}
+
+func TestNewFailsCleanly(t *testing.T) {
+	env := app.MapEnv(map[string]string{
+		app.EnvDatabaseURL: freshDSN(t), app.EnvRedisAddr: "127.0.0.1:1",
+		app.EnvKafkaBrokers: strings.Join(testenv.KafkaCluster(t).ListenAddrs(), ","),
+	})
+	cfg := app.LoadConfig(env, "widget", "127.0.0.1:0")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := app.New(ctx, cfg, app.WithLogOutput(io.Discard))
+	if err == nil || !strings.Contains(err.Error(), "app: redis 127.0.0.1:1") {
+		t.Fatalf("New = %v", err)
+	}
+	if _, err := app.New(ctx, app.Config{Service: "x"}); !errors.Is(err, app.ErrConfig) {
+		t.Fatalf("invalid config: %v", err)
+	}
+}

@@ -1,0 +1,134 @@
+package app
+
+import (
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestEnvGetters(t *testing.T) {
+	env := MapEnv(map[string]string{
+		"S": " hello ", "BLANK": "   ", "I": "42", "I64": "-7", "F": "0.25", "B": "yes", "D": "1m30s",
+		"L": "a, b,,c ", "LV": "warn", "EMPTYLIST": " , ",
+	})
+	if got := env.String("S", "x"); got != "hello" {
+		t.Errorf("String = %q", got)
+	}
+	if got := env.String("BLANK", "def"); got != "def" {
+		t.Errorf("blank String = %q, want the default", got)
+	}
+	if got := env.String("MISSING", "def"); got != "def" {
+		t.Errorf("missing String = %q", got)
+	}
+	if got := env.Int("I", 0); got != 42 {
+		t.Errorf("Int = %d", got)
+	}
+	if got := env.Int64("I64", 0); got != -7 {
+		t.Errorf("Int64 = %d", got)
+	}
+	if got := env.Float64("F", 0); got != 0.25 {
+		t.Errorf("Float64 = %v", got)
+	}
+	if got := env.Bool("B", false); !got {
+		t.Errorf("Bool = %v", got)
+	}
+	if got := env.Duration("D", 0); got != 90*time.Second {
+		t.Errorf("Duration = %v", got)
+	}
+	if got := env.List("L", nil); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Errorf("List = %q", got)
+	}
+	if got := env.List("EMPTYLIST", []string{"d"}); !slices.Equal(got, []string{"d"}) {
+		t.Errorf("empty List = %q", got)
+	}
+	if got := env.Level("LV", slog.LevelInfo); got != slog.LevelWarn {
+		t.Errorf("Level = %v", got)
+	}
+	if err := env.Err(); err != nil {
+		t.Fatalf("Err = %v", err)
+	}
+}
+
+func TestEnvCollectsEveryProblem(t *testing.T) {
+	env := MapEnv(map[string]string{
+		"I": "4x", "F": "NaN", "B": "perhaps", "D": "-1s", "D2": "soon", "LV": "loud",
+		"DATABASE_URL": "postgres://u:hunter2@h/db?bad=%zz", "RATE": "2",
+	})
+	if got := env.Int("I", 3); got != 3 {
+		t.Errorf("invalid Int returned %d, want the default", got)
+	}
+	env.Float64("F", 0)
+	env.Bool("B", false)
+	env.Duration("D", time.Second)
+	env.Duration("D2", time.Second)
+	env.Level("LV", slog.LevelInfo)
+	env.Required("NEEDED")
+	env.Fail("DATABASE_URL", "unusable")
+	env.Check("RATE", env.Float64("RATE", 0) <= 1, "must be at most 1")
+	env.Check("OK", true, "never reported")
+
+	err := env.Err()
+	if !errors.Is(err, ErrConfig) {
+		t.Fatalf("Err = %v, want ErrConfig", err)
+	}
+	msg := err.Error()
+	for _, want := range []string{`I="4x"`, `F="NaN"`, `B="perhaps"`, `D="-1s": must not be negative`, `D2="soon"`,
+		`LV="loud"`, "NEEDED: required", "DATABASE_URL: unusable", `RATE="2": must be at most 1`} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error lacks %q:\n%s", want, msg)
+		}
+	}
+	if strings.Contains(msg, "hunter2") || strings.Contains(msg, "never reported") {
+		t.Errorf("error leaks a secret or reports a passing check:\n%s", msg)
+	}
+}
+
+func TestLoadConfig(t *testing.T) {
+	env := MapEnv(nil)
+	c := LoadConfig(env, "shop-api", ":9000")
+	if err := env.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if c.DatabaseName() != "choreo_shop_api" || c.RedisAddr != DefaultRedisAddr || c.HTTPAddr != ":9000" ||
+		!slices.Equal(c.KafkaBrokers, []string{DefaultKafkaBrokers}) || c.KafkaPartitions != DefaultKafkaPartitions ||
+		c.ShutdownTimeout != DefaultShutdownTimeout || c.LogLevel != slog.LevelInfo {
+		t.Fatalf("defaults: %+v", c)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+
+	env = MapEnv(map[string]string{EnvRedisAddr: "none", EnvKafkaBrokers: "k1:9092,k2:9092", EnvLogLevel: "debug"})
+	c = LoadConfig(env, "svc", ":1")
+	if env.Err() != nil || c.RedisAddr != "" || len(c.KafkaBrokers) != 2 || c.LogLevel != slog.LevelDebug {
+		t.Fatalf("overrides: %+v %v", c, env.Err())
+	}
+
+	tests := []struct {
+		key, value, want string
+	}{
+		{EnvDatabaseURL, "postgres://127.0.0.1:5432/", "names no database"},
+		{EnvRedisAddr, "localhost", "not host:port"},
+		{EnvKafkaBrokers, "broker", "is not host:port"},
+		{EnvKafkaPartitions, "0", "at least 1"},
+		{EnvHTTPAddr, "8080", "not [host]:port"},
+		{EnvJaegerUIURL, "localhost:16686", "not an absolute URL"},
+		{EnvShutdownTimeout, "0s", "must be positive"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.key, func(t *testing.T) {
+			env := MapEnv(map[string]string{tc.key: tc.value})
+			LoadConfig(env, "svc", ":8080")
+			err := env.Err()
+			if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.key) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want %s: %s", err, tc.key, tc.want)
+			}
+		})
+	}
+	if err := (Config{}).Validate(); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "empty service name") {
+		t.Fatalf("zero Config: %v", err)
+	}
+}
