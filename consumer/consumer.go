@@ -226,16 +226,15 @@ func (c *Consumer) Run(ctx context.Context) error {
 		kgo.OnPartitionsRevoked(c.revoked),
 		kgo.OnPartitionsLost(c.lost),
 	)
+	unregister, err := c.registerGauges()
+	if err != nil {
+		return err
+	}
+	defer unregister()
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("consumer: new client: %w", err)
 	}
-	unregister, err := c.registerGauges()
-	if err != nil {
-		cl.Close()
-		return err
-	}
-	defer unregister()
 
 	c.poll(ctx, cl)
 	return c.shutdown(cl)
