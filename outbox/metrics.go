@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -32,6 +33,7 @@ type relayMetrics struct {
 	backlog      metric.Int64ObservableGauge
 	oldest       metric.Float64ObservableGauge
 	leader       metric.Int64ObservableGauge
+	byTopic      sync.Map // topic -> metric.MeasurementOption
 }
 
 func newRelayMetrics(m metric.Meter, table string) (*relayMetrics, error) {
@@ -60,8 +62,15 @@ func newRelayMetrics(m metric.Meter, table string) (*relayMetrics, error) {
 	return rm, nil
 }
 
+// topicAttrs returns the attributes of per-event measurements, built once per
+// topic (an attribute set sorts and hashes on creation).
 func (m *relayMetrics) topicAttrs(topic string) metric.MeasurementOption {
-	return metric.WithAttributes(m.table, semconv.MessagingDestinationName(topic))
+	if o, ok := m.byTopic.Load(topic); ok {
+		return o.(metric.MeasurementOption)
+	}
+	o := metric.WithAttributeSet(attribute.NewSet(m.table, semconv.MessagingDestinationName(topic)))
+	m.byTopic.Store(topic, o)
+	return o
 }
 
 // observe registers the gauges' callback for the duration of Run. The backlog

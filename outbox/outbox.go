@@ -208,14 +208,124 @@ func encodeHeaders(hs []kgo.RecordHeader) (string, error) {
 	return string(b), nil
 }
 
+// decodeHeaders parses what encodeHeaders stored (as Postgres renders jsonb:
+// [["k", "v"], ...]). The relay decodes every row it publishes, so the common
+// case (strings without escapes) is parsed by hand; anything else goes
+// through encoding/json.
 func decodeHeaders(b []byte) ([]kgo.RecordHeader, error) {
-	var pairs [][2]string
+	if hs, ok := parseHeaders(b); ok {
+		return hs, nil
+	}
+	var pairs [][]string
 	if err := json.Unmarshal(b, &pairs); err != nil {
 		return nil, fmt.Errorf("outbox: decode headers: %w", err)
 	}
 	hs := make([]kgo.RecordHeader, len(pairs))
 	for i, p := range pairs {
+		if len(p) != 2 {
+			return nil, fmt.Errorf("outbox: decode headers: entry %d has %d elements, want 2", i, len(p))
+		}
 		hs[i] = kgo.RecordHeader{Key: p[0], Value: []byte(p[1])}
 	}
 	return hs, nil
+}
+
+// parseHeaders is the fast path of decodeHeaders; ok is false for input it
+// does not handle (escapes, unexpected shape), which the slow path then
+// decodes or rejects.
+func parseHeaders(in []byte) (hs []kgo.RecordHeader, ok bool) {
+	b := append([]byte(nil), in...) // values alias this one copy
+	i := 0
+	skip := func() {
+		for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r') {
+			i++
+		}
+	}
+	expect := func(c byte) bool {
+		skip()
+		if i < len(b) && b[i] == c {
+			i++
+			return true
+		}
+		return false
+	}
+	str := func() ([]byte, bool) {
+		skip()
+		if i >= len(b) || b[i] != '"' {
+			return nil, false
+		}
+		start := i + 1
+		for j := start; j < len(b); j++ {
+			switch b[j] {
+			case '\\':
+				return nil, false
+			case '"':
+				i = j + 1
+				return b[start:j], true
+			}
+		}
+		return nil, false
+	}
+	if !expect('[') {
+		return nil, false
+	}
+	hs = make([]kgo.RecordHeader, 0, 12)
+	if expect(']') {
+		return hs, true
+	}
+	for {
+		if !expect('[') {
+			return nil, false
+		}
+		k, ok1 := str()
+		if !ok1 || !expect(',') {
+			return nil, false
+		}
+		v, ok2 := str()
+		if !ok2 || !expect(']') {
+			return nil, false
+		}
+		hs = append(hs, kgo.RecordHeader{Key: headerKey(k), Value: v[:len(v):len(v)]})
+		if expect(']') {
+			skip()
+			return hs, i == len(b)
+		}
+		if !expect(',') {
+			return nil, false
+		}
+	}
+}
+
+// headerKey returns the key as a string, without allocating for the headers
+// every row carries.
+func headerKey(k []byte) string {
+	switch string(k) {
+	case event.HeaderID:
+		return event.HeaderID
+	case event.HeaderType:
+		return event.HeaderType
+	case event.HeaderSource:
+		return event.HeaderSource
+	case event.HeaderSpecVersion:
+		return event.HeaderSpecVersion
+	case event.HeaderTime:
+		return event.HeaderTime
+	case event.HeaderSubject:
+		return event.HeaderSubject
+	case event.HeaderCorrelationID:
+		return event.HeaderCorrelationID
+	case event.HeaderCausationID:
+		return event.HeaderCausationID
+	case event.HeaderSchemaVersion:
+		return event.HeaderSchemaVersion
+	case event.HeaderContentType:
+		return event.HeaderContentType
+	case "traceparent":
+		return "traceparent"
+	case "tracestate":
+		return "tracestate"
+	case "baggage":
+		return "baggage"
+	}
+	return string(k)
 }

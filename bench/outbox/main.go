@@ -28,6 +28,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,6 +57,8 @@ type config struct {
 	writers   int
 	pgbenchT  time.Duration
 	skipModes string
+	cpuprof   string
+	rounds    int
 }
 
 func main() {
@@ -70,9 +73,11 @@ func main() {
 	flag.IntVar(&c.rate, "rate", 1000, "events/s for the latency benchmark")
 	flag.DurationVar(&c.duration, "duration", 10*time.Second, "duration of each latency run")
 	flag.IntVar(&c.batch, "batch", 1000, "relay batch size")
-	flag.IntVar(&c.writers, "writers", 4, "concurrent writers in the latency benchmark")
+	flag.IntVar(&c.writers, "writers", 8, "concurrent writers in the latency benchmark")
 	flag.DurationVar(&c.pgbenchT, "pgbench-time", 5*time.Second, "duration of each pgbench run")
 	flag.StringVar(&c.skipModes, "skip", "", "comma-separated latency modes to skip (inprocess,notify,poll)")
+	flag.IntVar(&c.rounds, "rounds", 3, "drain rounds (each alternates pgbench and the relay; medians are reported)")
+	flag.StringVar(&c.cpuprof, "cpuprofile", "", "write a CPU profile of the drain run to this file")
 	flag.Parse()
 	if err := run(context.Background(), c); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/outbox:", err)
@@ -124,7 +129,7 @@ func run(ctx context.Context, c config) error {
 		return err
 	}
 
-	fmt.Printf("outbox relay benchmark — %d CPUs, %s, broker %s, batch %d\n\n", runtime.NumCPU(), pgVersion(ctx, pool), brokerName(c.brokers), c.batch)
+	fmt.Printf("outbox relay benchmark — %d CPUs (load average %s), %s, broker %s, batch %d\n\n", runtime.NumCPU(), loadAvg(), pgVersion(ctx, pool), brokerName(c.brokers), c.batch)
 	var table [][]string
 	add := func(row ...string) { table = append(table, row) }
 
@@ -143,24 +148,36 @@ func run(ctx context.Context, c config) error {
 			return err
 		}
 	}
-	rowsPerSec, err := pgbenchDrain(ctx, pool, dsn, sample, c.rows, c.batch)
-	if err != nil {
-		return err
-	}
-	add("limit", fmt.Sprintf("pgbench: relay's claim + DELETE, 1 session, %d rows/round", c.batch), fmt.Sprintf("%.0f rows/s", rowsPerSec), "")
 	kps, err := produceOnly(ctx, brokers, c.rows, c.batch)
 	if err != nil {
 		return err
 	}
 	add("limit", fmt.Sprintf("franz-go → broker only, %d records/round, no database", c.batch), fmt.Sprintf("%.0f records/s", kps), "")
 
-	// Drain of a backlog.
-	enq, drain, empty, err := drainBench(ctx, pool, brokers, c)
-	if err != nil {
-		return err
+	// Drain of a backlog, in rounds that alternate with pgbench running the
+	// relay's SQL, so both see the same machine (it is shared and noisy).
+	var pgRates, drainRates []float64
+	var enq float64
+	var empty time.Duration
+	for round := range c.rounds {
+		rowsPerSec, err := pgbenchDrain(ctx, pool, dsn, sample, c.rows, c.batch)
+		if err != nil {
+			return err
+		}
+		pgRates = append(pgRates, rowsPerSec)
+		e, drain, emp, err := drainBench(ctx, pool, brokers, c, sample, round == 0)
+		if err != nil {
+			return err
+		}
+		if round == 0 {
+			enq, empty = e, emp
+		}
+		drainRates = append(drainRates, drain)
 	}
+	add("limit", fmt.Sprintf("pgbench: relay's claim + DELETE, 1 session, %d rows/round", c.batch), fmt.Sprintf("%.0f rows/s", median(pgRates)), rounds(pgRates))
 	add("outbox", fmt.Sprintf("Enqueue: 1 writer, 1,000 events per tx (%d rows)", c.rows), fmt.Sprintf("%.0f events/s", enq), "")
-	add("outbox", fmt.Sprintf("relay drains a %d-row backlog (ack of the last row)", c.rows), fmt.Sprintf("%.0f events/s", drain), fmt.Sprintf("table empty after %s", empty.Round(time.Millisecond)))
+	add("outbox", fmt.Sprintf("relay drains a %d-row backlog (ack of the last row)", c.rows), fmt.Sprintf("%.0f events/s", median(drainRates)),
+		rounds(drainRates)+fmt.Sprintf("; %.0f%% of pgbench; round 1 table empty after %s", 100*median(drainRates)/median(pgRates), empty.Round(time.Millisecond)))
 
 	// Commit → ack latency at a steady rate.
 	for _, mode := range []string{"inprocess", "notify", "poll"} {
@@ -176,6 +193,7 @@ func run(ctx context.Context, c config) error {
 			fmt.Sprintf("%d events, %.0f/s achieved, %.1f rows/batch", res.n, res.achieved, res.perBatch))
 	}
 
+	fmt.Printf("load average at the end: %s\n\n", loadAvg())
 	fmt.Println("| kind | measurement | result | notes |")
 	fmt.Println("|---|---|---|---|")
 	for _, r := range table {
@@ -188,6 +206,28 @@ var modeName = map[string]string{
 	"inprocess": "in-process signal",
 	"notify":    "NOTIFY after commit",
 	"poll":      "polling only (500ms)",
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func rounds(xs []float64) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf("%.0f", x)
+	}
+	return "median of " + strings.Join(parts, ", ")
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond)) }
@@ -375,11 +415,16 @@ func produceOnly(ctx context.Context, brokers []string, rows, batch int) (float6
 	return float64(rows) / time.Since(start).Seconds(), nil
 }
 
-func drainBench(ctx context.Context, pool *pgxpool.Pool, brokers []string, c config) (enqueueRate, drainRate float64, empty time.Duration, err error) {
+func drainBench(ctx context.Context, pool *pgxpool.Pool, brokers []string, c config, s sample, viaEnqueue bool) (enqueueRate, drainRate float64, empty time.Duration, err error) {
 	ob := outbox.New()
 	start := time.Now()
 	const perTx = 1000
-	for off := 0; off < c.rows; off += perTx {
+	if !viaEnqueue {
+		if err := fill(ctx, pool, s, c.rows); err != nil {
+			return 0, 0, 0, err
+		}
+	}
+	for off := 0; viaEnqueue && off < c.rows; off += perTx {
 		evs := make([]event.Event, 0, perTx)
 		for i := off; i < min(off+perTx, c.rows); i++ {
 			ev, err := newEvent(key(i), i)
@@ -412,8 +457,20 @@ func drainBench(ctx context.Context, pool *pgxpool.Pool, brokers []string, c con
 			return nil
 		}))
 	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var wg sync.WaitGroup
 	var runErr error
+	if c.cpuprof != "" && viaEnqueue {
+		f, err := os.Create(c.cpuprof)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return 0, 0, 0, err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	start = time.Now()
 	wg.Go(func() { runErr = relay.Run(rctx) })
 	var last time.Time
