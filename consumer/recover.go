@@ -15,6 +15,7 @@ type PanicError struct {
 	Stack []byte
 }
 
+// Error returns ErrPanic's text, the panic value and the stack.
 func (e *PanicError) Error() string {
 	return fmt.Sprintf("%v: %v\n%s", ErrPanic, e.Value, e.Stack)
 }
