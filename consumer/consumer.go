@@ -23,9 +23,13 @@ const (
 	DefaultShutdownTimeout = 30 * time.Second
 	DefaultRedeliveryMin   = 100 * time.Millisecond
 	DefaultRedeliveryMax   = 10 * time.Second
-	instrumentationName    = "github.com/choreo-saga/choreo/consumer"
-	lagMetricName          = "choreo.consumer.lag"
-	bufferedMetricName     = "choreo.consumer.buffered"
+)
+
+const (
+	finalCommitTimeout  = 10 * time.Second
+	instrumentationName = "github.com/choreo-saga/choreo/consumer"
+	lagMetricName       = "choreo.consumer.lag"
+	bufferedMetricName  = "choreo.consumer.buffered"
 )
 
 type config struct {
@@ -86,8 +90,9 @@ func WithDrainTimeout(d time.Duration) Option {
 }
 
 // WithShutdownTimeout sets how long Run waits, after its context is cancelled, for
-// in-flight handlers to finish and the final offset commit to complete (default
-// DefaultShutdownTimeout).
+// in-flight handlers to finish (default DefaultShutdownTimeout); their context is
+// cancelled when it runs out. The final offset commit then gets up to the same time,
+// at most 10s.
 func WithShutdownTimeout(d time.Duration) Option {
 	return func(c *config) {
 		if d > 0 {
@@ -349,7 +354,7 @@ func (c *Consumer) shutdown(cl *kgo.Client) error {
 
 	c.stopWorkers(ws, c.cfg.shutdownTimeout)
 
-	ctx, cancel := context.WithTimeout(c.baseCtx, c.cfg.shutdownTimeout)
+	ctx, cancel := context.WithTimeout(c.baseCtx, min(c.cfg.shutdownTimeout, finalCommitTimeout))
 	defer cancel()
 	err := cl.CommitMarkedOffsets(ctx)
 	if err != nil {
