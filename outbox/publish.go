@@ -45,15 +45,14 @@ func (r *Relay) drain(ctx context.Context, conn *pgx.Conn) error {
 	readAhead := false
 	attempt := 0
 	for {
+		if ctx.Err() != nil {
+			return r.remove(conn, acked)
+		}
 		rows := next
 		if !readAhead {
 			var err error
 			rows, err = r.claim(ctx, conn, acked, nil)
 			if err != nil {
-				if ctx.Err() != nil {
-					// Shutdown interrupted the pipelined delete: finish it.
-					return r.remove(conn, acked)
-				}
 				return err
 			}
 			acked = nil
@@ -216,8 +215,12 @@ func (r *Relay) acknowledged(ctx context.Context, ok []Published) error {
 // claim deletes the previous round's acknowledged rows and reads the next
 // batch in one round trip (a pipeline on the leader's session), skipping the
 // ids in flight.
+//
+// Cancelling ctx does not interrupt the statements (pgx would have to close
+// the session, and with it the chance to delete acknowledged rows on
+// shutdown); QueryTimeout bounds them.
 func (r *Relay) claim(ctx context.Context, conn *pgx.Conn, acked, inflight []int64) ([]row, error) {
-	qctx, cancel := context.WithTimeout(ctx, r.cfg.queryTimeout)
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.queryTimeout)
 	defer cancel()
 	b := &pgx.Batch{}
 	if len(acked) > 0 {
@@ -276,7 +279,7 @@ func (r *Relay) remove(conn *pgx.Conn, ids []int64) error {
 
 // deadLetter moves a row to the dead-letter table with the reason, in one statement.
 func (r *Relay) deadLetter(ctx context.Context, conn *pgx.Conn, x row, cause error) error {
-	qctx, cancel := context.WithTimeout(ctx, r.cfg.queryTimeout)
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.queryTimeout)
 	defer cancel()
 	_, err := conn.Exec(qctx, "WITH moved AS (DELETE FROM "+r.names.table+" WHERE id = $1 "+
 		"RETURNING id, topic, key, headers, payload, created_at) "+

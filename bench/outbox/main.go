@@ -292,8 +292,10 @@ func createTopic(ctx context.Context, brokers []string) error {
 	return nil
 }
 
+// producer is configured as the package documentation recommends for a
+// relay: franz-go's defaults (idempotent, acks=all) without lingering.
 func producer(brokers []string) (*kgo.Client, error) {
-	return kgo.NewClient(kgo.SeedBrokers(brokers...))
+	return kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(0))
 }
 
 // sampleRow is what Enqueue stores for a representative event: the headers
