@@ -13,7 +13,8 @@
 //	-data-dir DIR    persistence directory (default $TMPDIR/choreo-devkafka, i.e.
 //	                 filepath.Join(os.TempDir(), "choreo-devkafka")); an empty value
 //	                 keeps everything in memory and loses it on exit
-//	-partitions N    partitions of seeded and auto-created topics (default 3)
+//	-partitions N    partitions of seeded and auto-created topics (default 6, like the
+//	                 services' KAFKA_PARTITIONS default)
 //	-topics a,b,c    topics to create at start if they do not exist yet (default none)
 //	-auto-create     let clients create topics by producing to or asking metadata for
 //	                 them (default true; -auto-create=false to turn off)

@@ -57,7 +57,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.SetOutput(stderr)
 	fs.IntVar(&cfg.port, "port", 9092, "listen `port` on 127.0.0.1 (0 picks a free port)")
 	fs.StringVar(&cfg.dataDir, "data-dir", defaultDataDir(), "persistence `directory` (empty: in memory only)")
-	fs.IntVar(&cfg.partitions, "partitions", 3, "partitions of seeded and auto-created topics")
+	fs.IntVar(&cfg.partitions, "partitions", 6, "partitions of seeded and auto-created topics")
 	fs.StringVar(&topics, "topics", "", "comma-separated `topics` to create at start if missing")
 	fs.BoolVar(&cfg.autoCreate, "auto-create", true, "allow clients to auto-create topics")
 	fs.BoolVar(&cfg.sync, "sync", false, "fsync every produced batch")

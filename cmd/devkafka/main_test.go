@@ -315,7 +315,7 @@ func TestParseFlags(t *testing.T) {
 		want    config
 		wantErr bool
 	}{
-		{name: "defaults", args: nil, want: config{port: 9092, dataDir: defaultDataDir(), partitions: 3,
+		{name: "defaults", args: nil, want: config{port: 9092, dataDir: defaultDataDir(), partitions: 6,
 			autoCreate: true, logLevel: kfake.LogLevelWarn}},
 		{name: "all", args: []string{"-port", "0", "-data-dir", "/x", "-partitions", "6",
 			"-topics", " a, b,,c ", "-auto-create=false", "-sync", "-log-level", "DEBUG"},

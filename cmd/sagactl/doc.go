@@ -15,7 +15,8 @@
 // ORDER_URL, default http://127.0.0.1:8080). dlq reads and writes Kafka directly at
 // -brokers (environment KAFKA_BROKERS, default 127.0.0.1:9092). Every command prints
 // human-readable tables by default and JSON with -json; flags may come before or after
-// the positional arguments.
+// the positional arguments, and these connection flags also before the command's name
+// ("sagactl --order-url http://127.0.0.1:18080 load -n 200").
 //
 // # Exit codes
 //

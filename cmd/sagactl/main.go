@@ -56,7 +56,7 @@ Usage:
   sagactl dlq replay <topic> <partition:offset>... | -all [-reason R] [-group G] [-dry-run]
   sagactl load [-n 200] [-rate 50] [-mix ` + defaultMix + `]
 
-Connection flags (every command): -order-url (env ORDER_URL, default ` + defaultOrderURL + `),
+Connection flags (every command; before or after its name): -order-url (env ORDER_URL, default ` + defaultOrderURL + `),
 -brokers (env KAFKA_BROKERS, default ` + defaultBrokers + `), -timeout, -json.
 Run "sagactl <command> -h" for a command's flags.
 
@@ -64,11 +64,15 @@ Exit codes: 0 ok, 1 failure, 2 usage error, 3 service or broker unreachable.
 `
 
 func run(ctx context.Context, args []string, std stdio) int {
+	args, err := hoistGlobalFlags(args, std)
+	if err != nil {
+		fmt.Fprintf(std.err, "sagactl: %s\n", strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
+		return exitUsage
+	}
 	if len(args) == 0 {
 		fmt.Fprint(std.err, usage)
 		return exitUsage
 	}
-	var err error
 	switch args[0] {
 	case "order":
 		err = cmdOrder(ctx, args[1:], std)
@@ -96,6 +100,38 @@ func run(ctx context.Context, args []string, std stdio) int {
 		}
 	}
 	return exitCode(err)
+}
+
+// hoistGlobalFlags lets the connection flags come before the command too
+// ("sagactl -order-url URL load -n 5"): it moves them after the command's name, where
+// the command's own flag set parses them.
+func hoistGlobalFlags(args []string, std stdio) ([]string, error) {
+	if len(args) == 0 || !strings.HasPrefix(args[0], "-") || isHelp(args[0]) {
+		return args, nil
+	}
+	var c conn
+	fs := newFlagSet("", std, &c)
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		return nil, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	rest := fs.Args()
+	leading := args[:len(args)-len(rest)]
+	if len(leading) > 0 && leading[len(leading)-1] == "--" {
+		leading = leading[:len(leading)-1]
+	}
+	if len(rest) == 0 {
+		return nil, nil
+	}
+	return append(append([]string{rest[0]}, leading...), rest[1:]...), nil
+}
+
+func isHelp(a string) bool {
+	switch a {
+	case "-h", "-help", "--help":
+		return true
+	}
+	return false
 }
 
 // conn holds the flags every command accepts.

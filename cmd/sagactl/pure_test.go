@@ -308,6 +308,28 @@ func TestParseInterspersed(t *testing.T) {
 	}
 }
 
+func TestHoistGlobalFlags(t *testing.T) {
+	std := stdio{err: io.Discard, getenv: func(string) string { return "" }}
+	tests := []struct {
+		in, want []string
+		wantErr  bool
+	}{
+		{[]string{"load", "-n", "5"}, []string{"load", "-n", "5"}, false},
+		{[]string{"--order-url", "http://x:1", "load", "-n", "5"}, []string{"load", "--order-url", "http://x:1", "-n", "5"}, false},
+		{[]string{"-json", "-brokers=k:9092", "dlq", "list"}, []string{"dlq", "-json", "-brokers=k:9092", "list"}, false},
+		{[]string{"-timeout", "3s", "--", "order", "id"}, []string{"order", "-timeout", "3s", "id"}, false},
+		{[]string{"--help"}, []string{"--help"}, false},
+		{[]string{"-json"}, nil, false},
+		{[]string{"-n", "5", "load"}, nil, true}, // -n is load's, not global
+	}
+	for _, tt := range tests {
+		got, err := hoistGlobalFlags(tt.in, std)
+		if (err != nil) != tt.wantErr || fmt.Sprint(got) != fmt.Sprint(tt.want) {
+			t.Errorf("hoist(%q) = %q, %v; want %q (err %v)", tt.in, got, err, tt.want, tt.wantErr)
+		}
+	}
+}
+
 func TestConnFlagsFromEnv(t *testing.T) {
 	env := map[string]string{"ORDER_URL": "http://order:8080", "KAFKA_BROKERS": "kafka:9092"}
 	var c conn
@@ -376,6 +398,8 @@ func TestRunUsageAndUnreachable(t *testing.T) {
 		{[]string{"dlq", "list", "-brokers", closed, "-timeout", "2s"}, exitUnreachable, "kafka at " + closed},
 		{[]string{"help"}, exitOK, ""},
 		{[]string{"order", "-h"}, exitOK, ""},
+		{[]string{"--order-url", "http://" + closed, "order", "some-id"}, exitUnreachable, "order service at http://" + closed},
+		{[]string{"-n", "5", "load"}, exitUsage, "flag provided but not defined: -n"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
