@@ -191,7 +191,8 @@ func TestAgainstTheSaga(t *testing.T) {
 		t.Errorf("order %+v", o)
 	}
 	code, out, _ = sagactlHTTP(t, orderURL, "order", stuck.ID)
-	for _, want := range []string{"state     PENDING  (STUCK)", "customer  c-hang", "trace id  " + stuck.TraceID, "jaeger    http://localhost:16686/"} {
+	for _, want := range []string{"state     PENDING  (STUCK)", "customer  c-hang", "trace id  " + stuck.TraceID, "jaeger    http://localhost:16686/",
+		"waiting   for payment to answer order.created", "search    http://localhost:16686/search?service=order&tags="} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("order (table) misses %q:\n%s", want, out)
 		}

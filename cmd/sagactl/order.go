@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/url"
@@ -67,8 +68,15 @@ func renderOrder(w io.Writer, o Order, now time.Time) error {
 	} else if o.DeadlineAt != nil {
 		fmt.Fprintf(&b, "deadline  %s (in %s; then it is cancelled)\n", o.DeadlineAt.UTC().Format(time.RFC3339), fmtAge(o.DeadlineAt.Sub(now)))
 	}
+	if w := o.waitingOn(); w != "" {
+		fmt.Fprintf(&b, "waiting   %s\n", w)
+	}
 	fmt.Fprintf(&b, "trace id  %s\n", orDash(o.TraceID))
-	fmt.Fprintf(&b, "jaeger    %s\n\n", orDash(o.JaegerURL))
+	fmt.Fprintf(&b, "jaeger    %s\n", orDash(o.JaegerURL))
+	if u := jaegerSearchURL(o); u != "" {
+		fmt.Fprintf(&b, "search    %s\n", u)
+	}
+	b.WriteString("\n")
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return fmt.Errorf("sagactl: write: %w", err)
 	}
@@ -90,6 +98,44 @@ func renderOrder(w io.Writer, o Order, now time.Time) error {
 		t.add("-", "-", "-", o.State, "(no transitions recorded)", "-", "")
 	}
 	return t.render(w)
+}
+
+// waitingOn says, for an order that has not settled, which service's answer the saga is
+// waiting for, from the payment and stock statuses the order service reports.
+func (o Order) waitingOn() string {
+	switch {
+	case terminal(o.State):
+		return ""
+	case o.State == "PENDING" && (o.Payment == "" || o.Payment == "none"):
+		return "for payment to answer order.created (payment.authorized or payment.declined)"
+	case o.State == "PENDING" && o.Payment == "authorized" && (o.Stock == "" || o.Stock == "none"):
+		return "for inventory to answer payment.authorized (stock.reserved or stock.unavailable)"
+	case o.State == "PENDING" && o.Stock == "unavailable" && o.Payment == "authorized":
+		return "for payment to refund after stock.unavailable (payment.refunded)"
+	case o.State == "CANCELLING":
+		var parts []string
+		if o.Payment != "declined" && o.Payment != "refunded" {
+			parts = append(parts, "payment to refund or decline (payment.refunded / payment.declined)")
+		}
+		if o.Stock != "released" && o.Stock != "unavailable" && o.Payment != "declined" {
+			parts = append(parts, "inventory to release stock (stock.released)")
+		}
+		if len(parts) > 0 {
+			return "for " + strings.Join(parts, " and ")
+		}
+	}
+	return ""
+}
+
+// jaegerSearchURL is a Jaeger UI search for the order's spans by its order.id tag,
+// derived from the trace link the service returned ("" when there is none).
+func jaegerSearchURL(o Order) string {
+	base, _, ok := strings.Cut(o.JaegerURL, "/trace/")
+	if !ok || base == "" || o.ID == "" {
+		return ""
+	}
+	tags, _ := json.Marshal(map[string]string{"order.id": o.ID})
+	return base + "/search?" + url.Values{"service": {"order"}, "tags": {string(tags)}}.Encode()
 }
 
 // cmdStuck lists stuck orders, oldest first.

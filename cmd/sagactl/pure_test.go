@@ -480,11 +480,33 @@ func TestRenderOrder(t *testing.T) {
 		"order     0193-abc", "state     CONFIRMED\n", "amount    42.00", "items     sku-1 x2",
 		"(1m00s ago)", "settled   in 42.0ms", "trace id  4bf92f3577b34da6a3ce929d0e0e4736",
 		"jaeger    http://localhost:16686/trace/4bf92f3577b34da6a3ce929d0e0e4736",
+		"search    http://localhost:16686/search?service=order&tags=%7B%22order.id%22%3A%220193-abc%22%7D",
 		"2026-01-02T03:04:05.042Z  42.0ms  PENDING  CONFIRMED  stock.reserved  e3",
 		"2026-01-02T03:04:05.000Z   0.0ms  -        PENDING    order.created   e1",
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("missing %q in:\n%s", want, b.String())
+		}
+	}
+}
+
+func TestWaitingOn(t *testing.T) {
+	tests := []struct {
+		o    Order
+		want string
+	}{
+		{Order{State: "CONFIRMED"}, ""},
+		{Order{State: "PENDING", Payment: "none", Stock: "none"}, "for payment to answer order.created"},
+		{Order{State: "PENDING", Payment: "authorized", Stock: "none"}, "for inventory to answer payment.authorized"},
+		{Order{State: "PENDING", Payment: "authorized", Stock: "unavailable"}, "for payment to refund"},
+		{Order{State: "CANCELLING", Payment: "authorized", Stock: "reserved"}, "payment to refund or decline (payment.refunded / payment.declined) and inventory to release"},
+		{Order{State: "CANCELLING", Payment: "refunded", Stock: "reserved"}, "for inventory to release stock"},
+		{Order{State: "CANCELLING", Payment: "declined", Stock: "none"}, ""},
+	}
+	for _, tt := range tests {
+		got := tt.o.waitingOn()
+		if (tt.want == "") != (got == "") || !strings.Contains(got, tt.want) {
+			t.Errorf("%s payment=%s stock=%s: waiting %q, want %q", tt.o.State, tt.o.Payment, tt.o.Stock, got, tt.want)
 		}
 	}
 }
