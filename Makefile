@@ -37,6 +37,22 @@ build: ## build every binary into bin/
 bench: services ## run the benchmarks and print their tables (see docs/benchmarks.md)
 	@echo "no benchmarks yet"
 
+COMPOSE := $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
+
+.PHONY: up
+up: ## the full stack with Docker Compose (Kafka, Postgres, Redis, Jaeger, services)
+	$(COMPOSE) up --build -d
+
+.PHONY: down
+down: ## stop the Compose stack
+	$(COMPOSE) down
+
+.PHONY: compose-check
+compose-check: ## validate docker-compose.yml without a Docker engine
+	@command -v docker-compose >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null; }
+	docker-compose -f docker-compose.yml config -q
+	$(GO) test -count=1 ./deploy/...
+
 .PHONY: demo
 demo: services ## run the saga on this machine: broker, three services, a batch of orders
 	@scripts/demo.sh
