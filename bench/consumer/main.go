@@ -28,6 +28,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -72,6 +73,7 @@ type config struct {
 	pgbenchT      time.Duration
 	cpuProfile    string
 	latencyEvents int
+	repeat        int
 }
 
 func main() {
@@ -93,6 +95,7 @@ func main() {
 	flag.IntVar(&c.accounts, "accounts", 1200, "distinct entities (record keys)")
 	flag.StringVar(&batches, "batch", "0,16", "comma-separated batch sizes to run the chain with (0 = one record per transaction)")
 	flag.DurationVar(&c.pgbenchT, "pgbench-time", 10*time.Second, "duration of the pgbench run")
+	flag.IntVar(&c.repeat, "repeat", 3, "rounds per pass; the table shows each mode's median round")
 	flag.IntVar(&c.latencyEvents, "latency-events", 2000, "events of the sequential (1 partition) latency pass; 0 skips it")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the consumer modes to this file")
 	flag.Parse()
@@ -116,6 +119,7 @@ type result struct {
 	p50, p99  time.Duration
 	evPerTx   float64
 	isPgbench bool
+	spread    string // min–max events/s over the rounds
 }
 
 func run(ctx context.Context, c config) error {
@@ -211,34 +215,45 @@ type mode struct {
 	noLock bool
 }
 
-// pass runs pgbench and then every mode at c.partitions concurrency, and prints a table.
+// pass runs pgbench and then every mode at c.partitions concurrency, c.repeat rounds in
+// turn (so that a change in the machine's background load hits every mode alike), and
+// prints each mode's median round by throughput.
 func pass(ctx context.Context, c config, prefix string, modes []mode, brokers []string, dsn string,
 	pool *pgxpool.Pool, rdb *redis.Client, business consumer.TxHandler,
 ) error {
-	pgb, err := runPgbench(ctx, dsn, c)
-	if err != nil {
-		return err
-	}
-	results := []result{pgb}
-	if _, err := pool.Exec(ctx, `TRUNCATE choreo_idempotency, choreo_outbox`); err != nil {
-		return err
-	}
-	for i, m := range modes {
-		topic := fmt.Sprintf("bench-consumer-%s%d", prefix, i)
-		if err := createTopic(ctx, brokers, topic, int32(c.partitions)); err != nil {
-			return err
-		}
-		if err := produceBacklog(ctx, brokers, topic, c.events, c.accounts); err != nil {
-			return err
-		}
-		r, err := consume(ctx, c, m.name, m.bare, m.noLock, m.batch, brokers, topic, pool, rdb, business)
+	rounds := make([][]result, len(modes)+1) // [0]: pgbench
+	for round := range max(c.repeat, 1) {
+		pgb, err := runPgbench(ctx, dsn, c)
 		if err != nil {
-			return fmt.Errorf("%s: %w", m.name, err)
-		}
-		results = append(results, r)
-		if _, err := pool.Exec(ctx, `TRUNCATE choreo_idempotency, choreo_outbox, choreo_lock_fences`); err != nil {
 			return err
 		}
+		rounds[0] = append(rounds[0], pgb)
+		if _, err := pool.Exec(ctx, `TRUNCATE choreo_idempotency, choreo_outbox`); err != nil {
+			return err
+		}
+		for i, m := range modes {
+			topic := fmt.Sprintf("bench-consumer-%s%d-%d", prefix, i, round)
+			if err := createTopic(ctx, brokers, topic, int32(c.partitions)); err != nil {
+				return err
+			}
+			if err := produceBacklog(ctx, brokers, topic, c.events, c.accounts); err != nil {
+				return err
+			}
+			r, err := consume(ctx, c, m.name, m.bare, m.noLock, m.batch, brokers, topic, pool, rdb, business)
+			if err != nil {
+				return fmt.Errorf("%s: %w", m.name, err)
+			}
+			rounds[i+1] = append(rounds[i+1], r)
+			if _, err := pool.Exec(ctx, `TRUNCATE choreo_idempotency, choreo_outbox, choreo_lock_fences`); err != nil {
+				return err
+			}
+		}
+	}
+	results := make([]result, len(rounds))
+	for i, rs := range rounds {
+		slices.SortFunc(rs, func(a, b result) int { return cmp.Compare(a.perSec, b.perSec) })
+		results[i] = rs[len(rs)/2]
+		results[i].spread = fmt.Sprintf("%.0f–%.0f", rs[0].perSec, rs[len(rs)-1].perSec)
 	}
 	printTable(results, c.partitions)
 	return nil
@@ -613,15 +628,15 @@ func printTable(rs []result, partitions int) {
 			bare = r
 		}
 	}
-	fmt.Printf("\n| mode (concurrency %d) | events/s | vs pgbench | events/tx | p50 | p99 | p50 added vs bare |\n", partitions)
-	fmt.Println("|---|---:|---:|---:|---:|---:|---:|")
+	fmt.Printf("\n| mode (concurrency %d) | events/s (median) | range | vs pgbench | events/tx | p50 | p99 | p50 added vs bare |\n", partitions)
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rs {
 		added := "—"
 		if !r.isPgbench && !strings.HasPrefix(r.mode, "bare") && r.evPerTx == 1 {
 			added = fmt.Sprintf("%+.2f ms", ms(r.p50-bare.p50))
 		}
-		fmt.Printf("| %s | %.0f | %.0f%% | %.1f | %.2f ms | %.2f ms | %s |\n",
-			r.mode, r.perSec, 100*r.perSec/pgbench.perSec, r.evPerTx, ms(r.p50), ms(r.p99), added)
+		fmt.Printf("| %s | %.0f | %s | %.0f%% | %.1f | %.2f ms | %.2f ms | %s |\n",
+			r.mode, r.perSec, r.spread, 100*r.perSec/pgbench.perSec, r.evPerTx, ms(r.p50), ms(r.p99), added)
 	}
 }
 
