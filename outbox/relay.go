@@ -296,6 +296,9 @@ func checkClient(cl *kgo.Client) error {
 	if v, ok := cl.OptValue(kgo.RequiredAcks).(kgo.Acks); ok && v != kgo.AllISRAcks() {
 		return fmt.Errorf("%w: acks is not all", ErrUnsafeClient)
 	}
+	if v, ok := cl.OptValue(kgo.TransactionalID).(string); ok && v != "" {
+		return fmt.Errorf("%w: a transactional client cannot produce outside a transaction", ErrUnsafeClient)
+	}
 	return nil
 }
 

@@ -346,11 +346,12 @@ func TestFailover(t *testing.T) {
 // that gives up after one retry) are exercised.
 func TestBrokerOutage(t *testing.T) {
 	tests := []struct {
-		name string
-		opts []kgo.Opt
+		name     string
+		opts     []kgo.Opt
+		surfaced bool // produce errors reach the relay (and its metrics)
 	}{
-		{"client retries", nil},
-		{"relay retries", []kgo.Opt{kgo.RecordRetries(1)}},
+		{"client retries", nil, false},
+		{"relay retries", []kgo.Opt{kgo.RecordRetries(1)}, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -361,8 +362,10 @@ func TestBrokerOutage(t *testing.T) {
 			ob := outbox.New()
 			outage := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.NotEnoughReplicas, Count: -1})
 
+			reader := sdkmetric.NewManualReader()
 			start(t, pool, producer(t, brokers, tc.opts...), outbox.WithOutbox(ob),
-				outbox.BatchSize(40), outbox.Backoff(10*time.Millisecond, 100*time.Millisecond))
+				outbox.BatchSize(40), outbox.Backoff(10*time.Millisecond, 100*time.Millisecond),
+				outbox.MeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
 			want := map[string]int{}
 			for i := range 200 {
 				k := keyName(i % 9)
@@ -376,6 +379,21 @@ func TestBrokerOutage(t *testing.T) {
 			}
 			if n := count(t, pool, "choreo_outbox"); n != 200 {
 				t.Fatalf("%d rows left during the outage, want all 200", n)
+			}
+			// The backlog is visible to operators while the broker is away.
+			var rm metricdata.ResourceMetrics
+			if err := reader.Collect(ctx, &rm); err != nil {
+				t.Fatal(err)
+			}
+			m := metricsByName(rm)
+			if v := gaugeInt(m[outbox.MetricBacklog]); v != 200 {
+				t.Errorf("%s = %d during the outage, want 200", outbox.MetricBacklog, v)
+			}
+			if g, ok := m[outbox.MetricOldestAge].(metricdata.Gauge[float64]); !ok || g.DataPoints[0].Value <= 0 {
+				t.Errorf("%s: want a positive age during the outage, got %+v", outbox.MetricOldestAge, m[outbox.MetricOldestAge])
+			}
+			if v := sumInt(m[outbox.MetricErrors]); tc.surfaced && v == 0 {
+				t.Errorf("%s = 0 during the outage", outbox.MetricErrors)
 			}
 			outage.Remove()
 			eventually(t, "the outbox to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
@@ -622,6 +640,7 @@ func TestUnsafeClient(t *testing.T) {
 	for name, opts := range map[string][]kgo.Opt{
 		"not idempotent": {kgo.DisableIdempotentWrite()},
 		"acks=1":         {kgo.DisableIdempotentWrite(), kgo.RequiredAcks(kgo.LeaderAck())},
+		"transactional":  {kgo.TransactionalID("tx")},
 	} {
 		t.Run(name, func(t *testing.T) {
 			err := outbox.NewRelay(pool, producer(t, brokers, opts...)).Run(context.Background())
