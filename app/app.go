@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -233,6 +234,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: not a Postgres connection string", ErrConfig, EnvDatabaseURL)
 	}
+	if cfg.DatabaseMaxConns > 0 && !strings.Contains(cfg.DatabaseURL, "pool_max_conns") {
+		pcfg.MaxConns = cfg.DatabaseMaxConns
+	}
 	if o.poolConfig != nil {
 		o.poolConfig(pcfg)
 	}
@@ -367,6 +371,7 @@ func (a *App) Consume(spec ConsumerSpec) error {
 		Logger:          a.Logger,
 		TracerProvider:  a.Telemetry.TracerProvider,
 		MeterProvider:   a.Telemetry.MeterProvider,
+		Propagator:      a.Telemetry.Propagator,
 	}
 	if a.Locker != nil {
 		sc.Locker = a.Locker

@@ -15,6 +15,7 @@ import (
 // Names of the environment variables [LoadConfig] reads.
 const (
 	EnvDatabaseURL     = "DATABASE_URL"
+	EnvDatabaseConns   = "DATABASE_MAX_CONNS"
 	EnvRedisAddr       = "REDIS_ADDR"
 	EnvKafkaBrokers    = "KAFKA_BROKERS"
 	EnvKafkaPartitions = "KAFKA_PARTITIONS"
@@ -23,6 +24,13 @@ const (
 	EnvJaegerUIURL     = "JAEGER_UI_URL"
 	EnvShutdownTimeout = "SHUTDOWN_TIMEOUT"
 )
+
+// EnvVars lists the variables [LoadConfig] reads (OTEL_* aside: see tracing.Setup), for
+// deployment manifests and their tests.
+func EnvVars() []string {
+	return []string{EnvDatabaseURL, EnvDatabaseConns, EnvRedisAddr, EnvKafkaBrokers, EnvKafkaPartitions,
+		EnvHTTPAddr, EnvLogLevel, EnvJaegerUIURL, EnvShutdownTimeout}
+}
 
 // Defaults of [LoadConfig].
 const (
@@ -43,6 +51,12 @@ type Config struct {
 	// postgres://postgres@127.0.0.1:5432/choreo_<service>?sslmode=disable). The database
 	// is created at start if it does not exist (see [EnsureDatabase]).
 	DatabaseURL string
+	// DatabaseMaxConns caps the service's Postgres pool (DATABASE_MAX_CONNS; default
+	// 4×KafkaPartitions+4, enough for one transaction per partition of a consumer group
+	// reading two topics, plus HTTP). A pool_max_conns parameter in DatabaseURL wins.
+	// Each consumer worker holds a connection for its transaction, so a pool smaller than
+	// the partitions assigned to the instance makes workers queue.
+	DatabaseMaxConns int32
 	// RedisAddr is the Redis address used for per-entity locks (REDIS_ADDR; default
 	// DefaultRedisAddr). Empty (REDIS_ADDR=none) runs without Redis and without locks:
 	// the Postgres transaction alone guards correctness.
@@ -88,6 +102,7 @@ func LoadConfig(env *Env, service, defaultHTTPAddr string) Config {
 		JaegerUIURL:     env.String(EnvJaegerUIURL, DefaultJaegerUIURL),
 		ShutdownTimeout: env.Duration(EnvShutdownTimeout, DefaultShutdownTimeout),
 	}
+	c.DatabaseMaxConns = int32(env.Int(EnvDatabaseConns, int(4*c.KafkaPartitions+4)))
 	if strings.EqualFold(c.RedisAddr, "none") {
 		c.RedisAddr = ""
 	}
@@ -108,6 +123,9 @@ func (c Config) problems() []problem {
 		ps = append(ps, problem{EnvDatabaseURL, "not a Postgres connection string"})
 	} else if cfg.Database == "" {
 		ps = append(ps, problem{EnvDatabaseURL, "names no database"})
+	}
+	if c.DatabaseMaxConns < 0 {
+		ps = append(ps, problem{EnvDatabaseConns, "must not be negative (0 keeps the pgx default)"})
 	}
 	if c.RedisAddr != "" {
 		if _, _, err := net.SplitHostPort(c.RedisAddr); err != nil {

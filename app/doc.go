@@ -9,15 +9,16 @@
 // lists them all; values of secret-looking variables (…_URL, …_PASSWORD, …) are never
 // echoed. [LoadConfig] reads the variables every service shares:
 //
-//	DATABASE_URL      the service's own database (default postgres://postgres@127.0.0.1:5432/choreo_<service>)
-//	REDIS_ADDR        Redis for per-entity locks (default 127.0.0.1:6379; "none" runs without locks)
-//	KAFKA_BROKERS     seed brokers, comma-separated (default 127.0.0.1:9092)
-//	KAFKA_PARTITIONS  partitions of topics created at start (default 6)
-//	HTTP_ADDR         /healthz, /readyz, /metrics and the service's routes
-//	LOG_LEVEL         debug, info, warn, error (default info)
-//	JAEGER_UI_URL     base URL for trace links (default http://localhost:16686)
-//	SHUTDOWN_TIMEOUT  bound of the graceful shutdown (default 30s)
-//	OTEL_*            exporters and sampling, read by tracing.Setup
+//	DATABASE_URL        the service's own database (default postgres://postgres@127.0.0.1:5432/choreo_<service>)
+//	DATABASE_MAX_CONNS  Postgres pool size (default 4×KAFKA_PARTITIONS+4; pool_max_conns in the URL wins)
+//	REDIS_ADDR          Redis for per-entity locks (default 127.0.0.1:6379; "none" runs without locks)
+//	KAFKA_BROKERS       seed brokers, comma-separated (default 127.0.0.1:9092)
+//	KAFKA_PARTITIONS    partitions of topics created at start (default 6)
+//	HTTP_ADDR           /healthz, /readyz, /metrics and the service's routes
+//	LOG_LEVEL           debug, info, warn, error (default info)
+//	JAEGER_UI_URL       base URL for trace links (default http://localhost:16686)
+//	SHUTDOWN_TIMEOUT    bound of the graceful shutdown (default 30s)
+//	OTEL_*              exporters and sampling, read by tracing.Setup
 //
 // # The App
 //

@@ -18,6 +18,11 @@ const (
 	EnvGroup          = "INVENTORY_GROUP"
 )
 
+// EnvVars lists every environment variable the inventory service reads (OTEL_* aside).
+func EnvVars() []string {
+	return append(app.EnvVars(), EnvSeed, EnvReservationTTL, EnvSweepInterval, EnvGroup)
+}
+
 // Defaults.
 const (
 	// DefaultHTTPAddr is the default HTTP_ADDR of the inventory service.

@@ -20,6 +20,11 @@ const (
 	EnvGroup         = "PAYMENT_GROUP"
 )
 
+// EnvVars lists every environment variable the payment service reads (OTEL_* aside).
+func EnvVars() []string {
+	return append(app.EnvVars(), EnvSeedCustomers, EnvLatency, EnvFailureRate, EnvHangCustomers, EnvGroup)
+}
+
 // Defaults.
 const (
 	// DefaultHTTPAddr is the default HTTP_ADDR of the payment service.
