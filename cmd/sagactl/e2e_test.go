@@ -173,7 +173,7 @@ func TestAgainstTheSaga(t *testing.T) {
 		t.Fatalf("stuck orders %+v, want the one c-hang order", sum.Stuck)
 	}
 	stuck := sum.Stuck[0]
-	if stuck.Kind != kindStuck || stuck.State != "PENDING" || !stuck.Flagged || stuck.TraceID == "" || stuck.Inspect != "sagactl order "+stuck.ID {
+	if stuck.Kind != kindStuck || stuck.State != "PENDING" || !stuck.Flagged || stuck.TraceID == "" || stuck.Inspect != "sagactl order "+stuck.ID+" -order-url "+orderURL {
 		t.Errorf("stuck order %+v", stuck)
 	}
 

@@ -182,7 +182,7 @@ func cmdLoad(ctx context.Context, args []string, std stdio) error {
 	for i, k := range plan {
 		orders[i] = &loadOrder{Kind: k, req: lc.request(k, rng), idempotency: uuid.NewString()}
 	}
-	r := &loadRun{cfg: lc, api: api, orders: orders, start: time.Now()}
+	r := &loadRun{cfg: lc, api: api, orderURL: c.orderURL, orders: orders, start: time.Now()}
 	prog := newProgress(std.err, std.terminal, len(orders))
 	fmt.Fprintf(std.err, "sagactl load: %d orders at %g/s against %s (mix %s, seed %d)\n",
 		lc.n, lc.rate, c.orderURL, lc.mix, int64(lc.seed))
@@ -208,10 +208,11 @@ func cmdLoad(ctx context.Context, args []string, std stdio) error {
 
 // loadRun is the state of one load run.
 type loadRun struct {
-	cfg    loadConfig
-	api    *orderAPI
-	orders []*loadOrder
-	start  time.Time
+	cfg      loadConfig
+	api      *orderAPI
+	orderURL string
+	orders   []*loadOrder
+	start    time.Time
 
 	mu                          sync.Mutex
 	placed, failed, settled     int
@@ -405,6 +406,14 @@ func (r *loadRun) refresh(ctx context.Context, final bool) {
 	wg.Wait()
 }
 
+// inspect is the command that shows one order, with -order-url when it is not the default.
+func (r *loadRun) inspect(id string) string {
+	if r.orderURL == "" || r.orderURL == defaultOrderURL {
+		return "sagactl order " + id
+	}
+	return "sagactl order " + id + " -order-url " + r.orderURL
+}
+
 // loadSummary is what load prints (and emits with -json).
 type loadSummary struct {
 	Orders         int              `json:"orders"`
@@ -486,7 +495,7 @@ func (r *loadRun) summary() loadSummary {
 			all = append(all, d)
 		}
 		brief := orderBrief{ID: o.ID, Kind: o.Kind, State: o.State, Flagged: o.Final.Stuck, AgeSeconds: o.Final.Age(now).Seconds(),
-			TraceID: o.Final.TraceID, JaegerURL: o.Final.JaegerURL, Inspect: "sagactl order " + o.ID}
+			TraceID: o.Final.TraceID, JaegerURL: o.Final.JaegerURL, Inspect: r.inspect(o.ID)}
 		switch {
 		case !terminal(o.State):
 			s.Stuck = append(s.Stuck, brief)
