@@ -30,6 +30,12 @@
 // that forces exit 1. Seeded topics are created after start, also when state was loaded
 // from disk, and topics that already exist are left alone.
 //
+// Crash safety: records acknowledged on topics created with -topics or a CreateTopics
+// request (kadm, kafka-topics.sh, the choreo services at start) survive a killed process.
+// A topic auto-created by a metadata request is written to the data directory only at the
+// next topic change or clean shutdown (kfake's behaviour), so after a crash it and its
+// records are gone; create topics explicitly when that matters.
+//
 // Point any Kafka client at it, for example:
 //
 //	go run ./cmd/devkafka -topics orders.events,payments.events,inventory.events

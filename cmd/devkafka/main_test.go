@@ -352,3 +352,40 @@ func TestRunUsageExitCode(t *testing.T) {
 		t.Errorf("usage error does not name the flag: %s", stderr.String())
 	}
 }
+
+// A killed broker (no shutdown, no final save) keeps what it acknowledged on created
+// topics: segments are written as records arrive and the topic list when topics are
+// created, so only the OS page cache, not the process, has to survive.
+func TestDevkafkaSurvivesKill(t *testing.T) {
+	bin := buildDevkafka(t)
+	dataDir := filepath.Join(t.TempDir(), "data")
+	args := []string{"-port", strconv.Itoa(freePort(t)), "-data-dir", dataDir, "-topics", "killed"}
+	p := start(t, bin, args...)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(p.addr), kgo.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 10
+	for i := range n {
+		r := &kgo.Record{Topic: "killed", Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, "v%d", i)}
+		if err := cl.ProduceSync(context.Background(), r).FirstErr(); err != nil {
+			t.Fatalf("produce: %v", err)
+		}
+	}
+	cl.Close()
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-p.done
+
+	p = start(t, bin, args...)
+	got := readAll(t, p.addr, "killed", n)
+	for i := range n {
+		if r := got[fmt.Sprintf("k%d", i)]; r.value != fmt.Sprintf("v%d", i) {
+			t.Errorf("record k%d after SIGKILL: %+v", i, r)
+		}
+	}
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("exit code %d\n%s", code, p.output())
+	}
+}
