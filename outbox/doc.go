@@ -78,7 +78,9 @@
 // one rather than by the broker batch-wise.
 //
 // A crash between the broker's acknowledgement and the delete republishes
-// that batch (at most [BatchSize] rows); consumers dedupe by event id, as the
+// that batch (at most [BatchSize] rows). The leader's session runs with
+// synchronous_commit=off, because a delete lost in a Postgres crash has the
+// same effect, and it saves a WAL flush per batch; consumers dedupe by event id, as the
 // idempotency package does. A deposed leader whose produce was stalled may
 // likewise publish rows the new leader also publishes: duplicates, never a
 // reordering of first deliveries.

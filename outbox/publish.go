@@ -35,10 +35,11 @@ type row struct {
 // transaction commits after rows with higher ids were published is therefore
 // simply found by a later round, never skipped.
 //
-// While a full batch is in flight, the next one is read (and the previous
-// one deleted) in the same round trip, excluding the ids in flight by value,
-// so database and broker work overlap. It is produced only once the batch in
-// flight is fully acknowledged, and discarded if anything in it failed.
+// While a full batch is in flight, or when a wake-up arrives during one, the
+// next one is read (and the previous one deleted) in the same round trip,
+// excluding the ids in flight by value, so database and broker work overlap.
+// It is produced only once the batch in flight is fully acknowledged, and
+// discarded if anything in it failed.
 func (r *Relay) drain(ctx context.Context, conn *pgx.Conn) error {
 	var acked []int64 // acknowledged, deleted with the next claim
 	var next []row    // read ahead while the previous batch was in flight
@@ -64,7 +65,7 @@ func (r *Relay) drain(ctx context.Context, conn *pgx.Conn) error {
 
 		batch := r.send(ctx, rows)
 		var aheadErr error
-		if len(rows) == r.cfg.batchSize && ctx.Err() == nil {
+		if ctx.Err() == nil && (len(rows) == r.cfg.batchSize || r.wokenDuring(batch)) {
 			next, aheadErr = r.claim(ctx, conn, acked, batch.ids)
 			if aheadErr == nil {
 				// An empty read-ahead leaves this batch's delete to the
@@ -133,6 +134,23 @@ func (r *Relay) drain(ctx context.Context, conn *pgx.Conn) error {
 		if !sleep(ctx, delay) {
 			return nil
 		}
+	}
+}
+
+// wokenDuring waits until the batch resolves or a wake-up arrives, and
+// reports the latter: rows committed while the batch is in flight are then
+// read at once instead of after its acks. The wake-up is consumed; the rows
+// it announced are visible to the read that follows (Wake comes after
+// COMMIT), and anything the read misses is found by the claim after the
+// batch, which always happens.
+func (r *Relay) wokenDuring(f *inflight) bool {
+	select {
+	case <-f.done:
+		return false
+	case <-f.gaveUp:
+		return false
+	case <-r.wake:
+		return true
 	}
 }
 

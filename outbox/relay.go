@@ -307,6 +307,13 @@ func checkClient(cl *kgo.Client) error {
 func (r *Relay) connect(ctx context.Context, role string) (*pgx.Conn, error) {
 	cc := r.pool.Config().ConnConfig // a deep copy
 	cc.RuntimeParams["application_name"] = "choreo-outbox-" + role + " " + r.names.table
+	if role == "relay" {
+		// The leader's only writes are deletes of published rows and moves to
+		// the dead-letter table. Losing one in a Postgres crash republishes a
+		// row, which at-least-once delivery allows, so they need not wait for
+		// the WAL flush.
+		cc.RuntimeParams["synchronous_commit"] = "off"
+	}
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.queryTimeout)
 	defer cancel()
 	conn, err := pgx.ConnectConfig(cctx, cc)
