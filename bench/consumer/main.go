@@ -199,13 +199,43 @@ func run(ctx context.Context, c config) error {
 		c1 := c
 		c1.partitions, c1.events = 1, c.latencyEvents
 		fmt.Printf("\nsequential latency: %d events, 1 partition\n", c1.events)
-		return pass(ctx, c1, "s", []mode{
+		if err := pass(ctx, c1, "s", []mode{
 			{name: "bare handler (UPDATE + outbox INSERT)", bare: true},
 			{name: "chain without Lock (idempotency + UPDATE + outbox)", noLock: true},
 			{name: "full chain (lock + idempotency + UPDATE + outbox)"},
-		}, brokers, dsn, pool, rdb, business)
+		}, brokers, dsn, pool, rdb, business); err != nil {
+			return err
+		}
+		p50, p99, err := redisFloor(ctx, rdb, c1.events)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("\nRedis floor of the lease, sequential: 3 plain round trips (SET NX PX, INCR, DEL) p50 %.2f ms, p99 %.2f ms\n", ms(p50), ms(p99))
 	}
 	return nil
+}
+
+// redisFloor times n sequences of three plain Redis round trips, the minimum a lease with
+// a fencing token costs (obtain, token, release), with no Lua and no lock library.
+func redisFloor(ctx context.Context, rdb *redis.Client, n int) (p50, p99 time.Duration, err error) {
+	lat := make([]time.Duration, 0, n)
+	key := fmt.Sprintf("bench-floor-%d", os.Getpid())
+	for i := range n {
+		start := time.Now()
+		if err := rdb.SetNX(ctx, key, i, 10*time.Second).Err(); err != nil {
+			return 0, 0, err
+		}
+		if err := rdb.Incr(ctx, key+":fence").Err(); err != nil {
+			return 0, 0, err
+		}
+		if err := rdb.Del(ctx, key).Err(); err != nil {
+			return 0, 0, err
+		}
+		lat = append(lat, time.Since(start))
+	}
+	rdb.Del(ctx, key+":fence")
+	slices.Sort(lat)
+	return percentile(lat, 0.5), percentile(lat, 0.99), nil
 }
 
 type mode struct {
