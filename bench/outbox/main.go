@@ -154,8 +154,39 @@ func run(ctx context.Context, c config) error {
 	}
 	add("limit", fmt.Sprintf("franz-go → broker only, %d records/round, no database", c.batch), fmt.Sprintf("%.0f records/s", kps), "")
 
-	// Drain of a backlog, in rounds that alternate with pgbench running the
-	// relay's SQL, so both see the same machine (it is shared and noisy).
+	if c.rounds > 0 {
+		if err := drainRounds(ctx, pool, brokers, dsn, sample, c, add); err != nil {
+			return err
+		}
+	}
+
+	// Commit → ack latency at a steady rate.
+	for _, mode := range []string{"inprocess", "notify", "poll"} {
+		if slices.Contains(strings.Split(c.skipModes, ","), mode) {
+			continue
+		}
+		res, err := latencyBench(ctx, pool, brokers, c, mode)
+		if err != nil {
+			return err
+		}
+		add("outbox", fmt.Sprintf("commit→ack at %d events/s, wake: %s (%d writers)", c.rate, modeName[mode], c.writers),
+			fmt.Sprintf("p50 %s  p99 %s  max %s", ms(res.p50), ms(res.p99), ms(res.max)),
+			fmt.Sprintf("%d events, %.0f/s achieved, %.1f rows/batch", res.n, res.achieved, res.perBatch))
+	}
+
+	fmt.Printf("load average at the end: %s\n\n", loadAvg())
+	fmt.Println("| kind | measurement | result | notes |")
+	fmt.Println("|---|---|---|---|")
+	for _, r := range table {
+		fmt.Printf("| %s |\n", strings.Join(r, " | "))
+	}
+	return nil
+}
+
+// drainRounds measures the drain of a backlog in rounds that alternate with
+// pgbench running the relay's SQL, so both see the same machine (it is shared
+// and noisy).
+func drainRounds(ctx context.Context, pool *pgxpool.Pool, brokers []string, dsn string, sample sample, c config, add func(...string)) error {
 	var pgRates, drainRates []float64
 	var enq float64
 	var empty time.Duration
@@ -179,26 +210,6 @@ func run(ctx context.Context, c config) error {
 	add("outbox", fmt.Sprintf("relay drains a %d-row backlog (ack of the last row)", c.rows), fmt.Sprintf("%.0f events/s", median(drainRates)),
 		rounds(drainRates)+fmt.Sprintf("; %.0f%% of pgbench; round 1 table empty after %s", 100*median(drainRates)/median(pgRates), empty.Round(time.Millisecond)))
 
-	// Commit → ack latency at a steady rate.
-	for _, mode := range []string{"inprocess", "notify", "poll"} {
-		if slices.Contains(strings.Split(c.skipModes, ","), mode) {
-			continue
-		}
-		res, err := latencyBench(ctx, pool, brokers, c, mode)
-		if err != nil {
-			return err
-		}
-		add("outbox", fmt.Sprintf("commit→ack at %d events/s, wake: %s (%d writers)", c.rate, modeName[mode], c.writers),
-			fmt.Sprintf("p50 %s  p99 %s  max %s", ms(res.p50), ms(res.p99), ms(res.max)),
-			fmt.Sprintf("%d events, %.0f/s achieved, %.1f rows/batch", res.n, res.achieved, res.perBatch))
-	}
-
-	fmt.Printf("load average at the end: %s\n\n", loadAvg())
-	fmt.Println("| kind | measurement | result | notes |")
-	fmt.Println("|---|---|---|---|")
-	for _, r := range table {
-		fmt.Printf("| %s |\n", strings.Join(r, " | "))
-	}
 	return nil
 }
 
