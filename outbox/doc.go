@@ -34,11 +34,11 @@
 // The leader reads rows in id order in batches of at most [BatchSize]
 // (default 1000), produces them with the caller's franz-go client, waits for
 // every acknowledgement, and deletes the acknowledged rows in one statement
-// (pipelined with the next read). While a full batch is in flight the next
-// one is read already, excluding the in-flight ids by value; it is produced
-// only after the whole batch was acknowledged. It keeps draining full batches
-// while rows remain and goes back to waiting only when a read comes back
-// empty.
+// (pipelined with the next read). While a full batch is in flight, or when
+// a wake-up arrives during one, the next batch is read already, excluding the
+// in-flight ids by value; it is produced only after the whole batch in flight
+// was acknowledged. The relay keeps draining full batches while rows remain
+// and goes back to waiting only when a read comes back empty.
 //
 // There is no "last published id" cursor. Every read starts at the lowest id
 // still in the table, so a row whose transaction commits after rows with
