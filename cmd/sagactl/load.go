@@ -522,9 +522,18 @@ func (r *loadRun) summary() loadSummary {
 	return s
 }
 
+// perSecond formats a rate as " (12.3/s)", or "" when it cannot be computed.
+func perSecond(n int, seconds float64) string {
+	if n == 0 || seconds <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%.1f/s)", float64(n)/seconds)
+}
+
 func renderSummary(w io.Writer, s loadSummary) error {
-	fmt.Fprintf(w, "\n%d orders placed (%d failed) in %.1fs; %d settled in %.1fs\n\n",
-		s.Placed, s.FailedToPlace, s.PlaceSeconds, s.Settled, s.SettleSeconds)
+	fmt.Fprintf(w, "\n%d orders placed (%d failed) in %.1fs%s; %d settled in %.1fs%s\n\n",
+		s.Placed, s.FailedToPlace, s.PlaceSeconds, perSecond(s.Placed, s.PlaceSeconds),
+		s.Settled, s.SettleSeconds, perSecond(s.Settled, s.SettleSeconds))
 	t := newTable("OUTCOME", "ORDERS", "P50", "P95", "P99").right(1, 2, 3, 4)
 	for _, o := range s.Outcomes {
 		t.add(o.Outcome, strconv.Itoa(o.Count), fmtDuration(o.Latency.P50, o.Latency.N),

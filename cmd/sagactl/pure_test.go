@@ -535,7 +535,8 @@ func TestSummaryAndRender(t *testing.T) {
 		return Order{ID: id, State: state, CreatedAt: t0, History: []Transition{
 			{To: "PENDING", At: t0}, {From: "PENDING", To: state, CauseEventType: cause, At: t0.Add(d)}}}
 	}
-	r := &loadRun{cfg: loadConfig{mix: mix{weights: map[kind]float64{kindSuccess: 1}, stuck: 1}, rate: 10}}
+	r := &loadRun{cfg: loadConfig{mix: mix{weights: map[kind]float64{kindSuccess: 1}, stuck: 1}, rate: 10},
+		placeElapsed: 2 * time.Second, settleElapsed: 4 * time.Second}
 	add := func(k kind, o Order) {
 		lo := &loadOrder{Kind: k, ID: o.ID, State: o.State, Final: o, settled: terminal(o.State)}
 		r.orders = append(r.orders, lo)
@@ -577,6 +578,7 @@ func TestSummaryAndRender(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
+		"13 orders placed (1 failed) in 2.0s (6.5/s); 12 settled in 4.0s (3.0/s)",
 		"OUTCOME", "P50", "P95", "P99",
 		"CONFIRMED                        10  50.0ms  100.0ms  100.0ms",
 		"REJECTED (payment.declined)",
