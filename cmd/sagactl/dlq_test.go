@@ -244,6 +244,24 @@ func TestDLQListShowReplay(t *testing.T) {
 	if code != exitFailure || !strings.Contains(errs, "1:999") || !strings.Contains(errs, "nothing replayed") {
 		t.Errorf("replay of a missing position: exit %d: %s", code, errs)
 	}
+	// -to sends a copy elsewhere, e.g. to a quarantine topic for inspection.
+	quarantine := testenv.Topic(t, f.brokers, 1)
+	code, out, errs = sagactl(t, f.brokers, "dlq", "replay", f.dlq, "-all", "-group", "payment", "-to", quarantine, "-json")
+	if code != 0 {
+		t.Fatalf("replay -to: exit %d: %s", code, errs)
+	}
+	rep.Replayed = nil
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || len(rep.Replayed) != 3 {
+		t.Fatalf("replay -all -group payment -to: %v %+v", err, rep)
+	}
+	for _, r := range rep.Replayed {
+		if r.Topic != quarantine {
+			t.Errorf("replayed to %s, want %s", r.Topic, quarantine)
+		}
+	}
+	if n := endOffsetSum(t, f.brokers, quarantine); n != 3 {
+		t.Errorf("quarantine topic holds %d records, want 3", n)
+	}
 	if n := endOffsetSum(t, f.brokers, f.source); n != 3+1+2 {
 		t.Errorf("source topic holds %d records, want 6 (3 originals + 1 + 2 replays)", n)
 	}
