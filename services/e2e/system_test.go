@@ -201,6 +201,31 @@ func (s *system) post(t *testing.T, path string, body any, key string, out any) 
 	return resp.StatusCode
 }
 
+// waitCharged waits until the order has seen its payment (or ended).
+func (s *system) waitCharged(t *testing.T, id string) {
+	t.Helper()
+	deadline := time.Now().Add(hangGuard)
+	for time.Now().Before(deadline) {
+		resp, err := s.http.Get(s.orderURL + "/orders/" + id)
+		if err != nil {
+			t.Errorf("GET order %s: %v", id, err)
+			return
+		}
+		var o ordersvc.OrderJSON
+		err = json.NewDecoder(resp.Body).Decode(&o)
+		resp.Body.Close()
+		if err != nil {
+			t.Errorf("GET order %s: %v", id, err)
+			return
+		}
+		if o.PaymentStatus != "none" || o.State.Terminal() {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Errorf("order %s never saw its payment", id)
+}
+
 // count runs a count query on a service's database.
 func (s *system) count(t *testing.T, service, sql string) int64 {
 	t.Helper()

@@ -50,10 +50,18 @@
 //	                                       else stays CANCELLING (fact recorded)
 //	CANCELLING + compensation deadline  -> COMPENSATION_FAILED
 //	CANCELLING | CANCELLED + cancel     -> no-op (a repeated cancel succeeds)
+//	CONFIRMED  + payment.authorized     -> CONFIRMED   (overtaken by stock.reserved, recorded)
+//	REJECTED   + stock.unavailable      -> REJECTED    (overtaken by payment.refunded, recorded)
+//	CANCELLED  + stock.released | stock.unavailable -> CANCELLED (inventory's late answer, recorded)
+//
+// Events of one topic arrive in order (they are keyed by the order id), but the payment
+// and inventory topics are consumed independently, so an effect can overtake its cause
+// across them; the table accepts every such order.
 //
 // Every other pair is an invalid transition: it is never applied. An invalid command
 // (cancelling a CONFIRMED order) is refused with ErrInvalidTransition (HTTP 409). An
-// invalid event (typically a late event after a terminal state) is settled and not
+// invalid event (an unexpected event in a terminal state, such as a reservation expiry
+// after CONFIRMED or a compensation answer after COMPENSATION_FAILED) is settled and not
 // retried: its facts and an "ignored" history entry are written, a warning is logged
 // and MetricIgnored is counted. Each transition runs in one transaction that locks the
 // order row (SELECT ... FOR UPDATE), updates it, appends to order_history (from, to,

@@ -10,7 +10,7 @@ import (
 type State string
 
 // The order states. CONFIRMED, REJECTED, CANCELLED and COMPENSATION_FAILED are terminal:
-// no trigger leads out of them.
+// no trigger leads out of them and none emits an event.
 const (
 	// Pending: created, waiting for payment and stock.
 	Pending State = "PENDING"
@@ -206,6 +206,19 @@ var transitions = map[ruleKey]Rule{
 	{Cancelling, OnStockUnavailable}:     {To: Cancelled, Guard: WhenCompensated, Emit: events.OrderCancelled},
 	{Cancelling, OnStockReleased}:        {To: Cancelled, Guard: WhenCompensated, Emit: events.OrderCancelled},
 	{Cancelling, CmdCompensationTimeout}: {To: CompensationFailed},
+
+	// Expected late events, recorded (not flagged) in terminal states. Payment and
+	// inventory events come from two topics, so the order sees them in any order across
+	// topics (only events of one topic keep their order): inventory's stock.reserved can
+	// overtake the payment.authorized that caused it, and payment's refund can overtake
+	// the stock.unavailable that caused it. And a cancel completes as soon as both sides
+	// are settled, so inventory's answer to it can come after CANCELLED (its
+	// stock.released after payment declined a held order, or stock.unavailable for a
+	// reservation it refused because of the cancel).
+	{Confirmed, OnPaymentAuthorized}: {To: Confirmed},
+	{Rejected, OnStockUnavailable}:   {To: Rejected},
+	{Cancelled, OnStockReleased}:     {To: Cancelled},
+	{Cancelled, OnStockUnavailable}:  {To: Cancelled},
 }
 
 // Lookup returns the rule for trigger t in state s, and whether one exists.
