@@ -63,7 +63,7 @@ else
   echo "demo: OTEL_EXPORTER_OTLP_ENDPOINT is not set, so traces are not exported (set it to send them to Jaeger)"
 fi
 
-HTTP_ADDR=$PAYMENT_ADDR PAYMENT_HANG_CUSTOMER=c-hang bin/payment >"$LOGS/payment.log" 2>&1 &
+HTTP_ADDR=$PAYMENT_ADDR PAYMENT_HANG_CUSTOMERS=c-hang bin/payment >"$LOGS/payment.log" 2>&1 &
 pids+=($!)
 HTTP_ADDR=$INVENTORY_ADDR bin/inventory >"$LOGS/inventory.log" 2>&1 &
 pids+=($!)
