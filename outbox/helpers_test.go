@@ -2,7 +2,6 @@ package outbox_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -328,14 +327,6 @@ var errInjected = errors.New("injected crash between ack and delete")
 
 func keyName(i int) string { return fmt.Sprintf("k%02d", i) }
 
-func mustJSON(t testing.TB, v any) []byte {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
 
 func itoa(p int32) string { return fmt.Sprint(p) }
 
