@@ -327,7 +327,6 @@ var errInjected = errors.New("injected crash between ack and delete")
 
 func keyName(i int) string { return fmt.Sprintf("k%02d", i) }
 
-
 func itoa(p int32) string { return fmt.Sprint(p) }
 
 func ptr[T any](v T) *T { return &v }
