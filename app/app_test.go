@@ -8,8 +8,10 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -178,6 +180,12 @@ func (s *syncBuffer) String() string {
 
 func newTestApp(t *testing.T, opts ...app.Option) *testApp {
 	t.Helper()
+	return newTestAppSignals(t, append([]app.Option{app.WithoutSignals()}, opts...)...)
+}
+
+// newTestAppSignals is newTestApp with Run listening for SIGINT and SIGTERM.
+func newTestAppSignals(t *testing.T, opts ...app.Option) *testApp {
+	t.Helper()
 	_, ns := testenv.Redis(t)
 	brokers := testenv.KafkaCluster(t).ListenAddrs()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -194,7 +202,7 @@ func newTestApp(t *testing.T, opts ...app.Option) *testApp {
 	}
 	logs := &syncBuffer{}
 	a, err := app.New(context.Background(), cfg, append([]app.Option{
-		app.WithListener(ln), app.WithoutSignals(), app.WithLogOutput(logs),
+		app.WithListener(ln), app.WithLogOutput(logs),
 		app.WithLockOptions(lock.Options{Namespace: ns}), app.WithEntityAttribute("widget.id"),
 	}, opts...)...)
 	if err != nil {
@@ -334,6 +342,26 @@ func TestAppLifecycle(t *testing.T) {
 	}
 	if err := a.Run(ctx); !errors.Is(err, app.ErrRunning) {
 		t.Errorf("second Run = %v", err)
+	}
+}
+
+// SIGTERM starts the same graceful shutdown as a cancelled context.
+func TestSIGTERM(t *testing.T) {
+	a := newTestAppSignals(t)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(context.Background()) }()
+	<-a.Ready()
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if logs := a.logs.String(); !strings.Contains(logs, "terminated signal received") {
+		t.Errorf("shutdown cause not logged:\n%s", logs)
+	}
+	if !strings.Contains(a.logs.String(), `"step":"close"`) {
+		t.Errorf("shutdown did not complete:\n%s", a.logs.String())
 	}
 }
 
