@@ -411,3 +411,48 @@ func TestNewFailsCleanly(t *testing.T) {
 		t.Fatalf("invalid config: %v", err)
 	}
 }
+
+// REDIS_ADDR=none runs without Redis: no locker, no redis readiness check, and
+// consumers still work (the Postgres transaction alone guards them).
+func TestWithoutRedis(t *testing.T) {
+	brokers := testenv.KafkaCluster(t).ListenAddrs()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := app.MapEnv(map[string]string{
+		app.EnvDatabaseURL: freshDSN(t), app.EnvRedisAddr: "none", app.EnvKafkaBrokers: strings.Join(brokers, ","),
+	})
+	cfg := app.LoadConfig(env, "widget", ln.Addr().String())
+	a, err := app.New(context.Background(), cfg, app.WithListener(ln), app.WithoutSignals(), app.WithLogOutput(io.Discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Redis != nil || a.Locker != nil {
+		t.Fatal("Redis or Locker set without REDIS_ADDR")
+	}
+	if err := a.EnsureTopics(context.Background(), "w.in"); err != nil {
+		t.Fatal(err)
+	}
+	h := func(ctx context.Context, tx pgx.Tx, ev event.Event) error { return nil }
+	if err := a.Consume(app.ConsumerSpec{Group: "w", Topics: []string{"w.in"}, Handler: h}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	<-a.Ready()
+	base := "http://" + a.Addr()
+	apptest.WaitReady(t, base)
+	if _, body := get(t, base+"/readyz"); strings.Contains(body, "redis") {
+		t.Errorf("/readyz checks redis: %s", body)
+	}
+	k := apptest.NewKafka(t, brokers)
+	ev, _ := event.New("test", "w.thing", "w-1", map[string]string{})
+	k.ProduceTwice("w.in", ev)
+	k.WaitSettled(a.Pool, "", map[string][]string{"w": {"w.in"}})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
