@@ -2,6 +2,7 @@ package paymentsvc
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,6 +45,24 @@ type harness struct {
 	base   string // http://addr
 	cancel context.CancelFunc
 	done   chan error
+	logs   *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func startService(t *testing.T) *harness { return startOn(t, newInfra(t)) }
@@ -56,7 +76,7 @@ func startOn(t *testing.T, in infra) *harness {
 	cfg := Config{
 		App: app.Config{
 			Service: "payment", DatabaseURL: in.dsn, RedisAddr: testenv.RedisAddr(t), KafkaBrokers: in.brokers,
-			KafkaPartitions: 3, HTTPAddr: ln.Addr().String(), LogLevel: slog.LevelWarn,
+			KafkaPartitions: 3, HTTPAddr: ln.Addr().String(), LogLevel: slog.LevelInfo,
 			JaegerUIURL: app.DefaultJaegerUIURL, ShutdownTimeout: time.Minute,
 		},
 		Group:         "payment",
@@ -69,8 +89,10 @@ func startOn(t *testing.T, in infra) *harness {
 			app.WithLockOptions(lock.Options{Namespace: in.ns}),
 		},
 	}
+	logs := &syncBuffer{}
+	cfg.AppOptions = append(cfg.AppOptions, app.WithLogOutput(logs))
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &harness{t: t, base: "http://" + ln.Addr().String(), cancel: cancel, done: make(chan error, 1)}
+	h := &harness{t: t, base: "http://" + ln.Addr().String(), cancel: cancel, done: make(chan error, 1), logs: logs}
 	go func() { h.done <- Run(ctx, cfg) }()
 	t.Cleanup(func() { _ = h.stop() })
 	apptest.WaitReady(t, h.base)
@@ -219,6 +241,20 @@ func TestServiceThroughKafka(t *testing.T) {
 	}
 	if a.Captured != 1_000 {
 		t.Errorf("captured %d, want 1000 (only the charge order keeps its money)", a.Captured)
+	}
+
+	// Business log lines are JSON with the saga's ids: the charge order's line carries its
+	// correlation id and the trace it arrived in.
+	var found bool
+	for line := range strings.SplitSeq(h.logs.String(), "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) != nil || rec["msg"] != "payment: authorized" || rec["correlation_id"] != charge {
+			continue
+		}
+		found = rec["trace_id"] == traceID && rec["order.id"] == charge && rec["service"] == "payment"
+	}
+	if !found {
+		t.Errorf("no JSON log line for %s's charge with correlation_id, trace_id and order.id:\n%s", charge, h.logs.String())
 	}
 
 	resp, err := http.Get(h.base + "/metrics")
