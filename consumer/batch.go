@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,11 +28,13 @@ import (
 //
 // For a batch it decodes every record and applies the router's filter (ignored types are
 // settled, unknown types fail the batch), acquires the lease of every distinct entity in
-// sorted order, then in one transaction checks the fences (if Fence), claims every
-// event's idempotency key, skips duplicates and calls the business handler for the rest,
-// commits, runs the AfterCommit hooks once, and releases the leases. Each record still
-// gets its own consumer span (child of its producer's span), correlation context, metric
-// and log line.
+// sorted order, then in one transaction checks each lease's fence once (if Fence),
+// claims every event's idempotency key (in key order, so that concurrent transactions on
+// the same keys cannot deadlock), and calls the business handler, in offset order, for
+// every event that is not a duplicate (copies of one event within the batch included);
+// then it commits, runs the AfterCommit hooks once, and releases the leases. Each record
+// still gets its own consumer span (child of its producer's span), correlation context,
+// metric and log line.
 //
 // Any failure (a record that does not decode, an unknown type, a lease not obtained, a
 // handler error or panic, a failed commit) rolls the whole batch back and returns the
@@ -152,22 +155,35 @@ func StandardBatch(cfg StandardConfig) (BatchHandler, error) {
 			index[m] = i
 		}
 		err = pgx.BeginFunc(lctx, cfg.DB, func(tx pgx.Tx) error {
-			for _, m := range work {
-				mctx := ctxs[index[m]]
-				if cfg.Fence && m.Lease != nil {
-					if err := m.Lease.CheckFence(mctx, tx); err != nil {
-						return err
+			// Fences first, once per lease, in entity order.
+			if cfg.Fence {
+				seen := make(map[*lock.Lease]bool)
+				for _, m := range sortedBy(work, func(m *Message) string { return lockEntity(m) }) {
+					if m.Lease != nil && !seen[m.Lease] {
+						seen[m.Lease] = true
+						if err := m.Lease.CheckFence(ctxs[index[m]], tx); err != nil {
+							return err
+						}
 					}
 				}
-				c, err := store.Claim(mctx, tx, m.Group+"/"+name, m.Event.ID, idempotency.Hash([]byte(m.Event.Type), m.Event.Data))
+			}
+			// Claims in key order, so that transactions racing on the same keys wait for
+			// each other instead of deadlocking.
+			for _, m := range sortedBy(work, func(m *Message) string { return m.Event.ID }) {
+				c, err := store.Claim(ctxs[index[m]], tx, m.Group+"/"+name, m.Event.ID, idempotency.Hash([]byte(m.Event.Type), m.Event.Data))
 				if err != nil {
 					return err
 				}
 				if c.Duplicate {
 					m.Outcome = OutcomeDuplicate
+				}
+			}
+			// Handlers in offset order.
+			for _, m := range work {
+				if m.Outcome == OutcomeDuplicate {
 					continue
 				}
-				if err := h(mctx, tx, m.Event); err != nil {
+				if err := h(ctxs[index[m]], tx, m.Event); err != nil {
 					return fmt.Errorf("consumer: batch: handle %s %s: %w", m.Event.Type, m.Event.ID, err)
 				}
 			}
@@ -192,6 +208,13 @@ func StandardBatch(cfg StandardConfig) (BatchHandler, error) {
 		}
 		return nil
 	}, nil
+}
+
+// sortedBy returns a copy of ms sorted by key (stable).
+func sortedBy(ms []*Message, key func(*Message) string) []*Message {
+	out := slices.Clone(ms)
+	slices.SortStableFunc(out, func(a, b *Message) int { return cmp.Compare(key(a), key(b)) })
+	return out
 }
 
 // acquireAll acquires the lease of every distinct entity of ms in sorted order and sets

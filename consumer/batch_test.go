@@ -21,9 +21,11 @@ func TestStandardBatch(t *testing.T) {
 		{Topic: e.topic, Key: []byte(ks[0]), Value: []byte(`{}`)}, // undecodable
 		eventRecord(t, e.topic, "test.unknown", ks[1], seqPayload{Seq: 1}),
 	}
-	mixed := append([]*kgo.Record{}, recs[:len(recs)/2]...)
+	// A record delivered three times in a row lands in one batch with its copies.
+	mixed := []*kgo.Record{recs[0], cloneRecord(recs[0]), cloneRecord(recs[0])}
+	mixed = append(mixed, recs[1:len(recs)/2]...)
 	mixed = append(mixed, poison...)
-	mixed = append(mixed, cloneRecord(recs[0]), cloneRecord(recs[1]))
+	mixed = append(mixed, cloneRecord(recs[1]), cloneRecord(recs[2]))
 	mixed = append(mixed, recs[len(recs)/2:]...)
 	produce(t, e.producer, mixed...)
 
