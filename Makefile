@@ -53,6 +53,10 @@ compose-check: ## validate docker-compose.yml without a Docker engine
 	docker-compose -f docker-compose.yml config -q
 	$(GO) test -count=1 ./deploy/...
 
+.PHONY: readme-check
+readme-check: services ## run the README's shell commands as written
+	@scripts/readme-check.sh
+
 .PHONY: demo
 demo: services ## run the saga on this machine: broker, three services, a batch of orders
 	@scripts/demo.sh
