@@ -35,7 +35,12 @@ build: ## build every binary into bin/
 
 .PHONY: bench
 bench: services ## run the benchmarks and print their tables (see docs/benchmarks.md)
-	@echo "no benchmarks yet"
+	$(GO) run ./bench/guards
+	$(GO) run ./bench/outbox
+	$(GO) run ./bench/consumer
+	$(GO) run ./bench/services -duration 5s -workers 1,8 -orders 3000
+	$(GO) run ./bench/order -duration 5s
+	$(GO) test -run '^$$' -bench . -benchmem ./tracing ./consumer
 
 COMPOSE := $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 
