@@ -117,7 +117,7 @@ func ParseStock(s string) ([]Stock, error) {
 		if err != nil || qty < 0 {
 			return nil, fmt.Errorf("entry %q: quantity is not a non-negative integer", entry)
 		}
-		skus, err := expandRange(id)
+		skus, err := app.ExpandRange(id)
 		if err != nil {
 			return nil, fmt.Errorf("entry %q: %w", entry, err)
 		}
@@ -130,50 +130,4 @@ func ParseStock(s string) ([]Stock, error) {
 		}
 	}
 	return out, nil
-}
-
-// expandRange expands "sku-1..sku-20" (or "sku-1..20") into sku-1, ..., sku-20; any
-// other id is returned as is.
-func expandRange(s string) ([]string, error) {
-	from, to, ok := strings.Cut(s, "..")
-	if !ok {
-		if s == "" {
-			return nil, fmt.Errorf("empty sku")
-		}
-		return []string{s}, nil
-	}
-	prefix, lo, err := splitNumber(from)
-	if err != nil {
-		return nil, err
-	}
-	toPrefix, hi, err := splitNumber(to)
-	if err != nil {
-		return nil, err
-	}
-	if toPrefix != "" && toPrefix != prefix {
-		return nil, fmt.Errorf("range %q: both ends need the same prefix", s)
-	}
-	if hi < lo || hi-lo >= 1_000_000 {
-		return nil, fmt.Errorf("range %q: empty or larger than a million skus", s)
-	}
-	ids := make([]string, 0, hi-lo+1)
-	for n := lo; n <= hi; n++ {
-		ids = append(ids, prefix+strconv.Itoa(n))
-	}
-	return ids, nil
-}
-
-func splitNumber(s string) (string, int, error) {
-	i := len(s)
-	for i > 0 && s[i-1] >= '0' && s[i-1] <= '9' {
-		i--
-	}
-	if i == len(s) {
-		return "", 0, fmt.Errorf("range end %q has no numeric suffix", s)
-	}
-	n, err := strconv.Atoi(s[i:])
-	if err != nil {
-		return "", 0, fmt.Errorf("range end %q: %w", s, err)
-	}
-	return s[:i], n, nil
 }
