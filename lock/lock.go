@@ -2,8 +2,11 @@ package lock
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -80,10 +83,9 @@ type Options struct {
 	FenceRetention time.Duration
 }
 
-// Locker hands out per-entity leases backed by Redis locks (via
-// github.com/bsm/redislock). It is safe for concurrent use.
+// Locker hands out per-entity leases backed by Redis locks. It is safe for
+// concurrent use.
 type Locker struct {
-	rl    *redislock.Client
 	redis redislock.RedisClient
 	opts  Options
 }
@@ -112,7 +114,7 @@ func New(client redislock.RedisClient, opts Options) *Locker {
 	if opts.FenceRetention <= 0 {
 		opts.FenceRetention = DefaultFenceRetention
 	}
-	return &Locker{rl: redislock.New(client), redis: client, opts: opts}
+	return &Locker{redis: client, opts: opts}
 }
 
 // Options returns the Locker's options with defaults filled in.
@@ -123,14 +125,17 @@ func (l *Locker) Key(entity string) string {
 	return l.opts.Namespace + "{" + entity + "}"
 }
 
-// fenceScript issues the next fencing token, but only while the caller
-// still holds the lock, so tokens are ordered like the holders: a holder
-// that lost its lock before reaching this point gets no token (-1).
-// The token is max(counter+1, Redis server time in µs): it grows by at least
-// one per acquisition and never falls back when the counter key expires or
-// is lost in a failover.
-var fenceScript = redis.NewScript(`
-if redis.call("get", KEYS[1]) ~= ARGV[1] then return -1 end
+// obtainScript sets the lock (SET NX PX) and, in the same atomic step,
+// issues the lease's fencing token, so obtaining a lease is one round trip
+// and no other holder can come between the lock and its token. It returns
+// -1 when the lock is held by someone else. The token is
+// max(counter+1, Redis server time in µs): it grows by at least one per
+// acquisition and never falls back when the counter key expires or is lost
+// in a failover.
+//
+// KEYS: lock, fence counter. ARGV: value, TTL ms, fence retention ms.
+var obtainScript = redis.NewScript(`
+if not redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return -1 end
 local t = redis.call("time")
 local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local n = redis.call("incr", KEYS[2])
@@ -138,9 +143,33 @@ if n < floor then
   n = floor
   redis.call("set", KEYS[2], string.format("%.0f", n))
 end
-redis.call("pexpire", KEYS[2], ARGV[2])
+redis.call("pexpire", KEYS[2], ARGV[3])
 return n
 `)
+
+// refreshScript extends the lock to a full TTL if it still holds the
+// lease's value: 1 if extended, 0 if the lock is gone or someone else's.
+// KEYS: lock. ARGV: value, TTL ms.
+var refreshScript = redis.NewScript(`
+if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("pexpire", KEYS[1], ARGV[2]) end
+return 0
+`)
+
+// releaseScript deletes the lock if it still holds the lease's value: 1 if
+// deleted, 0 if the lock is gone or someone else's.
+// KEYS: lock. ARGV: value.
+var releaseScript = redis.NewScript(`
+if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) end
+return 0
+`)
+
+// randomValue returns the lock value that identifies one lease: 128 random
+// bits, URL-safe base64.
+func randomValue() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never returns an error
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
 
 // Acquire obtains the lock of entity, retrying with the Retry policy while
 // another holder has it, for at most MaxWait or until ctx ends. It returns
@@ -154,38 +183,38 @@ func (l *Locker) Acquire(ctx context.Context, entity string) (*Lease, error) {
 		return nil, fmt.Errorf("%w: empty", ErrInvalidEntity)
 	}
 	key := l.Key(entity)
-	fenceKey := key + ":fence"
+	keys := []string{key, key + ":fence"}
+	value := randomValue()
+	ttl := strconv.FormatInt(l.opts.TTL.Milliseconds(), 10)
+	retention := strconv.FormatInt(l.opts.FenceRetention.Milliseconds(), 10)
 	waitCtx, cancel := context.WithTimeout(ctx, l.opts.MaxWait)
 	defer cancel()
-	retry := l.opts.Retry()
-	var wait *time.Timer
+	var (
+		retry RetryStrategy // created on the first retry only
+		wait  *time.Timer
+	)
 	for {
 		start := time.Now()
-		lk, err := l.rl.Obtain(waitCtx, key, l.opts.TTL, nil)
+		token, err := obtainScript.Run(waitCtx, l.redis, keys, value, ttl, retention).Int64()
 		switch {
+		case err == nil && token > 0:
+			return l.newLease(ctx, entity, key, value, token, start), nil
 		case err == nil:
-			token, err := fenceScript.Run(waitCtx, l.redis, []string{key, fenceKey},
-				lk.Token()+lk.Metadata(), l.opts.FenceRetention.Milliseconds()).Int64()
-			if err == nil && token > 0 {
-				return l.newLease(ctx, entity, key, lk, token, start), nil
-			}
-			// Either Redis failed, or the lock expired between the two
-			// calls (-1: the holder was paused longer than TTL). Never keep
-			// a lock without a token.
-			_ = lk.Release(context.WithoutCancel(ctx))
-			if err != nil {
-				if waitCtx.Err() != nil {
-					return nil, notObtained(ctx, entity)
-				}
-				return nil, fmt.Errorf("lock: acquire %q: fencing token: %w", entity, err)
-			}
-		case errors.Is(err, redislock.ErrNotObtained):
+			// Held by someone else: retry below.
 		case waitCtx.Err() != nil:
+			// The script may have run even though the reply was lost, so
+			// delete our value if it is there; never keep a lock no lease
+			// knows about.
+			_ = releaseScript.Run(context.WithoutCancel(ctx), l.redis, keys[:1], value).Err()
 			return nil, notObtained(ctx, entity)
 		default:
+			_ = releaseScript.Run(context.WithoutCancel(ctx), l.redis, keys[:1], value).Err()
 			return nil, fmt.Errorf("lock: acquire %q: %w", entity, err)
 		}
 
+		if retry == nil {
+			retry = l.opts.Retry()
+		}
 		backoff := retry.NextBackoff()
 		if backoff < 1 {
 			return nil, fmt.Errorf("%w: %q: retries exhausted", ErrNotObtained, entity)
@@ -234,36 +263,45 @@ type Lease struct {
 	locker *Locker
 	entity string
 	key    string
-	lk     *redislock.Lock
+	value  string
 	token  int64
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	stop   chan struct{}
-	done   chan struct{}
 
+	// The watchdog is two timers, not a goroutine: refresh (nil without
+	// watchdog) extends the lock, expiry cancels ctx with ErrLost when
+	// validUntil passes. Their callbacks, Release and the fields below
+	// synchronise on mu; inflight counts running refreshes.
 	mu         sync.Mutex
 	validUntil time.Time
+	released   bool
+	refresh    *time.Timer
+	expiry     *time.Timer
+	inflight   sync.WaitGroup
 
 	releaseOnce sync.Once
 	releaseErr  error
 }
 
-func (l *Locker) newLease(parent context.Context, entity, key string, lk *redislock.Lock, token int64, start time.Time) *Lease {
+func (l *Locker) newLease(parent context.Context, entity, key, value string, token int64, start time.Time) *Lease {
 	ctx, cancel := context.WithCancelCause(parent)
 	ls := &Lease{
 		locker:     l,
 		entity:     entity,
 		key:        key,
-		lk:         lk,
+		value:      value,
 		token:      token,
 		ctx:        ctx,
 		cancel:     cancel,
-		stop:       make(chan struct{}),
-		done:       make(chan struct{}),
 		validUntil: start.Add(l.opts.TTL),
 	}
-	go ls.watchdog()
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ls.expiry = time.AfterFunc(time.Until(ls.validUntil), ls.expire)
+	if l.opts.RefreshEvery > 0 {
+		ls.refresh = time.AfterFunc(l.opts.RefreshEvery, ls.extend)
+	}
 	return ls
 }
 
@@ -313,19 +351,25 @@ func (ls *Lease) ValidUntil() time.Time {
 // an effect; later calls return the same result.
 func (ls *Lease) Release(ctx context.Context) error {
 	ls.releaseOnce.Do(func() {
-		close(ls.stop)
-		<-ls.done
+		ls.mu.Lock()
+		ls.released = true
+		ls.expiry.Stop()
+		if ls.refresh != nil {
+			ls.refresh.Stop()
+		}
+		ls.mu.Unlock()
+		ls.inflight.Wait() // a refresh that already started finishes first
 		var lost error
 		if ls.ctx.Err() != nil && errors.Is(context.Cause(ls.ctx), ErrLost) {
 			lost = context.Cause(ls.ctx)
 		}
-		err := ls.lk.Release(ctx)
+		n, err := releaseScript.Run(ctx, ls.locker.redis, []string{ls.key}, ls.value).Int64()
 		switch {
-		case errors.Is(err, redislock.ErrLockNotHeld):
-			ls.releaseErr = fmt.Errorf("%w: %q was not held any more at release", ErrLost, ls.entity)
-			ls.cancel(ls.releaseErr) // no-op if the watchdog already cancelled
 		case err != nil:
 			ls.releaseErr = fmt.Errorf("lock: release %q: %w", ls.entity, err)
+		case n != 1:
+			ls.releaseErr = fmt.Errorf("%w: %q was not held any more at release", ErrLost, ls.entity)
+			ls.cancel(ls.releaseErr) // no-op if the watchdog already cancelled
 		case lost != nil:
 			// The key still held our value after the watchdog gave up
 			// (e.g. Redis was unreachable for a while), so we deleted our
@@ -338,55 +382,62 @@ func (ls *Lease) Release(ctx context.Context) error {
 	return ls.releaseErr
 }
 
-// watchdog refreshes the lock every RefreshEvery and cancels the lease's
-// context with ErrLost when the lock is gone or when no refresh succeeded
-// within TTL of the previous one.
-func (ls *Lease) watchdog() {
-	defer close(ls.done)
-	opts := ls.locker.opts
-	expiry := time.NewTimer(time.Until(ls.ValidUntil()))
-	defer expiry.Stop()
-	var refreshC <-chan time.Time
-	if opts.RefreshEvery > 0 {
-		refresh := time.NewTimer(opts.RefreshEvery)
-		defer refresh.Stop()
-		refreshC = refresh.C
-		for {
-			select {
-			case <-ls.stop:
-				return
-			case <-ls.ctx.Done():
-				return
-			case <-expiry.C:
-				ls.cancel(fmt.Errorf("%w: %q not refreshed within TTL %v", ErrLost, ls.entity, opts.TTL))
-				return
-			case <-refreshC:
-			}
-			start := time.Now()
-			rctx, cancel := context.WithDeadline(ls.ctx, ls.ValidUntil())
-			err := ls.lk.Refresh(rctx, opts.TTL, nil)
-			cancel()
-			switch {
-			case err == nil:
-				ls.mu.Lock()
-				ls.validUntil = start.Add(opts.TTL)
-				ls.mu.Unlock()
-				expiry.Reset(time.Until(start.Add(opts.TTL)))
-				refresh.Reset(opts.RefreshEvery)
-			case errors.Is(err, redislock.ErrNotObtained):
-				ls.cancel(fmt.Errorf("%w: %q is no longer held by this lease", ErrLost, ls.entity))
-				return
-			default:
-				// Transient Redis error: retry sooner; expiry decides
-				// when to give up.
-				refresh.Reset(max(opts.RefreshEvery/4, time.Millisecond))
-			}
-		}
+// expire runs when validUntil passes without a successful refresh.
+func (ls *Lease) expire() {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.released {
+		return
 	}
-	select {
-	case <-ls.stop:
-	case <-ls.ctx.Done():
-	case <-expiry.C:
-		ls.cancel(fmt.Errorf("%w: %q expired after TTL %v (no watchdog)", ErrLost, ls.entity, opts.TTL))
+	if d := time.Until(ls.validUntil); d > 0 {
+		// A refresh extended the lease while this callback was starting.
+		ls.expiry.Reset(d)
+		return
+	}
+	if ls.refresh == nil {
+		ls.cancel(fmt.Errorf("%w: %q expired after TTL %v (no watchdog)", ErrLost, ls.entity, ls.locker.opts.TTL))
+		return
+	}
+	ls.refresh.Stop()
+	ls.cancel(fmt.Errorf("%w: %q not refreshed within TTL %v", ErrLost, ls.entity, ls.locker.opts.TTL))
+}
+
+// extend is the refresh timer's callback: it extends the lock to a full
+// TTL and re-arms itself, or cancels the lease's context with ErrLost when
+// the lock is gone. Transient Redis errors are retried sooner; the expiry
+// timer decides when to give up.
+func (ls *Lease) extend() {
+	ls.mu.Lock()
+	if ls.released || ls.ctx.Err() != nil {
+		ls.mu.Unlock()
+		return
+	}
+	ls.inflight.Add(1)
+	deadline := ls.validUntil
+	ls.mu.Unlock()
+	defer ls.inflight.Done()
+
+	opts := ls.locker.opts
+	start := time.Now()
+	rctx, cancel := context.WithDeadline(ls.ctx, deadline)
+	n, err := refreshScript.Run(rctx, ls.locker.redis, []string{ls.key}, ls.value,
+		strconv.FormatInt(opts.TTL.Milliseconds(), 10)).Int64()
+	cancel()
+
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.released || ls.ctx.Err() != nil {
+		return
+	}
+	switch {
+	case err == nil && n == 1:
+		ls.validUntil = start.Add(opts.TTL)
+		ls.expiry.Reset(time.Until(ls.validUntil))
+		ls.refresh.Reset(opts.RefreshEvery)
+	case err == nil:
+		ls.expiry.Stop()
+		ls.cancel(fmt.Errorf("%w: %q is no longer held by this lease", ErrLost, ls.entity))
+	default:
+		ls.refresh.Reset(max(opts.RefreshEvery/4, time.Millisecond))
 	}
 }
