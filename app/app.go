@@ -638,3 +638,19 @@ func (a *App) closeResources(ctx context.Context) error {
 	})
 	return err
 }
+
+// Serve is New, then setup, then Run: the whole life of a service in one call. setup
+// registers the service's parts (schemas, topics, routes, consumers, background work) on
+// the App; if it fails, the App is closed and setup's error returned. Otherwise Serve
+// blocks until ctx is cancelled (or a signal arrives) and returns Run's result.
+func Serve(ctx context.Context, cfg Config, setup func(context.Context, *App) error, opts ...Option) error {
+	a, err := New(ctx, cfg, opts...)
+	if err != nil {
+		return err
+	}
+	if err := setup(ctx, a); err != nil {
+		_ = a.Close()
+		return err
+	}
+	return a.Run(ctx)
+}

@@ -456,3 +456,34 @@ func TestWithoutRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Serve closes the App when setup fails, and runs the components setup registered.
+func TestServe(t *testing.T) {
+	ns := func(t *testing.T) string { _, ns := testenv.Redis(t); return ns }(t)
+	env := app.MapEnv(map[string]string{
+		app.EnvDatabaseURL: freshDSN(t), app.EnvRedisAddr: testenv.RedisAddr(t),
+		app.EnvKafkaBrokers: strings.Join(testenv.KafkaCluster(t).ListenAddrs(), ","),
+	})
+	cfg := app.LoadConfig(env, "widget", "127.0.0.1:0")
+	opts := []app.Option{app.WithoutSignals(), app.WithLogOutput(io.Discard), app.WithLockOptions(lock.Options{Namespace: ns})}
+	ctx := context.Background()
+
+	var kept *app.App
+	bad := errors.New("bad setup")
+	err := app.Serve(ctx, cfg, func(ctx context.Context, a *app.App) error { kept = a; return bad }, opts...)
+	if !errors.Is(err, bad) {
+		t.Fatalf("Serve = %v, want the setup error", err)
+	}
+	if kept == nil || kept.Pool.Ping(ctx) == nil {
+		t.Fatal("the App was not closed after setup failed")
+	}
+
+	boom := errors.New("boom")
+	err = app.Serve(ctx, cfg, func(ctx context.Context, a *app.App) error {
+		a.Go("exploder", func(context.Context) error { return boom })
+		return nil
+	}, opts...)
+	if !errors.Is(err, boom) {
+		t.Fatalf("Serve = %v, want the component's error", err)
+	}
+}

@@ -18,15 +18,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	opts := append([]app.Option{app.WithEntityAttribute("order.id")}, cfg.AppOptions...)
-	a, err := app.New(ctx, cfg.App, opts...)
-	if err != nil {
-		return err
-	}
-	if err := setup(ctx, a, cfg); err != nil {
-		_ = a.Close()
-		return err
-	}
-	return a.Run(ctx)
+	return app.Serve(ctx, cfg.App, func(ctx context.Context, a *app.App) error { return setup(ctx, a, cfg) }, opts...)
 }
 
 func setup(ctx context.Context, a *app.App, cfg Config) error {
