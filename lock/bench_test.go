@@ -45,10 +45,12 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			}
 		}
 	})
-	// Parallel variants: GOMAXPROCS goroutines, each on its own entity,
-	// sharing one client (and its connection pool), like a consumer.
+	// Parallel variants: 4×GOMAXPROCS goroutines (8 on the 2-core bench
+	// machine, like bench/guards' 8 clients), each on its own entity,
+	// sharing one client and its connection pool, like a consumer.
 	b.Run("SetNXPX+Del/parallel", func(b *testing.B) {
 		var n atomic.Int64
+		b.SetParallelism(4)
 		b.RunParallel(func(pb *testing.PB) {
 			key := ns + "naive:{" + strconv.FormatInt(n.Add(1), 10) + "}"
 			for pb.Next() {
@@ -67,6 +69,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	b.Run("Lease/parallel", func(b *testing.B) {
 		locker := lock.New(client, lock.Options{Namespace: ns + "lock:"})
 		var n atomic.Int64
+		b.SetParallelism(4)
 		b.RunParallel(func(pb *testing.PB) {
 			entity := "p" + strconv.FormatInt(n.Add(1), 10)
 			for pb.Next() {

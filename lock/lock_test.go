@@ -401,3 +401,41 @@ func TestDefaults(t *testing.T) {
 		t.Fatalf("Key = %q", got)
 	}
 }
+
+// TestTokenOnlyForObtainedLock: the lock and its fencing token are issued
+// in one step, so a failed attempt consumes no token, and every obtained
+// lease gets exactly counter+1 when the counter is ahead of the clock.
+func TestTokenOnlyForObtainedLock(t *testing.T) {
+	locker, client := newLocker(t, lock.Options{Retry: lock.NoRetry()})
+	ctx := context.Background()
+	const base = int64(8e15) // far above the Redis clock in µs (~1.8e15 in 2026)
+	if err := client.Set(ctx, locker.Key("e")+":fence", base, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	held, err := locker.Acquire(ctx, "e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held.Token() != base+1 {
+		t.Fatalf("first token = %d, want %d", held.Token(), base+1)
+	}
+	for range 3 {
+		if _, err := locker.Acquire(ctx, "e"); !errors.Is(err, lock.ErrNotObtained) {
+			t.Fatalf("contended acquire: err = %v, want ErrNotObtained", err)
+		}
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next, err := locker.Acquire(ctx, "e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Release(ctx)
+	if next.Token() != base+2 {
+		t.Fatalf("token after 3 failed attempts = %d, want %d", next.Token(), base+2)
+	}
+	if n := client.Exists(ctx, locker.Key("e")).Val(); n != 1 {
+		t.Fatalf("lock key exists = %d, want 1", n)
+	}
+}
