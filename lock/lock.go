@@ -88,6 +88,8 @@ type Options struct {
 type Locker struct {
 	redis redislock.RedisClient
 	opts  Options
+	// Script arguments that never change, formatted once.
+	ttlArg, retentionArg string
 }
 
 // New returns a Locker using client (a *redis.Client, *redis.ClusterClient
@@ -114,7 +116,12 @@ func New(client redislock.RedisClient, opts Options) *Locker {
 	if opts.FenceRetention <= 0 {
 		opts.FenceRetention = DefaultFenceRetention
 	}
-	return &Locker{redis: client, opts: opts}
+	return &Locker{
+		redis:        client,
+		opts:         opts,
+		ttlArg:       strconv.FormatInt(opts.TTL.Milliseconds(), 10),
+		retentionArg: strconv.FormatInt(opts.FenceRetention.Milliseconds(), 10),
+	}
 }
 
 // Options returns the Locker's options with defaults filled in.
@@ -185,8 +192,6 @@ func (l *Locker) Acquire(ctx context.Context, entity string) (*Lease, error) {
 	key := l.Key(entity)
 	keys := []string{key, key + ":fence"}
 	value := randomValue()
-	ttl := strconv.FormatInt(l.opts.TTL.Milliseconds(), 10)
-	retention := strconv.FormatInt(l.opts.FenceRetention.Milliseconds(), 10)
 	waitCtx, cancel := context.WithTimeout(ctx, l.opts.MaxWait)
 	defer cancel()
 	var (
@@ -195,7 +200,7 @@ func (l *Locker) Acquire(ctx context.Context, entity string) (*Lease, error) {
 	)
 	for {
 		start := time.Now()
-		token, err := obtainScript.Run(waitCtx, l.redis, keys, value, ttl, retention).Int64()
+		token, err := obtainScript.Run(waitCtx, l.redis, keys, value, l.ttlArg, l.retentionArg).Int64()
 		switch {
 		case err == nil && token > 0:
 			return l.newLease(ctx, entity, key, value, token, start), nil
@@ -421,7 +426,7 @@ func (ls *Lease) extend() {
 	start := time.Now()
 	rctx, cancel := context.WithDeadline(ls.ctx, deadline)
 	n, err := refreshScript.Run(rctx, ls.locker.redis, []string{ls.key}, ls.value,
-		strconv.FormatInt(opts.TTL.Milliseconds(), 10)).Int64()
+		ls.locker.ttlArg).Int64()
 	cancel()
 
 	ls.mu.Lock()
