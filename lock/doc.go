@@ -36,7 +36,7 @@
 //
 // An earlier version obtained, refreshed and released through
 // github.com/bsm/redislock and issued the token in a second script. That cost
-// three round trips and a goroutine per lease (about 3x a bare SET NX PX +
+// three round trips and a goroutine per lease (about 2x a bare SET NX PX +
 // DEL, see docs/benchmarks-guards.md), and redislock's obtain script cannot be
 // extended to issue the token in the same step. So this package runs its own
 // three short scripts: obtain (SET NX PX and the fencing token, atomically, in
