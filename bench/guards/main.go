@@ -457,8 +457,8 @@ func (b *redisBench) goBare(ctx context.Context, clients int, d time.Duration) (
 	return r, err
 }
 
-// goLocker is Locker.Acquire + Lease.Release: obtain, fencing token,
-// release (3 round trips) plus the watchdog goroutine.
+// goLocker is Locker.Acquire + Lease.Release: 2 round trips (one script obtains the
+// lock and its fencing token, one releases).
 func (b *redisBench) goLocker(ctx context.Context, clients int, d time.Duration) (result, error) {
 	locker := lock.New(b.client, lock.Options{Namespace: b.ns + "lock:", Retry: lock.NoRetry()})
 	op := func(ctx context.Context, worker int) error {
@@ -469,7 +469,7 @@ func (b *redisBench) goLocker(ctx context.Context, clients int, d time.Duration)
 		return lease.Release(ctx)
 	}
 	r, err := measure(ctx, clients, d, op)
-	r.group, r.name, r.tool, r.clients = "lock", "Locker.Acquire + Lease.Release (3 round trips)", "choreo/lock", clients
+	r.group, r.name, r.tool, r.clients = "lock", "Locker.Acquire + Lease.Release (2 round trips)", "choreo/lock", clients
 	return r, err
 }
 
