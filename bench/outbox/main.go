@@ -153,6 +153,12 @@ func run(ctx context.Context, c config) error {
 		return err
 	}
 	add("limit", fmt.Sprintf("franz-go → broker only, %d records/round, no database", c.batch), fmt.Sprintf("%.0f records/s", kps), "")
+	pl, err := produceLatency(ctx, brokers, 3000)
+	if err != nil {
+		return err
+	}
+	add("limit", "franz-go → broker only, one record per ProduceSync every 1 ms, no database",
+		fmt.Sprintf("p50 %s  p99 %s  max %s", ms(pl.p50), ms(pl.p99), ms(pl.max)), fmt.Sprintf("%d records; the produce→ack hop alone", pl.n))
 
 	if c.rounds > 0 {
 		if err := drainRounds(ctx, pool, brokers, dsn, sample, c, add); err != nil {
@@ -429,6 +435,39 @@ func produceOnly(ctx context.Context, brokers []string, rows, batch int) (float6
 		}
 	}
 	return float64(rows) / time.Since(start).Seconds(), nil
+}
+
+// produceLatency produces n records one at a time, 1 ms apart, and measures
+// each one's produce→ack time: the broker hop of commit→ack, without the
+// database.
+func produceLatency(ctx context.Context, brokers []string, n int) (latency, error) {
+	cl, err := producer(brokers)
+	if err != nil {
+		return latency{}, err
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic + ".raw", Value: []byte("{}")}).FirstErr(); err != nil {
+		return latency{}, err
+	}
+	ds := make([]time.Duration, 0, n)
+	for i := range n {
+		ev, err := newEvent(key(i), i)
+		if err != nil {
+			return latency{}, err
+		}
+		rec, err := event.ToRecord(topic+".raw", ev)
+		if err != nil {
+			return latency{}, err
+		}
+		t := time.Now()
+		if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+			return latency{}, err
+		}
+		ds = append(ds, time.Since(t))
+		time.Sleep(time.Millisecond)
+	}
+	slices.Sort(ds)
+	return latency{n: n, p50: ds[n/2], p99: ds[n*99/100], max: ds[n-1]}, nil
 }
 
 func drainBench(ctx context.Context, pool *pgxpool.Pool, brokers []string, c config, s sample, viaEnqueue bool) (enqueueRate, drainRate float64, empty time.Duration, err error) {
