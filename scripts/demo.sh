@@ -77,9 +77,9 @@ echo "demo: broker on 127.0.0.1:$KAFKA_PORT, order API on http://$ORDER_ADDR, lo
 
 ORDER_URL="http://$ORDER_ADDR" bin/sagactl load -n "$ORDERS" -rate "$RATE"
 echo
-echo "demo: the services stop now; run DEMO_KEEP=1 make demo to keep them up (until Ctrl-C) and inspect the stuck order"
-echo "      with the command above (go run ./cmd/sagactl ... works without make build)"
 if [ -n "${DEMO_KEEP:-}" ]; then
-  echo "demo: services keep running; Ctrl-C stops them"
+  echo "demo: services keep running; inspect the stuck order with the command above (bin/sagactl ...); Ctrl-C stops them"
   wait
+else
+  echo "demo: the services stop now; DEMO_KEEP=1 make demo keeps them up (until Ctrl-C) so you can inspect the stuck order"
 fi
