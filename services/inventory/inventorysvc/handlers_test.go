@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/choreo-saga/choreo/app/apptest"
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/services/events"
@@ -121,7 +122,7 @@ func TestHandlerScenarios(t *testing.T) {
 				case "cancel":
 					ev, fn = cancelRequested(t, "o-1"), h.CancelRequested
 				}
-				mustHandle(t, pool, fn, ev)
+				apptest.MustHandle(t, pool, fn, ev)
 			}
 			got := outboxEvents(t, pool)
 			if len(got) != len(tc.want) {
@@ -154,8 +155,8 @@ func TestSweeperReleasesExpired(t *testing.T) {
 	ctx := context.Background()
 	pool := newDB(t)
 	h := newHandlers(t)
-	mustHandle(t, pool, h.PaymentAuthorized, authorized(t, "o-old", item("sku-1", 4)))
-	mustHandle(t, pool, h.PaymentAuthorized, authorized(t, "o-new", item("sku-1", 1)))
+	apptest.MustHandle(t, pool, h.PaymentAuthorized, authorized(t, "o-old", item("sku-1", 4)))
+	apptest.MustHandle(t, pool, h.PaymentAuthorized, authorized(t, "o-new", item("sku-1", 1)))
 	if _, err := pool.Exec(ctx, `UPDATE inventory_reservations SET expires_at = now() - interval '1 second' WHERE order_id = 'o-old'`); err != nil {
 		t.Fatal(err)
 	}
@@ -183,20 +184,20 @@ func TestSweeperReleasesExpired(t *testing.T) {
 	}
 
 	// A confirmation that arrives after expiry takes the stock again while it is there…
-	mustHandle(t, pool, h.OrderConfirmed, confirmed(t, "o-old"))
+	apptest.MustHandle(t, pool, h.OrderConfirmed, confirmed(t, "o-old"))
 	if a := audit(t, pool); a.Orders["o-old"].Status != StatusCommitted || a.SKUs["sku-1"].Available != 5 {
 		t.Fatalf("after late confirm: %+v", a)
 	}
 	// …and when it is gone the order stays expired: stock is never oversold.
-	mustHandle(t, pool, h.PaymentAuthorized, authorized(t, "o-x", item("sku-2", 5)))
+	apptest.MustHandle(t, pool, h.PaymentAuthorized, authorized(t, "o-x", item("sku-2", 5)))
 	if _, err := pool.Exec(ctx, `UPDATE inventory_reservations SET expires_at = now() - interval '1 second' WHERE order_id = 'o-x'`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := sw.SweepOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	mustHandle(t, pool, h.PaymentAuthorized, authorized(t, "o-y", item("sku-2", 5)))
-	mustHandle(t, pool, h.OrderConfirmed, confirmed(t, "o-x"))
+	apptest.MustHandle(t, pool, h.PaymentAuthorized, authorized(t, "o-y", item("sku-2", 5)))
+	apptest.MustHandle(t, pool, h.OrderConfirmed, confirmed(t, "o-x"))
 	if a := audit(t, pool); a.Orders["o-x"].Status != StatusExpired || a.SKUs["sku-2"].Available != 0 {
 		t.Fatalf("oversold: %+v", a)
 	}
@@ -215,7 +216,9 @@ func TestConcurrentReservations(t *testing.T) {
 		if i%2 == 1 {
 			items = []events.Item{item("sku-2", 1), item("sku-1", 1)}
 		}
-		wg.Go(func() { errs <- handle(t, pool, h.PaymentAuthorized, authorized(t, fmt.Sprintf("o-%d", i), items...)) })
+		wg.Go(func() {
+			errs <- apptest.Handle(pool, h.PaymentAuthorized, authorized(t, fmt.Sprintf("o-%d", i), items...))
+		})
 	}
 	wg.Wait()
 	close(errs)
@@ -241,12 +244,12 @@ func TestInvalidEventsArePermanent(t *testing.T) {
 	h := newHandlers(t)
 	bad := authorized(t, "o-1", item("sku-1", 1))
 	bad.Subject = "o-2"
-	if err := handle(t, pool, h.PaymentAuthorized, bad); !errors.Is(err, ErrInvalidEvent) || consumer.Retryable(err) {
+	if err := apptest.Handle(pool, h.PaymentAuthorized, bad); !errors.Is(err, ErrInvalidEvent) || consumer.Retryable(err) {
 		t.Errorf("subject mismatch: %v", err)
 	}
 	garbled := cancelRequested(t, "o-1")
 	garbled.Data = []byte(`[]`)
-	if err := handle(t, pool, h.CancelRequested, garbled); !errors.Is(err, event.ErrMalformed) || consumer.Retryable(err) {
+	if err := apptest.Handle(pool, h.CancelRequested, garbled); !errors.Is(err, event.ErrMalformed) || consumer.Retryable(err) {
 		t.Errorf("bad payload: %v", err)
 	}
 }

@@ -7,12 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/choreo-saga/choreo/app"
-	"github.com/choreo-saga/choreo/consumer"
+	"github.com/choreo-saga/choreo/app/apptest"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/outbox"
@@ -46,38 +45,17 @@ func newHandlers(t *testing.T) *Handlers {
 	return h
 }
 
-func handle(t *testing.T, pool *pgxpool.Pool, h consumer.TxHandler, ev event.Event) error {
-	t.Helper()
-	return pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error { return h(context.Background(), tx, ev) })
-}
-
-func mustHandle(t *testing.T, pool *pgxpool.Pool, h consumer.TxHandler, ev event.Event) {
-	t.Helper()
-	if err := handle(t, pool, h, ev); err != nil {
-		t.Fatalf("handle %s: %v", ev.Type, err)
-	}
-}
-
-func newEvent(t *testing.T, source, typ, subject string, data any) event.Event {
-	t.Helper()
-	ev, err := event.New(source, typ, subject, data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ev
-}
-
 func authorized(t *testing.T, order string, items ...events.Item) event.Event {
-	return newEvent(t, events.SourcePayment, events.PaymentAuthorized, order, events.PaymentV1{
+	return apptest.NewEvent(t, events.SourcePayment, events.PaymentAuthorized, order, events.PaymentV1{
 		OrderID: order, CustomerID: "c-1", Amount: 1_000, Items: items})
 }
 
 func confirmed(t *testing.T, order string) event.Event {
-	return newEvent(t, events.SourceOrder, events.OrderConfirmed, order, events.OrderOutcomeV1{OrderID: order})
+	return apptest.NewEvent(t, events.SourceOrder, events.OrderConfirmed, order, events.OrderOutcomeV1{OrderID: order})
 }
 
 func cancelRequested(t *testing.T, order string) event.Event {
-	return newEvent(t, events.SourceOrder, events.OrderCancelRequested, order, events.OrderCancelRequestedV1{OrderID: order, Reason: "test"})
+	return apptest.NewEvent(t, events.SourceOrder, events.OrderCancelRequested, order, events.OrderCancelRequestedV1{OrderID: order, Reason: "test"})
 }
 
 func item(sku string, qty int) events.Item { return events.Item{SKU: sku, Qty: qty} }

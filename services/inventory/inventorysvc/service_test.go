@@ -36,11 +36,10 @@ func newInfra(t *testing.T) infra {
 // in-process kfake cluster.
 type harness struct {
 	*apptest.Kafka
-	t      *testing.T
-	pool   *pgxpool.Pool
-	base   string // http://addr
-	cancel context.CancelFunc
-	done   chan error
+	t    *testing.T
+	pool *pgxpool.Pool
+	base string // http://addr
+	*apptest.Service
 }
 
 func startService(t *testing.T, ttl time.Duration) *harness { return startOn(t, newInfra(t), ttl) }
@@ -68,32 +67,14 @@ func startOn(t *testing.T, in infra, ttl time.Duration) *harness {
 			app.WithLockOptions(lock.Options{Namespace: in.ns}),
 		},
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	h := &harness{t: t, base: "http://" + ln.Addr().String(), cancel: cancel, done: make(chan error, 1)}
-	go func() { h.done <- Run(ctx, cfg) }()
-	t.Cleanup(func() { _ = h.stop() })
-	apptest.WaitReady(t, h.base)
+	h := &harness{t: t, base: "http://" + ln.Addr().String()}
+	h.Service = apptest.Start(t, h.base, func(ctx context.Context) error { return Run(ctx, cfg) })
 	if h.pool, err = pgxpool.New(context.Background(), in.dsn); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(h.pool.Close)
 	h.Kafka = apptest.NewKafka(t, in.brokers)
 	return h
-}
-
-// stop shuts the service down and returns Run's result (nil after the first call).
-func (h *harness) stop() error {
-	if h.cancel == nil {
-		return nil
-	}
-	h.cancel()
-	h.cancel = nil
-	select {
-	case err := <-h.done:
-		return err
-	case <-time.After(apptest.DefaultTimeout):
-		return fmt.Errorf("service did not stop")
-	}
 }
 
 // settled waits until the inventory group caught up on topics and the outbox is drained.
@@ -129,14 +110,14 @@ func TestServiceThroughKafka(t *testing.T) {
 	)
 	// Phase 1: payments arrive; the early order's cancel overtakes its payment.
 	h.ProduceTwice(events.TopicOrders, cancelRequested(t, early),
-		newEvent(t, events.SourceOrder, events.OrderCreated, confirm, events.OrderCreatedV1{OrderID: confirm})) // ignored
+		apptest.NewEvent(t, events.SourceOrder, events.OrderCreated, confirm, events.OrderCreatedV1{OrderID: confirm})) // ignored
 	h.settled(events.TopicOrders)
 	h.ProduceTwice(events.TopicPayments,
 		authorized(t, confirm, item("sku-1", 2)),
 		authorized(t, rare, item("sku-1", 1), item("sku-rare", 1)),
 		authorized(t, cancel, item("sku-2", 3)),
 		authorized(t, early, item("sku-1", 1)),
-		newEvent(t, events.SourcePayment, events.PaymentDeclined, rare, events.PaymentV1{OrderID: rare})) // ignored
+		apptest.NewEvent(t, events.SourcePayment, events.PaymentDeclined, rare, events.PaymentV1{OrderID: rare})) // ignored
 	h.settled(events.TopicOrders, events.TopicPayments)
 
 	// Phase 2: the order service decides.
@@ -176,7 +157,7 @@ func TestServiceThroughKafka(t *testing.T) {
 	if !strings.Contains(string(body), "inventory_operations_total") {
 		t.Errorf("/metrics lacks inventory_operations_total")
 	}
-	if err := h.stop(); err != nil {
+	if err := h.Stop(); err != nil {
 		t.Fatalf("graceful shutdown: %v", err)
 	}
 }
@@ -199,7 +180,7 @@ func TestReservationExpiresInService(t *testing.T) {
 	if a := audit(t, h.pool); a.SKUs["sku-2"].Available != 5 {
 		t.Fatalf("sku-2: %+v", a.SKUs["sku-2"])
 	}
-	if err := h.stop(); err != nil {
+	if err := h.Stop(); err != nil {
 		t.Fatal(err)
 	}
 }

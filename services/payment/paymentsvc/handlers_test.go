@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/choreo-saga/choreo/app/apptest"
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/services/events"
@@ -129,7 +130,7 @@ func TestHandlerScenarios(t *testing.T) {
 				case "cancel":
 					ev, fn = cancelRequested(t, order), h.CancelRequested
 				}
-				mustHandle(t, pool, fn, ev)
+				apptest.MustHandle(t, pool, fn, ev)
 			}
 			got := outboxEvents(t, pool)
 			if len(got) != len(tc.want) {
@@ -169,7 +170,7 @@ func TestAuthorizedCarriesItemsAndCausation(t *testing.T) {
 	pool := newDB(t)
 	h := newHandlers(t, nil)
 	in := orderCreated(t, "o-9", "c-2", 2_500)
-	mustHandle(t, pool, h.OrderCreated, in)
+	apptest.MustHandle(t, pool, h.OrderCreated, in)
 	got := outboxEvents(t, pool)
 	if len(got) != 1 {
 		t.Fatalf("got %d events", len(got))
@@ -186,7 +187,7 @@ func TestAuthorizedCarriesItemsAndCausation(t *testing.T) {
 func TestGatewayFaults(t *testing.T) {
 	pool := newDB(t)
 	h := newHandlers(t, func(c *Config) { c.FailureRate = 1 })
-	err := handle(t, pool, h.OrderCreated, orderCreated(t, "o-1", "c-1", 1_000))
+	err := apptest.Handle(pool, h.OrderCreated, orderCreated(t, "o-1", "c-1", 1_000))
 	if !errors.Is(err, ErrGatewayUnavailable) || !consumer.Retryable(err) {
 		t.Fatalf("err = %v, want retryable ErrGatewayUnavailable", err)
 	}
@@ -202,10 +203,10 @@ func TestGatewayFaults(t *testing.T) {
 		c.Random = func() float64 { mu.Lock(); defer mu.Unlock(); n++; return float64((n+1)%2) * 0.9 }
 	})
 	ev := orderCreated(t, "o-2", "c-1", 1_000)
-	if err := handle(t, pool, h.OrderCreated, ev); !errors.Is(err, ErrGatewayUnavailable) {
+	if err := apptest.Handle(pool, h.OrderCreated, ev); !errors.Is(err, ErrGatewayUnavailable) {
 		t.Fatalf("first attempt: %v", err)
 	}
-	mustHandle(t, pool, h.OrderCreated, ev)
+	apptest.MustHandle(t, pool, h.OrderCreated, ev)
 	if a := audit(t, pool); a.Orders["o-2"].Status != StatusAuthorized {
 		t.Fatalf("o-2 = %+v", a.Orders["o-2"])
 	}
@@ -216,13 +217,13 @@ func TestInvalidEventsArePermanent(t *testing.T) {
 	h := newHandlers(t, nil)
 	bad := orderCreated(t, "o-1", "c-1", 100)
 	bad.Subject = "o-other"
-	err := handle(t, pool, h.OrderCreated, bad)
+	err := apptest.Handle(pool, h.OrderCreated, bad)
 	if !errors.Is(err, ErrInvalidEvent) || consumer.Retryable(err) {
 		t.Errorf("subject mismatch: err = %v, want permanent ErrInvalidEvent", err)
 	}
 	garbled := orderCreated(t, "o-1", "c-1", 100)
 	garbled.Data = []byte(`{"order_id": 7}`)
-	err = handle(t, pool, h.OrderCreated, garbled)
+	err = apptest.Handle(pool, h.OrderCreated, garbled)
 	if !errors.Is(err, event.ErrMalformed) || consumer.Retryable(err) {
 		t.Errorf("bad payload: err = %v, want permanent event.ErrMalformed", err)
 	}
@@ -239,7 +240,7 @@ func TestConcurrentCharges(t *testing.T) {
 	for i := range orders {
 		for range 2 { // every order twice, concurrently, with distinct event ids
 			wg.Go(func() {
-				errs <- handle(t, pool, h.OrderCreated, orderCreated(t, fmt.Sprintf("o-%d", i), "c-2", 1_000))
+				errs <- apptest.Handle(pool, h.OrderCreated, orderCreated(t, fmt.Sprintf("o-%d", i), "c-2", 1_000))
 			})
 		}
 	}
@@ -265,7 +266,7 @@ func TestConcurrentCharges(t *testing.T) {
 func TestSeedKeepsBalances(t *testing.T) {
 	pool := newDB(t)
 	h := newHandlers(t, nil)
-	mustHandle(t, pool, h.OrderCreated, orderCreated(t, "o-1", "c-1", 1_000))
+	apptest.MustHandle(t, pool, h.OrderCreated, orderCreated(t, "o-1", "c-1", 1_000))
 	if err := Seed(context.Background(), pool, testCustomers); err != nil {
 		t.Fatal(err)
 	}

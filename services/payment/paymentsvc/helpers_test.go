@@ -6,12 +6,11 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/choreo-saga/choreo/app"
-	"github.com/choreo-saga/choreo/consumer"
+	"github.com/choreo-saga/choreo/app/apptest"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/outbox"
@@ -55,39 +54,17 @@ func newHandlers(t *testing.T, mod func(*Config)) *Handlers {
 	return h
 }
 
-// handle runs h for ev in its own transaction, as the Idempotent middleware would.
-func handle(t *testing.T, pool *pgxpool.Pool, h consumer.TxHandler, ev event.Event) error {
-	t.Helper()
-	return pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error { return h(context.Background(), tx, ev) })
-}
-
-func mustHandle(t *testing.T, pool *pgxpool.Pool, h consumer.TxHandler, ev event.Event) {
-	t.Helper()
-	if err := handle(t, pool, h, ev); err != nil {
-		t.Fatalf("handle %s: %v", ev.Type, err)
-	}
-}
-
-func newEvent(t *testing.T, source, typ, subject string, data any) event.Event {
-	t.Helper()
-	ev, err := event.New(source, typ, subject, data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ev
-}
-
 func orderCreated(t *testing.T, order, customer string, amount int64) event.Event {
-	return newEvent(t, events.SourceOrder, events.OrderCreated, order, events.OrderCreatedV1{
+	return apptest.NewEvent(t, events.SourceOrder, events.OrderCreated, order, events.OrderCreatedV1{
 		OrderID: order, CustomerID: customer, Amount: amount, Items: []events.Item{{SKU: "sku-1", Qty: 2}}})
 }
 
 func cancelRequested(t *testing.T, order string) event.Event {
-	return newEvent(t, events.SourceOrder, events.OrderCancelRequested, order, events.OrderCancelRequestedV1{OrderID: order, Reason: "test"})
+	return apptest.NewEvent(t, events.SourceOrder, events.OrderCancelRequested, order, events.OrderCancelRequestedV1{OrderID: order, Reason: "test"})
 }
 
 func stockUnavailable(t *testing.T, order string) event.Event {
-	return newEvent(t, events.SourceInventory, events.StockUnavailable, order, events.StockV1{
+	return apptest.NewEvent(t, events.SourceInventory, events.StockUnavailable, order, events.StockV1{
 		OrderID: order, Items: []events.Item{{SKU: "sku-1", Qty: 2}}, Reason: "insufficient stock"})
 }
 

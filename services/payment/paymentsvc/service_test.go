@@ -3,7 +3,6 @@ package paymentsvc
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -40,12 +39,11 @@ func newInfra(t *testing.T) infra {
 // in-process kfake cluster.
 type harness struct {
 	*apptest.Kafka
-	t      *testing.T
-	pool   *pgxpool.Pool
-	base   string // http://addr
-	cancel context.CancelFunc
-	done   chan error
-	logs   *syncBuffer
+	t    *testing.T
+	pool *pgxpool.Pool
+	base string // http://addr
+	*apptest.Service
+	logs *syncBuffer
 }
 
 type syncBuffer struct {
@@ -91,32 +89,14 @@ func startOn(t *testing.T, in infra) *harness {
 	}
 	logs := &syncBuffer{}
 	cfg.AppOptions = append(cfg.AppOptions, app.WithLogOutput(logs))
-	ctx, cancel := context.WithCancel(context.Background())
-	h := &harness{t: t, base: "http://" + ln.Addr().String(), cancel: cancel, done: make(chan error, 1), logs: logs}
-	go func() { h.done <- Run(ctx, cfg) }()
-	t.Cleanup(func() { _ = h.stop() })
-	apptest.WaitReady(t, h.base)
+	h := &harness{t: t, base: "http://" + ln.Addr().String(), logs: logs}
+	h.Service = apptest.Start(t, h.base, func(ctx context.Context) error { return Run(ctx, cfg) })
 	if h.pool, err = pgxpool.New(context.Background(), in.dsn); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(h.pool.Close)
 	h.Kafka = apptest.NewKafka(t, in.brokers)
 	return h
-}
-
-// stop shuts the service down and returns Run's result (nil after the first call).
-func (h *harness) stop() error {
-	if h.cancel == nil {
-		return nil
-	}
-	h.cancel()
-	h.cancel = nil
-	select {
-	case err := <-h.done:
-		return err
-	case <-time.After(apptest.DefaultTimeout):
-		return fmt.Errorf("service did not stop")
-	}
 }
 
 // settled waits until the payment group caught up on topics and the outbox is drained.
@@ -172,17 +152,17 @@ func TestServiceThroughKafka(t *testing.T) {
 		orderCreated(t, hang, "c-hang", 4_000),
 		cancelRequested(t, tomb),
 		orderCreated(t, tomb, "c-2", 5_000),
-		newEvent(t, events.SourceOrder, events.OrderConfirmed, charge, events.OrderOutcomeV1{OrderID: charge}), // ignored
+		apptest.NewEvent(t, events.SourceOrder, events.OrderConfirmed, charge, events.OrderOutcomeV1{OrderID: charge}), // ignored
 	)
 	// A poison record and an unknown event type go to the dead-letter topic.
 	h.ProduceRecords(&kgo.Record{Topic: events.TopicOrders, Key: []byte("poison"), Value: []byte("not an event")})
-	h.ProduceTwice(events.TopicOrders, newEvent(t, events.SourceOrder, "order.teleported", "weird", map[string]string{"x": "y"}))
+	h.ProduceTwice(events.TopicOrders, apptest.NewEvent(t, events.SourceOrder, "order.teleported", "weird", map[string]string{"x": "y"}))
 	h.settled(events.TopicOrders)
 
 	// Phase 2: compensations, after the charges they compensate.
 	h.ProduceTwice(events.TopicInventory, stockUnavailable(t, refund))
 	h.ProduceTwice(events.TopicOrders, cancelRequested(t, cancel), cancelRequested(t, hang), cancelRequested(t, decline))
-	h.ProduceTwice(events.TopicInventory, newEvent(t, events.SourceInventory, events.StockReserved, charge,
+	h.ProduceTwice(events.TopicInventory, apptest.NewEvent(t, events.SourceInventory, events.StockReserved, charge,
 		events.StockV1{OrderID: charge, Items: []events.Item{}})) // ignored
 	h.settled(events.TopicOrders, events.TopicInventory)
 
@@ -269,7 +249,7 @@ func TestServiceThroughKafka(t *testing.T) {
 		}
 	}
 
-	if err := h.stop(); err != nil {
+	if err := h.Stop(); err != nil {
 		t.Fatalf("graceful shutdown: %v", err)
 	}
 }
@@ -283,7 +263,7 @@ func TestRestartKeepsState(t *testing.T) {
 	o := "restart-" + testenv.Name(t, "o")
 	h.ProduceTwice(events.TopicOrders, orderCreated(t, o, "c-1", 1_000))
 	h.settled(events.TopicOrders)
-	if err := h.stop(); err != nil {
+	if err := h.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	before := audit(t, h.pool)
@@ -301,7 +281,7 @@ func TestRestartKeepsState(t *testing.T) {
 	if got := h2.Events(events.TopicPayments)[o]; typesOf(got) != "payment.authorized()" {
 		t.Fatalf("emitted %s", typesOf(got))
 	}
-	if err := h2.stop(); err != nil {
+	if err := h2.Stop(); err != nil {
 		t.Fatal(err)
 	}
 }
