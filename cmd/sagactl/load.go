@@ -110,7 +110,7 @@ func parseLoad(args []string, std stdio) (conn, loadConfig, error) {
 Places -n orders through the order API at -rate per second, a mix of kinds:
   success  a customer c-1..c-N buys stocked SKUs              -> CONFIRMED
   decline  the poor customer (declined by payment)             -> REJECTED (payment.declined)
-  oos      an SKU without stock (paid, then refunded)          -> REJECTED (payment.refunded)
+  oos      an SKU without stock (paid, then refunded)          -> REJECTED (payment.refunded or stock.unavailable, whichever arrives last)
   cancel   cancelled right after it was placed                 -> CANCELLED
   stuck    the customer payment leaves hanging                 -> stays PENDING, shown as stuck
 then waits until every order settles (stuck ones excepted; with -wait-stuck also until
