@@ -46,6 +46,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -120,6 +121,9 @@ type result struct {
 	evPerTx   float64
 	isPgbench bool
 	spread    string // min–max events/s over the rounds
+	// CPU per event: the whole machine's, and the client process's (this process, which
+	// also hosts the in-process broker; for pgbench, the pgbench process).
+	cpuMachine, cpuClient time.Duration
 }
 
 func run(ctx context.Context, c config) error {
@@ -373,7 +377,7 @@ func runPgbench(ctx context.Context, dsn string, c config) (result, error) {
 	script := fmt.Sprintf(`\set aid random(1, %d)
 BEGIN;
 \set key random(1, 1000000000000)
-WITH ins AS (INSERT INTO choreo_idempotency AS i (scope, key, request_hash, expires_at) VALUES ('bench/pgbench', :client_id || '-' || :key, sha256(:key::text::bytea), now() + 604800000000::bigint * interval '1 microsecond') ON CONFLICT (scope, key) DO UPDATE SET request_hash = EXCLUDED.request_hash, response = NULL, created_at = now(), expires_at = EXCLUDED.expires_at WHERE i.expires_at <= now() RETURNING 1) SELECT true, NULL::bytea, NULL::bytea FROM ins UNION ALL SELECT false, request_hash, response FROM choreo_idempotency WHERE scope = 'bench/pgbench' AND key = :client_id || '-' || :key AND NOT EXISTS (SELECT 1 FROM ins);
+WITH ins AS (INSERT INTO choreo_idempotency (scope, key, request_hash, expires_at) VALUES ('bench/pgbench', :client_id || '-' || :key, sha256(:key::text::bytea), now() + 604800000000::bigint * interval '1 microsecond') ON CONFLICT (scope, key) DO NOTHING RETURNING 1) SELECT true, NULL::bytea, NULL::bytea, false FROM ins UNION ALL SELECT false, request_hash, response, expires_at <= now() FROM choreo_idempotency WHERE scope = 'bench/pgbench' AND key = :client_id || '-' || :key AND NOT EXISTS (SELECT 1 FROM ins);
 UPDATE bench_accounts SET balance = balance + 1, version = version + 1 WHERE id = 'acct-' || :aid;
 INSERT INTO choreo_outbox (topic, key, headers, payload) VALUES ('bench.applied', 'acct-' || :aid, '%s'::jsonb, '\x7b22616d6f756e74223a317d');
 COMMIT;
@@ -390,15 +394,26 @@ COMMIT;
 	args := []string{"-n", "-M", "prepared", "-c", strconv.Itoa(c.partitions), "-j", strconv.Itoa(min(c.partitions, runtime.NumCPU())),
 		"-T", strconv.Itoa(int(c.pgbenchT.Seconds())), "-f", file, "-l", "--log-prefix", filepath.Join(dir, "log"), dsn}
 	cmd := exec.CommandContext(ctx, "pgbench", args...)
+	before, err := sampleCPU()
+	if err != nil {
+		return result{}, err
+	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return result{}, fmt.Errorf("pgbench: %w\n%s", err, out)
 	}
+	after, err := sampleCPU()
+	if err != nil {
+		return result{}, err
+	}
 	m := regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`).FindSubmatch(out)
-	if m == nil {
+	n := regexp.MustCompile(`number of transactions actually processed: ([0-9]+)`).FindSubmatch(out)
+	if m == nil || n == nil {
 		return result{}, fmt.Errorf("pgbench: no tps in output:\n%s", out)
 	}
 	tps, _ := strconv.ParseFloat(string(m[1]), 64)
+	txs, _ := strconv.Atoi(string(n[1]))
+	cpuMachine, cpuClient := perEvent(before, after, txs, rusageTime(cmd.ProcessState.SysUsage().(*syscall.Rusage)))
 	lat, err := pgbenchLatencies(dir)
 	if err != nil {
 		return result{}, err
@@ -406,6 +421,7 @@ COMMIT;
 	return result{
 		mode: "pgbench, same SQL transaction", perSec: tps, evPerTx: 1, isPgbench: true,
 		p50: percentile(lat, 0.50), p99: percentile(lat, 0.99),
+		cpuMachine: cpuMachine, cpuClient: cpuClient,
 	}, nil
 }
 
@@ -591,6 +607,10 @@ func consume(ctx context.Context, c config, name string, bare, noLock bool, batc
 	if err != nil {
 		return result{}, err
 	}
+	before, err := sampleCPU()
+	if err != nil {
+		return result{}, err
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- cons.Run(runCtx) }()
@@ -604,16 +624,19 @@ func consume(ctx context.Context, c config, name string, bare, noLock bool, batc
 		cancel()
 		return result{}, errors.New("timed out")
 	}
+	after, cpuErr := sampleCPU()
 	cancel()
-	if err := <-done; err != nil {
+	if err := cmpOr(<-done, cpuErr); err != nil {
 		return result{}, err
 	}
+	cpuMachine, cpuClient := perEvent(before, after, c.events, 0)
 	elapsed := end.Sub(time.Unix(0, firstAt.Load()))
 	all := lat.sorted()
 	return result{
 		mode: name, perSec: float64(c.events) / elapsed.Seconds(),
 		p50: percentile(all, 0.50), p99: percentile(all, 0.99),
-		evPerTx: float64(c.events) / float64(txs.Load()),
+		evPerTx:    float64(c.events) / float64(txs.Load()),
+		cpuMachine: cpuMachine, cpuClient: cpuClient,
 	}, nil
 }
 
@@ -658,15 +681,16 @@ func printTable(rs []result, partitions int) {
 			bare = r
 		}
 	}
-	fmt.Printf("\n| mode (concurrency %d) | events/s (median) | range | vs pgbench | events/tx | p50 | p99 | p50 added vs bare |\n", partitions)
-	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Printf("\n| mode (concurrency %d) | events/s (median) | range | vs pgbench | events/tx | p50 | p99 | p50 added vs bare | CPU/event: machine | of which client |\n", partitions)
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rs {
 		added := "—"
 		if !r.isPgbench && !strings.HasPrefix(r.mode, "bare") && r.evPerTx == 1 {
 			added = fmt.Sprintf("%+.2f ms", ms(r.p50-bare.p50))
 		}
-		fmt.Printf("| %s | %.0f | %s | %.0f%% | %.1f | %.2f ms | %.2f ms | %s |\n",
-			r.mode, r.perSec, r.spread, 100*r.perSec/pgbench.perSec, r.evPerTx, ms(r.p50), ms(r.p99), added)
+		fmt.Printf("| %s | %.0f | %s | %.0f%% | %.1f | %.2f ms | %.2f ms | %s | %d µs | %d µs |\n",
+			r.mode, r.perSec, r.spread, 100*r.perSec/pgbench.perSec, r.evPerTx, ms(r.p50), ms(r.p99), added,
+			r.cpuMachine.Microseconds(), r.cpuClient.Microseconds())
 	}
 }
 
