@@ -1,6 +1,7 @@
 // Package events defines the demo saga's topics, event types and payloads: the only code
 // the order, payment and inventory services share. Each payload is versioned by the
-// event's SchemaVersion (all are version 1).
+// event's SchemaVersion (all are version 1). Decode turns an event into its typed payload
+// and checks that the payload is about the event's subject, the order id.
 package events
 
 // Topics. Every event of one order is keyed by the order id, so per-order order holds on

@@ -21,8 +21,9 @@ import (
 	"github.com/choreo-saga/choreo/services/events"
 )
 
-// ErrInvalidEvent is returned (marked non-retryable) for an event whose payload cannot
-// be handled: no order id, or an order id that differs from the subject.
+// ErrInvalidEvent is returned for an event whose payload cannot be handled: it does not
+// decode, or its order id is missing or differs from the subject. The error also matches
+// event.ErrMalformed, so the consumer dead-letters the event at once.
 var ErrInvalidEvent = errors.New("inventorysvc: invalid event")
 
 // Reservation statuses (inventory_reservations.status).
@@ -105,12 +106,9 @@ func (h *Handlers) count(ctx context.Context, op string) {
 // with one conditional UPDATE (... WHERE available >= qty) in the handler's transaction.
 // It emits stock.reserved or stock.unavailable.
 func (h *Handlers) PaymentAuthorized(ctx context.Context, tx pgx.Tx, ev event.Event) error {
-	var p events.PaymentV1
-	if err := decode(ev, &p); err != nil {
-		return err
-	}
-	if err := orderID(ev, p.OrderID); err != nil {
-		return err
+	p, err := events.Decode[events.PaymentV1](ev)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
 	}
 	r, found, err := lockReservation(ctx, tx, p.OrderID)
 	if err != nil {
@@ -160,12 +158,9 @@ func (h *Handlers) PaymentAuthorized(ctx context.Context, tx pgx.Tx, ev event.Ev
 // expires. A reservation that already expired takes its stock again if it can; if it
 // cannot, the oversold order is logged at error level and counted ("oversold").
 func (h *Handlers) OrderConfirmed(ctx context.Context, tx pgx.Tx, ev event.Event) error {
-	var p events.OrderOutcomeV1
-	if err := decode(ev, &p); err != nil {
-		return err
-	}
-	if err := orderID(ev, p.OrderID); err != nil {
-		return err
+	p, err := events.Decode[events.OrderOutcomeV1](ev)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
 	}
 	r, found, err := lockReservation(ctx, tx, p.OrderID)
 	if err != nil {
@@ -204,12 +199,9 @@ func (h *Handlers) OrderConfirmed(ctx context.Context, tx pgx.Tx, ev event.Event
 // CancelRequested releases the order's reservation, if it holds one, and answers the
 // cancel with one stock.released (see the contract on Handlers).
 func (h *Handlers) CancelRequested(ctx context.Context, tx pgx.Tx, ev event.Event) error {
-	var p events.OrderCancelRequestedV1
-	if err := decode(ev, &p); err != nil {
-		return err
-	}
-	if err := orderID(ev, p.OrderID); err != nil {
-		return err
+	p, err := events.Decode[events.OrderCancelRequestedV1](ev)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
 	}
 	r, found, err := lockReservation(ctx, tx, p.OrderID)
 	if err != nil {
@@ -420,20 +412,6 @@ func (h *Handlers) emit(ctx context.Context, tx pgx.Tx, cause event.Event, typ s
 		ev = ev.CausedBy(cause)
 	}
 	return h.outbox.Enqueue(ctx, tx, events.TopicInventory, ev)
-}
-
-func decode(ev event.Event, v any) error {
-	if err := ev.DecodeData(v); err != nil {
-		return fmt.Errorf("inventorysvc: %s payload: %w", ev.Type, err) // wraps event.ErrMalformed: dead-lettered
-	}
-	return nil
-}
-
-func orderID(ev event.Event, id string) error {
-	if id == "" || id != ev.Subject {
-		return consumer.Permanent(fmt.Errorf("%w: %s: order_id %q, subject %q", ErrInvalidEvent, ev.Type, id, ev.Subject))
-	}
-	return nil
 }
 
 func nonNil(items []events.Item) []events.Item {

@@ -23,8 +23,9 @@ import (
 var (
 	// ErrGatewayUnavailable is the retryable failure injected by Config.FailureRate.
 	ErrGatewayUnavailable = errors.New("paymentsvc: payment gateway unavailable")
-	// ErrInvalidEvent is returned (marked non-retryable) for an event whose payload
-	// cannot be handled: no order id, or an order id that differs from the subject.
+	// ErrInvalidEvent is returned for an event whose payload cannot be handled: it does
+	// not decode, or its order id is missing or differs from the subject. The error also
+	// matches event.ErrMalformed, so the consumer dead-letters the event at once.
 	ErrInvalidEvent = errors.New("paymentsvc: invalid event")
 )
 
@@ -129,15 +130,12 @@ func (h *Handlers) count(ctx context.Context, op string) {
 // (with the items, for inventory) or payment.declined; for a hang customer it records
 // the order as held and emits nothing.
 func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event) error {
-	var p events.OrderCreatedV1
-	if err := decode(ev, &p); err != nil {
-		return err
-	}
-	if err := orderID(ev, p.OrderID); err != nil {
-		return err
+	p, err := events.Decode[events.OrderCreatedV1](ev)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
 	}
 	var status string
-	err := tx.QueryRow(ctx, `SELECT status FROM payment_orders WHERE order_id = $1`, p.OrderID).Scan(&status)
+	err = tx.QueryRow(ctx, `SELECT status FROM payment_orders WHERE order_id = $1`, p.OrderID).Scan(&status)
 	switch {
 	case err == nil:
 		// Already decided (a redelivery under another event id) or cancelled before we
@@ -219,12 +217,9 @@ func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event) 
 // StockUnavailable refunds a charged order whose stock could not be reserved and emits
 // payment.refunded. An order that was not charged, or already refunded, gets nothing.
 func (h *Handlers) StockUnavailable(ctx context.Context, tx pgx.Tx, ev event.Event) error {
-	var p events.StockV1
-	if err := decode(ev, &p); err != nil {
-		return err
-	}
-	if err := orderID(ev, p.OrderID); err != nil {
-		return err
+	p, err := events.Decode[events.StockV1](ev)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
 	}
 	reason := ReasonStockUnavailable
 	if p.Reason != "" {
@@ -243,12 +238,9 @@ func (h *Handlers) StockUnavailable(ctx context.Context, tx pgx.Tx, ev event.Eve
 
 // CancelRequested compensates a cancelled order (see the contract on Handlers).
 func (h *Handlers) CancelRequested(ctx context.Context, tx pgx.Tx, ev event.Event) error {
-	var p events.OrderCancelRequestedV1
-	if err := decode(ev, &p); err != nil {
-		return err
-	}
-	if err := orderID(ev, p.OrderID); err != nil {
-		return err
+	p, err := events.Decode[events.OrderCancelRequestedV1](ev)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
 	}
 	o, found, err := lockOrder(ctx, tx, p.OrderID)
 	if err != nil {
@@ -350,20 +342,6 @@ func (h *Handlers) emit(ctx context.Context, tx pgx.Tx, cause event.Event, typ s
 		return consumer.Permanent(fmt.Errorf("paymentsvc: build %s: %w", typ, err))
 	}
 	return h.outbox.Enqueue(ctx, tx, events.TopicPayments, ev.CausedBy(cause))
-}
-
-func decode(ev event.Event, v any) error {
-	if err := ev.DecodeData(v); err != nil {
-		return fmt.Errorf("paymentsvc: %s payload: %w", ev.Type, err) // wraps event.ErrMalformed: dead-lettered
-	}
-	return nil
-}
-
-func orderID(ev event.Event, id string) error {
-	if id == "" || id != ev.Subject {
-		return consumer.Permanent(fmt.Errorf("%w: %s: order_id %q, subject %q", ErrInvalidEvent, ev.Type, id, ev.Subject))
-	}
-	return nil
 }
 
 // Seed inserts customers that do not exist yet; existing rows (and their balances) are
