@@ -31,6 +31,12 @@
 // or let Do open, run and commit the transaction, as an HTTP handler would
 // for an Idempotency-Key header.
 //
+// A transaction that handles a batch of events claims all their keys with
+// one ClaimAll: one round trip for the whole batch in the common case, with
+// the outcome of calling Claim for each key in sorted order. It inserts the
+// records in sorted key order, so two transactions claiming overlapping
+// batches wait for each other instead of deadlocking.
+//
 // # Retention
 //
 // Each record expires DefaultRetention (7 days, Kafka's default topic

@@ -119,6 +119,7 @@ type Store struct {
 	table       tableName
 	retention   time.Duration
 	claimSQL    string
+	claimAllSQL string
 	lookupSQL   string
 	takeoverSQL string
 	doneSQL     string
@@ -164,6 +165,25 @@ SELECT true, NULL::bytea, NULL::bytea, false FROM ins
 UNION ALL
 SELECT false, request_hash, response, expires_at <= now() FROM ` + t + `
 WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM ins)`,
+		// ClaimAll's statement: claimSQL for many keys of one scope. $2 and
+		// $3 are the keys, sorted and distinct, and their hashes; the rows
+		// are inserted in that order (see ClaimAll). A key that comes back
+		// from neither branch (a concurrent claim committed after the
+		// statement's snapshot) is left to claim, like claimSQL's no-row
+		// case. The NOT EXISTS matters only when the INSERT took a key whose
+		// expired record a concurrent Sweeper deleted after that snapshot.
+		claimAllSQL: `WITH req AS (
+    SELECT key, hash, ord FROM unnest($2::text[], $3::bytea[]) WITH ORDINALITY AS r (key, hash, ord)
+), ins AS (
+    INSERT INTO ` + t + ` (scope, key, request_hash, expires_at)
+    SELECT $1, key, hash, now() + $4::bigint * interval '1 microsecond' FROM req ORDER BY ord
+    ON CONFLICT (scope, key) DO NOTHING
+    RETURNING key
+)
+SELECT key, true, NULL::bytea, NULL::bytea, false FROM ins
+UNION ALL
+SELECT t.key, false, t.request_hash, t.response, t.expires_at <= now() FROM ` + t + ` AS t
+WHERE t.scope = $1 AND t.key = ANY ($2::text[]) AND NOT EXISTS (SELECT 1 FROM ins WHERE ins.key = t.key)`,
 		lookupSQL: `SELECT false, request_hash, response, expires_at <= now() FROM ` + t + ` WHERE scope = $1 AND key = $2`,
 		// Taking over an expired record that the Sweeper has not deleted
 		// yet. The WHERE is re-checked after waiting for a concurrent
@@ -200,10 +220,12 @@ func (s *Store) Retention() time.Duration { return s.retention }
 // The common cases take one round trip; a claim that waited for a
 // concurrent winner, or takes over an expired record, takes two.
 //
-// A transaction may claim several keys (a batch of events). Claim them in
-// a consistent order, e.g. sorted, so that two transactions racing on the
-// same keys wait for each other instead of deadlocking (Postgres would
-// abort one of them with SQLSTATE 40P01, which is retryable).
+// A transaction may claim several keys (a batch of events): prefer
+// ClaimAll, which claims them in one round trip. Claim them one by one only
+// in a consistent order, sorted like ClaimAll's, so that two transactions
+// racing on the same keys wait for each other instead of deadlocking
+// (Postgres would abort one of them with SQLSTATE 40P01, which is
+// retryable).
 //
 // Claim is designed for READ COMMITTED, Postgres' default. Under REPEATABLE
 // READ or SERIALIZABLE, a claim that waited for a concurrent winner fails
@@ -215,35 +237,49 @@ func (s *Store) Claim(ctx context.Context, tx pgx.Tx, scope, key string, request
 	if err := checkKey(scope, key); err != nil {
 		return Claim{}, err
 	}
-	if requestHash == nil {
-		requestHash = []byte{} // request_hash is NOT NULL; nil and empty are the same hash
-	}
+	return s.claim(ctx, tx, scope, key, nonNil(requestHash), nil)
+}
+
+// record is what one statement saw of a key's row: either it inserted the
+// row (claimed), or it read an existing one.
+type record struct {
+	claimed          bool
+	stored, response []byte
+	expired          bool
+}
+
+// claim decides the claim of a checked key with a non-nil requestHash. seen,
+// if not nil, is what an earlier statement of tx (ClaimAll's) saw of the
+// key; it stands for the first pass's claimSQL, so a decided record costs no
+// round trip.
+func (s *Store) claim(ctx context.Context, tx pgx.Tx, scope, key string, requestHash []byte, seen *record) (Claim, error) {
 	retention := s.retention.Microseconds()
 	// Each pass ends in a decision unless a concurrent transaction changed
 	// the record under us (took over or deleted an expired record); then the
 	// next pass sees the new state. Three passes are plenty: every retry
 	// means another transaction made progress on this key.
 	for range 3 {
-		var (
-			claimed, expired bool
-			stored, response []byte
-		)
-		err := tx.QueryRow(ctx, s.claimSQL, scope, key, requestHash, retention).
-			Scan(&claimed, &stored, &response, &expired)
-		if errors.Is(err, pgx.ErrNoRows) {
-			// We waited for a concurrent claim of this key that committed.
-			err = tx.QueryRow(ctx, s.lookupSQL, scope, key).Scan(&claimed, &stored, &response, &expired)
+		r := seen
+		seen = nil
+		if r == nil {
+			r = new(record)
+			err := tx.QueryRow(ctx, s.claimSQL, scope, key, requestHash, retention).
+				Scan(&r.claimed, &r.stored, &r.response, &r.expired)
 			if errors.Is(err, pgx.ErrNoRows) {
-				continue // deleted meanwhile (swept after expiring): claim again
+				// We waited for a concurrent claim of this key that committed.
+				err = tx.QueryRow(ctx, s.lookupSQL, scope, key).Scan(&r.claimed, &r.stored, &r.response, &r.expired)
+				if errors.Is(err, pgx.ErrNoRows) {
+					continue // deleted meanwhile (swept after expiring): claim again
+				}
+			}
+			if err != nil {
+				return Claim{}, fmt.Errorf("idempotency: claim %s/%s: %w", scope, key, err)
 			}
 		}
-		if err != nil {
-			return Claim{}, fmt.Errorf("idempotency: claim %s/%s: %w", scope, key, err)
-		}
-		if claimed {
+		if r.claimed {
 			return Claim{}, nil
 		}
-		if expired {
+		if r.expired {
 			tag, err := tx.Exec(ctx, s.takeoverSQL, scope, key, requestHash, retention)
 			if err != nil {
 				return Claim{}, fmt.Errorf("idempotency: claim %s/%s: take over expired record: %w", scope, key, err)
@@ -253,12 +289,16 @@ func (s *Store) Claim(ctx context.Context, tx pgx.Tx, scope, key string, request
 			}
 			continue // someone else took it over or swept it first
 		}
-		if !bytes.Equal(stored, requestHash) {
-			return Claim{}, fmt.Errorf("%w: scope %q key %q", ErrKeyReused, scope, key)
+		if !bytes.Equal(r.stored, requestHash) {
+			return Claim{}, errKeyReused(scope, key)
 		}
-		return Claim{Duplicate: true, Response: response}, nil
+		return Claim{Duplicate: true, Response: r.response}, nil
 	}
 	return Claim{}, fmt.Errorf("idempotency: claim %s/%s: record kept changing under concurrent claims; retry", scope, key)
+}
+
+func errKeyReused(scope, key string) error {
+	return fmt.Errorf("%w: scope %q key %q", ErrKeyReused, scope, key)
 }
 
 // Complete stores response for a key claimed in the same transaction, so
