@@ -27,14 +27,17 @@ import (
 // database's transactions-per-second limit.
 //
 // For a batch it decodes every record and applies the router's filter (ignored types are
-// settled, unknown types fail the batch), acquires the lease of every distinct entity in
-// sorted order, then in one transaction checks each lease's fence once (if Fence),
-// claims every event's idempotency key (in key order, so that concurrent transactions on
-// the same keys cannot deadlock), and calls the business handler, in offset order, for
-// every event that is not a duplicate (copies of one event within the batch included);
-// then it commits, runs the AfterCommit hooks once, and releases the leases. Each record
-// still gets its own consumer span (child of its producer's span), correlation context,
-// metric and log line.
+// settled, unknown types fail the batch), acquires the leases of every distinct entity
+// together (lock.Locker.AcquireAll: one round trip, all or none), then in one transaction
+// checks each lease's fence once (if Fence), claims every event's idempotency key in one
+// statement (idempotency.Store.ClaimAll, which inserts in key order so that concurrent
+// transactions on the same keys cannot deadlock), and calls the business handler, in
+// offset order, for every event that is not a duplicate (copies of one event within the
+// batch included); then it commits, runs the AfterCommit hooks once, and releases the
+// leases together. Each record still gets its own consumer span (child of its producer's
+// span), correlation context, metric and log line; the batch's own statements are traced
+// under its first record's span. A batch whose records are all ignored opens no
+// transaction.
 //
 // Any failure (a record that does not decode, an unknown type, a lease not obtained, a
 // handler error or panic, a failed commit) rolls the whole batch back and returns the
@@ -154,41 +157,47 @@ func StandardBatch(cfg StandardConfig) (BatchHandler, error) {
 		for i, m := range ms {
 			index[m] = i
 		}
-		err = pgx.BeginFunc(lctx, cfg.DB, func(tx pgx.Tx) error {
-			// Fences first, once per lease, in entity order.
-			if cfg.Fence {
-				seen := make(map[*lock.Lease]bool)
-				for _, m := range sortedBy(work, func(m *Message) string { return lockEntity(m) }) {
-					if m.Lease != nil && !seen[m.Lease] {
-						seen[m.Lease] = true
-						if err := m.Lease.CheckFence(ctxs[index[m]], tx); err != nil {
-							return err
+		if len(work) > 0 {
+			// The batch's own statements (BEGIN, the claims, COMMIT) are traced under its
+			// first record's span.
+			first := ctxs[index[work[0]]]
+			err = pgx.BeginFunc(first, cfg.DB, func(tx pgx.Tx) error {
+				// Fences first, once per lease, in entity order.
+				if cfg.Fence {
+					seen := make(map[*lock.Lease]bool)
+					for _, m := range sortedBy(work, func(m *Message) string { return lockEntity(m) }) {
+						if m.Lease != nil && !seen[m.Lease] {
+							seen[m.Lease] = true
+							if err := m.Lease.CheckFence(ctxs[index[m]], tx); err != nil {
+								return err
+							}
 						}
 					}
 				}
-			}
-			// Claims in key order, so that transactions racing on the same keys wait for
-			// each other instead of deadlocking.
-			for _, m := range sortedBy(work, func(m *Message) string { return m.Event.ID }) {
-				c, err := store.Claim(ctxs[index[m]], tx, m.Group+"/"+name, m.Event.ID, idempotency.Hash([]byte(m.Event.Type), m.Event.Data))
+				// Every claim in one statement; ClaimAll inserts in key order, so that
+				// transactions racing on the same keys wait for each other instead of
+				// deadlocking.
+				reqs := make([]idempotency.Request, len(work))
+				for i, m := range work {
+					reqs[i] = idempotency.Request{Key: m.Event.ID, Hash: idempotency.Hash([]byte(m.Event.Type), m.Event.Data)}
+				}
+				claims, err := store.ClaimAll(first, tx, work[0].Group+"/"+name, reqs)
 				if err != nil {
 					return err
 				}
-				if c.Duplicate {
-					m.Outcome = OutcomeDuplicate
+				// Handlers in offset order.
+				for i, m := range work {
+					if claims[i].Duplicate {
+						m.Outcome = OutcomeDuplicate
+						continue
+					}
+					if err := h(ctxs[index[m]], tx, m.Event); err != nil {
+						return fmt.Errorf("consumer: batch: handle %s %s: %w", m.Event.Type, m.Event.ID, err)
+					}
 				}
-			}
-			// Handlers in offset order.
-			for _, m := range work {
-				if m.Outcome == OutcomeDuplicate {
-					continue
-				}
-				if err := h(ctxs[index[m]], tx, m.Event); err != nil {
-					return fmt.Errorf("consumer: batch: handle %s %s: %w", m.Event.Type, m.Event.ID, err)
-				}
-			}
-			return nil
-		})
+				return nil
+			})
+		}
 		if err != nil {
 			if lost := firstLost(work); lost != nil && ctx.Err() == nil {
 				err = fmt.Errorf("%w: %w", lost, err)
