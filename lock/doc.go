@@ -32,6 +32,23 @@
 // ErrNotObtained (the lock stayed taken: retry later) and ErrLost (the
 // lease ended early) are distinct sentinels.
 //
+// # Batches
+//
+// Locker.AcquireAll obtains the leases of a set of entities, all or none,
+// and ReleaseAll releases many leases. Where the client can pipeline
+// (*redis.Client, *redis.ClusterClient, *redis.Ring) each is one round trip
+// for the whole set instead of one per entity: the obtain (or release)
+// scripts go out as EVALSHA in one pipeline, and those a fresh or flushed
+// script cache answers NOSCRIPT are resent as EVAL. Another client runs the
+// scripts one by one. If any entity of the set is held by someone else,
+// AcquireAll gives back what it obtained in that attempt before it backs
+// off and retries the whole set (Options.Retry, bounded by Options.MaxWait
+// and the context, as Acquire), so callers whose sets overlap never wait
+// while holding part of theirs and cannot deadlock. Duplicates are acquired
+// once and empty entities are skipped rather than rejected with
+// ErrInvalidEntity. The leases are ordinary Leases, each with its own token,
+// watchdog and Context, and come back sorted by entity.
+//
 // # Why not redislock's Obtain
 //
 // An earlier version obtained, refreshed and released through

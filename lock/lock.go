@@ -285,21 +285,25 @@ type Lease struct {
 	expiry     *time.Timer
 	inflight   sync.WaitGroup
 
-	releaseOnce sync.Once
+	// The first Release or ReleaseAll to set released runs the release
+	// script, sets releaseErr and closes releaseDone; other calls wait for
+	// releaseDone and return releaseErr.
+	releaseDone chan struct{}
 	releaseErr  error
 }
 
 func (l *Locker) newLease(parent context.Context, entity, key, value string, token int64, start time.Time) *Lease {
 	ctx, cancel := context.WithCancelCause(parent)
 	ls := &Lease{
-		locker:     l,
-		entity:     entity,
-		key:        key,
-		value:      value,
-		token:      token,
-		ctx:        ctx,
-		cancel:     cancel,
-		validUntil: start.Add(l.opts.TTL),
+		locker:      l,
+		entity:      entity,
+		key:         key,
+		value:       value,
+		token:       token,
+		ctx:         ctx,
+		cancel:      cancel,
+		validUntil:  start.Add(l.opts.TTL),
+		releaseDone: make(chan struct{}),
 	}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
@@ -325,11 +329,11 @@ func (ls *Lease) Key() string { return ls.key }
 // expires (FenceRetention) as long as that clock does not step back.
 func (ls *Lease) Token() int64 { return ls.token }
 
-// Context returns a context derived from the one given to Acquire. It is
-// cancelled with cause ErrLost (see context.Cause) as soon as the lease is
-// known to be lost, and cancelled when the lease is released. Run the work
-// done under the lock with it, so that a lost lock aborts the transaction
-// before it commits.
+// Context returns a context derived from the one given to Acquire (or
+// AcquireAll). It is cancelled with cause ErrLost (see context.Cause) as
+// soon as the lease is known to be lost, and cancelled when the lease is
+// released. Run the work done under the lock with it, so that a lost lock
+// aborts the transaction before it commits.
 func (ls *Lease) Context() context.Context { return ls.ctx }
 
 // Err returns nil while the lease is held, an error wrapping ErrLost once
@@ -352,39 +356,61 @@ func (ls *Lease) ValidUntil() time.Time {
 // Release stops the watchdog, cancels the lease's context and deletes the
 // lock if (and only if) it still holds this lease's value, so releasing an
 // expired lease never removes another holder's lock. It returns an error
-// wrapping ErrLost if the lock was no longer held. Only the first call has
-// an effect; later calls return the same result.
+// wrapping ErrLost if the lock was no longer held. Only the first call (of
+// Release or ReleaseAll) has an effect; later calls return the same result.
 func (ls *Lease) Release(ctx context.Context) error {
-	ls.releaseOnce.Do(func() {
-		ls.mu.Lock()
-		ls.released = true
-		ls.expiry.Stop()
-		if ls.refresh != nil {
-			ls.refresh.Stop()
-		}
-		ls.mu.Unlock()
-		ls.inflight.Wait() // a refresh that already started finishes first
-		var lost error
-		if ls.ctx.Err() != nil && errors.Is(context.Cause(ls.ctx), ErrLost) {
-			lost = context.Cause(ls.ctx)
-		}
+	if ls.beginRelease() {
 		n, err := releaseScript.Run(ctx, ls.locker.redis, []string{ls.key}, ls.value).Int64()
-		switch {
-		case err != nil:
-			ls.releaseErr = fmt.Errorf("lock: release %q: %w", ls.entity, err)
-		case n != 1:
-			ls.releaseErr = fmt.Errorf("%w: %q was not held any more at release", ErrLost, ls.entity)
-			ls.cancel(ls.releaseErr) // no-op if the watchdog already cancelled
-		case lost != nil:
-			// The key still held our value after the watchdog gave up
-			// (e.g. Redis was unreachable for a while), so we deleted our
-			// own lock; the lease was nevertheless not known to be held
-			// throughout.
-			ls.releaseErr = lost
-		}
-		ls.cancel(nil)
-	})
+		ls.endRelease(n, err)
+	}
+	<-ls.releaseDone
 	return ls.releaseErr
+}
+
+// beginRelease is the part of a release before the script runs. It reports
+// whether this call claimed the release; if so it has stopped the watchdog
+// (a refresh that already started finishes first), and the caller must run
+// the release script and pass its reply to endRelease.
+func (ls *Lease) beginRelease() bool {
+	ls.mu.Lock()
+	if ls.released {
+		ls.mu.Unlock()
+		return false
+	}
+	ls.released = true
+	ls.expiry.Stop()
+	if ls.refresh != nil {
+		ls.refresh.Stop()
+	}
+	ls.mu.Unlock()
+	ls.inflight.Wait()
+	return true
+}
+
+// endRelease is the part of a release after the script ran: n and err are
+// the script's reply. It sets the release's result, cancels the lease's
+// context and wakes the calls waiting for the result.
+func (ls *Lease) endRelease(n int64, err error) {
+	// The watchdog is stopped, so a cancellation with ErrLost happened
+	// before the script ran.
+	var lost error
+	if ls.ctx.Err() != nil && errors.Is(context.Cause(ls.ctx), ErrLost) {
+		lost = context.Cause(ls.ctx)
+	}
+	switch {
+	case err != nil:
+		ls.releaseErr = fmt.Errorf("lock: release %q: %w", ls.entity, err)
+	case n != 1:
+		ls.releaseErr = fmt.Errorf("%w: %q was not held any more at release", ErrLost, ls.entity)
+		ls.cancel(ls.releaseErr) // no-op if the watchdog already cancelled
+	case lost != nil:
+		// The key still held our value after the watchdog gave up (e.g.
+		// Redis was unreachable for a while), so we deleted our own lock;
+		// the lease was nevertheless not known to be held throughout.
+		ls.releaseErr = lost
+	}
+	ls.cancel(nil)
+	close(ls.releaseDone)
 }
 
 // expire runs when validUntil passes without a successful refresh.

@@ -1,0 +1,235 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/redis/go-redis/v9"
+)
+
+// AcquireAll obtains the leases of every distinct non-empty entity in
+// entities, all or none, and returns them sorted by entity. Duplicates are
+// obtained once and empty entities are skipped (they are not an
+// ErrInvalidEntity here); with no entity left it returns nil, nil without
+// a round trip.
+//
+// One attempt sends the obtain script of every entity in one pipeline when
+// the client can pipeline (*redis.Client, *redis.ClusterClient, *redis.Ring),
+// else one entity after another. If any entity is held by someone else, the
+// attempt gives back, in one more round trip, the locks it obtained, then
+// backs off with the Retry policy and tries the whole set again, for at most
+// MaxWait or until ctx ends, like Acquire: it returns an error wrapping
+// ErrNotObtained (and the context's error if ctx ended), or a wrapped Redis
+// error after giving back what it obtained. Never waiting while holding part
+// of a set means callers whose sets overlap cannot deadlock, in whatever
+// order they list their entities.
+//
+// Each lease is an ordinary Lease, with its own token, watchdog and
+// Context derived from ctx; release them with ReleaseAll or one by one.
+func (l *Locker) AcquireAll(ctx context.Context, entities []string) ([]*Lease, error) {
+	sorted := distinct(entities)
+	if len(sorted) == 0 {
+		return nil, nil
+	}
+	calls := make([]scriptCall, len(sorted))
+	for i, e := range sorted {
+		key := l.Key(e)
+		calls[i] = scriptCall{keys: []string{key, key + ":fence"}, args: []any{randomValue(), l.ttlArg, l.retentionArg}}
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, l.opts.MaxWait)
+	defer cancel()
+	var (
+		retry RetryStrategy // created on the first retry only
+		wait  *time.Timer
+	)
+	for {
+		start := time.Now()
+		cmds := runAll(waitCtx, l.redis, obtainScript, calls)
+		tokens := make([]int64, len(cmds)) // > 0: obtained in this attempt
+		held, failed := -1, -1
+		var ferr error
+		for i, cmd := range cmds {
+			token, err := cmd.Int64()
+			switch {
+			case err == nil && token > 0:
+				tokens[i] = token
+			case err == nil:
+				if held < 0 {
+					held = i
+				}
+			case ferr == nil:
+				failed, ferr = i, err
+			}
+		}
+		if held < 0 && ferr == nil {
+			leases := make([]*Lease, len(sorted))
+			for i, e := range sorted {
+				leases[i] = l.newLease(ctx, e, calls[i].keys[0], calls[i].args[0].(string), tokens[i], start)
+			}
+			return leases, nil
+		}
+
+		// All or none: give back what this attempt obtained. As in
+		// Acquire, a lock whose reply was lost to an error is left to
+		// expire after TTL.
+		rerr := l.giveBack(ctx, calls, tokens)
+		switch {
+		case ferr != nil && waitCtx.Err() != nil:
+			return nil, notObtained(ctx, sorted[failed])
+		case ferr != nil:
+			return nil, fmt.Errorf("lock: acquire %q: %w", sorted[failed], ferr)
+		case rerr != nil:
+			return nil, rerr
+		}
+
+		if retry == nil {
+			retry = l.opts.Retry()
+		}
+		backoff := retry.NextBackoff()
+		if backoff < 1 {
+			return nil, fmt.Errorf("%w: %q: retries exhausted", ErrNotObtained, sorted[held])
+		}
+		if wait == nil {
+			wait = time.NewTimer(backoff)
+			defer wait.Stop()
+		} else {
+			wait.Reset(backoff)
+		}
+		select {
+		case <-waitCtx.Done():
+			return nil, notObtained(ctx, sorted[held])
+		case <-wait.C:
+		}
+	}
+}
+
+// giveBack releases, in one round trip where the client can pipeline, the
+// locks of calls whose token is positive (obtained in a failed AcquireAll
+// attempt). It runs even when ctx has ended, for at most TTL: after that the
+// locks are gone anyway. It returns the first Redis error, wrapped.
+func (l *Locker) giveBack(ctx context.Context, calls []scriptCall, tokens []int64) error {
+	var release []scriptCall
+	for i, c := range calls {
+		if tokens[i] > 0 {
+			release = append(release, scriptCall{keys: c.keys[:1], args: c.args[:1]})
+		}
+	}
+	if len(release) == 0 {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.opts.TTL)
+	defer cancel()
+	for i, cmd := range runAll(rctx, l.redis, releaseScript, release) {
+		if err := cmd.Err(); err != nil {
+			return fmt.Errorf("lock: release key %q after a partial acquire: %w", release[i].keys[0], err)
+		}
+	}
+	return nil
+}
+
+// ReleaseAll releases leases (any of which may be nil) in one round trip
+// where the client can pipeline, with Release's semantics for each; it
+// returns the errors joined (errors.Join). Leases of different Lockers take
+// one round trip per Locker.
+func ReleaseAll(ctx context.Context, leases []*Lease) error {
+	// Claim the releases first; leases another call is releasing are only
+	// waited for.
+	var (
+		lockers []*Locker
+		claimed = make(map[*Locker][]*Lease)
+	)
+	for _, ls := range leases {
+		if ls == nil || !ls.beginRelease() {
+			continue
+		}
+		if _, ok := claimed[ls.locker]; !ok {
+			lockers = append(lockers, ls.locker)
+		}
+		claimed[ls.locker] = append(claimed[ls.locker], ls)
+	}
+	for _, l := range lockers {
+		mine := claimed[l]
+		calls := make([]scriptCall, len(mine))
+		for i, ls := range mine {
+			calls[i] = scriptCall{keys: []string{ls.key}, args: []any{ls.value}}
+		}
+		for i, cmd := range runAll(ctx, l.redis, releaseScript, calls) {
+			n, err := cmd.Int64()
+			mine[i].endRelease(n, err)
+		}
+	}
+	var errs []error
+	for _, ls := range leases {
+		if ls != nil {
+			<-ls.releaseDone
+			errs = append(errs, ls.releaseErr)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// distinct returns the distinct non-empty entities, sorted.
+func distinct(entities []string) []string {
+	out := make([]string, 0, len(entities))
+	for _, e := range entities {
+		if e != "" {
+			out = append(out, e)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// pipeliner is implemented by the go-redis clients that can send many
+// commands in one round trip: *redis.Client, *redis.ClusterClient (one
+// pipeline per node) and *redis.Ring.
+type pipeliner interface {
+	Pipeline() redis.Pipeliner
+}
+
+// scriptCall is one run of a script: its KEYS and ARGV.
+type scriptCall struct {
+	keys []string
+	args []any
+}
+
+// runAll runs script once per call and returns the commands in the order of
+// calls; read each command's reply and error. When c can pipeline, every
+// call goes out as EVALSHA in one pipeline, and the calls answered NOSCRIPT
+// (a fresh or flushed script cache: nothing ran) go out again as EVAL in a
+// second one, which also caches the script for the next time. Otherwise
+// the calls run one after another with Script.Run.
+func runAll(ctx context.Context, c redislock.RedisClient, script *redis.Script, calls []scriptCall) []*redis.Cmd {
+	cmds := make([]*redis.Cmd, len(calls))
+	p, ok := c.(pipeliner)
+	if !ok {
+		for i, call := range calls {
+			cmds[i] = script.Run(ctx, c, call.keys, call.args...)
+		}
+		return cmds
+	}
+	pipe := p.Pipeline()
+	for i, call := range calls {
+		cmds[i] = script.EvalSha(ctx, pipe, call.keys, call.args...)
+	}
+	_, _ = pipe.Exec(ctx) // errors are read from each command
+	var missing []int
+	for i, cmd := range cmds {
+		if err := cmd.Err(); errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT") {
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) == 0 {
+		return cmds
+	}
+	pipe = p.Pipeline()
+	for _, i := range missing {
+		cmds[i] = script.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
+	}
+	_, _ = pipe.Exec(ctx)
+	return cmds
+}
