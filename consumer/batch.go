@@ -210,6 +210,7 @@ func StandardBatch(cfg StandardConfig) (BatchHandler, error) {
 			}
 		}
 		elapsed := time.Since(start)
+		ins.recordBatch(ctx, ms)
 		for i, m := range ms {
 			ins.record(ctxs[i], m, nil, elapsed)
 			logRecord(ctxs[i], logger, m, nil, elapsed)
@@ -226,39 +227,28 @@ func sortedBy(ms []*Message, key func(*Message) string) []*Message {
 	return out
 }
 
-// acquireAll acquires the lease of every distinct entity of ms in sorted order and sets
-// each message's Lease. On failure it releases what it holds.
+// acquireAll acquires the leases of every distinct entity of ms together (all or none)
+// and sets each message's Lease; the returned function releases them together.
 func acquireAll(ctx context.Context, l Locker, ms []*Message, entityOf func(*Message) string) ([]*lock.Lease, func(), error) {
-	byEntity := make(map[string]*lock.Lease)
-	var entities []string
-	for _, m := range ms {
-		if e := entityOf(m); e != "" {
-			if _, ok := byEntity[e]; !ok {
-				byEntity[e] = nil
-				entities = append(entities, e)
-			}
-		}
+	entities := make([]string, len(ms))
+	for i, m := range ms {
+		entities[i] = entityOf(m)
 	}
-	slices.Sort(entities)
-	leases := make([]*lock.Lease, 0, len(entities))
+	leases, err := l.AcquireAll(ctx, entities)
+	if err != nil {
+		return nil, nil, fmt.Errorf("consumer: batch: lock: %w", err)
+	}
+	byEntity := make(map[string]*lock.Lease, len(leases))
+	for _, ls := range leases {
+		byEntity[ls.Entity()] = ls
+	}
+	for i, m := range ms {
+		m.Lease = byEntity[entities[i]]
+	}
 	release := func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		for _, l := range leases {
-			_ = l.Release(rctx)
-		}
-	}
-	for _, e := range entities {
-		lease, err := l.Acquire(ctx, e)
-		if err != nil {
-			release()
-			return nil, nil, fmt.Errorf("consumer: batch: lock %q: %w", e, err)
-		}
-		leases = append(leases, lease)
-		byEntity[e] = lease
-	}
-	for _, m := range ms {
-		m.Lease = byEntity[entityOf(m)]
+		_ = lock.ReleaseAll(rctx, leases) // an expired lease frees itself
 	}
 	return leases, release, nil
 }

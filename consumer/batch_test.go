@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
 // Batch mode: records of a partition share transactions; duplicates are skipped, the
@@ -33,6 +35,8 @@ func TestStandardBatch(t *testing.T) {
 	cfg := StandardConfig{Router: router}
 	single := e.standard(t, cfg)
 	cfg.DB, cfg.DeadLetter, cfg.Locker, cfg.Name, cfg.Fence = e.pool, e.producer, e.locker, "seq", true
+	reader := sdkmetric.NewManualReader()
+	cfg.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	batch, err := StandardBatch(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -71,6 +75,15 @@ func TestStandardBatch(t *testing.T) {
 	}
 	if n := e.dlqLen(t); n != 2 {
 		t.Errorf("%d dead letters, want 2", n)
+	}
+	var sizes metricdata.HistogramDataPoint[int64]
+	for _, dp := range collect(t, reader)[MetricBatchSize].Data.(metricdata.Histogram[int64]).DataPoints {
+		sizes.Count += dp.Count
+		sizes.Sum += dp.Sum
+	}
+	if sizes.Count != uint64(batches.Load()) || sizes.Sum != batched.Load() {
+		t.Errorf("%s: %d batches of %d records recorded, want %d of %d",
+			MetricBatchSize, sizes.Count, sizes.Sum, batches.Load(), batched.Load())
 	}
 	t.Logf("%d batches, %d records batched, %d batches fell back", batches.Load(), batched.Load(), failed.Load())
 }

@@ -8,9 +8,11 @@ import (
 	"github.com/choreo-saga/choreo/lock"
 )
 
-// Locker acquires per-entity leases; *lock.Locker satisfies it.
+// Locker acquires per-entity leases; *lock.Locker satisfies it. Batch mode
+// (StandardBatch) acquires a batch's leases with AcquireAll, all or none.
 type Locker interface {
 	Acquire(ctx context.Context, entity string) (*lock.Lease, error)
+	AcquireAll(ctx context.Context, entities []string) ([]*lock.Lease, error)
 }
 
 type lockConfig struct {

@@ -20,6 +20,9 @@ const (
 	MetricOutcomes = "choreo.consumer.outcomes"
 	// MetricAttempts is a histogram of the attempts a handling took (Retry).
 	MetricAttempts = "choreo.consumer.attempts"
+	// MetricBatchSize is a histogram of the records each committed batch held (batch
+	// mode, StandardBatch).
+	MetricBatchSize = "choreo.consumer.batch.size"
 )
 
 var (
@@ -50,6 +53,7 @@ type instruments struct {
 	duration metric.Float64Histogram
 	outcomes metric.Int64Counter
 	attempts metric.Int64Histogram
+	batch    metric.Int64Histogram
 }
 
 func newInstruments(mp metric.MeterProvider) (*instruments, error) {
@@ -74,17 +78,33 @@ func newInstruments(mp metric.MeterProvider) (*instruments, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consumer: %s histogram: %w", MetricAttempts, err)
 	}
-	return &instruments{duration: duration, outcomes: outcomes, attempts: attempts}, nil
+	batch, err := meter.Int64Histogram(MetricBatchSize,
+		metric.WithUnit("{message}"),
+		metric.WithDescription("Records handled in one transaction by a committed batch."),
+		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 64, 128, 256))
+	if err != nil {
+		return nil, fmt.Errorf("consumer: %s histogram: %w", MetricBatchSize, err)
+	}
+	return &instruments{duration: duration, outcomes: outcomes, attempts: attempts, batch: batch}, nil
 }
 
-func (ins *instruments) record(ctx context.Context, m *Message, err error, elapsed time.Duration) {
-	attrs := []attribute.KeyValue{
+// partitionAttrs names m's messaging system, consumer group, topic and partition.
+func partitionAttrs(m *Message) []attribute.KeyValue {
+	return []attribute.KeyValue{
 		semconv.MessagingSystemKafka,
 		semconv.MessagingConsumerGroupName(m.Group),
 		semconv.MessagingDestinationName(m.Record.Topic),
 		semconv.MessagingDestinationPartitionID(strconv.Itoa(int(m.Record.Partition))),
-		outcomeKey.String(string(m.outcome(err))),
 	}
+}
+
+// recordBatch records the size of a committed batch (ms, all of one partition).
+func (ins *instruments) recordBatch(ctx context.Context, ms []*Message) {
+	ins.batch.Record(ctx, int64(len(ms)), metric.WithAttributeSet(attribute.NewSet(partitionAttrs(ms[0])...)))
+}
+
+func (ins *instruments) record(ctx context.Context, m *Message, err error, elapsed time.Duration) {
+	attrs := append(partitionAttrs(m), outcomeKey.String(string(m.outcome(err))))
 	if err != nil {
 		attrs = append(attrs, semconv.ErrorTypeKey.String(fmt.Sprintf("%T", err)))
 	}
