@@ -384,10 +384,18 @@ func (a *App) Consume(spec ConsumerSpec) error {
 	if err != nil {
 		return fmt.Errorf("app: consumer %s: %w", spec.Group, err)
 	}
-	copts := append([]consumer.Option{
+	copts := []consumer.Option{
 		consumer.WithLogger(a.Logger),
 		consumer.WithMeterProvider(a.Telemetry.MeterProvider),
-	}, spec.Options...)
+	}
+	if a.Config.ConsumerBatch > 1 {
+		bh, err := consumer.StandardBatch(sc)
+		if err != nil {
+			return fmt.Errorf("app: consumer %s: %w", spec.Group, err)
+		}
+		copts = append(copts, consumer.WithBatch(a.Config.ConsumerBatch, bh))
+	}
+	copts = append(copts, spec.Options...)
 	c, err := consumer.New(a.Config.KafkaBrokers, spec.Group, spec.Topics, h, copts...)
 	if err != nil {
 		return fmt.Errorf("app: consumer %s: %w", spec.Group, err)

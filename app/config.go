@@ -23,13 +23,14 @@ const (
 	EnvLogLevel        = "LOG_LEVEL"
 	EnvJaegerUIURL     = "JAEGER_UI_URL"
 	EnvShutdownTimeout = "SHUTDOWN_TIMEOUT"
+	EnvConsumerBatch   = "CONSUMER_BATCH"
 )
 
 // EnvVars lists the variables [LoadConfig] reads (OTEL_* aside: see tracing.Setup), for
 // deployment manifests and their tests.
 func EnvVars() []string {
 	return []string{EnvDatabaseURL, EnvDatabaseConns, EnvRedisAddr, EnvKafkaBrokers, EnvKafkaPartitions,
-		EnvHTTPAddr, EnvLogLevel, EnvJaegerUIURL, EnvShutdownTimeout}
+		EnvHTTPAddr, EnvLogLevel, EnvJaegerUIURL, EnvShutdownTimeout, EnvConsumerBatch}
 }
 
 // Defaults of [LoadConfig].
@@ -39,6 +40,7 @@ const (
 	DefaultKafkaPartitions = 6
 	DefaultJaegerUIURL     = "http://localhost:16686"
 	DefaultShutdownTimeout = 30 * time.Second
+	DefaultConsumerBatch   = 16
 )
 
 // Config is the plumbing configuration every service shares. Service-specific settings
@@ -78,6 +80,13 @@ type Config struct {
 	// ShutdownTimeout bounds the whole graceful shutdown (SHUTDOWN_TIMEOUT; default
 	// DefaultShutdownTimeout).
 	ShutdownTimeout time.Duration
+	// ConsumerBatch is the most records of one partition a consumer handles in one
+	// transaction when they are waiting (CONSUMER_BATCH; default DefaultConsumerBatch; 0
+	// or 1 turns batch mode off). Batches form only from records already buffered, so a
+	// consumer that keeps up handles records one at a time with no added latency, and one
+	// that falls behind shares each commit across up to ConsumerBatch records (see
+	// consumer.WithBatch and consumer.StandardBatch).
+	ConsumerBatch int
 }
 
 // DefaultDatabaseURL returns the database URL used when DATABASE_URL is unset: database
@@ -101,6 +110,7 @@ func LoadConfig(env *Env, service, defaultHTTPAddr string) Config {
 		LogLevel:        env.Level(EnvLogLevel, slog.LevelInfo),
 		JaegerUIURL:     env.String(EnvJaegerUIURL, DefaultJaegerUIURL),
 		ShutdownTimeout: env.Duration(EnvShutdownTimeout, DefaultShutdownTimeout),
+		ConsumerBatch:   env.Int(EnvConsumerBatch, DefaultConsumerBatch),
 	}
 	c.DatabaseMaxConns = int32(env.Int(EnvDatabaseConns, int(4*c.KafkaPartitions+4)))
 	if strings.EqualFold(c.RedisAddr, "none") {
@@ -151,6 +161,9 @@ func (c Config) problems() []problem {
 	}
 	if c.ShutdownTimeout <= 0 {
 		ps = append(ps, problem{EnvShutdownTimeout, "must be positive"})
+	}
+	if c.ConsumerBatch < 0 {
+		ps = append(ps, problem{EnvConsumerBatch, "must not be negative (0 or 1 turns batch mode off)"})
 	}
 	return ps
 }

@@ -18,6 +18,7 @@
 //	LOG_LEVEL           debug, info, warn, error (default info)
 //	JAEGER_UI_URL       base URL for trace links (default http://localhost:16686)
 //	SHUTDOWN_TIMEOUT    bound of the graceful shutdown (default 30s)
+//	CONSUMER_BATCH      most waiting records of a partition per transaction (default 16; 1: off)
 //	OTEL_*              exporters and sampling, read by tracing.Setup
 //
 // # The App
