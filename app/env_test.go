@@ -94,7 +94,7 @@ func TestLoadConfig(t *testing.T) {
 	}
 	if c.DatabaseName() != "choreo_shop_api" || c.RedisAddr != DefaultRedisAddr || c.HTTPAddr != ":9000" ||
 		!slices.Equal(c.KafkaBrokers, []string{DefaultKafkaBrokers}) || c.KafkaPartitions != DefaultKafkaPartitions ||
-		c.ShutdownTimeout != DefaultShutdownTimeout || c.LogLevel != slog.LevelInfo {
+		c.ShutdownTimeout != DefaultShutdownTimeout || c.LogLevel != slog.LevelInfo || c.ConsumerBatch != DefaultConsumerBatch {
 		t.Fatalf("defaults: %+v", c)
 	}
 	if err := c.Validate(); err != nil {
@@ -117,6 +117,7 @@ func TestLoadConfig(t *testing.T) {
 		{EnvHTTPAddr, "8080", "not [host]:port"},
 		{EnvJaegerUIURL, "localhost:16686", "not an absolute URL"},
 		{EnvShutdownTimeout, "0s", "must be positive"},
+		{EnvConsumerBatch, "-1", "must not be negative"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.key, func(t *testing.T) {
