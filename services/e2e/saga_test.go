@@ -126,6 +126,12 @@ func runSaga(t *testing.T, duplicate bool) {
 	if n := s.deadLettered(t); n != 0 {
 		t.Errorf("%d records in the dead-letter topics", n)
 	}
+	// Batch mode (CONSUMER_BATCH, on by default) shares a transaction among records that
+	// were waiting; how many batches form depends on timing, so this only reports them.
+	for _, svc := range []string{"order", "payment", "inventory"} {
+		t.Logf("%s committed %.0f batches holding %.0f records", svc,
+			s.metric(t, svc, "choreo_consumer_batch_size_count"), s.metric(t, svc, "choreo_consumer_batch_size_sum"))
+	}
 	if duplicate {
 		// Every event was copied: at least one copy per order.created.
 		if c := dup.Copies(); c < orderCount {
