@@ -220,3 +220,18 @@ func keys(m map[string][]string) []string {
 	}
 	return out
 }
+
+// WantEvents checks what a service published, as Events returns it: got must hold
+// events for exactly the subjects of want, and describe must render each subject's
+// events as want says (e.g. "payment.authorized(),payment.refunded(cancelled)").
+func WantEvents(t testing.TB, got map[string][]event.Event, describe func([]event.Event) string, want map[string]string) {
+	t.Helper()
+	for subject, w := range want {
+		if g := describe(got[subject]); g != w {
+			t.Errorf("%s: emitted %s, want %s", subject, g, w)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("events for %d subjects, want %d: %v", len(got), len(want), got)
+	}
+}

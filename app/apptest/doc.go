@@ -1,9 +1,15 @@
-// Package apptest helps test a choreo service end to end through Kafka: produce events
-// (optionally every record twice, to simulate at-least-once delivery at its worst), wait
-// until a consumer group has caught up and the outbox is drained, and read back what the
-// service published, decoded by entity.
+// Package apptest helps test a choreo service end to end through Kafka: start it in
+// process on fresh infrastructure (StartApp on a NewInfra, or Start for any run
+// function), produce events (optionally every record twice, to simulate at-least-once
+// delivery at its worst), wait until a consumer group has caught up and the outbox is
+// drained, and read back what the service published, decoded by entity.
 //
-// It talks to real brokers (a kfake cluster is fine) and a real Postgres; it mocks nothing.
-// Waits poll a condition until a generous deadline, so tests never depend on how fast the
-// machine is.
+// For handler tests without Kafka it runs a handler in a transaction (Handle,
+// HandleConcurrently) on a migrated database (NewDB) and reads what the handler left in
+// the outbox (OutboxEvents). Smaller helpers check a service's configuration parsing
+// (CheckParse, WantConfigError), its /metrics and its JSON logs (LogBuffer).
+//
+// It talks to real brokers (a kfake cluster is fine), a real Postgres and a real Redis
+// (NewInfra and NewDB take them from internal/testenv); it mocks nothing. Waits poll a
+// condition until a generous deadline, so tests never depend on how fast the machine is.
 package apptest

@@ -6,9 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
 )
 
@@ -42,25 +39,6 @@ func (s *Service) Stop() error {
 		return err
 	case <-time.After(DefaultTimeout):
 		return fmt.Errorf("apptest: service did not stop within %v", DefaultTimeout)
-	}
-}
-
-// Handle runs h for ev in a transaction of its own, as the Idempotent middleware would,
-// and commits when h returns nil.
-func Handle(db interface {
-	Begin(context.Context) (pgx.Tx, error)
-}, h consumer.TxHandler, ev event.Event) error {
-	ctx := context.Background()
-	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return h(ctx, tx, ev) })
-}
-
-// MustHandle is Handle, failing t on an error.
-func MustHandle(t testing.TB, db interface {
-	Begin(context.Context) (pgx.Tx, error)
-}, h consumer.TxHandler, ev event.Event) {
-	t.Helper()
-	if err := Handle(db, h, ev); err != nil {
-		t.Fatalf("handle %s: %v", ev.Type, err)
 	}
 }
 

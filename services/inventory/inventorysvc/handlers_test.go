@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 
 	"github.com/choreo-saga/choreo/app/apptest"
@@ -129,7 +128,7 @@ func TestHandlerScenarios(t *testing.T) {
 				t.Fatalf("emitted %d events, want %d: %v", len(got), len(tc.want), got)
 			}
 			for i, ev := range got {
-				p := stockPayload(t, ev)
+				p := apptest.DecodeData[events.StockV1](t, ev)
 				w := tc.want[i]
 				if ev.Type != w.typ || p.Reason != w.reason || !slices.Equal(p.Items, w.items) || p.Items == nil {
 					t.Errorf("event %d = %s %q %v, want %s %q %v", i, ev.Type, p.Reason, p.Items, w.typ, w.reason, w.items)
@@ -175,7 +174,7 @@ func TestSweeperReleasesExpired(t *testing.T) {
 	if len(got) != 1 || got[0].Type != events.StockReleased || got[0].Subject != "o-old" || got[0].CorrelationID != "o-old" {
 		t.Fatalf("emitted %+v", got)
 	}
-	if p := stockPayload(t, got[0]); p.Reason != ReasonExpired || !slices.Equal(p.Items, []events.Item{item("sku-1", 4)}) {
+	if p := apptest.DecodeData[events.StockV1](t, got[0]); p.Reason != ReasonExpired || !slices.Equal(p.Items, []events.Item{item("sku-1", 4)}) {
 		t.Fatalf("payload %+v", p)
 	}
 	a := audit(t, pool)
@@ -209,24 +208,15 @@ func TestConcurrentReservations(t *testing.T) {
 	pool := newDB(t)
 	h := newHandlers(t)
 	const orders = 30
-	var wg sync.WaitGroup
-	errs := make(chan error, orders)
+	var evs []event.Event
 	for i := range orders {
 		items := []events.Item{item("sku-1", 1), item("sku-2", 1)}
 		if i%2 == 1 {
 			items = []events.Item{item("sku-2", 1), item("sku-1", 1)}
 		}
-		wg.Go(func() {
-			errs <- apptest.Handle(pool, h.PaymentAuthorized, authorized(t, fmt.Sprintf("o-%d", i), items...))
-		})
+		evs = append(evs, authorized(t, fmt.Sprintf("o-%d", i), items...))
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	apptest.HandleConcurrently(t, pool, h.PaymentAuthorized, evs...)
 	a := audit(t, pool)
 	reserved := 0
 	for _, o := range a.Orders {

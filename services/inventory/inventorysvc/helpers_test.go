@@ -2,35 +2,25 @@ package inventorysvc
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/choreo-saga/choreo/app"
 	"github.com/choreo-saga/choreo/app/apptest"
 	"github.com/choreo-saga/choreo/event"
-	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/outbox"
 	"github.com/choreo-saga/choreo/services/events"
 )
 
 var testStock = []Stock{{"sku-1", 10}, {"sku-2", 5}, {"sku-rare", 0}}
 
+// newDB returns a migrated and seeded inventory database.
 func newDB(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	ctx := context.Background()
-	pool := testenv.Postgres(t)
-	if err := app.MigrateLibrary(ctx, pool, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := app.MigrateSQL(ctx, pool, "inventory", Schema); err != nil {
-		t.Fatal(err)
-	}
-	if err := Seed(ctx, pool, testStock); err != nil {
+	pool := apptest.NewDB(t, "inventory", Schema)
+	if err := Seed(context.Background(), pool, testStock); err != nil {
 		t.Fatal(err)
 	}
 	return pool
@@ -60,48 +50,11 @@ func cancelRequested(t *testing.T, order string) event.Event {
 
 func item(sku string, qty int) events.Item { return events.Item{SKU: sku, Qty: qty} }
 
-// outboxEvents returns the events waiting in the default outbox table, in order.
+// outboxEvents returns the events waiting in the default outbox table, in order, all
+// bound for the inventory topic.
 func outboxEvents(t *testing.T, pool *pgxpool.Pool) []event.Event {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT topic, key, headers, payload FROM choreo_outbox ORDER BY id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []event.Event
-	for rows.Next() {
-		var topic, key string
-		var headers, payload []byte
-		if err := rows.Scan(&topic, &key, &headers, &payload); err != nil {
-			t.Fatal(err)
-		}
-		var pairs [][2]string
-		if err := json.Unmarshal(headers, &pairs); err != nil {
-			t.Fatal(err)
-		}
-		rec := &kgo.Record{Topic: topic, Key: []byte(key), Value: payload}
-		for _, p := range pairs {
-			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: p[0], Value: []byte(p[1])})
-		}
-		ev, err := event.FromRecord(rec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if topic != events.TopicInventory {
-			t.Fatalf("event %s enqueued for topic %s", ev.Type, topic)
-		}
-		out = append(out, ev)
-	}
-	return out
-}
-
-func stockPayload(t *testing.T, ev event.Event) events.StockV1 {
-	t.Helper()
-	var p events.StockV1
-	if err := ev.DecodeData(&p); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return apptest.OutboxEvents(t, pool, "", events.TopicInventory)
 }
 
 func audit(t *testing.T, pool *pgxpool.Pool) Audit {

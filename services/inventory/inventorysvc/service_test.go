@@ -3,84 +3,47 @@ package inventorysvc
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
-	"net"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choreo-saga/choreo/app"
 	"github.com/choreo-saga/choreo/app/apptest"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/internal/testenv"
-	"github.com/choreo-saga/choreo/lock"
 	"github.com/choreo-saga/choreo/services/events"
 )
-
-// infra is what a service instance runs against; a restarted instance shares it.
-type infra struct {
-	dsn, ns string
-	brokers []string
-}
-
-func newInfra(t *testing.T) infra {
-	_, ns := testenv.Redis(t)
-	return infra{dsn: testenv.PostgresDSN(t), ns: ns, brokers: testenv.KafkaCluster(t).ListenAddrs()}
-}
 
 // harness runs the inventory service in process against real Postgres and Redis and an
 // in-process kfake cluster.
 type harness struct {
-	*apptest.Kafka
-	t    *testing.T
-	pool *pgxpool.Pool
-	base string // http://addr
-	*apptest.Service
+	*apptest.Instance
+	t *testing.T
 }
 
-func startService(t *testing.T, ttl time.Duration) *harness { return startOn(t, newInfra(t), ttl) }
-
-func startOn(t *testing.T, in infra, ttl time.Duration) *harness {
+// startService runs the inventory service with reservations that expire after ttl.
+func startService(t *testing.T, ttl time.Duration) *harness {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{
-		App: app.Config{
-			Service: "inventory", DatabaseURL: in.dsn, RedisAddr: testenv.RedisAddr(t), KafkaBrokers: in.brokers,
-			KafkaPartitions: 3, HTTPAddr: ln.Addr().String(), LogLevel: slog.LevelWarn,
-			JaegerUIURL: app.DefaultJaegerUIURL, ShutdownTimeout: time.Minute,
-		},
-		Group:          "inventory",
-		Stock:          testStock,
-		ReservationTTL: ttl,
-		SweepInterval:  50 * time.Millisecond,
-		// The otel globals stay on: outbox.Enqueue and the relay propagate trace context
-		// through the global propagator.
-		AppOptions: []app.Option{
-			app.WithListener(ln), app.WithoutSignals(), app.WithLogOutput(io.Discard),
-			app.WithLockOptions(lock.Options{Namespace: in.ns}),
-		},
-	}
-	h := &harness{t: t, base: "http://" + ln.Addr().String()}
-	h.Service = apptest.Start(t, h.base, func(ctx context.Context) error { return Run(ctx, cfg) })
-	if h.pool, err = pgxpool.New(context.Background(), in.dsn); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.pool.Close)
-	h.Kafka = apptest.NewKafka(t, in.brokers)
+	h := &harness{t: t}
+	h.Instance = apptest.StartApp(t, apptest.NewInfra(t), "inventory", func(ctx context.Context, ac app.Config, opts []app.Option) error {
+		return Run(ctx, Config{
+			App:            ac,
+			Group:          "inventory",
+			Stock:          testStock,
+			ReservationTTL: ttl,
+			SweepInterval:  50 * time.Millisecond,
+			// The otel globals stay on: outbox.Enqueue and the relay propagate trace
+			// context through the global propagator.
+			AppOptions: opts,
+		})
+	})
 	return h
 }
 
 // settled waits until the inventory group caught up on topics and the outbox is drained.
 func (h *harness) settled(topics ...string) {
 	h.t.Helper()
-	h.WaitSettled(h.pool, "", map[string][]string{"inventory": topics})
+	h.WaitSettled(h.Pool, "", map[string][]string{"inventory": topics})
 }
 
 func describe(evs []event.Event) string {
@@ -125,36 +88,22 @@ func TestServiceThroughKafka(t *testing.T) {
 	h.settled(events.TopicOrders, events.TopicPayments)
 
 	got := h.Events(events.TopicInventory)
-	want := map[string]string{
+	apptest.WantEvents(t, got, describe, map[string]string{
 		confirm: "stock.reserved(;sku-1:2)",
 		rare:    "stock.unavailable(insufficient stock for sku-rare;sku-1:1 sku-rare:1)",
 		cancel:  "stock.reserved(;sku-2:3),stock.released(cancelled;sku-2:3)",
 		early:   "stock.released(nothing reserved;),stock.unavailable(order cancelled;sku-1:1)",
-	}
-	for id, w := range want {
-		if g := describe(got[id]); g != w {
-			t.Errorf("order %s: emitted %s, want %s", id, g, w)
-		}
-	}
-	if len(got) != len(want) {
-		t.Errorf("events for %d orders, want %d", len(got), len(want))
-	}
+	})
 	if dlq := h.ReadAll(events.TopicPayments + app.DeadLetterSuffix); len(dlq) != 0 {
 		t.Errorf("%d records dead-lettered", len(dlq))
 	}
-	a := audit(t, h.pool)
+	a := audit(t, h.Pool)
 	if a.Orders[confirm].Status != StatusCommitted || a.Orders[cancel].Status != StatusReleased ||
 		a.Orders[early].Status != StatusUnavailable || a.SKUs["sku-1"].Available != 8 || a.SKUs["sku-2"].Available != 5 {
 		t.Errorf("audit: %+v", a)
 	}
 
-	resp, err := http.Get(h.base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(body), "inventory_operations_total") {
+	if !strings.Contains(apptest.Metrics(t, h.BaseURL), "inventory_operations_total") {
 		t.Errorf("/metrics lacks inventory_operations_total")
 	}
 	if err := h.Stop(); err != nil {
@@ -170,14 +119,14 @@ func TestReservationExpiresInService(t *testing.T) {
 	h.ProduceTwice(events.TopicPayments, authorized(t, o, item("sku-2", 4)))
 	apptest.WaitFor(t, "the reservation to expire", func() bool {
 		var st string
-		err := h.pool.QueryRow(context.Background(), `SELECT status FROM inventory_reservations WHERE order_id = $1`, o).Scan(&st)
+		err := h.Pool.QueryRow(context.Background(), `SELECT status FROM inventory_reservations WHERE order_id = $1`, o).Scan(&st)
 		return err == nil && st == StatusExpired
 	})
 	h.settled(events.TopicPayments)
 	if g := describe(h.Events(events.TopicInventory)[o]); g != "stock.reserved(;sku-2:4),stock.released(reservation expired;sku-2:4)" {
 		t.Fatalf("emitted %s", g)
 	}
-	if a := audit(t, h.pool); a.SKUs["sku-2"].Available != 5 {
+	if a := audit(t, h.Pool); a.SKUs["sku-2"].Available != 5 {
 		t.Fatalf("sku-2: %+v", a.SKUs["sku-2"])
 	}
 	if err := h.Stop(); err != nil {

@@ -18,6 +18,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/choreo-saga/choreo/app/apptest"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/services/events"
@@ -129,10 +130,7 @@ func (f *fixture) deliver(t *testing.T, orderID, typ string) (event.Event, error
 	if typ == events.StockReserved || typ == events.StockUnavailable || typ == events.StockReleased {
 		data, source = events.StockV1{OrderID: orderID, Items: []events.Item{{SKU: "sku-1", Qty: 2}}}, events.SourceInventory
 	}
-	ev, err := event.New(source, typ, orderID, data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ev := apptest.NewEvent(t, source, typ, orderID, data)
 	ctx := tracing.WithCorrelationID(context.Background(), orderID)
 	return ev, pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error { return f.svc.HandleEvent(ctx, tx, ev) })
 }
@@ -155,39 +153,25 @@ type outboxRow struct {
 // outbox returns the rows waiting in the outbox, oldest first.
 func (f *fixture) outbox(t *testing.T) []outboxRow {
 	t.Helper()
-	rows, err := f.pool.Query(context.Background(), "SELECT topic, key, headers, payload FROM choreo_outbox ORDER BY id")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []outboxRow
-	for rows.Next() {
-		var (
-			r       outboxRow
-			headers [][2]string
-			payload []byte
-		)
-		if err := rows.Scan(&r.Topic, &r.Key, &headers, &payload); err != nil {
-			t.Fatal(err)
-		}
-		for _, h := range headers {
-			switch h[0] {
+	for _, rec := range apptest.OutboxRecords(t, f.pool, "") {
+		r := outboxRow{Topic: rec.Topic, Key: string(rec.Key)}
+		for _, h := range rec.Headers {
+			switch h.Key {
 			case event.HeaderType:
-				r.Type = h[1]
+				r.Type = string(h.Value)
 			case event.HeaderCorrelationID:
-				r.CorrelationID = h[1]
+				r.CorrelationID = string(h.Value)
 			case event.HeaderCausationID:
-				r.CausationID = h[1]
+				r.CausationID = string(h.Value)
 			case "traceparent":
-				r.TraceParent = h[1]
+				r.TraceParent = string(h.Value)
 			}
 		}
-		if err := json.Unmarshal(payload, &r.Payload); err != nil {
+		if err := json.Unmarshal(rec.Value, &r.Payload); err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
 	}
 	return out
 }

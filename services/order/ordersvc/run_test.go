@@ -3,7 +3,6 @@ package ordersvc_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -15,15 +14,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/app/apptest"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/lock"
 	"github.com/choreo-saga/choreo/services/events"
 	"github.com/choreo-saga/choreo/services/order/ordersvc"
 )
-
-// hangGuard bounds waits for things that must happen; it is not a performance bound.
-const hangGuard = time.Minute
 
 func TestLoadConfig(t *testing.T) {
 	env := app.MapEnv(map[string]string{
@@ -46,15 +43,7 @@ func TestLoadConfig(t *testing.T) {
 		"ORDER_SWEEP_INTERVAL": "0s",
 	})
 	ordersvc.LoadConfig(bad)
-	err := bad.Err()
-	if !errors.Is(err, app.ErrConfig) {
-		t.Fatalf("err = %v", err)
-	}
-	for _, want := range []string{"ORDER_SAGA_TIMEOUT", "must be longer than ORDER_STUCK_AFTER", "ORDER_COMPENSATION_TIMEOUT", "ORDER_SWEEP_INTERVAL"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q does not mention %q", err, want)
-		}
-	}
+	apptest.WantConfigError(t, bad, "ORDER_SAGA_TIMEOUT", "must be longer than ORDER_STUCK_AFTER", "ORDER_COMPENSATION_TIMEOUT", "ORDER_SWEEP_INTERVAL")
 }
 
 // TestRun runs the whole service (app plumbing, consumer, relay, sweeper) against real
@@ -76,29 +65,14 @@ func TestRun(t *testing.T) {
 	}
 	cfg.AppOptions = []app.Option{app.WithListener(ln), app.WithoutSignals(), app.WithLogOutput(io.Discard),
 		app.WithLockOptions(lock.Options{Namespace: ns})}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- ordersvc.Run(ctx, cfg) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(hangGuard):
-			t.Error("Run did not return after cancel")
-		}
-	})
 	base := "http://" + ln.Addr().String()
-	waitFor(t, "readyz 200", func() bool {
-		resp, err := http.Get(base + "/readyz")
-		if err != nil {
-			return false
+	svc := apptest.Start(t, base, func(ctx context.Context) error { return ordersvc.Run(ctx, cfg) })
+	t.Cleanup(func() {
+		if err := svc.Stop(); err != nil {
+			t.Errorf("Run: %v", err)
 		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
 	})
+	ctx := context.Background()
 
 	// Place an order: order.created reaches Kafka through the relay.
 	resp, err := http.Post(base+"/orders", "application/json", strings.NewReader(validBody))
@@ -123,11 +97,8 @@ func TestRun(t *testing.T) {
 	}
 
 	// Payment declines: the consumer rejects the order.
-	declined, err := event.New(events.SourcePayment, events.PaymentDeclined, o.ID,
+	declined := apptest.NewEvent(t, events.SourcePayment, events.PaymentDeclined, o.ID,
 		events.PaymentV1{OrderID: o.ID, CustomerID: "c-1", Amount: 4200, Reason: "over limit"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	rec, err := event.ToRecord(events.TopicPayments, declined.CausedBy(ev))
 	if err != nil {
 		t.Fatal(err)
@@ -188,25 +159,8 @@ func TestRun(t *testing.T) {
 	}
 
 	// /metrics exposes the order metrics.
-	resp, err = http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(body), "choreo_order_transitions") {
-		t.Fatalf("metrics lack choreo_order_transitions:\n%.2000s", body)
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(hangGuard)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if metrics := apptest.Metrics(t, base); !strings.Contains(metrics, "choreo_order_transitions") {
+		t.Fatalf("metrics lack choreo_order_transitions:\n%.2000s", metrics)
 	}
 }
 
@@ -226,7 +180,7 @@ func getJSON(t *testing.T, url string, out any) {
 // are skipped).
 func nextRecord(t *testing.T, cl *kgo.Client, topic string) *kgo.Record {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	ctx, cancel := context.WithTimeout(context.Background(), apptest.DefaultTimeout)
 	defer cancel()
 	for {
 		fs := cl.PollRecords(ctx, 1)

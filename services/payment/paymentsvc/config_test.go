@@ -1,47 +1,29 @@
 package paymentsvc
 
 import (
-	"errors"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/app/apptest"
 )
 
 func TestParseCustomers(t *testing.T) {
-	tests := []struct {
-		in      string
-		want    []Customer
-		wantErr string
-	}{
-		{in: "c-1:100", want: []Customer{{"c-1", 100, 100}}},
-		{in: "c-1..c-3:500:50, c-poor:10:1", want: []Customer{{"c-1", 500, 50}, {"c-2", 500, 50}, {"c-3", 500, 50}, {"c-poor", 10, 1}}},
-		{in: "c-8..10:1", want: []Customer{{"c-8", 1, 1}, {"c-9", 1, 1}, {"c-10", 1, 1}}},
-		{in: "", want: nil},
-		{in: "c-1", wantErr: "want ID:BALANCE"},
-		{in: "c-1:-5", wantErr: "balance"},
-		{in: "c-1:5:x", wantErr: "limit"},
-		{in: "c-1:5,c-1:6", wantErr: "listed twice"},
-		{in: "c-3..c-1:5", wantErr: "empty"},
-		{in: "a-1..b-3:5", wantErr: "same prefix"},
-		{in: "c-a..c-b:5", wantErr: "numeric suffix"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.in, func(t *testing.T) {
-			got, err := ParseCustomers(tc.in)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err = %v, want %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil || !slices.Equal(got, tc.want) {
-				t.Fatalf("got %v, %v; want %v", got, err, tc.want)
-			}
-		})
-	}
+	apptest.CheckParse(t, ParseCustomers, []apptest.ParseCase[Customer]{
+		{In: "c-1:100", Want: []Customer{{"c-1", 100, 100}}},
+		{In: "c-1..c-3:500:50, c-poor:10:1", Want: []Customer{{"c-1", 500, 50}, {"c-2", 500, 50}, {"c-3", 500, 50}, {"c-poor", 10, 1}}},
+		{In: "c-8..10:1", Want: []Customer{{"c-8", 1, 1}, {"c-9", 1, 1}, {"c-10", 1, 1}}},
+		{In: "", Want: nil},
+		{In: "c-1", WantErr: "want ID:BALANCE"},
+		{In: "c-1:-5", WantErr: "balance"},
+		{In: "c-1:5:x", WantErr: "limit"},
+		{In: "c-1:5,c-1:6", WantErr: "listed twice"},
+		{In: "c-3..c-1:5", WantErr: "empty"},
+		{In: "a-1..b-3:5", WantErr: "same prefix"},
+		{In: "c-a..c-b:5", WantErr: "numeric suffix"},
+	})
 }
 
 func TestLoadConfig(t *testing.T) {
@@ -68,13 +50,5 @@ func TestLoadConfig(t *testing.T) {
 
 	env = app.MapEnv(map[string]string{EnvFailureRate: "1.5", EnvLatency: "soon", EnvSeedCustomers: "c-1"})
 	LoadConfig(env)
-	err := env.Err()
-	if !errors.Is(err, app.ErrConfig) {
-		t.Fatalf("err = %v", err)
-	}
-	for _, key := range []string{EnvFailureRate, EnvLatency, EnvSeedCustomers} {
-		if !strings.Contains(err.Error(), key) {
-			t.Errorf("error does not name %s: %v", key, err)
-		}
-	}
+	apptest.WantConfigError(t, env, EnvFailureRate, EnvLatency, EnvSeedCustomers)
 }

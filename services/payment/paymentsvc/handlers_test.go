@@ -137,7 +137,7 @@ func TestHandlerScenarios(t *testing.T) {
 				t.Fatalf("emitted %d events %v, want %v", len(got), types(got), tc.want)
 			}
 			for i, ev := range got {
-				p := payload(t, ev)
+				p := apptest.DecodeData[events.PaymentV1](t, ev)
 				if ev.Type != tc.want[i].typ || p.Reason != tc.want[i].reason {
 					t.Errorf("event %d = %s %q, want %s %q", i, ev.Type, p.Reason, tc.want[i].typ, tc.want[i].reason)
 				}
@@ -175,7 +175,7 @@ func TestAuthorizedCarriesItemsAndCausation(t *testing.T) {
 	if len(got) != 1 {
 		t.Fatalf("got %d events", len(got))
 	}
-	p := payload(t, got[0])
+	p := apptest.DecodeData[events.PaymentV1](t, got[0])
 	if got[0].CausationID != in.ID || got[0].CorrelationID != in.CorrelationID {
 		t.Errorf("causation %q correlation %q, want %q %q", got[0].CausationID, got[0].CorrelationID, in.ID, in.CorrelationID)
 	}
@@ -235,22 +235,13 @@ func TestConcurrentCharges(t *testing.T) {
 	pool := newDB(t)
 	h := newHandlers(t, nil)
 	const orders = 20
-	var wg sync.WaitGroup
-	errs := make(chan error, orders*2)
+	var evs []event.Event
 	for i := range orders {
 		for range 2 { // every order twice, concurrently, with distinct event ids
-			wg.Go(func() {
-				errs <- apptest.Handle(pool, h.OrderCreated, orderCreated(t, fmt.Sprintf("o-%d", i), "c-2", 1_000))
-			})
+			evs = append(evs, orderCreated(t, fmt.Sprintf("o-%d", i), "c-2", 1_000))
 		}
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	apptest.HandleConcurrently(t, pool, h.OrderCreated, evs...)
 	a := audit(t, pool)
 	if len(a.Orders) != orders {
 		t.Fatalf("%d orders recorded, want %d", len(a.Orders), orders)

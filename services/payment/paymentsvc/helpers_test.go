@@ -2,17 +2,13 @@ package paymentsvc
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/choreo-saga/choreo/app"
 	"github.com/choreo-saga/choreo/app/apptest"
 	"github.com/choreo-saga/choreo/event"
-	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/outbox"
 	"github.com/choreo-saga/choreo/services/events"
 )
@@ -27,15 +23,8 @@ var testCustomers = []Customer{
 // newDB returns a migrated and seeded payment database.
 func newDB(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	ctx := context.Background()
-	pool := testenv.Postgres(t)
-	if err := app.MigrateLibrary(ctx, pool, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := app.MigrateSQL(ctx, pool, "payment", Schema); err != nil {
-		t.Fatal(err)
-	}
-	if err := Seed(ctx, pool, testCustomers); err != nil {
+	pool := apptest.NewDB(t, "payment", Schema)
+	if err := Seed(context.Background(), pool, testCustomers); err != nil {
 		t.Fatal(err)
 	}
 	return pool
@@ -68,49 +57,11 @@ func stockUnavailable(t *testing.T, order string) event.Event {
 		OrderID: order, Items: []events.Item{{SKU: "sku-1", Qty: 2}}, Reason: "insufficient stock"})
 }
 
-// outboxEvents returns the events waiting in the default outbox table, in order.
+// outboxEvents returns the events waiting in the default outbox table, in order, all
+// bound for the payments topic.
 func outboxEvents(t *testing.T, pool *pgxpool.Pool) []event.Event {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT topic, key, headers, payload FROM choreo_outbox ORDER BY id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []event.Event
-	for rows.Next() {
-		var topic, key string
-		var headers []byte
-		var payload []byte
-		if err := rows.Scan(&topic, &key, &headers, &payload); err != nil {
-			t.Fatal(err)
-		}
-		var pairs [][2]string
-		if err := json.Unmarshal(headers, &pairs); err != nil {
-			t.Fatal(err)
-		}
-		rec := &kgo.Record{Topic: topic, Key: []byte(key), Value: payload}
-		for _, p := range pairs {
-			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: p[0], Value: []byte(p[1])})
-		}
-		ev, err := event.FromRecord(rec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if topic != events.TopicPayments {
-			t.Fatalf("event %s enqueued for topic %s, want %s", ev.Type, topic, events.TopicPayments)
-		}
-		out = append(out, ev)
-	}
-	return out
-}
-
-func payload(t *testing.T, ev event.Event) events.PaymentV1 {
-	t.Helper()
-	var p events.PaymentV1
-	if err := ev.DecodeData(&p); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return apptest.OutboxEvents(t, pool, "", events.TopicPayments)
 }
 
 func audit(t *testing.T, pool *pgxpool.Pool) Audit {

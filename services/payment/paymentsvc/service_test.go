@@ -2,107 +2,52 @@ package paymentsvc
 
 import (
 	"context"
-	"encoding/json"
-	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/choreo-saga/choreo/app"
 	"github.com/choreo-saga/choreo/app/apptest"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/internal/testenv"
-	"github.com/choreo-saga/choreo/lock"
 	"github.com/choreo-saga/choreo/services/events"
 )
 
-// infra is what a service instance runs against; a restarted instance shares it.
-type infra struct {
-	dsn, ns string
-	brokers []string
-}
-
-func newInfra(t *testing.T) infra {
-	_, ns := testenv.Redis(t)
-	return infra{dsn: testenv.PostgresDSN(t), ns: ns, brokers: testenv.KafkaCluster(t).ListenAddrs()}
-}
-
 // harness runs the payment service in process against real Postgres and Redis and an
-// in-process kfake cluster.
+// in-process kfake cluster, collecting its logs.
 type harness struct {
-	*apptest.Kafka
+	*apptest.Instance
 	t    *testing.T
-	pool *pgxpool.Pool
-	base string // http://addr
-	*apptest.Service
-	logs *syncBuffer
+	logs *apptest.LogBuffer
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
+func startService(t *testing.T) *harness { return startOn(t, apptest.NewInfra(t)) }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func startService(t *testing.T) *harness { return startOn(t, newInfra(t)) }
-
-func startOn(t *testing.T, in infra) *harness {
+func startOn(t *testing.T, in apptest.Infra) *harness {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{
-		App: app.Config{
-			Service: "payment", DatabaseURL: in.dsn, RedisAddr: testenv.RedisAddr(t), KafkaBrokers: in.brokers,
-			KafkaPartitions: 3, HTTPAddr: ln.Addr().String(), LogLevel: slog.LevelInfo,
-			JaegerUIURL: app.DefaultJaegerUIURL, ShutdownTimeout: time.Minute,
-		},
-		Group:         "payment",
-		Customers:     testCustomers,
-		HangCustomers: []string{"c-hang"},
-		// The otel globals stay on: outbox.Enqueue and the relay propagate trace context
-		// through the global propagator.
-		AppOptions: []app.Option{
-			app.WithListener(ln), app.WithoutSignals(), app.WithLogOutput(io.Discard),
-			app.WithLockOptions(lock.Options{Namespace: in.ns}),
-		},
-	}
-	logs := &syncBuffer{}
-	cfg.AppOptions = append(cfg.AppOptions, app.WithLogOutput(logs))
-	h := &harness{t: t, base: "http://" + ln.Addr().String(), logs: logs}
-	h.Service = apptest.Start(t, h.base, func(ctx context.Context) error { return Run(ctx, cfg) })
-	if h.pool, err = pgxpool.New(context.Background(), in.dsn); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.pool.Close)
-	h.Kafka = apptest.NewKafka(t, in.brokers)
+	h := &harness{t: t, logs: &apptest.LogBuffer{}}
+	h.Instance = apptest.StartApp(t, in, "payment", func(ctx context.Context, ac app.Config, opts []app.Option) error {
+		ac.LogLevel = slog.LevelInfo
+		return Run(ctx, Config{
+			App:           ac,
+			Group:         "payment",
+			Customers:     testCustomers,
+			HangCustomers: []string{"c-hang"},
+			// The otel globals stay on: outbox.Enqueue and the relay propagate trace
+			// context through the global propagator.
+			AppOptions: append(opts, app.WithLogOutput(h.logs)),
+		})
+	})
 	return h
 }
 
 // settled waits until the payment group caught up on topics and the outbox is drained.
 func (h *harness) settled(topics ...string) {
 	h.t.Helper()
-	h.WaitSettled(h.pool, "", map[string][]string{"payment": topics})
+	h.WaitSettled(h.Pool, "", map[string][]string{"payment": topics})
 }
 
 // produceTraced sends ev once with a W3C traceparent of trace traceID.
@@ -167,22 +112,14 @@ func TestServiceThroughKafka(t *testing.T) {
 	h.settled(events.TopicOrders, events.TopicInventory)
 
 	got := h.Events(events.TopicPayments)
-	want := map[string]string{
+	apptest.WantEvents(t, got, typesOf, map[string]string{
 		charge:  "payment.authorized()",
 		decline: "payment.declined(over limit)",
 		refund:  "payment.authorized(),payment.refunded(stock unavailable: insufficient stock)",
 		cancel:  "payment.authorized(),payment.refunded(cancelled)",
 		hang:    "payment.declined(cancelled)",
 		tomb:    "payment.declined(cancelled)",
-	}
-	for id, w := range want {
-		if g := typesOf(got[id]); g != w {
-			t.Errorf("order %s: emitted %s, want %s", id, g, w)
-		}
-	}
-	if len(got) != len(want) {
-		t.Errorf("events for %d orders, want %d: %v", len(got), len(want), got)
-	}
+	})
 	for _, evs := range got {
 		for _, ev := range evs {
 			if ev.CausationID == "" || ev.CorrelationID != ev.Subject {
@@ -214,7 +151,7 @@ func TestServiceThroughKafka(t *testing.T) {
 		t.Errorf("dead-lettered keys %v", keys)
 	}
 
-	a := audit(t, h.pool)
+	a := audit(t, h.Pool)
 	if a.Orders[charge].Charges != 1 || a.Orders[refund].Refunds != 1 || a.Orders[cancel].Refunds != 1 ||
 		a.Orders[tomb].Charges != 0 || a.Orders[hang].Charges != 0 {
 		t.Errorf("ledger: %+v", a.Orders)
@@ -226,9 +163,8 @@ func TestServiceThroughKafka(t *testing.T) {
 	// Business log lines are JSON with the saga's ids: the charge order's line carries its
 	// correlation id and the trace it arrived in.
 	var found bool
-	for line := range strings.SplitSeq(h.logs.String(), "\n") {
-		var rec map[string]any
-		if json.Unmarshal([]byte(line), &rec) != nil || rec["msg"] != "payment: authorized" || rec["correlation_id"] != charge {
+	for _, rec := range h.logs.Records() {
+		if rec["msg"] != "payment: authorized" || rec["correlation_id"] != charge {
 			continue
 		}
 		found = rec["trace_id"] == traceID && rec["order.id"] == charge && rec["service"] == "payment"
@@ -237,14 +173,9 @@ func TestServiceThroughKafka(t *testing.T) {
 		t.Errorf("no JSON log line for %s's charge with correlation_id, trace_id and order.id:\n%s", charge, h.logs.String())
 	}
 
-	resp, err := http.Get(h.base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	metrics := apptest.Metrics(t, h.BaseURL)
 	for _, m := range []string{"payment_operations_total", "choreo_consumer"} {
-		if !strings.Contains(string(body), m) {
+		if !strings.Contains(metrics, m) {
 			t.Errorf("/metrics lacks %s", m)
 		}
 	}
@@ -258,7 +189,7 @@ func TestServiceThroughKafka(t *testing.T) {
 // committed offsets, and never charges an order again, even when order.created is
 // redelivered under a new event id.
 func TestRestartKeepsState(t *testing.T) {
-	in := newInfra(t)
+	in := apptest.NewInfra(t)
 	h := startOn(t, in)
 	o := "restart-" + testenv.Name(t, "o")
 	h.ProduceTwice(events.TopicOrders, orderCreated(t, o, "c-1", 1_000))
@@ -266,7 +197,7 @@ func TestRestartKeepsState(t *testing.T) {
 	if err := h.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	before := audit(t, h.pool)
+	before := audit(t, h.Pool)
 	if before.Orders[o].Status != StatusAuthorized {
 		t.Fatalf("order %s: %+v", o, before.Orders[o])
 	}
@@ -274,7 +205,7 @@ func TestRestartKeepsState(t *testing.T) {
 	h2 := startOn(t, in)
 	h2.ProduceTwice(events.TopicOrders, orderCreated(t, o, "c-1", 1_000))
 	h2.settled(events.TopicOrders)
-	after := audit(t, h2.pool)
+	after := audit(t, h2.Pool)
 	if after.BalanceTotal != before.BalanceTotal || after.InitialTotal != before.InitialTotal || after.Orders[o] != before.Orders[o] {
 		t.Fatalf("restart changed the books: %+v -> %+v", before, after)
 	}
