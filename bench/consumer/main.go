@@ -19,26 +19,21 @@
 //
 // Latency is the time one record spends in the handler (batch mode: its batch's time).
 // It needs Postgres (-pg, default $CHOREO_TEST_POSTGRES_DSN or
-// postgres://postgres@127.0.0.1:5432/postgres), Redis (-redis, default 127.0.0.1:6379)
-// and pgbench on PATH. The broker is an in-process kfake cluster unless -brokers is given
-// (kfake then shares the process and the machine's cores). It creates and drops its own
-// database. Telemetry uses the no-op OpenTelemetry globals, as a service with exporters
+// postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable), Redis (-redis, default
+// $CHOREO_TEST_REDIS_ADDR or 127.0.0.1:6379) and pgbench on PATH. The broker is an
+// in-process kfake cluster unless -brokers is given (kfake then shares the process and the
+// machine's cores). It creates and drops its own database. Telemetry uses the no-op OpenTelemetry globals, as a service with exporters
 // disabled would.
 package main
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -46,7 +41,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -56,6 +50,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/choreo-saga/choreo/bench/internal/benchutil"
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/idempotency"
@@ -79,17 +74,9 @@ type config struct {
 
 func main() {
 	var c config
-	def := os.Getenv("CHOREO_TEST_POSTGRES_DSN")
-	if def == "" {
-		def = "postgres://postgres@127.0.0.1:5432/postgres"
-	}
-	defRedis := os.Getenv("CHOREO_TEST_REDIS_ADDR")
-	if defRedis == "" {
-		defRedis = "127.0.0.1:6379"
-	}
 	var batches string
-	flag.StringVar(&c.pg, "pg", def, "Postgres DSN of a database allowed to CREATE DATABASE")
-	flag.StringVar(&c.redis, "redis", defRedis, "Redis address")
+	flag.StringVar(&c.pg, "pg", benchutil.DefaultPostgresDSN(), "Postgres DSN of a database allowed to CREATE DATABASE")
+	flag.StringVar(&c.redis, "redis", benchutil.DefaultRedisAddr(), "Redis address")
 	flag.StringVar(&c.brokers, "brokers", "", "Kafka seed brokers (comma-separated); default an in-process kfake cluster")
 	flag.IntVar(&c.events, "events", 10_000, "events consumed per mode")
 	flag.IntVar(&c.partitions, "partitions", 12, "topic partitions (= concurrency)")
@@ -100,13 +87,10 @@ func main() {
 	flag.IntVar(&c.latencyEvents, "latency-events", 2000, "events of the sequential (1 partition) latency pass; 0 skips it")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the consumer modes to this file")
 	flag.Parse()
-	for _, b := range strings.Split(batches, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(b))
-		if err != nil || n < 0 {
-			fmt.Fprintln(os.Stderr, "bench/consumer: bad -batch", b)
-			os.Exit(2)
-		}
-		c.batches = append(c.batches, n)
+	var err error
+	if c.batches, err = benchutil.ParseInts(batches, 0); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/consumer: -batch:", err)
+		os.Exit(2)
 	}
 	if err := run(context.Background(), c); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/consumer:", err)
@@ -127,7 +111,10 @@ type result struct {
 }
 
 func run(ctx context.Context, c config) error {
-	dsn, drop, err := createDB(ctx, c.pg)
+	if err := benchutil.RequirePgbench(); err != nil {
+		return err
+	}
+	dsn, drop, err := benchutil.CreateDB(ctx, c.pg, "choreo_bench_consumer")
 	if err != nil {
 		return err
 	}
@@ -239,7 +226,7 @@ func redisFloor(ctx context.Context, rdb *redis.Client, n int) (p50, p99 time.Du
 	}
 	rdb.Del(ctx, key+":fence")
 	slices.Sort(lat)
-	return percentile(lat, 0.5), percentile(lat, 0.99), nil
+	return benchutil.Percentile(lat, 0.5), benchutil.Percentile(lat, 0.99), nil
 }
 
 type mode struct {
@@ -302,38 +289,6 @@ func brokerKind(b string) string {
 
 func poolSize(n int) string { return fmt.Sprintf("&pool_max_conns=%d", n) }
 
-func createDB(ctx context.Context, admin string) (string, func(), error) {
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		return "", nil, fmt.Errorf("postgres %s: %w", admin, err)
-	}
-	name := fmt.Sprintf("choreo_bench_consumer_%d", os.Getpid())
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		conn.Close(ctx)
-		return "", nil, err
-	}
-	u, err := url.Parse(admin)
-	if err != nil {
-		return "", nil, err
-	}
-	u.Path = "/" + name
-	q := u.Query()
-	q.Set("sslmode", firstNonEmpty(q.Get("sslmode"), "disable"))
-	u.RawQuery = q.Encode()
-	drop := func() {
-		_, _ = conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-		conn.Close(context.Background())
-	}
-	return u.String(), drop, nil
-}
-
-func firstNonEmpty(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
 func setupSchema(ctx context.Context, pool *pgxpool.Pool, accounts int) error {
 	if err := idempotency.Migrate(ctx, pool); err != nil {
 		return err
@@ -382,78 +337,16 @@ UPDATE bench_accounts SET balance = balance + 1, version = version + 1 WHERE id 
 INSERT INTO choreo_outbox (topic, key, headers, payload) VALUES ('bench.applied', 'acct-' || :aid, '%s'::jsonb, '\x7b22616d6f756e74223a317d');
 COMMIT;
 `, c.accounts, headers)
-	dir, err := os.MkdirTemp("", "bench-consumer")
+	r, err := benchutil.Pgbench{DSN: dsn, Script: script, Clients: c.partitions, Duration: c.pgbenchT, Latencies: true}.Run(ctx)
 	if err != nil {
 		return result{}, err
 	}
-	defer os.RemoveAll(dir)
-	file := filepath.Join(dir, "step.sql")
-	if err := os.WriteFile(file, []byte(script), 0o600); err != nil {
-		return result{}, err
-	}
-	args := []string{"-n", "-M", "prepared", "-c", strconv.Itoa(c.partitions), "-j", strconv.Itoa(min(c.partitions, runtime.NumCPU())),
-		"-T", strconv.Itoa(int(c.pgbenchT.Seconds())), "-f", file, "-l", "--log-prefix", filepath.Join(dir, "log"), dsn}
-	cmd := exec.CommandContext(ctx, "pgbench", args...)
-	before, err := sampleCPU()
-	if err != nil {
-		return result{}, err
-	}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return result{}, fmt.Errorf("pgbench: %w\n%s", err, out)
-	}
-	after, err := sampleCPU()
-	if err != nil {
-		return result{}, err
-	}
-	m := regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`).FindSubmatch(out)
-	n := regexp.MustCompile(`number of transactions actually processed: ([0-9]+)`).FindSubmatch(out)
-	if m == nil || n == nil {
-		return result{}, fmt.Errorf("pgbench: no tps in output:\n%s", out)
-	}
-	tps, _ := strconv.ParseFloat(string(m[1]), 64)
-	txs, _ := strconv.Atoi(string(n[1]))
-	cpuMachine, cpuClient := perEvent(before, after, txs, rusageTime(cmd.ProcessState.SysUsage().(*syscall.Rusage)))
-	lat, err := pgbenchLatencies(dir)
-	if err != nil {
-		return result{}, err
-	}
+	cpu := r.CPU.Per(r.Transactions)
 	return result{
-		mode: "pgbench, same SQL transaction", perSec: tps, evPerTx: 1, isPgbench: true,
-		p50: percentile(lat, 0.50), p99: percentile(lat, 0.99),
-		cpuMachine: cpuMachine, cpuClient: cpuClient,
+		mode: "pgbench, same SQL transaction", perSec: r.TPS, evPerTx: 1, isPgbench: true,
+		p50: benchutil.Percentile(r.Latencies, 0.50), p99: benchutil.Percentile(r.Latencies, 0.99),
+		cpuMachine: cpu.Machine, cpuClient: cpu.Process,
 	}, nil
-}
-
-// pgbenchLatencies reads pgbench's per-transaction logs (third column: latency in µs).
-func pgbenchLatencies(dir string) ([]time.Duration, error) {
-	files, err := filepath.Glob(filepath.Join(dir, "log*"))
-	if err != nil {
-		return nil, err
-	}
-	var lat []time.Duration
-	for _, f := range files {
-		fh, err := os.Open(f)
-		if err != nil {
-			return nil, err
-		}
-		s := bufio.NewScanner(fh)
-		for s.Scan() {
-			fields := strings.Fields(s.Text())
-			if len(fields) < 3 {
-				continue
-			}
-			us, err := strconv.ParseInt(fields[2], 10, 64)
-			if err == nil {
-				lat = append(lat, time.Duration(us)*time.Microsecond)
-			}
-		}
-		fh.Close()
-	}
-	if len(lat) == 0 {
-		return nil, errors.New("pgbench wrote no latency log")
-	}
-	return lat, nil
 }
 
 func createTopic(ctx context.Context, brokers []string, topic string, partitions int32) error {
@@ -502,20 +395,13 @@ func produceBacklog(ctx context.Context, brokers []string, topic string, n, acco
 			defer wg.Done()
 			if err != nil {
 				mu.Lock()
-				first = cmpOr(first, err)
+				first = cmp.Or(first, err)
 				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
 	return first
-}
-
-func cmpOr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 // consume runs one mode until the whole backlog is handled.
@@ -607,7 +493,7 @@ func consume(ctx context.Context, c config, name string, bare, noLock bool, batc
 	if err != nil {
 		return result{}, err
 	}
-	before, err := sampleCPU()
+	before, err := benchutil.SampleCPU()
 	if err != nil {
 		return result{}, err
 	}
@@ -624,19 +510,19 @@ func consume(ctx context.Context, c config, name string, bare, noLock bool, batc
 		cancel()
 		return result{}, errors.New("timed out")
 	}
-	after, cpuErr := sampleCPU()
+	after, cpuErr := benchutil.SampleCPU()
 	cancel()
-	if err := cmpOr(<-done, cpuErr); err != nil {
+	if err := cmp.Or(<-done, cpuErr); err != nil {
 		return result{}, err
 	}
-	cpuMachine, cpuClient := perEvent(before, after, c.events, 0)
+	cpu := after.Sub(before).Per(c.events)
 	elapsed := end.Sub(time.Unix(0, firstAt.Load()))
 	all := lat.sorted()
 	return result{
 		mode: name, perSec: float64(c.events) / elapsed.Seconds(),
-		p50: percentile(all, 0.50), p99: percentile(all, 0.99),
+		p50: benchutil.Percentile(all, 0.50), p99: benchutil.Percentile(all, 0.99),
 		evPerTx:    float64(c.events) / float64(txs.Load()),
-		cpuMachine: cpuMachine, cpuClient: cpuClient,
+		cpuMachine: cpu.Machine, cpuClient: cpu.Process,
 	}, nil
 }
 
@@ -659,16 +545,6 @@ func (l *latencies) sorted() []time.Duration {
 	out := slices.Clone(l.d)
 	slices.Sort(out)
 	return out
-}
-
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	if !slices.IsSorted(sorted) {
-		slices.Sort(sorted)
-	}
-	return sorted[min(int(p*float64(len(sorted))), len(sorted)-1)]
 }
 
 func printTable(rs []result, partitions int) {

@@ -13,7 +13,7 @@
 package main
 
 import (
-	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/csv"
@@ -24,8 +24,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -38,6 +36,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/choreo-saga/choreo/bench/internal/benchutil"
 	"github.com/choreo-saga/choreo/idempotency"
 	"github.com/choreo-saga/choreo/lock"
 )
@@ -79,8 +78,8 @@ func (r result) merge(o result) result {
 
 func main() {
 	var (
-		pgDSN      = flag.String("pg", envOr("CHOREO_TEST_POSTGRES_DSN", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "Postgres DSN (a database is created next to it)")
-		redisAddr  = flag.String("redis", envOr("CHOREO_TEST_REDIS_ADDR", "127.0.0.1:6379"), "Redis address")
+		pgDSN      = flag.String("pg", benchutil.DefaultPostgresDSN(), "Postgres DSN (a database is created next to it)")
+		redisAddr  = flag.String("redis", benchutil.DefaultRedisAddr(), "Redis address")
 		duration   = flag.Duration("duration", 5*time.Second, "measuring time per figure")
 		clientsF   = flag.String("clients", "1,8", "comma-separated client counts")
 		rounds     = flag.Int("rounds", 3, "interleaved rounds per figure (duration is split over them)")
@@ -90,13 +89,12 @@ func main() {
 	if *rounds < 1 {
 		fatal(fmt.Errorf("bad -rounds %d", *rounds))
 	}
-	var clients []int
-	for _, s := range strings.Split(*clientsF, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 {
-			fatal(fmt.Errorf("bad -clients %q", *clientsF))
-		}
-		clients = append(clients, n)
+	clients, err := benchutil.ParseInts(*clientsF, 1)
+	if err != nil {
+		fatal(fmt.Errorf("-clients: %w", err))
+	}
+	if err := benchutil.RequirePgbench(); err != nil {
+		fatal(err)
 	}
 	ctx := context.Background()
 	var results []result
@@ -131,7 +129,7 @@ func main() {
 			for i, op := range ops {
 				res, err := op()
 				if err != nil {
-					pg.close(ctx)
+					pg.close()
 					rb.close(ctx)
 					fatal(err)
 				}
@@ -141,7 +139,7 @@ func main() {
 		}
 		results = append(results, merged...)
 	}
-	pg.close(ctx)
+	pg.close()
 	rb.close(ctx)
 
 	printTable(results, *syncCommit)
@@ -235,31 +233,29 @@ END;
 `
 
 type pgBench struct {
-	adminDSN string
-	dsn      string
-	dbName   string
-	pool     *pgxpool.Pool
-	store    *idempotency.Store
-	seq      atomic.Int64
-	run      string
+	dsn   string
+	drop  func() error
+	pool  *pgxpool.Pool
+	store *idempotency.Store
+	seq   atomic.Int64
+	run   string
 }
 
 func newPGBench(ctx context.Context, adminDSN string, maxClients int, syncCommit string) (*pgBench, error) {
-	run := randomHex(4)
-	b := &pgBench{adminDSN: adminDSN, dbName: "choreo_bench_guards_" + run, run: run, store: idempotency.NewStore()}
-	admin, err := pgx.Connect(ctx, adminDSN)
-	if err != nil {
-		return nil, fmt.Errorf("connect to Postgres: %w", err)
-	}
-	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+b.dbName); err != nil {
-		return nil, fmt.Errorf("create database: %w", err)
-	}
-	u, err := url.Parse(adminDSN)
-	if err != nil || u.Scheme == "" {
+	if u, err := url.Parse(adminDSN); err != nil || u.Scheme == "" {
 		return nil, fmt.Errorf("-pg must be a postgres:// URL, got %q", adminDSN)
 	}
-	u.Path = "/" + b.dbName
+	b := &pgBench{run: randomHex(4), store: idempotency.NewStore()}
+	dsn, drop, err := benchutil.CreateDB(ctx, adminDSN, "choreo_bench_guards")
+	if err != nil {
+		return nil, err
+	}
+	b.drop = drop
+	u, err := url.Parse(dsn)
+	if err != nil {
+		b.close()
+		return nil, err
+	}
 	// Read by libpq (pgbench) and pgx alike; libpq wants %20, not +.
 	opt := strings.ReplaceAll(url.QueryEscape("-c synchronous_commit="+syncCommit), "+", "%20")
 	if u.RawQuery != "" {
@@ -269,29 +265,30 @@ func newPGBench(ctx context.Context, adminDSN string, maxClients int, syncCommit
 	b.dsn = u.String()
 	cfg, err := pgxpool.ParseConfig(b.dsn)
 	if err != nil {
+		b.close()
 		return nil, err
 	}
 	cfg.MaxConns = int32(maxClients)
 	if b.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+		b.close()
 		return nil, err
 	}
 	if err := idempotency.Migrate(ctx, b.pool); err == nil {
 		_, err = b.pool.Exec(ctx, setupSQL)
 	}
 	if err != nil {
-		b.close(ctx)
+		b.close()
 		return nil, fmt.Errorf("set up: %w", err)
 	}
 	return b, nil
 }
 
-func (b *pgBench) close(ctx context.Context) {
+func (b *pgBench) close() {
 	if b.pool != nil {
 		b.pool.Close()
 	}
-	if admin, err := pgx.Connect(ctx, b.adminDSN); err == nil {
-		_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+b.dbName+" WITH (FORCE)")
-		admin.Close(ctx)
+	if err := b.drop(); err != nil {
+		fmt.Fprintln(os.Stderr, "guards:", err)
 	}
 }
 
@@ -331,55 +328,14 @@ func (b *pgBench) goTx(ctx context.Context, name string, guarded bool, clients i
 	return r, err
 }
 
-var tpsRE = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
-
 // pgbench runs script with per-transaction logging and computes the same
 // percentiles as measure from the log.
 func (b *pgBench) pgbench(ctx context.Context, name, script string, guarded bool, clients int, d time.Duration) (result, error) {
-	dir, err := os.MkdirTemp("", "choreo-pgbench-")
+	pr, err := benchutil.Pgbench{DSN: b.dsn, Script: script, Clients: clients, Duration: d, Latencies: true}.Run(ctx)
 	if err != nil {
 		return result{}, err
 	}
-	defer os.RemoveAll(dir)
-	file := filepath.Join(dir, "script.sql")
-	if err := os.WriteFile(file, []byte(script), 0o600); err != nil {
-		return result{}, err
-	}
-	secs := max(1, int(d.Round(time.Second)/time.Second))
-	cmd := exec.CommandContext(ctx, "pgbench", "-n", "-M", "prepared", "-c", strconv.Itoa(clients),
-		"-j", strconv.Itoa(min(clients, runtime.NumCPU())), "-T", strconv.Itoa(secs),
-		"-f", file, "-l", "--log-prefix="+filepath.Join(dir, "pgb"), b.dsn)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return result{}, fmt.Errorf("pgbench: %w\n%s", err, out)
-	}
-	m := tpsRE.FindSubmatch(out)
-	if m == nil {
-		return result{}, fmt.Errorf("pgbench: no tps in output:\n%s", out)
-	}
-	tps, _ := strconv.ParseFloat(string(m[1]), 64)
-	logs, _ := filepath.Glob(filepath.Join(dir, "pgb.*"))
-	var lat []time.Duration
-	for _, l := range logs {
-		f, err := os.Open(l)
-		if err != nil {
-			return result{}, err
-		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			// client_id transaction_no time_us script_no time_epoch time_us
-			fields := strings.Fields(sc.Text())
-			if len(fields) < 3 {
-				continue
-			}
-			us, err := strconv.ParseInt(fields[2], 10, 64)
-			if err == nil {
-				lat = append(lat, time.Duration(us)*time.Microsecond)
-			}
-		}
-		f.Close()
-	}
-	r := summarize(lat, time.Duration(float64(len(lat))/tps*float64(time.Second)))
+	r := summarize(pr.Latencies, time.Duration(float64(len(pr.Latencies))/pr.TPS*float64(time.Second)))
 	r.group, r.name, r.tool, r.clients, r.guarded = "idempotency", name, "pgbench", clients, guarded
 	return r, nil
 }
@@ -499,7 +455,7 @@ func measure(ctx context.Context, clients int, d time.Duration, op func(ctx cont
 				t0 := time.Now()
 				if err := op(ctx, w); err != nil {
 					mu.Lock()
-					firstErr = cmpOr(firstErr, err)
+					firstErr = cmp.Or(firstErr, err)
 					mu.Unlock()
 					return
 				}
@@ -524,8 +480,8 @@ func summarize(lat []time.Duration, elapsed time.Duration) result {
 	slices.Sort(lat)
 	r := result{
 		ops:     len(lat),
-		p50:     lat[len(lat)*50/100],
-		p99:     lat[min(len(lat)-1, len(lat)*99/100)],
+		p50:     benchutil.Percentile(lat, 0.50),
+		p99:     benchutil.Percentile(lat, 0.99),
 		lat:     lat,
 		elapsed: elapsed,
 	}
@@ -533,20 +489,6 @@ func summarize(lat []time.Duration, elapsed time.Duration) result {
 		r.perSec = float64(len(lat)) / elapsed.Seconds()
 	}
 	return r
-}
-
-func cmpOr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
-}
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
 }
 
 func randomHex(n int) string {

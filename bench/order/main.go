@@ -15,16 +15,15 @@
 //	go run ./bench/order [-duration 5s] [-clients 1,8,32] [-workers 1,8]
 //
 // It needs Postgres (-pg, default $CHOREO_TEST_POSTGRES_DSN or
-// postgres://postgres@127.0.0.1:5432/postgres) and pgbench on PATH; it creates and drops
-// its own database. Tracing is off (no-op provider), as in a service without an
+// postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable) and pgbench on PATH; it
+// creates and drops its own database. Tracing is off (no-op provider), as in a service without an
 // exporter.
 package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -32,15 +31,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -49,6 +43,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/choreo-saga/choreo/bench/internal/benchutil"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/idempotency"
 	"github.com/choreo-saga/choreo/services/events"
@@ -65,20 +60,16 @@ type config struct {
 
 func main() {
 	var c config
-	def := os.Getenv("CHOREO_TEST_POSTGRES_DSN")
-	if def == "" {
-		def = "postgres://postgres@127.0.0.1:5432/postgres"
-	}
 	var clients, workers string
-	flag.StringVar(&c.pg, "pg", def, "Postgres DSN of a database allowed to CREATE DATABASE")
+	flag.StringVar(&c.pg, "pg", benchutil.DefaultPostgresDSN(), "Postgres DSN of a database allowed to CREATE DATABASE")
 	flag.DurationVar(&c.duration, "duration", 5*time.Second, "duration of each run")
 	flag.StringVar(&clients, "clients", "1,8,32", "concurrent HTTP clients per API run")
 	flag.StringVar(&workers, "workers", "1,8", "concurrent workers per handler run")
 	flag.IntVar(&c.orders, "orders", 60000, "PENDING orders prepared for the handler runs")
 	flag.Parse()
 	var err error
-	if c.clients, err = ints(clients); err == nil {
-		c.workers, err = ints(workers)
+	if c.clients, err = benchutil.ParseInts(clients, 1); err == nil {
+		c.workers, err = benchutil.ParseInts(workers, 1)
 	}
 	if err == nil {
 		err = run(context.Background(), c)
@@ -87,18 +78,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench/order:", err)
 		os.Exit(1)
 	}
-}
-
-func ints(s string) ([]int, error) {
-	var out []int
-	for f := range strings.SplitSeq(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("bad count %q", f)
-		}
-		out = append(out, n)
-	}
-	return out, nil
 }
 
 // result of one run.
@@ -129,7 +108,7 @@ func measure(n int, d time.Duration, op func(g int) (bool, error)) (result, erro
 				more, err := op(g)
 				if err != nil {
 					mu.Lock()
-					first = cmp(first, err)
+					first = cmp.Or(first, err)
 					mu.Unlock()
 					stop.Store(true)
 					break
@@ -154,21 +133,14 @@ func measure(n int, d time.Duration, op func(g int) (bool, error)) (result, erro
 		return result{}, errors.New("no operation completed")
 	}
 	slices.Sort(lat)
-	return result{ops: len(lat), elapsed: elapsed, p50: lat[len(lat)/2], p99: lat[len(lat)*99/100]}, nil
-}
-
-func cmp(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
+	return result{ops: len(lat), elapsed: elapsed, p50: benchutil.Percentile(lat, 0.5), p99: benchutil.Percentile(lat, 0.99)}, nil
 }
 
 func run(ctx context.Context, c config) error {
-	if _, err := exec.LookPath("pgbench"); err != nil {
-		return fmt.Errorf("pgbench not on PATH: %w", err)
+	if err := benchutil.RequirePgbench(); err != nil {
+		return err
 	}
-	dsn, drop, err := createDB(ctx, c.pg)
+	dsn, drop, err := benchutil.CreateDB(ctx, c.pg, "choreo_bench_order")
 	if err != nil {
 		return err
 	}
@@ -250,11 +222,11 @@ func run(ctx context.Context, c config) error {
 	}
 	row("API: POST /orders without key", c.clients[len(c.clients)/2], r, "orders/s")
 	for _, n := range c.clients {
-		tps, err := pgbench(ctx, dsn, createScript, n, c.duration)
+		r, err := benchutil.Pgbench{DSN: dsn, Script: createScript, Clients: n, Duration: c.duration}.Run(ctx)
 		if err != nil {
 			return err
 		}
-		limit("limit: pgbench, the same SQL (claim, order, history, outbox, complete)", n, tps, "tx/s")
+		limit("limit: pgbench, the same SQL (claim, order, history, outbox, complete)", n, r.TPS, "tx/s")
 	}
 
 	// 2. One saga step in the consumer's business handler, and its SQL through pgbench.
@@ -309,11 +281,11 @@ func run(ctx context.Context, c config) error {
 		return err
 	}
 	for _, n := range c.workers {
-		tps, err := pgbench(ctx, dsn, fmt.Sprintf(stepScript, len(ids)), n, c.duration)
+		r, err := benchutil.Pgbench{DSN: dsn, Script: fmt.Sprintf(stepScript, len(ids)), Clients: n, Duration: c.duration}.Run(ctx)
 		if err != nil {
 			return err
 		}
-		limit("limit: pgbench, the same SQL", n, tps, "tx/s")
+		limit("limit: pgbench, the same SQL", n, r.TPS, "tx/s")
 	}
 	return tw.Flush()
 }
@@ -339,58 +311,3 @@ INSERT INTO order_history (order_id, from_state, to_state, cause_event_id, cause
 INSERT INTO choreo_outbox (topic, key, headers, payload) VALUES ('orders.events', 'k', '[["ce_id","x"],["ce_type","order.confirmed"]]', '\x7b226f726465725f6964223a2278227d');
 COMMIT;
 `
-
-var tpsRE = regexp.MustCompile(`tps = ([0-9.]+)`)
-
-func pgbench(ctx context.Context, dsn, script string, clients int, d time.Duration) (float64, error) {
-	dir, err := os.MkdirTemp("", "order-bench")
-	if err != nil {
-		return 0, err
-	}
-	defer os.RemoveAll(dir)
-	f := filepath.Join(dir, "script.sql")
-	if err := os.WriteFile(f, []byte(script), 0o600); err != nil {
-		return 0, err
-	}
-	args := []string{"-n", "-M", "prepared", "-f", f, "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, 2)),
-		"-T", strconv.Itoa(max(1, int(d.Seconds()))), dsn}
-	out, err := exec.CommandContext(ctx, "pgbench", args...).CombinedOutput()
-	if err != nil {
-		return 0, fmt.Errorf("pgbench: %w\n%s", err, out)
-	}
-	m := tpsRE.FindSubmatch(out)
-	if m == nil {
-		return 0, fmt.Errorf("pgbench: no tps in output:\n%s", out)
-	}
-	return strconv.ParseFloat(string(m[1]), 64)
-}
-
-// createDB creates a database with a random name next to the one admin names and returns
-// its DSN and a function that drops it.
-func createDB(ctx context.Context, admin string) (string, func(), error) {
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		return "", nil, err
-	}
-	defer conn.Close(ctx)
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	name := "bench_order_" + hex.EncodeToString(b)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		return "", nil, err
-	}
-	u, err := url.Parse(admin)
-	if err != nil {
-		return "", nil, err
-	}
-	u.Path = "/" + name
-	drop := func() {
-		c, err := pgx.Connect(context.Background(), admin)
-		if err != nil {
-			return
-		}
-		defer c.Close(context.Background())
-		_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-	}
-	return u.String(), drop, nil
-}

@@ -9,7 +9,7 @@
 //	go run ./bench/outbox [-rows 100000] [-rate 1000] [-duration 10s]
 //
 // It needs Postgres (-pg, default $CHOREO_TEST_POSTGRES_DSN or
-// postgres://postgres@127.0.0.1:5432/postgres) and pgbench on PATH. The
+// postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable) and pgbench on PATH. The
 // broker is an in-process kfake cluster unless -brokers is given (kfake then
 // shares the process and its two cores with the relay). It creates and drops
 // its own database.
@@ -17,16 +17,11 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
-	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -42,6 +37,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/choreo-saga/choreo/bench/internal/benchutil"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/outbox"
 	"github.com/choreo-saga/choreo/tracing"
@@ -63,11 +59,7 @@ type config struct {
 
 func main() {
 	var c config
-	def := os.Getenv("CHOREO_TEST_POSTGRES_DSN")
-	if def == "" {
-		def = "postgres://postgres@127.0.0.1:5432/postgres"
-	}
-	flag.StringVar(&c.pg, "pg", def, "Postgres DSN of a database allowed to CREATE DATABASE")
+	flag.StringVar(&c.pg, "pg", benchutil.DefaultPostgresDSN(), "Postgres DSN of a database allowed to CREATE DATABASE")
 	flag.StringVar(&c.brokers, "brokers", "", "Kafka seed brokers (comma-separated); default an in-process kfake cluster")
 	flag.IntVar(&c.rows, "rows", 100_000, "backlog size for the drain benchmark")
 	flag.IntVar(&c.rate, "rate", 1000, "events/s for the latency benchmark")
@@ -99,10 +91,10 @@ func newEvent(key string, i int) (event.Event, error) {
 func key(i int) string { return "order-" + strconv.Itoa(i%1024) }
 
 func run(ctx context.Context, c config) error {
-	if _, err := exec.LookPath("pgbench"); err != nil {
-		return fmt.Errorf("pgbench not on PATH: %w", err)
+	if err := benchutil.RequirePgbench(); err != nil {
+		return err
 	}
-	dsn, drop, err := createDB(ctx, c.pg)
+	dsn, drop, err := benchutil.CreateDB(ctx, c.pg, "choreo_bench_outbox")
 	if err != nil {
 		return err
 	}
@@ -262,35 +254,6 @@ func pgVersion(ctx context.Context, pool *pgxpool.Pool) string {
 	return "Postgres " + v
 }
 
-func createDB(ctx context.Context, admin string) (dsn string, drop func(), err error) {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	name := "choreo_bench_outbox_" + hex.EncodeToString(b)
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		return "", nil, fmt.Errorf("connect %s: %w", admin, err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		return "", nil, err
-	}
-	u, err := url.Parse(admin)
-	if err != nil || u.Scheme == "" {
-		dsn = admin + " dbname=" + name
-	} else {
-		u.Path = "/" + name
-		dsn = u.String()
-	}
-	return dsn, func() {
-		c, err := pgx.Connect(context.Background(), admin)
-		if err != nil {
-			return
-		}
-		defer c.Close(context.Background())
-		_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-	}, nil
-}
-
 func createTopic(ctx context.Context, brokers []string) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
@@ -340,31 +303,6 @@ func sampleRow(ctx context.Context) (sample, error) {
 	return sample{headers: "[" + strings.Join(pairs, ",") + "]", payload: rec.Value}, nil
 }
 
-var tpsRE = regexp.MustCompile(`tps = ([0-9.]+)`)
-
-func pgbench(ctx context.Context, dsn, script, pgOptions string, args ...string) (float64, error) {
-	dir, err := os.MkdirTemp("", "outbox-bench")
-	if err != nil {
-		return 0, err
-	}
-	defer os.RemoveAll(dir)
-	f := filepath.Join(dir, "script.sql")
-	if err := os.WriteFile(f, []byte(script), 0o600); err != nil {
-		return 0, err
-	}
-	cmd := exec.CommandContext(ctx, "pgbench", append(append([]string{"-n", "-f", f}, args...), dsn)...)
-	cmd.Env = append(os.Environ(), "PGOPTIONS="+pgOptions)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return 0, fmt.Errorf("pgbench: %w\n%s", err, out)
-	}
-	m := tpsRE.FindSubmatch(out)
-	if m == nil {
-		return 0, fmt.Errorf("pgbench: no tps in output:\n%s", out)
-	}
-	return strconv.ParseFloat(string(m[1]), 64)
-}
-
 func sqlLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // pgbenchInsert runs the statement Enqueue sends for one event, one event per
@@ -372,7 +310,8 @@ func sqlLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''")
 func pgbenchInsert(ctx context.Context, dsn string, s sample, clients int, d time.Duration) (float64, error) {
 	script := fmt.Sprintf("\\set k random(1, 1024)\nINSERT INTO choreo_outbox (topic, key, headers, payload) VALUES ('%s', 'order-' || :k, %s::jsonb, '\\x%s'::bytea);\n",
 		topic, sqlLiteral(s.headers), hex.EncodeToString(s.payload))
-	return pgbench(ctx, dsn, script, "", "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, 2)), "-T", strconv.Itoa(int(d.Seconds())))
+	r, err := benchutil.Pgbench{DSN: dsn, Script: script, Clients: clients, Duration: d, QueryMode: "simple"}.Run(ctx)
+	return r.TPS, err
 }
 
 // pgbenchDrain loads a backlog and lets pgbench run the relay's statements on
@@ -385,14 +324,15 @@ func pgbenchDrain(ctx context.Context, pool *pgxpool.Pool, dsn string, s sample,
 		"DELETE FROM choreo_outbox WHERE id = ANY(ARRAY(SELECT id FROM choreo_outbox ORDER BY id LIMIT %d));\n", batch, batch)
 	// The relay's session runs with synchronous_commit=off (a lost delete
 	// only republishes rows); give pgbench the same setting.
-	tps, err := pgbench(ctx, dsn, script, "-c synchronous_commit=off", "-c", "1", "-t", strconv.Itoa(rows/batch))
+	r, err := benchutil.Pgbench{DSN: dsn, Script: script, Transactions: rows / batch, QueryMode: "simple",
+		PGOptions: "-c synchronous_commit=off"}.Run(ctx)
 	if err != nil {
 		return 0, err
 	}
 	if _, err := pool.Exec(ctx, "TRUNCATE choreo_outbox"); err != nil {
 		return 0, err
 	}
-	return tps * float64(batch), nil
+	return r.TPS * float64(batch), nil
 }
 
 func fill(ctx context.Context, pool *pgxpool.Pool, s sample, rows int) error {
@@ -467,7 +407,7 @@ func produceLatency(ctx context.Context, brokers []string, n int) (latency, erro
 		time.Sleep(time.Millisecond)
 	}
 	slices.Sort(ds)
-	return latency{n: n, p50: ds[n/2], p99: ds[n*99/100], max: ds[n-1]}, nil
+	return latency{n: n, p50: benchutil.Percentile(ds, 0.5), p99: benchutil.Percentile(ds, 0.99), max: ds[n-1]}, nil
 }
 
 func drainBench(ctx context.Context, pool *pgxpool.Pool, brokers []string, c config, s sample, viaEnqueue bool) (enqueueRate, drainRate float64, empty time.Duration, err error) {
@@ -675,8 +615,8 @@ func latencyBench(ctx context.Context, pool *pgxpool.Pool, brokers []string, c c
 	slices.Sort(lat)
 	return latency{
 		n:        len(lat),
-		p50:      lat[len(lat)/2],
-		p99:      lat[len(lat)*99/100],
+		p50:      benchutil.Percentile(lat, 0.5),
+		p99:      benchutil.Percentile(lat, 0.99),
 		max:      lat[len(lat)-1],
 		achieved: achieved,
 		perBatch: float64(rows.Load()) / float64(batches.Load()),

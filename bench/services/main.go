@@ -19,7 +19,7 @@
 //	go run ./bench/services [-duration 5s] [-workers 1,8] [-orders 3000]
 //
 // It needs Postgres (-pg, default $CHOREO_TEST_POSTGRES_DSN or
-// postgres://postgres@127.0.0.1:5432/postgres), Redis (-redis, default
+// postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable), Redis (-redis, default
 // $CHOREO_TEST_REDIS_ADDR or 127.0.0.1:6379; "none" runs without locks) and pgbench on
 // PATH; it creates and drops its own databases.
 package main
@@ -32,13 +32,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -50,6 +45,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/bench/internal/benchutil"
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/idempotency"
@@ -70,28 +66,17 @@ type config struct {
 
 func main() {
 	var c config
-	pg := os.Getenv("CHOREO_TEST_POSTGRES_DSN")
-	if pg == "" {
-		pg = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-	}
-	rd := os.Getenv("CHOREO_TEST_REDIS_ADDR")
-	if rd == "" {
-		rd = "127.0.0.1:6379"
-	}
 	var workers string
-	flag.StringVar(&c.pg, "pg", pg, "Postgres DSN of a database allowed to CREATE DATABASE")
-	flag.StringVar(&c.redis, "redis", rd, `Redis address for the end-to-end run ("none": no locks)`)
+	flag.StringVar(&c.pg, "pg", benchutil.DefaultPostgresDSN(), "Postgres DSN of a database allowed to CREATE DATABASE")
+	flag.StringVar(&c.redis, "redis", benchutil.DefaultRedisAddr(), `Redis address for the end-to-end run ("none": no locks)`)
 	flag.DurationVar(&c.duration, "duration", 5*time.Second, "duration of each step run")
 	flag.StringVar(&workers, "workers", "1,8", "concurrent workers (and pgbench clients) per step run")
 	flag.IntVar(&c.orders, "orders", 3000, "orders sent through the payment service end to end")
 	flag.Parse()
-	for s := range strings.SplitSeq(workers, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 {
-			fmt.Fprintf(os.Stderr, "bad -workers %q\n", workers)
-			os.Exit(2)
-		}
-		c.workers = append(c.workers, n)
+	var err error
+	if c.workers, err = benchutil.ParseInts(workers, 1); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/services: -workers:", err)
+		os.Exit(2)
 	}
 	if err := run(context.Background(), c); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/services:", err)
@@ -107,7 +92,10 @@ type row struct {
 }
 
 func run(ctx context.Context, c config) error {
-	dsn, drop, err := tempDB(ctx, c.pg, "choreo_bench_services")
+	if err := benchutil.RequirePgbench(); err != nil {
+		return err
+	}
+	dsn, drop, err := benchutil.CreateDB(ctx, c.pg, "choreo_bench_services")
 	if err != nil {
 		return err
 	}
@@ -144,11 +132,11 @@ func run(ctx context.Context, c config) error {
 		if err != nil {
 			return fmt.Errorf("payment step: %w", err)
 		}
-		limit, err := pgbench(ctx, dsn, paymentScript, w, c.duration)
+		limit, err := benchutil.Pgbench{DSN: dsn, Script: paymentScript, Clients: w, Duration: c.duration}.Run(ctx)
 		if err != nil {
 			return err
 		}
-		rows = append(rows, row{"payment charge step (handler tx)", w, n, limit})
+		rows = append(rows, row{"payment charge step (handler tx)", w, n, limit.TPS})
 	}
 	for _, w := range c.workers {
 		n, err := step(ctx, pool, store, w, c.duration, "inventory", ih.PaymentAuthorized, func(i int64) (event.Event, error) {
@@ -161,11 +149,11 @@ func run(ctx context.Context, c config) error {
 		if err != nil {
 			return fmt.Errorf("inventory step: %w", err)
 		}
-		limit, err := pgbench(ctx, dsn, inventoryScript, w, c.duration)
+		limit, err := benchutil.Pgbench{DSN: dsn, Script: inventoryScript, Clients: w, Duration: c.duration}.Run(ctx)
 		if err != nil {
 			return err
 		}
-		rows = append(rows, row{"inventory reserve step (handler tx)", w, n, limit})
+		rows = append(rows, row{"inventory reserve step (handler tx)", w, n, limit.TPS})
 	}
 	e2e, err := endToEnd(ctx, c)
 	if err != nil {
@@ -274,34 +262,9 @@ INSERT INTO choreo_outbox (topic, key, headers, payload) VALUES ('inventory.even
 END;
 `
 
-var tpsRE = regexp.MustCompile(`tps = ([0-9.]+)`)
-
-func pgbench(ctx context.Context, dsn, script string, clients int, d time.Duration) (float64, error) {
-	dir, err := os.MkdirTemp("", "services-bench")
-	if err != nil {
-		return 0, err
-	}
-	defer os.RemoveAll(dir)
-	f := filepath.Join(dir, "script.sql")
-	if err := os.WriteFile(f, []byte(script), 0o600); err != nil {
-		return 0, err
-	}
-	args := []string{"-n", "-M", "prepared", "-f", f, "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, 2)),
-		"-T", strconv.Itoa(max(1, int(d.Seconds()))), dsn}
-	out, err := exec.CommandContext(ctx, "pgbench", args...).CombinedOutput()
-	if err != nil {
-		return 0, fmt.Errorf("pgbench: %w\n%s", err, out)
-	}
-	m := tpsRE.FindSubmatch(out)
-	if m == nil {
-		return 0, fmt.Errorf("pgbench: no tps in output:\n%s", out)
-	}
-	return strconv.ParseFloat(string(m[1]), 64)
-}
-
 // endToEnd runs the payment service on kfake and returns answered orders per second.
 func endToEnd(ctx context.Context, c config) (float64, error) {
-	dsn, drop, err := tempDB(ctx, c.pg, "choreo_bench_payment_e2e")
+	dsn, drop, err := benchutil.CreateDB(ctx, c.pg, "choreo_bench_payment_e2e")
 	if err != nil {
 		return 0, err
 	}
@@ -406,39 +369,4 @@ func drain(ctx context.Context, cl *kgo.Client, n int) (int, error) {
 		got += fs.NumRecords()
 	}
 	return got, nil
-}
-
-// tempDB creates a database next to the one admin names and returns its DSN and a drop
-// function.
-func tempDB(ctx context.Context, admin, prefix string) (string, func(), error) {
-	u, err := url.Parse(admin)
-	if err != nil {
-		return "", nil, err
-	}
-	name := fmt.Sprintf("%s_%d", prefix, os.Getpid())
-	conn, err := pgx.Connect(ctx, admin)
-	if err != nil {
-		return "", nil, err
-	}
-	defer conn.Close(ctx)
-	ident := pgx.Identifier{name}.Sanitize()
-	_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)")
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+ident); err != nil {
-		return "", nil, err
-	}
-	u.Path = "/" + name
-	q := u.Query()
-	if q.Get("sslmode") == "" {
-		q.Set("sslmode", "disable")
-	}
-	u.RawQuery = q.Encode()
-	drop := func() {
-		c, err := pgx.Connect(context.Background(), admin)
-		if err != nil {
-			return
-		}
-		defer c.Close(context.Background())
-		_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)")
-	}
-	return u.String(), drop, nil
 }
