@@ -69,6 +69,9 @@ type config struct {
 	pgbenchT      time.Duration
 	cpuProfile    string
 	latencyEvents int
+	pacedRate     int
+	pacedEvents   int
+	rate          int // events/s produced while a mode consumes; 0: a backlog produced first
 	repeat        int
 }
 
@@ -85,6 +88,8 @@ func main() {
 	flag.DurationVar(&c.pgbenchT, "pgbench-time", 10*time.Second, "duration of the pgbench run")
 	flag.IntVar(&c.repeat, "repeat", 3, "rounds per pass; the table shows each mode's median round")
 	flag.IntVar(&c.latencyEvents, "latency-events", 2000, "events of the sequential (1 partition) latency pass; 0 skips it")
+	flag.IntVar(&c.pacedRate, "paced-rate", 1000, "events/s of the paced pass (records produced while the consumer runs; 0 skips it)")
+	flag.IntVar(&c.pacedEvents, "paced-events", 5000, "events per mode of the paced pass")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the consumer modes to this file")
 	flag.Parse()
 	var err error
@@ -108,6 +113,8 @@ type result struct {
 	// CPU per event: the whole machine's, and the client process's (this process, which
 	// also hosts the in-process broker; for pgbench, the pgbench process).
 	cpuMachine, cpuClient time.Duration
+	// Paced mode only: from a record's production to the end of its transaction.
+	e2e50, e2e99 time.Duration
 }
 
 func run(ctx context.Context, c config) error {
@@ -185,6 +192,17 @@ func run(ctx context.Context, c config) error {
 	if err := pass(ctx, c, "t", modes, brokers, dsn, pool, rdb, business); err != nil {
 		return err
 	}
+	if c.pacedRate > 0 && c.pacedEvents > 0 {
+		// The same partitions, at a steady rate well below saturation: the chain's added
+		// latency where a service normally runs, and batch mode when no backlog forms.
+		cp := c
+		cp.events, cp.rate = c.pacedEvents, c.pacedRate
+		fmt.Printf("\npaced: %d events produced at %d/s while each mode consumes, %d partitions; pgbench throttled to the same rate (-R)\n",
+			cp.events, cp.rate, cp.partitions)
+		if err := pass(ctx, cp, "p", modes, brokers, dsn, pool, rdb, business); err != nil {
+			return err
+		}
+	}
 	if c.latencyEvents > 0 {
 		// One partition, one client: the chain's added latency without queueing.
 		c1 := c
@@ -257,8 +275,10 @@ func pass(ctx context.Context, c config, prefix string, modes []mode, brokers []
 			if err := createTopic(ctx, brokers, topic, int32(c.partitions)); err != nil {
 				return err
 			}
-			if err := produceBacklog(ctx, brokers, topic, c.events, c.accounts); err != nil {
-				return err
+			if c.rate == 0 {
+				if err := produceBacklog(ctx, brokers, topic, c.events, c.accounts); err != nil {
+					return err
+				}
 			}
 			r, err := consume(ctx, c, m.name, m.bare, m.noLock, m.batch, brokers, topic, pool, rdb, business)
 			if err != nil {
@@ -276,7 +296,7 @@ func pass(ctx context.Context, c config, prefix string, modes []mode, brokers []
 		results[i] = rs[len(rs)/2]
 		results[i].spread = fmt.Sprintf("%.0f–%.0f", rs[0].perSec, rs[len(rs)-1].perSec)
 	}
-	printTable(results, c.partitions)
+	printTable(results, c.partitions, c.rate > 0)
 	return nil
 }
 
@@ -337,7 +357,8 @@ UPDATE bench_accounts SET balance = balance + 1, version = version + 1 WHERE id 
 INSERT INTO choreo_outbox (topic, key, headers, payload) VALUES ('bench.applied', 'acct-' || :aid, '%s'::jsonb, '\x7b22616d6f756e74223a317d');
 COMMIT;
 `, c.accounts, headers)
-	r, err := benchutil.Pgbench{DSN: dsn, Script: script, Clients: c.partitions, Duration: c.pgbenchT, Latencies: true}.Run(ctx)
+	r, err := benchutil.Pgbench{DSN: dsn, Script: script, Clients: c.partitions, Duration: c.pgbenchT, Latencies: true,
+		Rate: c.rate}.Run(ctx)
 	if err != nil {
 		return result{}, err
 	}
@@ -374,34 +395,95 @@ func produceBacklog(ctx context.Context, brokers []string, topic string, n, acco
 		return err
 	}
 	defer cl.Close()
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-	)
+	var errs firstError
 	for i := range n {
-		ev, err := event.New("bench", "bench.requested", fmt.Sprintf("acct-%d", i%accounts+1), struct {
-			Amount int `json:"amount"`
-		}{1})
+		r, err := benchRecord(topic, i, accounts)
 		if err != nil {
 			return err
 		}
-		r, err := event.ToRecord(topic, ev)
-		if err != nil {
-			return err
-		}
-		wg.Add(1)
-		cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
-			defer wg.Done()
-			if err != nil {
-				mu.Lock()
-				first = cmp.Or(first, err)
-				mu.Unlock()
-			}
-		})
+		cl.Produce(ctx, r, errs.note)
 	}
-	wg.Wait()
-	return first
+	return cmp.Or(cl.Flush(ctx), errs.get())
+}
+
+// benchRecord is the i-th event of the benchmark, for account i mod accounts.
+func benchRecord(topic string, i, accounts int) (*kgo.Record, error) {
+	ev, err := event.New("bench", "bench.requested", fmt.Sprintf("acct-%d", i%accounts+1), struct {
+		Amount int `json:"amount"`
+	}{1})
+	if err != nil {
+		return nil, err
+	}
+	return event.ToRecord(topic, ev)
+}
+
+// firstError keeps the first error of asynchronous produce callbacks.
+type firstError struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (f *firstError) note(_ *kgo.Record, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.err = cmp.Or(f.err, err)
+}
+
+func (f *firstError) get() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
+}
+
+// producePaced waits until the consumer group is stable (its member owns the topic's
+// partitions), then produces c.events records at c.rate per second (in 10 ms steps)
+// while the group consumes them.
+func producePaced(ctx context.Context, group string, brokers []string, topic string, c config) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	for {
+		groups, err := adm.DescribeGroups(ctx, group)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err == nil && groups[group].State == "Stable" {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	const step = 10 * time.Millisecond
+	tick := time.NewTicker(step)
+	defer tick.Stop()
+	start := time.Now()
+	var (
+		produced int
+		errs     firstError
+	)
+	for produced < c.events {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		due := min(c.events, int(time.Since(start).Seconds()*float64(c.rate)))
+		for ; produced < due; produced++ {
+			r, err := benchRecord(topic, produced, c.accounts)
+			if err != nil {
+				return err
+			}
+			cl.Produce(ctx, r, errs.note)
+		}
+	}
+	if err := cl.Flush(ctx); ctx.Err() != nil {
+		return nil // the mode finished or the run was cancelled
+	} else if err != nil {
+		return err
+	}
+	return errs.get()
 }
 
 // consume runs one mode until the whole backlog is handled.
@@ -415,13 +497,20 @@ func consume(ctx context.Context, c config, name string, bare, noLock bool, batc
 		firstAt  atomic.Int64
 		finished = make(chan time.Time, 1)
 	)
-	note := func(n int, d time.Duration) {
-		firstAt.CompareAndSwap(0, time.Now().Add(-d).UnixNano())
-		for range n {
+	// note records a transaction of ms that took d: d is each record's latency in the
+	// handler, and in paced mode the time since its production is recorded too.
+	e2e := newLatencies(c.events)
+	note := func(ms []*consumer.Message, d time.Duration) {
+		now := time.Now()
+		firstAt.CompareAndSwap(0, now.Add(-d).UnixNano())
+		for _, m := range ms {
 			lat.add(d)
+			if c.rate > 0 {
+				e2e.add(now.Sub(m.Record.Timestamp))
+			}
 		}
 		txs.Add(1)
-		if handled.Add(int64(n)) == int64(c.events) {
+		if handled.Add(int64(len(ms))) == int64(c.events) {
 			finished <- time.Now()
 		}
 	}
@@ -446,7 +535,7 @@ func consume(ctx context.Context, c config, name string, bare, noLock bool, batc
 			if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return business(ctx, tx, ev) }); err != nil {
 				return err
 			}
-			note(1, time.Since(start))
+			note([]*consumer.Message{m}, time.Since(start))
 			return nil
 		}
 	default:
@@ -468,7 +557,7 @@ func consume(ctx context.Context, c config, name string, bare, noLock bool, batc
 				if err := bh(ctx, ms); err != nil {
 					return err
 				}
-				note(len(ms), time.Since(start))
+				note(ms, time.Since(start))
 				return nil
 			}))
 		}
@@ -481,7 +570,7 @@ func consume(ctx context.Context, c config, name string, bare, noLock bool, batc
 			if err := std(ctx, m); err != nil {
 				return err
 			}
-			note(1, time.Since(start))
+			note([]*consumer.Message{m}, time.Since(start))
 			return nil
 		}
 	}
@@ -489,7 +578,8 @@ func consume(ctx context.Context, c config, name string, bare, noLock bool, batc
 		consumer.WithLogger(quiet),
 		consumer.WithClientOptions(kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond)),
 	)
-	cons, err := consumer.New(brokers, fmt.Sprintf("bench-%s", topic), []string{topic}, h, opts...)
+	group := "bench-" + topic
+	cons, err := consumer.New(brokers, group, []string{topic}, h, opts...)
 	if err != nil {
 		return result{}, err
 	}
@@ -500,9 +590,20 @@ func consume(ctx context.Context, c config, name string, bare, noLock bool, batc
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- cons.Run(runCtx) }()
+	fed := make(chan error, 1)
+	if c.rate > 0 {
+		go func() { fed <- producePaced(runCtx, group, brokers, topic, c) }()
+	}
 	var end time.Time
 	select {
 	case end = <-finished:
+	case err := <-fed:
+		if err != nil {
+			cancel()
+			<-done
+			return result{}, fmt.Errorf("producing: %w", err)
+		}
+		end = <-finished
 	case err := <-done:
 		cancel()
 		return result{}, fmt.Errorf("consumer stopped early: %v", err)
@@ -517,12 +618,13 @@ func consume(ctx context.Context, c config, name string, bare, noLock bool, batc
 	}
 	cpu := after.Sub(before).Per(c.events)
 	elapsed := end.Sub(time.Unix(0, firstAt.Load()))
-	all := lat.sorted()
+	all, e2eAll := lat.sorted(), e2e.sorted()
 	return result{
 		mode: name, perSec: float64(c.events) / elapsed.Seconds(),
 		p50: benchutil.Percentile(all, 0.50), p99: benchutil.Percentile(all, 0.99),
 		evPerTx:    float64(c.events) / float64(txs.Load()),
 		cpuMachine: cpu.Machine, cpuClient: cpu.Process,
+		e2e50: benchutil.Percentile(e2eAll, 0.50), e2e99: benchutil.Percentile(e2eAll, 0.99),
 	}, nil
 }
 
@@ -547,7 +649,7 @@ func (l *latencies) sorted() []time.Duration {
 	return out
 }
 
-func printTable(rs []result, partitions int) {
+func printTable(rs []result, partitions int, paced bool) {
 	var pgbench, bare result
 	for _, r := range rs {
 		if r.isPgbench {
@@ -557,16 +659,27 @@ func printTable(rs []result, partitions int) {
 			bare = r
 		}
 	}
-	fmt.Printf("\n| mode (concurrency %d) | events/s (median) | range | vs pgbench | events/tx | p50 | p99 | p50 added vs bare | CPU/event: machine | of which client |\n", partitions)
-	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	extra, extraSep := "", ""
+	if paced {
+		extra, extraSep = " produced → handled p50 | p99 |", "---:|---:|"
+	}
+	fmt.Printf("\n| mode (concurrency %d) | events/s (median) | range | vs pgbench | events/tx | p50 | p99 | p50 added vs bare | CPU/event: machine | of which client |%s\n", partitions, extra)
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + extraSep)
 	for _, r := range rs {
 		added := "—"
 		if !r.isPgbench && !strings.HasPrefix(r.mode, "bare") && r.evPerTx == 1 {
 			added = fmt.Sprintf("%+.2f ms", ms(r.p50-bare.p50))
 		}
-		fmt.Printf("| %s | %.0f | %s | %.0f%% | %.1f | %.2f ms | %.2f ms | %s | %d µs | %d µs |\n",
+		fmt.Printf("| %s | %.0f | %s | %.0f%% | %.1f | %.2f ms | %.2f ms | %s | %d µs | %d µs |",
 			r.mode, r.perSec, r.spread, 100*r.perSec/pgbench.perSec, r.evPerTx, ms(r.p50), ms(r.p99), added,
 			r.cpuMachine.Microseconds(), r.cpuClient.Microseconds())
+		switch {
+		case paced && r.isPgbench:
+			fmt.Print(" — | — |")
+		case paced:
+			fmt.Printf(" %.2f ms | %.2f ms |", ms(r.e2e50), ms(r.e2e99))
+		}
+		fmt.Println()
 	}
 }
 

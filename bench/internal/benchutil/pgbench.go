@@ -47,6 +47,10 @@ type Pgbench struct {
 	QueryMode string // -M: "prepared" (the default when empty), "simple" or "extended"
 	PGOptions string // run-time settings for the sessions (PGOPTIONS), e.g. "-c synchronous_commit=off"
 	Latencies bool   // log every transaction (-l) and return their latencies
+	// Rate, when positive, throttles the run to this many transactions per second in
+	// all (-R). Latencies are then each transaction's own time, without the wait for
+	// its scheduled start (pgbench's schedule lag).
+	Rate int
 }
 
 // PgbenchResult is what one pgbench run measured.
@@ -85,6 +89,9 @@ func (p Pgbench) Run(ctx context.Context) (PgbenchResult, error) {
 	} else {
 		args = append(args, "-T", strconv.Itoa(max(1, int(p.Duration.Round(time.Second)/time.Second))))
 	}
+	if p.Rate > 0 {
+		args = append(args, "-R", strconv.Itoa(p.Rate))
+	}
 	logPrefix := filepath.Join(dir, "log")
 	if p.Latencies {
 		args = append(args, "-l", "--log-prefix="+logPrefix)
@@ -122,7 +129,7 @@ func (p Pgbench) Run(ctx context.Context) (PgbenchResult, error) {
 		return PgbenchResult{}, fmt.Errorf("pgbench: transactions: %w", err)
 	}
 	if p.Latencies {
-		if r.Latencies, err = readLatencies(logPrefix); err != nil {
+		if r.Latencies, err = readLatencies(logPrefix, p.Rate > 0); err != nil {
 			return PgbenchResult{}, err
 		}
 	}
@@ -140,7 +147,7 @@ func machineCPU() (time.Duration, error) {
 
 // readLatencies reads pgbench's per-transaction logs (prefix.PID and prefix.PID.N, one per
 // thread; the third column is the latency in µs) and returns the latencies sorted.
-func readLatencies(prefix string) ([]time.Duration, error) {
+func readLatencies(prefix string, throttled bool) ([]time.Duration, error) {
 	files, err := filepath.Glob(prefix + ".*")
 	if err != nil {
 		return nil, err
@@ -153,14 +160,24 @@ func readLatencies(prefix string) ([]time.Duration, error) {
 		}
 		s := bufio.NewScanner(f)
 		for s.Scan() {
-			// client_id transaction_no time script_no time_epoch time_us [...]
+			// client_id transaction_no time script_no time_epoch time_us [schedule_lag]
+			// [...]; under -R, time counts from the scheduled start.
 			fields := strings.Fields(s.Text())
-			if len(fields) < 3 {
+			if len(fields) < 3 || (throttled && len(fields) < 7) {
 				continue
 			}
-			if us, err := strconv.ParseInt(fields[2], 10, 64); err == nil {
-				lat = append(lat, time.Duration(us)*time.Microsecond)
+			us, err := strconv.ParseInt(fields[2], 10, 64)
+			if err != nil {
+				continue
 			}
+			if throttled {
+				lag, err := strconv.ParseInt(fields[6], 10, 64)
+				if err != nil {
+					continue
+				}
+				us -= lag
+			}
+			lat = append(lat, time.Duration(us)*time.Microsecond)
 		}
 		err = s.Err()
 		f.Close()
