@@ -38,8 +38,8 @@ type IdempotentConfig struct {
 }
 
 // Idempotent is the innermost handler of the chain. For each message it opens a
-// transaction on DB (pgx.BeginFunc), checks the lease's fencing token first if Fence is
-// set, claims scope "<group>/<Name>" and key = event id with the request
+// transaction on DB (pgx.BeginFunc), waits for the lease if Lock is acquiring it ahead
+// (Message.AwaitLease), checks the lease's fencing token if Fence is set, claims scope "<group>/<Name>" and key = event id with the request
 // hash SHA-256(type, payload) (idempotency.Store), and then:
 //   - first time: calls h with the transaction, commits, and runs the AfterCommit hooks;
 //   - duplicate: rolls back, records OutcomeDuplicate, and returns nil without calling h;
@@ -67,6 +67,10 @@ func Idempotent(cfg IdempotentConfig, h TxHandler) Handler {
 		scope := m.Group + "/" + cfg.Name
 		var dup bool
 		err := pgx.BeginFunc(ctx, cfg.DB, func(tx pgx.Tx) error {
+			// With Lock's AcquireAhead the lease was being acquired while BEGIN ran.
+			if err := m.AwaitLease(ctx); err != nil {
+				return err
+			}
 			if cfg.Fence && m.Lease != nil {
 				if err := m.Lease.CheckFence(ctx, tx); err != nil {
 					return err

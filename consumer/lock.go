@@ -18,6 +18,7 @@ type Locker interface {
 type lockConfig struct {
 	entity         func(m *Message) string
 	releaseTimeout time.Duration
+	ahead          bool
 }
 
 // LockOption configures Lock.
@@ -31,6 +32,15 @@ func LockEntity(f func(m *Message) string) LockOption {
 			c.entity = f
 		}
 	}
+}
+
+// AcquireAhead makes Lock call the next handler while the lease is still being acquired,
+// so that the acquisition's round trip to Redis overlaps the next handler's first step
+// (for Idempotent, opening the transaction). The next handler must call
+// Message.AwaitLease before it does anything that needs the lock; Idempotent does so right
+// after BEGIN, before the fence check and the idempotency claim. Standard uses it.
+func AcquireAhead() LockOption {
+	return func(c *lockConfig) { c.ahead = true }
 }
 
 // Lock serialises the handling of one entity across partitions, topics and instances
@@ -50,28 +60,66 @@ func Lock(l Locker, opts ...LockOption) Middleware {
 			if entity == "" {
 				return next(ctx, m)
 			}
-			lease, err := l.Acquire(ctx, entity)
-			if err != nil {
-				return fmt.Errorf("consumer: lock %q: %w", entity, err)
-			}
-			m.Lease = lease
-			defer func() {
+			// The handlers' context ends with ctx or when the lease is lost, and keeps
+			// ctx's values (span, correlation id, the worker's stop signal).
+			lctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			var (
+				lease *lock.Lease
+				err   error
+				stop  func() bool
+			)
+			defer func() { // runs after the acquisition ended, whatever happened
+				if lease == nil {
+					return
+				}
+				stop()
 				m.Lease = nil
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.releaseTimeout)
 				defer cancel()
 				_ = lease.Release(rctx) // an expired lease frees itself
 			}()
-			// The handlers' context ends with ctx or when the lease is lost, and keeps
-			// ctx's values (span, correlation id, the worker's stop signal).
-			lctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			stop := context.AfterFunc(lease.Context(), cancel)
-			defer stop()
-			err = next(lctx, m)
-			if err != nil && lease.Context().Err() != nil && ctx.Err() == nil {
-				return fmt.Errorf("consumer: lock %q: %w: %w", entity, lock.ErrLost, err)
+			acquire := func() {
+				if lease, err = l.Acquire(ctx, entity); err == nil {
+					m.Lease = lease
+					stop = context.AfterFunc(lease.Context(), cancel)
+				}
 			}
-			return err
+			if !cfg.ahead {
+				if acquire(); err != nil {
+					return wrapLockErr(entity, err)
+				}
+				return checkLost(ctx, entity, lease, next(lctx, m))
+			}
+			ready := make(chan struct{})
+			m.leaseReady = ready
+			go func() {
+				defer close(ready)
+				acquire()
+				m.leaseErr = wrapLockErr(entity, err)
+			}()
+			defer func() { <-ready; m.leaseReady, m.leaseErr = nil, nil }()
+			nerr := next(lctx, m)
+			<-ready
+			if err != nil {
+				return m.leaseErr
+			}
+			return checkLost(ctx, entity, lease, nerr)
 		}
 	}
+}
+
+// checkLost adds lock.ErrLost to a handler's error when the lease was lost meanwhile.
+func checkLost(ctx context.Context, entity string, lease *lock.Lease, err error) error {
+	if err != nil && lease.Context().Err() != nil && ctx.Err() == nil {
+		return fmt.Errorf("consumer: lock %q: %w: %w", entity, lock.ErrLost, err)
+	}
+	return err
+}
+
+func wrapLockErr(entity string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("consumer: lock %q: %w", entity, err)
 }

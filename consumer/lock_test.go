@@ -101,3 +101,71 @@ func TestLockEntityOption(t *testing.T) {
 		t.Fatalf("empty entity: err %v, lease %q; want no lock", err, got)
 	}
 }
+
+// With AcquireAhead the next handler starts while the lease is still being acquired,
+// AwaitLease returns once it is held (with m.Lease set), and the lease is released after.
+func TestLockAcquireAhead(t *testing.T) {
+	rdb, ns := testenv.Redis(t)
+	locker := lock.New(rdb, lock.Options{Namespace: ns, Retry: lock.FullJitter(time.Millisecond, 2*time.Millisecond)})
+	ctx := context.Background()
+	held, err := locker.Acquire(ctx, "o-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{})
+	var token int64
+	h := Lock(locker, AcquireAhead())(func(ctx context.Context, m *Message) error {
+		close(started) // before the lease can be held: held still has it
+		if err := m.AwaitLease(ctx); err != nil {
+			return err
+		}
+		token = m.Lease.Token()
+		return nil
+	})
+	done := make(chan error, 1)
+	m := &Message{Record: &kgo.Record{Key: []byte("o-1")}}
+	go func() { done <- h(ctx, m) }()
+	<-started
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if token <= held.Token() {
+		t.Errorf("handler saw token %d, want one after the previous holder's %d", token, held.Token())
+	}
+	if m.Lease != nil || m.AwaitLease(ctx) != nil {
+		t.Error("lease state left on the message")
+	}
+	again, err := locker.Acquire(ctx, "o-1") // released: obtainable at once
+	if err != nil {
+		t.Fatalf("lease not released after the handler: %v", err)
+	}
+	_ = again.Release(ctx)
+}
+
+// With AcquireAhead a lease that cannot be obtained fails AwaitLease and the middleware
+// with lock.ErrNotObtained, even when the next handler ignores AwaitLease's error.
+func TestLockAcquireAheadNotObtained(t *testing.T) {
+	rdb, ns := testenv.Redis(t)
+	locker := lock.New(rdb, lock.Options{Namespace: ns, MaxWait: 20 * time.Millisecond})
+	ctx := context.Background()
+	held, err := locker.Acquire(ctx, "o-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	var awaited error
+	h := Lock(locker, AcquireAhead())(func(ctx context.Context, m *Message) error {
+		awaited = m.AwaitLease(ctx)
+		return nil
+	})
+	err = h(ctx, &Message{Record: &kgo.Record{Key: []byte("o-1")}})
+	if !errors.Is(err, lock.ErrNotObtained) || !errors.Is(awaited, lock.ErrNotObtained) {
+		t.Fatalf("middleware: %v; AwaitLease: %v; want both lock.ErrNotObtained", err, awaited)
+	}
+	if !Retryable(err) {
+		t.Error("not obtained must be retryable")
+	}
+}

@@ -86,7 +86,9 @@ func (cfg *StandardConfig) tracingOptions() []tracing.InstrumentOption {
 // DeadLetter sits outside Retry because only the outcome of all attempts decides whether
 // a record is dead-lettered; Decode, the router's filter and the inner Recover sit inside
 // both, so undecodable records, unknown types and panics are dead-lettered at once
-// instead of blocking the partition. Lock sits inside Retry, so "not obtained" backs off.
+// instead of blocking the partition. Lock sits inside Retry, so "not obtained" backs off;
+// it acquires the lease ahead (AcquireAhead), so the Redis round trip overlaps
+// Idempotent's BEGIN.
 func Standard(cfg StandardConfig) (Handler, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -121,7 +123,7 @@ func Standard(cfg StandardConfig) (Handler, error) {
 		mws = append(mws, cfg.Router.Filter())
 	}
 	if cfg.Locker != nil {
-		mws = append(mws, Lock(cfg.Locker, LockEntity(cfg.LockEntity)))
+		mws = append(mws, Lock(cfg.Locker, LockEntity(cfg.LockEntity), AcquireAhead()))
 	}
 	inner := Idempotent(IdempotentConfig{
 		DB:          cfg.DB,
