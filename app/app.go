@@ -523,7 +523,8 @@ func (g *group) stop(ctx context.Context) error {
 //     background functions stop;
 //  3. the outbox relay publishes what the last handlers enqueued (its batch in flight)
 //     and steps down;
-//  4. Kafka, Redis and Postgres connections close;
+//  4. leases still being released reach Redis, and Kafka, Redis and Postgres connections
+//     close;
 //  5. telemetry is flushed (when the App set it up).
 //
 // Run returns nil after a shutdown caused by ctx or a signal, and an error wrapping
@@ -628,6 +629,12 @@ func (a *App) closeResources(ctx context.Context) error {
 		var errs []error
 		if a.Kafka != nil {
 			a.Kafka.Close()
+		}
+		if a.Locker != nil {
+			// Leases released in the background after the last handlers (Lock).
+			if e := a.Locker.Wait(ctx); e != nil {
+				errs = append(errs, fmt.Errorf("app: lock releases: %w", e))
+			}
 		}
 		if a.Redis != nil {
 			if e := a.Redis.Close(); e != nil {

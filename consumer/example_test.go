@@ -56,10 +56,10 @@ func ExampleStandard() {
 			return ob.Enqueue(ctx, tx, "payments.events", next.CausedBy(ev))
 		}).
 		Ignore("order.viewed")
+	locker := lock.New(rdb, lock.Options{Namespace: "example:" + exampleID() + ":"}) // per-entity leases
 	h, err := consumer.Standard(consumer.StandardConfig{
 		DB: pool, Router: router, DeadLetter: producer, Name: "charge",
-		Locker:      lock.New(rdb, lock.Options{Namespace: "example:" + exampleID() + ":"}),
-		AfterCommit: []func(){ob.Wake}, EntityAttribute: "order.id",
+		Locker: locker, AfterCommit: []func(){ob.Wake}, EntityAttribute: "order.id",
 	})
 	if err != nil {
 		panic(err)
@@ -91,6 +91,10 @@ func ExampleStandard() {
 	}
 	cancel()
 	if err := <-done; err != nil {
+		panic(err)
+	}
+	// Leases are released in the background; let the last releases reach Redis.
+	if err := locker.Wait(context.Background()); err != nil {
 		panic(err)
 	}
 	fmt.Printf("payments: %d, events queued in the outbox: %d\n", payments, queued)

@@ -3,22 +3,22 @@ package consumer
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/choreo-saga/choreo/lock"
 )
 
 // Locker acquires per-entity leases; *lock.Locker satisfies it. Batch mode
-// (StandardBatch) acquires a batch's leases with AcquireAll, all or none.
+// (StandardBatch) acquires a batch's leases with AcquireAll, all or none. Leases acquired
+// by Lock are released in the background: call the Locker's Wait before the process
+// exits (app.App does).
 type Locker interface {
 	Acquire(ctx context.Context, entity string) (*lock.Lease, error)
 	AcquireAll(ctx context.Context, entities []string) ([]*lock.Lease, error)
 }
 
 type lockConfig struct {
-	entity         func(m *Message) string
-	releaseTimeout time.Duration
-	ahead          bool
+	entity func(m *Message) string
+	ahead  bool
 }
 
 // LockOption configures Lock.
@@ -46,11 +46,13 @@ func AcquireAhead() LockOption {
 // Lock serialises the handling of one entity across partitions, topics and instances
 // with a Redis lease (package lock): it acquires the entity's lease, runs the handlers it
 // wraps with the lease's context (cancelled if the lease is lost) and m.Lease set, and
-// releases the lease. A lease that cannot be obtained fails with lock.ErrNotObtained and
+// releases the lease in the background (lock.Lease.ReleaseInBackground: the record does
+// not wait for that round trip; the Locker's next Acquire of the entity does, and
+// lock.Locker.Wait before exiting lets the last releases reach Redis). A lease that cannot be obtained fails with lock.ErrNotObtained and
 // a lease lost mid-handling with lock.ErrLost; both are retryable. The lock is for
 // contention, not correctness: the transaction (Idempotent, with Fence) is the guard.
 func Lock(l Locker, opts ...LockOption) Middleware {
-	cfg := lockConfig{entity: (*Message).Subject, releaseTimeout: 5 * time.Second}
+	cfg := lockConfig{entity: (*Message).Subject}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -75,9 +77,7 @@ func Lock(l Locker, opts ...LockOption) Middleware {
 				}
 				stop()
 				m.Lease = nil
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.releaseTimeout)
-				defer cancel()
-				_ = lease.Release(rctx) // an expired lease frees itself
+				lease.ReleaseInBackground()
 			}()
 			acquire := func() {
 				if lease, err = l.Acquire(ctx, entity); err == nil {

@@ -42,6 +42,11 @@ func (l *Locker) AcquireAll(ctx context.Context, entities []string) ([]*Lease, e
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, l.opts.MaxWait)
 	defer cancel()
+	for i, c := range calls { // our own background releases of these entities first
+		if !l.awaitRelease(waitCtx, c.keys[0]) {
+			return nil, notObtained(ctx, sorted[i])
+		}
+	}
 	var (
 		retry RetryStrategy // created on the first retry only
 		wait  *time.Timer

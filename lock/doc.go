@@ -27,7 +27,10 @@
 //     work under the lock aborts before it commits;
 //   - Release, which deletes the lock only if it still holds this lease's
 //     random value: releasing an expired lease never deletes the lock of
-//     the next holder.
+//     the next holder. ReleaseInBackground does the same without making the
+//     caller wait for the round trip; the Locker's next Acquire of that
+//     entity waits for it instead, and Locker.Wait waits for all of them
+//     (call it before the process exits).
 //
 // ErrNotObtained (the lock stayed taken: retry later) and ErrLost (the
 // lease ended early) are distinct sentinels.

@@ -90,6 +90,12 @@ type Locker struct {
 	opts  Options
 	// Script arguments that never change, formatted once.
 	ttlArg, retentionArg string
+
+	// Releases started by Lease.ReleaseInBackground: background counts them, and
+	// releasing maps a lock key to a channel closed when its release has ended.
+	background sync.WaitGroup
+	mu         sync.Mutex
+	releasing  map[string]chan struct{}
 }
 
 // New returns a Locker using client (a *redis.Client, *redis.ClusterClient
@@ -121,6 +127,7 @@ func New(client redislock.RedisClient, opts Options) *Locker {
 		opts:         opts,
 		ttlArg:       strconv.FormatInt(opts.TTL.Milliseconds(), 10),
 		retentionArg: strconv.FormatInt(opts.FenceRetention.Milliseconds(), 10),
+		releasing:    make(map[string]chan struct{}),
 	}
 }
 
@@ -194,6 +201,9 @@ func (l *Locker) Acquire(ctx context.Context, entity string) (*Lease, error) {
 	value := randomValue()
 	waitCtx, cancel := context.WithTimeout(ctx, l.opts.MaxWait)
 	defer cancel()
+	if !l.awaitRelease(waitCtx, key) {
+		return nil, notObtained(ctx, entity)
+	}
 	var (
 		retry RetryStrategy // created on the first retry only
 		wait  *time.Timer
@@ -312,6 +322,71 @@ func (l *Locker) newLease(parent context.Context, entity, key, value string, tok
 		ls.refresh = time.AfterFunc(l.opts.RefreshEvery, ls.extend)
 	}
 	return ls
+}
+
+// ReleaseInBackground releases the lease like Release, in a goroutine, and returns at
+// once, so that a caller does not wait for the round trip to Redis. Acquire and AcquireAll
+// of the same Locker first wait for such a release of the same entity to end, so a worker
+// that handles the same entity next does not find its own lock still held. The release is
+// bounded by TTL (an unreleased lock expires by then anyway) and its error is dropped; use
+// Release to see it. Locker.Wait waits for every background release, e.g. before exiting.
+func (ls *Lease) ReleaseInBackground() {
+	l := ls.locker
+	done := make(chan struct{})
+	l.mu.Lock()
+	prev := l.releasing[ls.key] // another lease of the key still releasing (expired leases)
+	l.releasing[ls.key] = done
+	l.mu.Unlock()
+	l.background.Add(1)
+	go func() {
+		defer l.background.Done()
+		if prev != nil {
+			<-prev
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ls.ctx), l.opts.TTL)
+		_ = ls.Release(ctx)
+		cancel()
+		l.mu.Lock()
+		if l.releasing[ls.key] == done {
+			delete(l.releasing, ls.key)
+		}
+		l.mu.Unlock()
+		close(done)
+	}()
+}
+
+// awaitRelease waits until no background release of key is in flight; false if ctx
+// ended first.
+func (l *Locker) awaitRelease(ctx context.Context, key string) bool {
+	l.mu.Lock()
+	done := l.releasing[key]
+	l.mu.Unlock()
+	if done == nil {
+		return true
+	}
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Wait waits until every release started with Lease.ReleaseInBackground has ended, or
+// until ctx ends (returning its error). Call it before the process exits, after the
+// work that acquires leases has stopped, so that no lock outlives its holder by up to TTL.
+func (l *Locker) Wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		l.background.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Entity returns the entity the lease locks.

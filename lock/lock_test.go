@@ -439,3 +439,69 @@ func TestTokenOnlyForObtainedLock(t *testing.T) {
 		t.Fatalf("lock key exists = %d, want 1", n)
 	}
 }
+
+// A lease released in the background does not block its own Locker's next Acquire of the
+// entity, even with no retries: Acquire waits for the release instead of finding the lock
+// still held. Wait returns once every background release has ended, and the lock is gone.
+func TestReleaseInBackground(t *testing.T) {
+	rdb, ns := testenv.Redis(t)
+	l := lock.New(rdb, lock.Options{Namespace: ns, Retry: lock.NoRetry()})
+	ctx := context.Background()
+	for i := range 100 {
+		ls, err := l.Acquire(ctx, "o-1")
+		if err != nil {
+			t.Fatalf("acquisition %d: %v", i, err)
+		}
+		ls.ReleaseInBackground()
+	}
+	ls, err := l.AcquireAll(ctx, []string{"o-1", "o-2"})
+	if err != nil {
+		t.Fatalf("AcquireAll after a background release: %v", err)
+	}
+	for _, x := range ls {
+		x.ReleaseInBackground()
+	}
+	if err := l.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []string{"o-1", "o-2"} {
+		if n, err := rdb.Exists(ctx, l.Key(e)).Result(); err != nil || n != 0 {
+			t.Errorf("%s: lock key still exists after Wait (%d, %v)", e, n, err)
+		}
+	}
+	if err := ls[0].Err(); err == nil {
+		t.Error("a released lease's context is still live")
+	}
+}
+
+// Background releases and acquisitions racing on one entity never let two holders in.
+func TestReleaseInBackgroundSerialises(t *testing.T) {
+	rdb, ns := testenv.Redis(t)
+	l := lock.New(rdb, lock.Options{Namespace: ns, Retry: lock.FullJitter(time.Millisecond, 2*time.Millisecond)})
+	ctx := context.Background()
+	var inside, overlaps atomic.Int32
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 25 {
+				ls, err := l.Acquire(ctx, "o-1")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if inside.Add(1) > 1 {
+					overlaps.Add(1)
+				}
+				inside.Add(-1)
+				ls.ReleaseInBackground()
+			}
+		})
+	}
+	wg.Wait()
+	if err := l.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if overlaps.Load() != 0 {
+		t.Errorf("%d overlapping holders", overlaps.Load())
+	}
+}
