@@ -3,9 +3,9 @@ SHELL := /bin/bash
 GO    ?= go
 
 # Library packages run under the race detector; the services, commands and end-to-end
-# tests run without it (they are big and these machines have 2 cores).
+# tests and the benchmark helpers run without it (they are big and these machines have 2 cores).
 LIB_PKGS := ./event/... ./idempotency/... ./lock/... ./outbox/... ./consumer/... ./tracing/... ./app/... ./internal/...
-APP_PKGS := ./services/... ./cmd/... ./deploy/...
+APP_PKGS := ./services/... ./cmd/... ./deploy/... ./bench/...
 
 .PHONY: help
 help: ## list targets
