@@ -47,10 +47,8 @@ func (l *Locker) AcquireAll(ctx context.Context, entities []string) ([]*Lease, e
 			return nil, notObtained(ctx, sorted[i])
 		}
 	}
-	var (
-		retry RetryStrategy // created on the first retry only
-		wait  *time.Timer
-	)
+	r := retrier{policy: l.opts.Retry}
+	defer r.stop()
 	for {
 		start := time.Now()
 		cmds := runAll(waitCtx, l.redis, obtainScript, calls)
@@ -91,23 +89,8 @@ func (l *Locker) AcquireAll(ctx context.Context, entities []string) ([]*Lease, e
 			return nil, rerr
 		}
 
-		if retry == nil {
-			retry = l.opts.Retry()
-		}
-		backoff := retry.NextBackoff()
-		if backoff < 1 {
-			return nil, fmt.Errorf("%w: %q: retries exhausted", ErrNotObtained, sorted[held])
-		}
-		if wait == nil {
-			wait = time.NewTimer(backoff)
-			defer wait.Stop()
-		} else {
-			wait.Reset(backoff)
-		}
-		select {
-		case <-waitCtx.Done():
-			return nil, notObtained(ctx, sorted[held])
-		case <-wait.C:
+		if err := r.pause(waitCtx); err != nil {
+			return nil, notObtainedAfter(ctx, sorted[held], err)
 		}
 	}
 }

@@ -204,10 +204,8 @@ func (l *Locker) Acquire(ctx context.Context, entity string) (*Lease, error) {
 	if !l.awaitRelease(waitCtx, key) {
 		return nil, notObtained(ctx, entity)
 	}
-	var (
-		retry RetryStrategy // created on the first retry only
-		wait  *time.Timer
-	)
+	r := retrier{policy: l.opts.Retry}
+	defer r.stop()
 	for {
 		start := time.Now()
 		token, err := obtainScript.Run(waitCtx, l.redis, keys, value, l.ttlArg, l.retentionArg).Int64()
@@ -227,25 +225,58 @@ func (l *Locker) Acquire(ctx context.Context, entity string) (*Lease, error) {
 			return nil, fmt.Errorf("lock: acquire %q: %w", entity, err)
 		}
 
-		if retry == nil {
-			retry = l.opts.Retry()
-		}
-		backoff := retry.NextBackoff()
-		if backoff < 1 {
-			return nil, fmt.Errorf("%w: %q: retries exhausted", ErrNotObtained, entity)
-		}
-		if wait == nil {
-			wait = time.NewTimer(backoff)
-			defer wait.Stop()
-		} else {
-			wait.Reset(backoff)
-		}
-		select {
-		case <-waitCtx.Done():
-			return nil, notObtained(ctx, entity)
-		case <-wait.C:
+		if err := r.pause(waitCtx); err != nil {
+			return nil, notObtainedAfter(ctx, entity, err)
 		}
 	}
+}
+
+// errExhausted is returned by retrier.pause when the retry policy gives up.
+var errExhausted = errors.New("retries exhausted")
+
+// retrier waits between the attempts of one acquisition as its Locker's RetryPolicy says.
+type retrier struct {
+	policy   RetryPolicy
+	strategy RetryStrategy // created on the first retry only
+	timer    *time.Timer
+}
+
+// pause waits for the next backoff. It returns errExhausted at once when the policy has
+// no retry left, or ctx's error if ctx ends first.
+func (r *retrier) pause(ctx context.Context) error {
+	if r.strategy == nil {
+		r.strategy = r.policy()
+	}
+	d := r.strategy.NextBackoff()
+	if d < 1 {
+		return errExhausted
+	}
+	if r.timer == nil {
+		r.timer = time.NewTimer(d)
+	} else {
+		r.timer.Reset(d)
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-r.timer.C:
+		return nil
+	}
+}
+
+func (r *retrier) stop() {
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+}
+
+// notObtainedAfter is the error of an acquisition of entity whose retrier's pause
+// failed with err.
+func notObtainedAfter(ctx context.Context, entity string, err error) error {
+	if errors.Is(err, errExhausted) {
+		return fmt.Errorf("%w: %q: %w", ErrNotObtained, entity, err)
+	}
+	return notObtained(ctx, entity)
 }
 
 func notObtained(ctx context.Context, entity string) error {
