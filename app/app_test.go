@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -159,6 +160,8 @@ type testApp struct {
 	brokers []string
 	base    string
 	logs    *syncBuffer
+	rdb     *redis.Client // the test's Redis, with the locker's keys under lockNS
+	lockNS  string
 }
 
 type syncBuffer struct {
@@ -186,7 +189,7 @@ func newTestApp(t *testing.T, opts ...app.Option) *testApp {
 // newTestAppSignals is newTestApp with Run listening for SIGINT and SIGTERM.
 func newTestAppSignals(t *testing.T, opts ...app.Option) *testApp {
 	t.Helper()
-	_, ns := testenv.Redis(t)
+	rdb, ns := testenv.Redis(t)
 	brokers := testenv.KafkaCluster(t).ListenAddrs()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -208,7 +211,7 @@ func newTestAppSignals(t *testing.T, opts ...app.Option) *testApp {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &testApp{App: a, brokers: brokers, base: "http://" + ln.Addr().String(), logs: logs}
+	return &testApp{App: a, brokers: brokers, base: "http://" + ln.Addr().String(), logs: logs, rdb: rdb, lockNS: ns}
 }
 
 func get(t *testing.T, url string) (int, string) {
@@ -316,6 +319,19 @@ func TestAppLifecycle(t *testing.T) {
 	}
 	if got := k.Events("widgets.out")["w-last"]; len(got) != 1 || got[0].Type != "widget.farewell" {
 		t.Fatalf("event enqueued during shutdown was not published before the relay stopped: %v", got)
+	}
+	// No lease outlives the service (Lock releases in the background; Run waits for them).
+	var held []string
+	for _, key := range a.rdb.Keys(ctx, a.lockNS+"*").Val() {
+		if !strings.HasSuffix(key, ":fence") {
+			held = append(held, key)
+		}
+	}
+	if len(held) != 0 {
+		t.Errorf("locks still held after Run returned: %v", held)
+	}
+	if fences := a.rdb.Keys(ctx, a.lockNS+"*:fence").Val(); len(fences) == 0 {
+		t.Error("no fencing counters in Redis: the consumer took no leases, so the check above proves nothing")
 	}
 	after, err := pgxpool.New(ctx, dsn)
 	if err != nil {
