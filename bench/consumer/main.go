@@ -439,7 +439,9 @@ func (f *firstError) get() error {
 // partitions), then produces c.events records at c.rate per second (in 10 ms steps)
 // while the group consumes them.
 func producePaced(ctx context.Context, group string, brokers []string, topic string, c config) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	// No linger (franz-go's default is 10 ms): a record leaves as soon as it is produced,
+	// so produced → handled measures the broker hop and the consumer, not the batching.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(0))
 	if err != nil {
 		return err
 	}
