@@ -14,6 +14,7 @@
 //	})
 //	c, err := consumer.New(brokers, "payment", []string{"orders.events"}, h)
 //	err = c.Run(ctx) // until ctx is cancelled; then a graceful shutdown
+//	err = errors.Join(err, locker.Wait(context.WithoutCancel(ctx))) // last lease releases
 //
 // The business handler receives the transaction explicitly. It makes its writes and
 // enqueues its outgoing events with outbox.Enqueue in that transaction, using
@@ -47,7 +48,10 @@
 //   - Decode turns the record into an event.Event; the router's filter settles ignored
 //     types and rejects unknown ones before any lock or transaction.
 //   - Lock holds the entity's Redis lease (package lock) while the transaction runs, to
-//     avoid contention; it is not the correctness guard.
+//     avoid contention; it is not the correctness guard. In Standard it acquires the
+//     lease ahead (AcquireAhead: the Redis round trip overlaps BEGIN, and Idempotent
+//     waits for the lease before its claim), and it releases the lease in the
+//     background after the transaction; call the Locker's Wait before exiting.
 //   - Idempotent is the correctness guard: in one Postgres transaction it claims the
 //     event id under the scope "<group>/<name>" with a SHA-256 of type and payload
 //     (package idempotency), optionally checks the lease's fencing token, runs the
