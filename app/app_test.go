@@ -159,26 +159,9 @@ type testApp struct {
 	*app.App
 	brokers []string
 	base    string
-	logs    *syncBuffer
+	logs    *apptest.LogBuffer
 	rdb     *redis.Client // the test's Redis, with the locker's keys under lockNS
 	lockNS  string
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func newTestApp(t *testing.T, opts ...app.Option) *testApp {
@@ -203,7 +186,7 @@ func newTestAppSignals(t *testing.T, opts ...app.Option) *testApp {
 	if err := env.Err(); err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &apptest.LogBuffer{}
 	a, err := app.New(context.Background(), cfg, append([]app.Option{
 		app.WithListener(ln), app.WithLogOutput(logs),
 		app.WithLockOptions(lock.Options{Namespace: ns}), app.WithEntityAttribute("widget.id"),

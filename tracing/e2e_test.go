@@ -1,9 +1,7 @@
 package tracing_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -19,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/choreo-saga/choreo/app/apptest"
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/idempotency"
@@ -26,32 +25,6 @@ import (
 	"github.com/choreo-saga/choreo/outbox"
 	"github.com/choreo-saga/choreo/tracing"
 )
-
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of several
-// loggers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) lines() []map[string]any {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	for _, l := range bytes.Split(b.buf.Bytes(), []byte("\n")) {
-		var m map[string]any
-		if json.Unmarshal(l, &m) == nil {
-			out = append(out, m)
-		}
-	}
-	return out
-}
 
 // TestOneSagaOneTrace drives two saga steps through the real pieces:
 //
@@ -75,7 +48,7 @@ func TestOneSagaOneTrace(t *testing.T) {
 		sdktrace.WithSpanProcessor(rec),
 	)
 	defer tp.Shutdown(context.Background())
-	var logs syncBuffer
+	var logs apptest.LogBuffer
 	logger := slog.New(tracing.NewLogHandler(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 
 	// Postgres: the pool is instrumented; the relay and the consumers share it.
@@ -299,7 +272,7 @@ func TestOneSagaOneTrace(t *testing.T) {
 
 	// The consumers' log lines name the trace and the saga.
 	found := 0
-	for _, l := range logs.lines() {
+	for _, l := range logs.Records() {
 		if l["trace_id"] == traceID.String() && l["correlation_id"] == orderID && l["order.id"] == orderID {
 			found++
 		}

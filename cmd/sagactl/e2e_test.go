@@ -14,29 +14,12 @@ import (
 	"time"
 
 	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/app/apptest"
 	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/services/inventory/inventorysvc"
 	"github.com/choreo-saga/choreo/services/order/ordersvc"
 	"github.com/choreo-saga/choreo/services/payment/paymentsvc"
 )
-
-// lockedBuffer collects the services' logs, shown when the test fails.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // startSaga runs the three real services in this process against the test Postgres,
 // Redis and Kafka-protocol broker, and returns the order service's base URL.
@@ -44,7 +27,7 @@ func startSaga(t *testing.T) string {
 	t.Helper()
 	brokers := testenv.Kafka(t)
 	redisAddr := testenv.RedisAddr(t)
-	logs := &lockedBuffer{}
+	logs := &apptest.LogBuffer{} // the services' logs, shown when the test fails
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	common := func(extra map[string]string) *app.Env {
