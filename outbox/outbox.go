@@ -296,36 +296,22 @@ func parseHeaders(in []byte) (hs []kgo.RecordHeader, ok bool) {
 	}
 }
 
-// headerKey returns the key as a string, without allocating for the headers
-// every row carries.
+// knownHeaderKeys interns the header names every row carries.
+var knownHeaderKeys = func() map[string]string {
+	m := make(map[string]string)
+	for _, k := range []string{event.HeaderID, event.HeaderType, event.HeaderSource, event.HeaderSpecVersion,
+		event.HeaderTime, event.HeaderSubject, event.HeaderCorrelationID, event.HeaderCausationID,
+		event.HeaderSchemaVersion, event.HeaderContentType, "traceparent", "tracestate", "baggage"} {
+		m[k] = k
+	}
+	return m
+}()
+
+// headerKey returns the key as a string, without allocating for the known
+// header names (a map lookup by string(k) does not allocate).
 func headerKey(k []byte) string {
-	switch string(k) {
-	case event.HeaderID:
-		return event.HeaderID
-	case event.HeaderType:
-		return event.HeaderType
-	case event.HeaderSource:
-		return event.HeaderSource
-	case event.HeaderSpecVersion:
-		return event.HeaderSpecVersion
-	case event.HeaderTime:
-		return event.HeaderTime
-	case event.HeaderSubject:
-		return event.HeaderSubject
-	case event.HeaderCorrelationID:
-		return event.HeaderCorrelationID
-	case event.HeaderCausationID:
-		return event.HeaderCausationID
-	case event.HeaderSchemaVersion:
-		return event.HeaderSchemaVersion
-	case event.HeaderContentType:
-		return event.HeaderContentType
-	case "traceparent":
-		return "traceparent"
-	case "tracestate":
-		return "tracestate"
-	case "baggage":
-		return "baggage"
+	if s, ok := knownHeaderKeys[string(k)]; ok {
+		return s
 	}
 	return string(k)
 }
