@@ -1,13 +1,11 @@
 package consumer
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -95,9 +93,10 @@ func StandardBatch(cfg StandardConfig) (BatchHandler, error) {
 			}
 		}()
 
-		// Decode and filter.
+		// Decode and filter; workAt[j] is the index in ms of work[j].
 		work := make([]*Message, 0, len(ms))
-		for _, m := range ms {
+		workAt := make([]int, 0, len(ms))
+		for i, m := range ms {
 			if !m.Decoded {
 				ev, err := event.FromRecord(m.Record, cfg.Decode...)
 				if err != nil {
@@ -115,13 +114,17 @@ func StandardBatch(cfg StandardConfig) (BatchHandler, error) {
 				}
 			}
 			work = append(work, m)
+			workAt = append(workAt, i)
 		}
 
-		// Lock every entity of the batch, in a fixed order so that batches of different
-		// partitions that share entities cannot deadlock.
+		// Lock every entity of the batch, all or none (so that batches of different
+		// partitions that share entities cannot deadlock); leases come sorted by entity.
 		lctx := ctx
+		var leases []*lock.Lease
 		if cfg.Locker != nil && len(work) > 0 {
-			leases, release, err := acquireAll(ctx, cfg.Locker, work, lockEntity)
+			var release func()
+			var err error
+			leases, release, err = acquireAll(ctx, cfg.Locker, work, lockEntity)
 			if err != nil {
 				return err
 			}
@@ -153,24 +156,16 @@ func StandardBatch(cfg StandardConfig) (BatchHandler, error) {
 			}
 		}()
 
-		index := make(map[*Message]int, len(ms))
-		for i, m := range ms {
-			index[m] = i
-		}
 		if len(work) > 0 {
-			// The batch's own statements (BEGIN, the claims, COMMIT) are traced under its
-			// first record's span.
-			first := ctxs[index[work[0]]]
+			// The batch's own statements (BEGIN, fences, the claims, COMMIT) are traced
+			// under its first record's span.
+			first := ctxs[workAt[0]]
 			err = pgx.BeginFunc(first, cfg.DB, func(tx pgx.Tx) error {
 				// Fences first, once per lease, in entity order.
 				if cfg.Fence {
-					seen := make(map[*lock.Lease]bool)
-					for _, m := range sortedBy(work, func(m *Message) string { return lockEntity(m) }) {
-						if m.Lease != nil && !seen[m.Lease] {
-							seen[m.Lease] = true
-							if err := m.Lease.CheckFence(ctxs[index[m]], tx); err != nil {
-								return err
-							}
+					for _, l := range leases {
+						if err := l.CheckFence(first, tx); err != nil {
+							return err
 						}
 					}
 				}
@@ -191,7 +186,7 @@ func StandardBatch(cfg StandardConfig) (BatchHandler, error) {
 						m.Outcome = OutcomeDuplicate
 						continue
 					}
-					if err := h(ctxs[index[m]], tx, m.Event); err != nil {
+					if err := h(ctxs[workAt[i]], tx, m.Event); err != nil {
 						return fmt.Errorf("consumer: batch: handle %s %s: %w", m.Event.Type, m.Event.ID, err)
 					}
 				}
@@ -218,13 +213,6 @@ func StandardBatch(cfg StandardConfig) (BatchHandler, error) {
 		}
 		return nil
 	}, nil
-}
-
-// sortedBy returns a copy of ms sorted by key (stable).
-func sortedBy(ms []*Message, key func(*Message) string) []*Message {
-	out := slices.Clone(ms)
-	slices.SortStableFunc(out, func(a, b *Message) int { return cmp.Compare(key(a), key(b)) })
-	return out
 }
 
 // acquireAll acquires the leases of every distinct entity of ms together (all or none)
