@@ -44,6 +44,10 @@ const (
 	// DefaultMaxPayloadBytes is the payload size limit FromRecord applies unless
 	// MaxPayloadBytes says otherwise.
 	DefaultMaxPayloadBytes = 1 << 20
+	// MaxHeaders bounds the number of headers of a record FromRecord accepts.
+	MaxHeaders = 64
+	// MaxHeaderBytes bounds the total size of a record's header keys and values.
+	MaxHeaderBytes = 32 << 10
 )
 
 // New returns an event of the given type about subject, with a fresh time-ordered UUID,

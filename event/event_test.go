@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -95,6 +96,16 @@ func withHeader(rec *kgo.Record, key string, value []byte) *kgo.Record {
 	return &out
 }
 
+// manyHeaders returns rec with n more headers of size bytes each.
+func manyHeaders(rec *kgo.Record, n, size int) *kgo.Record {
+	out := *rec
+	out.Headers = append([]kgo.RecordHeader(nil), rec.Headers...)
+	for i := range n {
+		out.Headers = append(out.Headers, kgo.RecordHeader{Key: fmt.Sprintf("x-%d", i), Value: bytes.Repeat([]byte("v"), size)})
+	}
+	return &out
+}
+
 func withKey(rec *kgo.Record, key []byte) *kgo.Record {
 	out := *rec
 	out.Key = key
@@ -139,6 +150,9 @@ func TestFromRecordRejectsBadInput(t *testing.T) {
 		{"unparsable content type", withHeader(good, event.HeaderContentType, []byte("application/json; charset")), nil, event.ErrInvalidHeader, "not a media type"},
 		{"batch mode", withHeader(good, event.HeaderContentType, []byte("application/cloudevents-batch+json")), nil, event.ErrInvalidHeader, "batch mode"},
 		{"structured non-JSON format", withHeader(good, event.HeaderContentType, []byte("application/cloudevents+avro")), nil, event.ErrInvalidHeader, "not supported"},
+		{"long key", withKey(good, bytes.Repeat([]byte("k"), 256)), nil, event.ErrInvalidHeader, "key: 256 bytes, limit 255"},
+		{"too many headers", manyHeaders(good, event.MaxHeaders+1-len(good.Headers), 1), nil, event.ErrInvalidHeader, "65 headers, limit 64"},
+		{"headers too large", manyHeaders(good, 2, 20<<10), nil, event.ErrInvalidHeader, "limit 32768"},
 		{"structured not an object", structured(`[1,2]`), nil, event.ErrInvalidPayload, "not a JSON object"},
 		{"structured no specversion", structured(`{"id":"a","type":"t","source":"s","subject":"k"}`), nil, event.ErrMissingHeader, "specversion"},
 		{"structured old specversion", structured(`{"specversion":"0.3","id":"a","type":"t","source":"s"}`), nil, event.ErrUnsupportedSpecVersion, "0.3"},

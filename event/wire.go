@@ -92,7 +92,8 @@ func MaxPayloadBytes(n int) DecodeOption {
 // (absent: null), and extensions (correlationid, causationid, dataschemaversion) are top
 // level members. data_base64 and batch mode are refused: choreo payloads are JSON.
 //
-// The value must be within the payload limit. When a header appears more than once, the
+// The value must be within the payload limit, the key within MaxFieldBytes, and the
+// headers within MaxHeaders and MaxHeaderBytes. When a header appears more than once, the
 // last one wins. Every error matches ErrMalformed and one of the finer sentinels;
 // FromRecord never panics on any input.
 func FromRecord(r *kgo.Record, opts ...DecodeOption) (Event, error) {
@@ -106,9 +107,20 @@ func FromRecord(r *kgo.Record, opts ...DecodeOption) (Event, error) {
 	if len(r.Value) > d.maxPayload {
 		return Event{}, &Error{Field: "data", Kind: ErrPayloadTooLarge, Detail: fmt.Sprintf("%d bytes, limit %d", len(r.Value), d.maxPayload)}
 	}
+	if len(r.Key) > MaxFieldBytes {
+		return Event{}, &Error{Field: "key", Kind: ErrInvalidHeader, Detail: fmt.Sprintf("%d bytes, limit %d", len(r.Key), MaxFieldBytes)}
+	}
+	if len(r.Headers) > MaxHeaders {
+		return Event{}, &Error{Field: "headers", Kind: ErrInvalidHeader, Detail: fmt.Sprintf("%d headers, limit %d", len(r.Headers), MaxHeaders)}
+	}
 	h := make(map[string]string, len(r.Headers))
+	size := 0
 	for _, rh := range r.Headers {
+		size += len(rh.Key) + len(rh.Value)
 		h[rh.Key] = string(rh.Value)
+	}
+	if size > MaxHeaderBytes {
+		return Event{}, &Error{Field: "headers", Kind: ErrInvalidHeader, Detail: fmt.Sprintf("%d bytes, limit %d", size, MaxHeaderBytes)}
 	}
 	var (
 		e   Event
