@@ -319,3 +319,36 @@ func TestIsOutage(t *testing.T) {
 		t.Errorf("the broker refusals are not the ones intended: %v / %v", others["MESSAGE_TOO_LARGE"], others["UNKNOWN_TOPIC_OR_PARTITION"])
 	}
 }
+
+// DeadLetter returns an outage unchanged and produces nothing; Retry returns it at once
+// without spending its budget, and keeps dead-lettering what is not an outage.
+func TestOutageNeverDeadLettered(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	dlq := testenv.Topic(t, brokers, 1)
+	producer := newProducer(t, brokers)
+	outage := fmt.Errorf("claim: %w", &pgconn.PgError{Code: "57P01", Message: "terminating connection"})
+	var calls int
+	h := Chain(func(context.Context, *Message) error {
+		calls++
+		return outage
+	}, DeadLetter(producer, DeadLetterTopic(func(string) string { return dlq })), Retry(RetryPolicy{MaxAttempts: 3}))
+	m := &Message{Record: &kgo.Record{Topic: "src", Value: []byte("v")}, Group: "g"}
+	if err := h(context.Background(), m); err != outage {
+		t.Fatalf("chain returned %v, want the outage unchanged", err)
+	}
+	if calls != 1 || m.Attempt != 1 || m.Outcome != "" {
+		t.Errorf("calls %d, attempt %d, outcome %q; want 1, 1 and none", calls, m.Attempt, m.Outcome)
+	}
+	if n := endOffsets(t, brokers, dlq)[0]; n != 0 {
+		t.Errorf("%d records dead-lettered, want 0", n)
+	}
+	// The same chain still dead-letters a record's own failure.
+	h = Chain(func(context.Context, *Message) error { return Permanent(errors.New("bad amount")) },
+		DeadLetter(producer, DeadLetterTopic(func(string) string { return dlq })), Retry(RetryPolicy{MaxAttempts: 3}))
+	if err := h(context.Background(), &Message{Record: &kgo.Record{Topic: "src", Value: []byte("v")}, Group: "g"}); err != nil {
+		t.Fatalf("permanent failure: %v, want dead-lettered", err)
+	}
+	if n := endOffsets(t, brokers, dlq)[0]; n != 1 {
+		t.Errorf("%d records dead-lettered, want 1", n)
+	}
+}
