@@ -353,7 +353,8 @@ type ConsumerSpec struct {
 // (consumer.Standard): the App's pool for transactions, its Kafka client for the
 // dead-letter topics, its locker with fencing (when Redis is configured), its
 // idempotency store, and Outbox.Wake after every commit. It starts with Run and is
-// drained in Run's shutdown, before the relay stops.
+// drained in Run's shutdown, before the relay stops. /readyz reports its Health under
+// "consumer <group>" ([ConsumerCheck]).
 func (a *App) Consume(spec ConsumerSpec) error {
 	if a.state.Load() != stateNew {
 		return ErrRunning
@@ -401,6 +402,7 @@ func (a *App) Consume(spec ConsumerSpec) error {
 		return fmt.Errorf("app: consumer %s: %w", spec.Group, err)
 	}
 	a.consumers = append(a.consumers, component{name: "consumer " + spec.Group, run: c.Run, mustRun: true})
+	a.checks = append(a.checks, NamedCheck{"consumer " + spec.Group, ConsumerCheck(c)})
 	return nil
 }
 
