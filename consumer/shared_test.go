@@ -117,7 +117,9 @@ func TestStandardBatchSharesStandardParts(t *testing.T) {
 		prop.Inject(pctx, tracing.RecordCarrier{Record: r})
 		return r
 	}
-	step := func(key string) *kgo.Record { return record(eventRecord(t, e.topic, "test.step", key, seqPayload{Seq: 1})) }
+	step := func(key string) *kgo.Record {
+		return record(eventRecord(t, e.topic, "test.step", key, seqPayload{Seq: 1}))
+	}
 	ctx := context.Background()
 	msg := func(r *kgo.Record) *Message { return &Message{Record: r, Group: e.group} }
 
