@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/choreo-saga/choreo/lock"
 )
 
 // StandardBatch returns the batch-mode counterpart of Standard, for WithBatch: it handles
@@ -111,7 +113,11 @@ func (c *chain) batch(ctx context.Context, ms []*Message) (err error) {
 		for j, i := range workAt {
 			wctxs[j] = ctxs[i]
 		}
-		if err = c.tx.run(wctxs[0], work, wctxs); err != nil {
+		var leases []*lock.Lease
+		if held != nil {
+			leases = held.held
+		}
+		if err = c.tx.run(wctxs[0], work, wctxs, leases); err != nil {
 			if held != nil {
 				err = held.lost(ctx, err)
 			}

@@ -89,13 +89,14 @@ func (t *transactor) handle(ctx context.Context, m *Message) error {
 	if !m.Decoded {
 		return Permanent(errors.New("consumer: Idempotent needs a decoded message; put Decode before it"))
 	}
-	return t.run(ctx, []*Message{m}, nil)
+	return t.run(ctx, []*Message{m}, nil, nil)
 }
 
 // run claims and handles ms, decoded records of one group in offset order, in one
 // transaction on t.db. In the transaction it waits for the leases being acquired ahead
 // (Message.AwaitLease), checks the fencing token of each distinct lease once, in entity
-// order (if fence), claims every event's key under the scope "<group>/<name>" in one
+// order (if fence; held lists them sorted by entity when the caller knows them, else they
+// are collected from ms), claims every event's key under the scope "<group>/<name>" in one
 // statement (idempotency.Store.Claim for one record, ClaimAll for several: a copy of an
 // event within ms is a duplicate of it), and calls h, in order, for every event that is
 // not a duplicate, with ctxs[i] as its context (ctx when ctxs is nil); ctx carries the
@@ -104,14 +105,14 @@ func (t *transactor) handle(ctx context.Context, m *Message) error {
 // the transaction, which wrote nothing, is rolled back and no hook runs. An error rolls
 // everything back; it names the event whose handler failed, or the record when ms holds
 // one.
-func (t *transactor) run(ctx context.Context, ms []*Message, ctxs []context.Context) error {
+func (t *transactor) run(ctx context.Context, ms []*Message, ctxs []context.Context, held []*lock.Lease) error {
 	var (
 		dup    []bool
 		fresh  int
 		failed = -1
 	)
 	err := pgx.BeginFunc(ctx, t.db, func(tx pgx.Tx) error {
-		if err := t.checkFences(ctx, tx, ms); err != nil {
+		if err := t.checkFences(ctx, tx, ms, held); err != nil {
 			return err
 		}
 		var err error
@@ -166,21 +167,25 @@ func handleErr(m *Message, err error) error {
 }
 
 // checkFences waits for the leases of ms being acquired ahead and, if t.fence, checks
-// each distinct lease's fencing token once, in entity order.
-func (t *transactor) checkFences(ctx context.Context, tx pgx.Tx, ms []*Message) error {
-	var held []*lock.Lease
+// each distinct lease's fencing token once, in entity order: those of held, or if held
+// is nil, those the messages hold.
+func (t *transactor) checkFences(ctx context.Context, tx pgx.Tx, ms []*Message, held []*lock.Lease) error {
 	for _, m := range ms {
 		if err := m.AwaitLease(ctx); err != nil {
 			return err
-		}
-		if m.Lease != nil && !slices.Contains(held, m.Lease) {
-			held = append(held, m.Lease)
 		}
 	}
 	if !t.fence {
 		return nil
 	}
-	slices.SortFunc(held, func(a, b *lock.Lease) int { return strings.Compare(a.Entity(), b.Entity()) })
+	if held == nil {
+		for _, m := range ms {
+			if m.Lease != nil && !slices.Contains(held, m.Lease) {
+				held = append(held, m.Lease)
+			}
+		}
+		slices.SortFunc(held, func(a, b *lock.Lease) int { return strings.Compare(a.Entity(), b.Entity()) })
+	}
 	for _, lease := range held {
 		if err := lease.CheckFence(ctx, tx); err != nil {
 			return err
