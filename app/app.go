@@ -106,7 +106,7 @@ func WithRelayOptions(opts ...outbox.RelayOption) Option {
 }
 
 // WithEntityAttribute names the entity id in spans and logs of consumers and of the
-// relay, e.g. "order.id". Default "entity.id".
+// relay, e.g. "order.id". Default consumer.DefaultEntityAttribute ("entity.id").
 func WithEntityAttribute(name string) Option { return func(o *options) { o.entityAttr = name } }
 
 // WithoutSweeper disables the background idempotency sweeper (for services whose
@@ -196,7 +196,7 @@ const (
 // the Kafka producer. Nothing is served or consumed until Run. If New fails, everything
 // it opened is closed again.
 func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
-	o := options{signals: true, sweeper: true, ensureDB: true, logOutput: os.Stderr, entityAttr: "entity.id"}
+	o := options{signals: true, sweeper: true, ensureDB: true, logOutput: os.Stderr, entityAttr: consumer.DefaultEntityAttribute}
 	for _, opt := range opts {
 		opt(&o)
 	}
