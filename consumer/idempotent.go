@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/choreo-saga/choreo/idempotency"
+	"github.com/choreo-saga/choreo/internal/txhook"
 	"github.com/choreo-saga/choreo/lock"
 )
 
@@ -112,6 +113,7 @@ func (t *transactor) run(ctx context.Context, ms []*Message, ctxs []context.Cont
 		failed = -1
 	)
 	err := pgx.BeginFunc(ctx, t.db, func(tx pgx.Tx) error {
+		hooks := txhook.New(tx) // writes deferred to the commit, e.g. outbox rows
 		if err := t.checkFences(ctx, tx, ms, held); err != nil {
 			return err
 		}
@@ -128,17 +130,17 @@ func (t *transactor) run(ctx context.Context, ms []*Message, ctxs []context.Cont
 			if ctxs != nil {
 				hctx = ctxs[i]
 			}
-			if err := t.h(hctx, tx, m.Event); err != nil {
+			if err := t.h(txhook.With(hctx, hooks), tx, m.Event); err != nil {
 				failed = i
 				return err
 			}
 		}
-		// Writes made once for the whole transaction (e.g. one multi-row outbox insert
-		// for a batch) belong here, after every handler and before the commit.
 		if fresh == 0 {
 			return errRollback
 		}
-		return nil
+		// Writes deferred by the handlers (outbox.Enqueue: one multi-row insert for
+		// the whole transaction), after every handler and before the commit.
+		return hooks.Run(ctx)
 	})
 	switch {
 	case err == nil || (fresh == 0 && errors.Is(err, errRollback)):
