@@ -80,7 +80,9 @@ func StandardBatch(cfg StandardConfig) (BatchHandler, error) {
 		h = cfg.Router.Route
 	}
 
+	pool := newPoolCheck(cfg.DB) // warns when the pool is smaller than the assignment
 	return func(ctx context.Context, ms []*Message) (err error) {
+		pool.check(ctx)
 		start := time.Now()
 		defer func() {
 			if v := recover(); v != nil {

@@ -257,7 +257,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if !c.started.CompareAndSwap(false, true) {
 		return ErrClosed
 	}
-	c.baseCtx = context.WithoutCancel(ctx)
+	c.baseCtx = context.WithValue(context.WithoutCancel(ctx), runtimeKey{}, c)
 	opts := append([]kgo.Opt{
 		kgo.SeedBrokers(c.seeds...),
 		kgo.ConsumerGroup(c.group),

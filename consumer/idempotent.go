@@ -59,7 +59,9 @@ func Idempotent(cfg IdempotentConfig, h TxHandler) Handler {
 	if cfg.Name == "" {
 		cfg.Name = "handler"
 	}
+	pool := newPoolCheck(cfg.DB) // warns when the pool is smaller than the assignment
 	return func(ctx context.Context, m *Message) error {
+		pool.check(ctx)
 		if !m.Decoded {
 			return Permanent(errors.New("consumer: Idempotent needs a decoded message; put Decode before it"))
 		}
