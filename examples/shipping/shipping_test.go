@@ -74,6 +74,7 @@ type instance struct {
 	addr   string
 	cancel context.CancelFunc
 	done   chan error
+	logs   *logLines
 }
 
 // start runs the service like main does, on a free port, until stop or the test's end.
@@ -85,9 +86,10 @@ func (e *env) start(t *testing.T, name string) *instance {
 	}
 	cfg := e.cfg
 	cfg.Listener = ln
-	cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t, name}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logs := &logLines{t: t, name: name}
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, cancel := context.WithCancel(context.Background())
-	in := &instance{name: name, addr: ln.Addr().String(), cancel: cancel, done: make(chan error, 1)}
+	in := &instance{name: name, addr: ln.Addr().String(), cancel: cancel, done: make(chan error, 1), logs: logs}
 	go func() { in.done <- run(ctx, cfg) }()
 	t.Cleanup(func() { in.stop(t) })
 	e.waitFor(t, name+" serving /healthz", func() bool {
@@ -462,6 +464,25 @@ func TestPoisonDeadLetteredThenFixedAndReplayed(t *testing.T) {
 	checkOnePerOrder(t, e, e.scheduled(t), 3)
 }
 
+// A pool smaller than the partitions the instance owns is reported at start, once, at
+// Warn, with both numbers; the service still works.
+func TestPoolSmallerThanPartitionsIsReported(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.MaxConns = 2
+	in := e.start(t, "a")
+	e.produce(t, record(t, e.cfg.OrdersTopic, typeOrderConfirmed, "o-1", orderConfirmed{OrderID: "o-1"}))
+	e.waitFor(t, "the shipment", func() bool { return e.count(t, `SELECT count(*) FROM shipments`) == 1 })
+	e.waitFor(t, "the pool warning", func() bool {
+		return len(in.logs.find("level=WARN", "Postgres pool smaller than the partitions", "partitions=4", "pool_max_conns=2")) > 0
+	})
+	e.produce(t, record(t, e.cfg.OrdersTopic, typeOrderConfirmed, "o-2", orderConfirmed{OrderID: "o-2"}))
+	e.waitFor(t, "the second shipment", func() bool { return e.count(t, `SELECT count(*) FROM shipments`) == 2 })
+	in.stop(t)
+	if n := len(in.logs.find("Postgres pool smaller")); n != 1 {
+		t.Errorf("%d pool warnings, want 1 for one assignment", n)
+	}
+}
+
 // A missing or invalid variable is reported by name, all of them at once.
 func TestLoadConfig(t *testing.T) {
 	env := func(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
@@ -486,17 +507,36 @@ func TestLoadConfig(t *testing.T) {
 	}
 }
 
-// testWriter sends an instance's log lines to the test log.
-type testWriter struct {
-	t    *testing.T
-	name string
+// logLines keeps an instance's log lines and copies them to the test log.
+type logLines struct {
+	t     *testing.T
+	name  string
+	mu    sync.Mutex
+	lines []string
 }
 
-var logMu sync.Mutex
-
-func (w testWriter) Write(p []byte) (int, error) {
-	logMu.Lock()
-	defer logMu.Unlock()
-	w.t.Logf("%s: %s", w.name, strings.TrimRight(string(p), "\n"))
+func (l *logLines) Write(p []byte) (int, error) {
+	line := strings.TrimRight(string(p), "\n")
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, line)
+	l.t.Logf("%s: %s", l.name, line)
 	return len(p), nil
+}
+
+// find returns the lines that contain every one of parts.
+func (l *logLines) find(parts ...string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+next:
+	for _, line := range l.lines {
+		for _, p := range parts {
+			if !strings.Contains(line, p) {
+				continue next
+			}
+		}
+		out = append(out, line)
+	}
+	return out
 }
