@@ -72,10 +72,10 @@ func run(ctx context.Context, cfg Config) (err error) {
 	}
 
 	// The outbox and its relay. WithOutbox links them: while this instance's relay
-	// leads, ob.Wake signals it in memory; otherwise the leader (another instance)
-	// finds the rows at its next poll. The relay shares the Kafka client with the
-	// dead-letter producer.
-	ob := outbox.New()
+	// leads, ob.Wake signals it in memory; otherwise Wake sends a coalesced NOTIFY
+	// (Notifier) to the leader in another instance. The relay shares the Kafka client
+	// with the dead-letter producer.
+	ob := outbox.New(outbox.Notifier(d.pool))
 	relay := outbox.NewRelay(d.pool, d.kafka, outbox.WithOutbox(ob), outbox.EntityAttribute("order.id"),
 		outbox.TracerProvider(d.tel.TracerProvider), outbox.MeterProvider(d.tel.MeterProvider), outbox.Logger(log))
 
