@@ -164,6 +164,29 @@ func (e *env) waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// waitSettled waits until the instances have settled at least n records between them and
+// have no lag on any of the topic's partitions.
+func (e *env) waitSettled(t *testing.T, n int, ins ...*instance) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for {
+		var settled, lag float64
+		var owned int
+		for _, in := range ins {
+			s, _ := in.metric(t, "choreo_consumer_outcomes_total")
+			l, o := in.metric(t, "choreo_consumer_lag")
+			settled, lag, owned = settled+s, lag+l, owned+o
+		}
+		if settled >= float64(n) && owned == partitions && lag == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %d records settled: %v settled, lag %v on %d partitions", n, settled, lag, owned)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func (e *env) produce(t *testing.T, recs ...*kgo.Record) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
@@ -305,25 +328,20 @@ func TestTwoInstancesDuplicatesTracesAndReplay(t *testing.T) {
 
 	e.waitFor(t, "a shipment per order", func() bool { return e.count(t, `SELECT count(*) FROM shipments`) == orders })
 	e.waitFor(t, "the outbox to drain", func() bool { return e.count(t, `SELECT count(*) FROM choreo_outbox`) == 0 })
-	e.waitFor(t, "every record settled", func() bool {
-		sa, _ := a.metric(t, "choreo_consumer_outcomes_total")
-		sb, _ := b.metric(t, "choreo_consumer_outcomes_total")
-		return sa+sb == float64(len(recs))
-	})
+	e.waitSettled(t, len(recs), a, b)
+	var handled, dups float64
 	for _, in := range []*instance{a, b} {
-		if n, _ := in.metric(t, "choreo_consumer_outcomes_total", `choreo_outcome="handled"`); n == 0 {
+		h, _ := in.metric(t, "choreo_consumer_outcomes_total", `choreo_outcome="handled"`)
+		if h == 0 {
 			t.Errorf("instance %s handled nothing; want both instances to work", in.name)
 		}
+		d, _ := in.metric(t, "choreo_consumer_outcomes_total", `choreo_outcome="duplicate"`)
+		handled, dups = handled+h, dups+d
 	}
-	da, _ := a.metric(t, "choreo_consumer_outcomes_total", `choreo_outcome="duplicate"`)
-	db, _ := b.metric(t, "choreo_consumer_outcomes_total", `choreo_outcome="duplicate"`)
-	if da+db != orders {
-		t.Errorf("duplicates counted %v, want %d (each order.confirmed was delivered twice)", da+db, orders)
-	}
-	ia, _ := a.metric(t, "choreo_consumer_outcomes_total", `choreo_outcome="ignored"`)
-	ib, _ := b.metric(t, "choreo_consumer_outcomes_total", `choreo_outcome="ignored"`)
-	if ia+ib != orders {
-		t.Errorf("ignored %v, want %d order.created", ia+ib, orders)
+	// Every order.confirmed commits once; every other delivery of it is a duplicate
+	// (exactly one each unless a rebalance redelivered some).
+	if handled != orders || dups < orders {
+		t.Errorf("handled %v, duplicates %v; want %d handled and at least %d duplicates", handled, dups, orders, orders)
 	}
 
 	out := e.scheduled(t)
@@ -349,12 +367,11 @@ func TestTwoInstancesDuplicatesTracesAndReplay(t *testing.T) {
 		t.Fatalf("rewind group: %v %v", err, resp.Error())
 	}
 	c := e.start(t, "c")
-	e.waitFor(t, "the replay to be settled", func() bool {
-		s, _ := c.metric(t, "choreo_consumer_outcomes_total")
-		return s == float64(len(recs))
-	})
-	if d, _ := c.metric(t, "choreo_consumer_outcomes_total", `choreo_outcome="duplicate"`); d != 2*orders {
-		t.Errorf("replay: %v duplicates, want %d (every order.confirmed, twice)", d, 2*orders)
+	e.waitSettled(t, len(recs), c)
+	h, _ := c.metric(t, "choreo_consumer_outcomes_total", `choreo_outcome="handled"`)
+	d, _ := c.metric(t, "choreo_consumer_outcomes_total", `choreo_outcome="duplicate"`)
+	if h != 0 || d != 2*orders {
+		t.Errorf("replay: handled %v, duplicates %v; want 0 and %d (every order.confirmed, twice)", h, d, 2*orders)
 	}
 	c.stop(t) // the relay publishes anything left before we look
 	if n := e.count(t, `SELECT count(*) FROM choreo_outbox`); n != 0 {
