@@ -91,6 +91,12 @@
 // finish (bounded by WithShutdownTimeout), the settled offsets are committed and the
 // member leaves the group.
 //
+// Every partition worker holds one Postgres connection while its transaction runs. When
+// Idempotent's (or StandardBatch's) DB is a *pgxpool.Pool whose MaxConns is below the
+// number of partitions the member owns, the first record after each such assignment logs
+// a Warn line (runtime logger) naming both numbers and asking for a larger pool; the
+// handlers still run, queueing for connections.
+//
 // Per-partition lag (high watermark minus the offset after the last settled record) and
 // buffered records are exported as OpenTelemetry gauges (choreo.consumer.lag,
 // choreo.consumer.buffered; WithMeterProvider) and returned by Consumer.Lag.
