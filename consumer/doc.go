@@ -93,9 +93,9 @@
 //
 // Every partition worker holds one Postgres connection while its transaction runs. When
 // Idempotent's (or StandardBatch's) DB is a *pgxpool.Pool whose MaxConns is below the
-// number of partitions the member owns, the first record after each such assignment logs
-// a Warn line (runtime logger) naming both numbers and asking for a larger pool; the
-// handlers still run, queueing for connections.
+// number of partitions the member owns, the handlers log one Warn line per such
+// assignment (through the runtime's logger; they look at most once a second) naming both
+// numbers and asking for a larger pool; they still run, queueing for connections.
 //
 // Per-partition lag (high watermark minus the offset after the last settled record) and
 // buffered records are exported as OpenTelemetry gauges (choreo.consumer.lag,
