@@ -151,23 +151,31 @@ func check(ctx context.Context, pool *pgxpool.Pool, brokers []string, in, out st
 			seen[ev.CausationID]++
 		})
 	}
-	bad := 0
+	var missing, doubled, unknown []string
 	for id := range unique {
-		if seen[id] != 1 {
-			if bad++; bad <= 3 {
-				errs = append(errs, fmt.Errorf("input event %s: %d output records, want 1", id, seen[id]))
-			}
+		switch {
+		case seen[id] == 0:
+			missing = append(missing, id)
+		case seen[id] > 1:
+			doubled = append(doubled, id)
 		}
 	}
 	for id := range seen {
 		if !unique[id] {
-			if bad++; bad <= 3 {
-				errs = append(errs, fmt.Errorf("output record caused by unknown event %q", id))
-			}
+			unknown = append(unknown, id)
 		}
 	}
-	if bad > 3 {
-		errs = append(errs, fmt.Errorf("… %d wrong output counts in all", bad))
+	for _, c := range []struct {
+		what string
+		ids  []string
+	}{
+		{"input events with no output record", missing},
+		{"input events with more than one output record", doubled},
+		{"output records caused by no input event", unknown},
+	} {
+		if len(c.ids) > 0 {
+			errs = append(errs, fmt.Errorf("%d %s (e.g. %q)", len(c.ids), c.what, c.ids[:min(3, len(c.ids))]))
+		}
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("correctness check failed (%d output records for %d unique events): %w", total, w.unique, errors.Join(errs...))
