@@ -39,8 +39,9 @@ type bench struct {
 	pool    *pgxpool.Pool
 	rdb     *redis.Client
 	brokers []string
-	in      string // input topic (and in+".dlq")
-	prefix  string // Redis key prefix of this run
+	in      string   // input topic (and in+".dlq")
+	prefix  string   // Redis key prefix of this run
+	topics  []string // created on external brokers, deleted by close
 	log     *slog.Logger
 	closers []func()
 }
@@ -92,6 +93,7 @@ func newBench(ctx context.Context, c config) (_ *bench, err error) {
 	} else {
 		b.brokers = strings.Split(c.brokers, ",")
 		b.in = fmt.Sprintf("hot-in-%d", time.Now().UnixNano())
+		b.closers = append(b.closers, func() { b.deleteTopics(context.WithoutCancel(ctx)) })
 	}
 	if err := b.createTopics(ctx, b.in, b.in+".dlq"); err != nil {
 		return nil, err
@@ -133,11 +135,27 @@ func (b *bench) createTopics(ctx context.Context, topics ...string) error {
 		return err
 	}
 	defer cl.Close()
+	if b.c.brokers != "" {
+		b.topics = append(b.topics, topics...)
+	}
 	resp, err := kadm.NewClient(cl).CreateTopics(ctx, int32(b.c.partitions), 1, nil, topics...)
 	if err != nil {
 		return err
 	}
 	return resp.Error()
+}
+
+// deleteTopics deletes the topics this run created on external brokers (an in-process
+// cluster goes away with them).
+func (b *bench) deleteTopics(ctx context.Context) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...))
+	if err != nil {
+		return
+	}
+	defer cl.Close()
+	if _, err := kadm.NewClient(cl).DeleteTopics(ctx, b.topics...); err != nil {
+		b.log.Warn("deleting the benchmark's topics", "err", err)
+	}
 }
 
 // kgoOpts are the franz-go options both consumers get.
