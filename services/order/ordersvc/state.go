@@ -266,6 +266,10 @@ var transitions = map[ruleKey]Rule{
 	// the order.
 	{Cancelled, OnPaymentRefunded}: {To: Cancelled},
 	{Cancelled, OnPaymentDeclined}: {To: Cancelled},
+	// The reconciliations of payment and inventory give back what an order that ended
+	// without needing it still held, and say so.
+	{Rejected, OnPaymentRefunded}: {To: Rejected},
+	{Rejected, OnStockReleased}:   {To: Rejected},
 }
 
 // Lookup returns the rule for trigger t in state s, and whether one exists.

@@ -50,6 +50,8 @@ func TestDecideTable(t *testing.T) {
 		{"half an answer keeps the compensation failed", CompensationFailed, chargedAndReserved, OnPaymentRefunded, CompensationFailed, "", false},
 		{"a late reservation is recorded in a failed compensation", CompensationFailed, charged, OnStockReserved, CompensationFailed, "", false},
 		{"a repeated refund after cancelled is recorded", Cancelled, refunded, OnPaymentRefunded, Cancelled, "", false},
+		{"a reconciliation refund after rejected is recorded", Rejected, charged, OnPaymentRefunded, Rejected, "", false},
+		{"a reconciliation release after rejected is recorded", Rejected, chargedAndReserved, OnStockReleased, Rejected, "", false},
 		{"the reservation overtook its authorization", Confirmed, Facts{StockReserved: true}, OnPaymentAuthorized, Confirmed, "", false},
 		{"the refund overtook the stock failure", Rejected, refunded, OnStockUnavailable, Rejected, "", false},
 		{"reserved before authorized confirms", Pending, Facts{}, OnStockReserved, Confirmed, "order.confirmed", false},
