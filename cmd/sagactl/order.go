@@ -13,8 +13,12 @@ import (
 	"time"
 )
 
-// cmdOrder prints one order: state, timeline, trace id and Jaeger link.
+// cmdOrder prints one order: state, timeline, trace id and Jaeger link; "order
+// retry-compensation <id>" re-sends an order's cancellation instead.
 func cmdOrder(ctx context.Context, args []string, std stdio) error {
+	if len(args) > 0 && args[0] == "retry-compensation" {
+		return cmdRetryCompensation(ctx, args[1:], std)
+	}
 	var c conn
 	fs := newFlagSet("order", std, &c)
 	fs.Usage = func() {
@@ -42,6 +46,48 @@ func cmdOrder(ctx context.Context, args []string, std stdio) error {
 	return renderOrder(std.out, o, time.Now())
 }
 
+// cmdRetryCompensation re-sends the cancellation of an order that is CANCELLING or
+// COMPENSATION_FAILED (POST /orders/{id}/retry-compensation) and prints the order.
+func cmdRetryCompensation(ctx context.Context, args []string, std stdio) error {
+	var c conn
+	fs := newFlagSet("order retry-compensation", std, &c)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: sagactl order retry-compensation <id> [flags]\n\n"+
+			"Re-sends the cancellation (order.cancel_requested) of an order that is CANCELLING or COMPENSATION_FAILED;\n"+
+			"a COMPENSATION_FAILED order becomes CANCELLING again with a new deadline. Payment and inventory\n"+
+			"refund and release at most once per order, so a retry is always safe. Any other state: exit 1.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return fmt.Errorf("%w: order retry-compensation takes exactly one order id", errUsage)
+	}
+	api, err := newOrderAPI(c.orderURL, c.timeout)
+	if err != nil {
+		return err
+	}
+	o, err := api.RetryCompensation(ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return writeJSON(std.out, o)
+	}
+	_, err = fmt.Fprintf(std.out, "cancellation re-sent for order %s: %s, attempt %d, deadline %s\n"+
+		"follow it with: sagactl order %s\n", o.ID, o.State, o.CompensationAttempts, fmtDeadline(o.DeadlineAt), o.ID)
+	return err
+}
+
+func fmtDeadline(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
 // renderOrder writes the human view of one order.
 func renderOrder(w io.Writer, o Order, now time.Time) error {
 	var b strings.Builder
@@ -51,6 +97,9 @@ func renderOrder(w io.Writer, o Order, now time.Time) error {
 	}
 	fmt.Fprintf(&b, "order     %s\n", o.ID)
 	fmt.Fprintf(&b, "state     %s%s\n", o.State, stuck)
+	if o.CompensationAttempts > 1 {
+		fmt.Fprintf(&b, "attempts  cancellation sent %d times\n", o.CompensationAttempts)
+	}
 	if o.Reason != "" {
 		fmt.Fprintf(&b, "reason    %s\n", o.Reason)
 	}
@@ -104,6 +153,8 @@ func renderOrder(w io.Writer, o Order, now time.Time) error {
 // waiting for, from the payment and stock statuses the order service reports.
 func (o Order) waitingOn() string {
 	switch {
+	case o.State == "COMPENSATION_FAILED":
+		return "for an operator: the missing refund or release still completes it; re-send with sagactl order retry-compensation " + o.ID
 	case terminal(o.State):
 		return ""
 	case o.State == "PENDING" && (o.Payment == "" || o.Payment == "none"):
