@@ -149,12 +149,12 @@ func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event) 
 		return consumer.Permanent(fmt.Errorf("%w: order.created %s from source %q", ErrNotAnnounced, ev.ID, ev.Source))
 	}
 	var (
-		heldID, heldCorrelation *string
-		heldData                []byte
+		heldID, heldCorrelation, outcome *string
+		heldData                         []byte
 	)
 	err = tx.QueryRow(ctx, `INSERT INTO inventory_orders (order_id, announced) VALUES ($1, true)
 		ON CONFLICT (order_id) DO UPDATE SET announced = true, updated_at = now()
-		RETURNING held_event_id, held_correlation_id, held_data`, p.OrderID).Scan(&heldID, &heldCorrelation, &heldData)
+		RETURNING held_event_id, held_correlation_id, held_data, outcome`, p.OrderID).Scan(&heldID, &heldCorrelation, &heldData, &outcome)
 	if err != nil {
 		return fmt.Errorf("inventorysvc: record announced order: %w", err)
 	}
@@ -172,7 +172,7 @@ func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event) 
 		return consumer.Permanent(fmt.Errorf("%w: held payment: %w", ErrInvalidEvent, err))
 	}
 	h.log.InfoContext(ctx, "inventory: order announced, reserving for its held payment", slog.String("held_event_id", held.ID))
-	return h.reserve(ctx, tx, held, pa)
+	return h.reserve(ctx, tx, held, pa, outcome)
 }
 
 // OrderOutcome records the outcome the order service announced (order.rejected,
@@ -218,14 +218,24 @@ func (h *Handlers) PaymentAuthorized(ctx context.Context, tx pgx.Tx, ev event.Ev
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
 	}
-	// The row lock orders this handler with OrderCreated of the same order.
-	if _, err := tx.Exec(ctx, `INSERT INTO inventory_orders (order_id) VALUES ($1) ON CONFLICT (order_id) DO NOTHING`, p.OrderID); err != nil {
-		return fmt.Errorf("inventorysvc: record order: %w", err)
-	}
-	var announced, held bool
-	if err := tx.QueryRow(ctx, `SELECT announced, held_event_id IS NOT NULL FROM inventory_orders WHERE order_id = $1 FOR UPDATE`,
-		p.OrderID).Scan(&announced, &held); err != nil {
-		return fmt.Errorf("inventorysvc: read order: %w", err)
+	// The row lock orders this handler with OrderCreated of the same order. The row of an
+	// announced order exists: one statement in the common case.
+	var (
+		announced, held bool
+		outcome         *string
+	)
+	for created := false; ; created = true {
+		err := tx.QueryRow(ctx, `SELECT announced, held_event_id IS NOT NULL, outcome FROM inventory_orders
+			WHERE order_id = $1 FOR UPDATE`, p.OrderID).Scan(&announced, &held, &outcome)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, pgx.ErrNoRows) || created {
+			return fmt.Errorf("inventorysvc: read order: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO inventory_orders (order_id) VALUES ($1) ON CONFLICT (order_id) DO NOTHING`, p.OrderID); err != nil {
+			return fmt.Errorf("inventorysvc: record order: %w", err)
+		}
 	}
 	if !announced {
 		if held {
@@ -241,16 +251,12 @@ func (h *Handlers) PaymentAuthorized(ctx context.Context, tx pgx.Tx, ev event.Ev
 			slog.String("event_id", ev.ID))
 		return nil
 	}
-	return h.reserve(ctx, tx, ev, p)
+	return h.reserve(ctx, tx, ev, p, outcome)
 }
 
-// reserve is PaymentAuthorized for an announced order; ev is the payment.authorized.
-func (h *Handlers) reserve(ctx context.Context, tx pgx.Tx, ev event.Event, p events.PaymentV1) error {
-	var outcome *string
-	if err := tx.QueryRow(ctx, `SELECT outcome FROM inventory_orders WHERE order_id = $1`, p.OrderID).Scan(&outcome); err != nil &&
-		!errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("inventorysvc: read outcome: %w", err)
-	}
+// reserve is PaymentAuthorized for an announced order; ev is the payment.authorized and
+// outcome the order's announced outcome, if any.
+func (h *Handlers) reserve(ctx context.Context, tx pgx.Tx, ev event.Event, p events.PaymentV1, outcome *string) error {
 	r, found, err := lockReservation(ctx, tx, p.OrderID)
 	if err != nil {
 		return err

@@ -165,27 +165,26 @@ func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event) 
 	if ev.Source != events.SourceOrder {
 		return consumer.Permanent(fmt.Errorf("%w: order.created %s from source %q", ErrNotAnnounced, ev.ID, ev.Source))
 	}
-	var status string
-	err = tx.QueryRow(ctx, `SELECT status FROM payment_orders WHERE order_id = $1`, p.OrderID).Scan(&status)
+	// One round trip: the order's row, if any, and its announced outcome, if any.
+	var status, outcome *string
+	err = tx.QueryRow(ctx, `SELECT (SELECT status FROM payment_orders WHERE order_id = $1),
+		(SELECT outcome FROM payment_order_outcomes WHERE order_id = $1)`, p.OrderID).Scan(&status, &outcome)
 	switch {
-	case err == nil:
+	case err != nil:
+		return fmt.Errorf("paymentsvc: read order: %w", err)
+	case status != nil:
 		// Already decided (a redelivery under another event id) or cancelled before we
 		// saw it (tombstone): never charge twice, never charge a cancelled order.
-		h.log.InfoContext(ctx, "payment: order already known, nothing to do", slog.String("status", status))
+		h.log.InfoContext(ctx, "payment: order already known, nothing to do", slog.String("status", *status))
 		return nil
-	case !errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("paymentsvc: read order: %w", err)
-	}
-	// The order already ended without needing a charge (its order.created comes late,
-	// e.g. replayed from a dead-letter topic): charge nothing.
-	if outcome, ok, err := orderOutcome(ctx, tx, p.OrderID); err != nil {
-		return err
-	} else if ok && outcome != "CONFIRMED" {
-		if _, err := insertOrder(ctx, tx, p.OrderID, p.CustomerID, p.Amount, StatusCancelled, 0, "order already "+outcome); err != nil {
+	case outcome != nil && *outcome != "CONFIRMED":
+		// The order already ended without needing a charge (its order.created comes
+		// late, e.g. replayed from a dead-letter topic): charge nothing.
+		if _, err := insertOrder(ctx, tx, p.OrderID, p.CustomerID, p.Amount, StatusCancelled, 0, "order already "+*outcome); err != nil {
 			return err
 		}
 		h.count(ctx, "tombstone")
-		h.log.WarnContext(ctx, "payment: order.created for an order that already ended, nothing charged", slog.String("outcome", outcome))
+		h.log.WarnContext(ctx, "payment: order.created for an order that already ended, nothing charged", slog.String("outcome", *outcome))
 		return nil
 	}
 
@@ -361,18 +360,6 @@ func outcomeOf(typ string) string {
 		return "REJECTED"
 	}
 	return "CANCELLED"
-}
-
-func orderOutcome(ctx context.Context, tx pgx.Tx, id string) (string, bool, error) {
-	var outcome string
-	err := tx.QueryRow(ctx, `SELECT outcome FROM payment_order_outcomes WHERE order_id = $1`, id).Scan(&outcome)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", false, nil
-	}
-	if err != nil {
-		return "", false, fmt.Errorf("paymentsvc: read outcome: %w", err)
-	}
-	return outcome, true, nil
 }
 
 type orderRow struct {
