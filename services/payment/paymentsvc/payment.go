@@ -133,18 +133,18 @@ func NewHandlers(o *outbox.Outbox, cfg Config, logger *slog.Logger, mp metric.Me
 const MetricReconciliations = "payment.reconciliations"
 
 // Router routes the payment service's events: order.created, stock.unavailable and
-// order.cancel_requested are handled, the order's outcomes (order.confirmed,
-// order.rejected, order.cancelled) are recorded; the saga's other types on the topics it
-// reads are ignored.
+// order.cancel_requested are handled, the outcomes that need no charge (order.rejected,
+// order.cancelled) are recorded; the saga's other types on the topics it reads are
+// ignored, order.confirmed included (a confirmed order keeps its charge, so recording it
+// would cost a transaction per order for nothing).
 func (h *Handlers) Router() *consumer.Router {
 	return consumer.NewRouter().
 		Handle(events.OrderCreated, h.OrderCreated).
 		Handle(events.StockUnavailable, h.StockUnavailable).
 		Handle(events.OrderCancelRequested, h.CancelRequested).
-		Handle(events.OrderConfirmed, h.OrderOutcome).
 		Handle(events.OrderRejected, h.OrderOutcome).
 		Handle(events.OrderCancelled, h.OrderOutcome).
-		Ignore(events.StockReserved, events.StockReleased)
+		Ignore(events.OrderConfirmed, events.StockReserved, events.StockReleased)
 }
 
 // Topics are the topics the payment service consumes.
@@ -334,7 +334,8 @@ func (h *Handlers) CancelRequested(ctx context.Context, tx pgx.Tx, ev event.Even
 }
 
 // OrderOutcome records the outcome the order service announced for an order
-// (order.confirmed, order.rejected or order.cancelled) for the reconciliation, which
+// (order.rejected or order.cancelled; order.confirmed too, though the router ignores it)
+// for the reconciliation, which
 // refunds a charge still held by an order that ended REJECTED or CANCELLED. The first
 // outcome of an order is kept; a repeated one changes nothing.
 func (h *Handlers) OrderOutcome(ctx context.Context, tx pgx.Tx, ev event.Event) error {
