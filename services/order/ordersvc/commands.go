@@ -263,7 +263,11 @@ func (s *Service) HandleEvent(ctx context.Context, tx pgx.Tx, ev event.Event) er
 	if err != nil {
 		return err
 	}
-	if d.From != d.To {
+	switch {
+	case d.From == CompensationFailed && d.To == Cancelled:
+		s.log.WarnContext(ctx, "order: failed compensation completed late", "from", string(d.From), "to", string(d.To),
+			"event_type", ev.Type, "event_id", ev.ID)
+	case d.From != d.To:
 		s.log.InfoContext(ctx, "order: transition", "from", string(d.From), "to", string(d.To),
 			"event_type", ev.Type, "event_id", ev.ID, "reason", o2.Reason)
 	}
