@@ -22,12 +22,17 @@ func cmdOrder(ctx context.Context, args []string, std stdio) error {
 	var c conn
 	fs := newFlagSet("order", std, &c)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: sagactl order <id> [flags]\n\nShows an order's state, its transitions with the events that caused them, its trace id and Jaeger link.\n\nFlags:")
+		fmt.Fprintln(fs.Output(), "usage: sagactl order <id> [flags]\n       sagactl order retry-compensation <id> [flags]\n\n"+
+			"Shows an order's state, its transitions with the events that caused them, its trace id and Jaeger link.\n"+
+			"retry-compensation re-sends the cancellation of a CANCELLING or COMPENSATION_FAILED order.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
+	}
+	if len(pos) > 0 && pos[0] == "retry-compensation" { // flags came first ("sagactl -json order retry-compensation <id>")
+		return retryCompensation(ctx, c, pos[1:], std)
 	}
 	if len(pos) != 1 {
 		return fmt.Errorf("%w: order takes exactly one order id", errUsage)
@@ -62,6 +67,10 @@ func cmdRetryCompensation(ctx context.Context, args []string, std stdio) error {
 	if err != nil {
 		return err
 	}
+	return retryCompensation(ctx, c, pos, std)
+}
+
+func retryCompensation(ctx context.Context, c conn, pos []string, std stdio) error {
 	if len(pos) != 1 {
 		return fmt.Errorf("%w: order retry-compensation takes exactly one order id", errUsage)
 	}

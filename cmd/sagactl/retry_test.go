@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -77,8 +78,15 @@ func TestRetryCompensation(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "cancellation re-sent for order "+o.ID+": CANCELLING, attempt 3") {
 		t.Fatalf("retry of COMPENSATION_FAILED: exit %d\n%s%s", code, out, errs)
 	}
+	// Connection flags may come before the command, as for every command.
+	var out2, errb bytes.Buffer
+	code = run(ctx, []string{"-order-url", srv.URL, "-json", "order", "retry-compensation", o.ID},
+		stdio{out: &out2, err: &errb, getenv: func(string) string { return "" }})
+	if err := json.Unmarshal(out2.Bytes(), &got); code != exitOK || err != nil || got.CompensationAttempts != 4 {
+		t.Fatalf("flags first: exit %d %v %+v: %s", code, err, got, errb.String())
+	}
 	code, out, _ = sagactlHTTP(t, srv.URL, "order", o.ID)
-	if code != exitOK || strings.Count(out, "command.retry_compensation") != 2 {
+	if code != exitOK || strings.Count(out, "command.retry_compensation") != 3 {
 		t.Fatalf("the retries are not in the timeline:\n%s", out)
 	}
 
