@@ -2,6 +2,7 @@ package inventorysvc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -31,9 +32,9 @@ const DefaultReconcileBatch = 100
 //     stays held; an announcement still reserves).
 //
 // Each correction is counted in MetricReconciliations by kind and logged once. Rows are
-// claimed with FOR UPDATE SKIP LOCKED, so several instances can run it at once, and an
-// order is checked once: reserve refuses stock to an order whose outcome is known, so a
-// checked order stays corrected.
+// claimed with FOR UPDATE SKIP LOCKED, so several instances can run it at once, each
+// release runs in a transaction of its own, and an order is checked once: reserve refuses
+// stock to an order whose outcome is known, so a checked order stays corrected.
 type Reconciler struct {
 	db       outbox.Beginner
 	handlers *Handlers
@@ -58,84 +59,122 @@ func (r *Reconciler) ReconcileOnce(ctx context.Context) (int, error) {
 	}
 }
 
-func (r *Reconciler) batchOnce(ctx context.Context) (checked, fixed int, err error) {
+// batchOnce claims up to batch orders to look at, in one transaction: it marks as checked
+// those whose outcome needs nothing, and reports the orphans (after the commit). Then it
+// corrects each of the others in a transaction of its own (order row, reservation, stock
+// in SKU order: the handlers' lock order), so a correction never holds the locks of
+// several orders. It returns how many orders it looked at and how many corrections and
+// reports it made.
+func (r *Reconciler) batchOnce(ctx context.Context) (looked, fixed int, err error) {
 	h := r.handlers
-	err = h.outbox.InTx(ctx, r.db, func(ctx context.Context, tx pgx.Tx) error {
-		checked, fixed = 0, 0
-		rows, err := tx.Query(ctx, `SELECT order_id, outcome, outcome_event_id, outcome_correlation_id, NOT checked
-			FROM inventory_orders
-			WHERE NOT checked
-			   OR (held_data IS NOT NULL AND NOT orphan_reported AND held_at < now() - $2::bigint * interval '1 microsecond')
-			ORDER BY updated_at LIMIT $1 FOR UPDATE SKIP LOCKED`, r.batch, h.orphanAfter.Microseconds())
+	var todo, orphans []string
+	err = pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
+		todo, orphans, looked = todo[:0], orphans[:0], 0
+		rows, err := tx.Query(ctx, `SELECT o.order_id, NOT o.checked,
+				o.outcome IN ('REJECTED', 'CANCELLED') AND coalesce(r.status = 'reserved', false)
+			FROM inventory_orders o LEFT JOIN inventory_reservations r ON r.order_id = o.order_id
+			WHERE NOT o.checked
+			   OR (o.held_data IS NOT NULL AND NOT o.orphan_reported AND o.held_at < now() - $2::bigint * interval '1 microsecond')
+			ORDER BY o.updated_at LIMIT $1 FOR UPDATE OF o SKIP LOCKED`, r.batch, h.orphanAfter.Microseconds())
 		if err != nil {
 			return err
 		}
-		type row struct {
-			id, eventID, correlationID string
-			outcome                    *string
-			unchecked                  bool
-		}
-		todo, err := pgx.CollectRows(rows, func(cr pgx.CollectableRow) (row, error) {
-			var x row
-			err := cr.Scan(&x.id, &x.outcome, &x.eventID, &x.correlationID, &x.unchecked)
-			return x, err
-		})
-		if err != nil {
+		var (
+			fine            []string
+			id              string
+			unchecked, need bool
+		)
+		if _, err := pgx.ForEachRow(rows, []any{&id, &unchecked, &need}, func() error {
+			looked++
+			switch {
+			case !unchecked: // a held payment, never announced
+				orphans = append(orphans, id)
+			case need:
+				todo = append(todo, id)
+			default:
+				fine = append(fine, id)
+			}
+			return nil
+		}); err != nil {
 			return err
 		}
-		for _, x := range todo {
-			octx := tracing.WithEntity(tracing.WithCorrelationID(ctx, x.id), "order.id", x.id)
-			if !x.unchecked { // a held payment, never announced
-				if _, err := tx.Exec(ctx, `UPDATE inventory_orders SET orphan_reported = true WHERE order_id = $1`, x.id); err != nil {
-					return fmt.Errorf("inventorysvc: report orphan: %w", err)
-				}
-				r.correct(octx, "orphan_authorization", x.id, slog.LevelError,
-					"inventory: payment.authorized for an order the order service never announced; nothing reserved",
-					slog.Duration("held_longer_than", h.orphanAfter))
-				fixed++
-				continue
-			}
-			if x.outcome != nil && *x.outcome != "CONFIRMED" {
-				res, found, err := lockReservation(ctx, tx, x.id)
-				if err != nil {
-					return err
-				}
-				if found && res.status == StatusReserved {
-					items, err := reservationItems(ctx, tx, x.id)
-					if err != nil {
-						return err
-					}
-					if err := give(ctx, tx, items); err != nil {
-						return err
-					}
-					reason := ReasonReconciled + ": order " + *x.outcome
-					if err := setStatus(ctx, tx, x.id, StatusReleased, reason); err != nil {
-						return err
-					}
-					cause := event.Event{ID: x.eventID, CorrelationID: x.correlationID}
-					if err := h.emit(octx, tx, cause, events.StockReleased, events.StockV1{OrderID: x.id, Items: items, Reason: reason}); err != nil {
-						return err
-					}
-					r.correct(octx, "release_"+strings.ToLower(*x.outcome), x.id, slog.LevelWarn,
-						"inventory: reconciliation released a reservation the order did not need", slog.String("outcome", *x.outcome))
-					fixed++
-				}
-			}
-			if _, err := tx.Exec(ctx, `UPDATE inventory_orders SET checked = true WHERE order_id = $1`, x.id); err != nil {
-				return fmt.Errorf("inventorysvc: mark order checked: %w", err)
-			}
+		if _, err := tx.Exec(ctx, `UPDATE inventory_orders SET checked = true WHERE order_id = ANY($1)`, fine); err != nil {
+			return err
 		}
-		checked = len(todo)
-		return nil
+		_, err = tx.Exec(ctx, `UPDATE inventory_orders SET orphan_reported = true WHERE order_id = ANY($1)`, orphans)
+		return err
 	})
 	if err != nil {
 		return 0, 0, fmt.Errorf("inventorysvc: reconcile: %w", err)
 	}
-	return checked, fixed, nil
+	for _, id := range orphans {
+		octx := tracing.WithEntity(tracing.WithCorrelationID(ctx, id), "order.id", id)
+		r.count(octx, "orphan_authorization", id, slog.LevelError,
+			"inventory: payment.authorized for an order the order service never announced; nothing reserved",
+			slog.Duration("held_longer_than", h.orphanAfter))
+		fixed++
+	}
+	for _, id := range todo {
+		ok, err := r.correct(ctx, id)
+		if err != nil {
+			return looked, fixed, fmt.Errorf("inventorysvc: reconcile order %s: %w", id, err)
+		}
+		if ok {
+			fixed++
+		}
+	}
+	return looked, fixed, nil
 }
 
-// correct counts one correction of kind and logs it, once.
-func (r *Reconciler) correct(ctx context.Context, kind, id string, level slog.Level, msg string, attrs ...any) {
+// correct releases the reservation of one order whose outcome needs none, if it is still
+// held, and marks the order checked.
+func (r *Reconciler) correct(ctx context.Context, id string) (bool, error) {
+	h := r.handlers
+	fixed := false
+	err := h.outbox.InTx(ctx, r.db, func(ctx context.Context, tx pgx.Tx) error {
+		fixed = false
+		var outcome, eventID, correlationID *string
+		err := tx.QueryRow(ctx, `SELECT outcome, outcome_event_id, outcome_correlation_id FROM inventory_orders
+			WHERE order_id = $1 AND NOT checked FOR UPDATE`, id).Scan(&outcome, &eventID, &correlationID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // another instance corrected it
+		}
+		if err != nil {
+			return err
+		}
+		res, found, err := lockReservation(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if found && res.status == StatusReserved && outcome != nil && *outcome != "CONFIRMED" {
+			items, err := reservationItems(ctx, tx, id)
+			if err != nil {
+				return err
+			}
+			if err := give(ctx, tx, items); err != nil {
+				return err
+			}
+			reason := ReasonReconciled + ": order " + *outcome
+			if err := setStatus(ctx, tx, id, StatusReleased, reason); err != nil {
+				return err
+			}
+			octx := tracing.WithEntity(tracing.WithCorrelationID(ctx, *correlationID), "order.id", id)
+			cause := event.Event{ID: *eventID, CorrelationID: *correlationID}
+			if err := h.emit(octx, tx, cause, events.StockReleased, events.StockV1{OrderID: id, Items: items, Reason: reason}); err != nil {
+				return err
+			}
+			r.count(octx, "release_"+strings.ToLower(*outcome), id, slog.LevelWarn,
+				"inventory: reconciliation released a reservation the order did not need", slog.String("outcome", *outcome))
+			fixed = true
+		}
+		_, err = tx.Exec(ctx, `UPDATE inventory_orders SET checked = true WHERE order_id = $1`, id)
+		return err
+	})
+	return fixed, err
+}
+
+// count counts one correction of kind and logs it, once.
+func (r *Reconciler) count(ctx context.Context, kind, id string, level slog.Level, msg string, attrs ...any) {
 	r.handlers.fixes.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", kind)))
 	r.handlers.log.Log(ctx, level, msg, append([]any{slog.String("order_id", id), slog.String("kind", kind)}, attrs...)...)
 }

@@ -2,8 +2,10 @@ package paymentsvc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,8 +27,9 @@ const DefaultReconcileBatch = 100
 // MetricReconciliations by kind (refund_rejected, refund_cancelled) and logged once.
 //
 // It checks each recorded outcome once (payment_order_outcomes.checked), claiming rows
-// with FOR UPDATE SKIP LOCKED so several instances can run it at once; since OrderCreated
-// charges nothing for an order whose outcome is known, a checked order stays corrected.
+// with FOR UPDATE SKIP LOCKED so several instances can run it at once, and corrects each
+// order in a transaction of its own; since OrderCreated charges nothing for an order whose
+// outcome is known, a checked order stays corrected.
 type Reconciler struct {
 	db       outbox.Beginner
 	handlers *Handlers
@@ -51,53 +54,93 @@ func (r *Reconciler) ReconcileOnce(ctx context.Context) (int, error) {
 	}
 }
 
-func (r *Reconciler) batchOnce(ctx context.Context) (checked, fixed int, err error) {
-	h := r.handlers
-	err = h.outbox.InTx(ctx, r.db, func(ctx context.Context, tx pgx.Tx) error {
-		checked, fixed = 0, 0
-		rows, err := tx.Query(ctx, `SELECT order_id, outcome, event_id, correlation_id FROM payment_order_outcomes
-			WHERE NOT checked ORDER BY at LIMIT $1 FOR UPDATE SKIP LOCKED`, r.batch)
+// batchOnce claims up to batch unchecked outcomes and marks those that need nothing as
+// checked, in one transaction; then corrects each of the others in a transaction of its
+// own (outcome row, then order row, then customer: the order handlers' lock order), so a
+// correction never holds the locks of several orders. It returns how many outcomes it
+// looked at and how many it corrected.
+func (r *Reconciler) batchOnce(ctx context.Context) (looked, fixed int, err error) {
+	var todo []string
+	err = pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
+		todo = todo[:0]
+		rows, err := tx.Query(ctx, `SELECT x.order_id, x.outcome <> 'CONFIRMED' AND coalesce(p.status = 'authorized', false)
+			FROM payment_order_outcomes x LEFT JOIN payment_orders p ON p.order_id = x.order_id
+			WHERE NOT x.checked ORDER BY x.at LIMIT $1 FOR UPDATE OF x SKIP LOCKED`, r.batch)
 		if err != nil {
 			return err
 		}
-		type outcome struct{ id, outcome, eventID, correlationID string }
-		outs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outcome, error) {
-			var o outcome
-			err := row.Scan(&o.id, &o.outcome, &o.eventID, &o.correlationID)
-			return o, err
-		})
-		if err != nil {
+		var fine []string
+		looked = 0
+		var (
+			id   string
+			need bool
+		)
+		if _, err := pgx.ForEachRow(rows, []any{&id, &need}, func() error {
+			looked++
+			if need {
+				todo = append(todo, id)
+			} else {
+				fine = append(fine, id)
+			}
+			return nil
+		}); err != nil {
 			return err
 		}
-		for _, x := range outs {
-			o, found, err := lockOrder(ctx, tx, x.id)
-			if err != nil {
-				return err
-			}
-			if found && o.status == StatusAuthorized && x.outcome != "CONFIRMED" {
-				octx := tracing.WithEntity(tracing.WithCorrelationID(ctx, x.correlationID), "order.id", x.id)
-				cause := event.Event{ID: x.eventID, CorrelationID: x.correlationID}
-				if err := h.refund(octx, tx, cause, o, ReasonReconciled+": order "+x.outcome); err != nil {
-					return err
-				}
-				kind := "refund_" + map[string]string{"REJECTED": "rejected", "CANCELLED": "cancelled"}[x.outcome]
-				h.fixes.Add(octx, 1, metric.WithAttributes(attribute.String("kind", kind)))
-				h.log.WarnContext(octx, "payment: reconciliation refunded a charge the order did not need",
-					slog.String("order_id", x.id), slog.String("outcome", x.outcome), slog.String("kind", kind),
-					slog.Int64("amount", o.charged-o.refunded))
-				fixed++
-			}
-			if _, err := tx.Exec(ctx, `UPDATE payment_order_outcomes SET checked = true WHERE order_id = $1`, x.id); err != nil {
-				return fmt.Errorf("paymentsvc: mark outcome checked: %w", err)
-			}
-		}
-		checked = len(outs)
-		return nil
+		_, err = tx.Exec(ctx, `UPDATE payment_order_outcomes SET checked = true WHERE order_id = ANY($1)`, fine)
+		return err
 	})
 	if err != nil {
 		return 0, 0, fmt.Errorf("paymentsvc: reconcile: %w", err)
 	}
-	return checked, fixed, nil
+	for _, id := range todo {
+		ok, err := r.correct(ctx, id)
+		if err != nil {
+			return looked, fixed, fmt.Errorf("paymentsvc: reconcile order %s: %w", id, err)
+		}
+		if ok {
+			fixed++
+		}
+	}
+	return looked, fixed, nil
+}
+
+// correct refunds the charge of one order whose outcome needs none, if it is still there,
+// and marks the outcome checked.
+func (r *Reconciler) correct(ctx context.Context, id string) (bool, error) {
+	h := r.handlers
+	fixed := false
+	err := h.outbox.InTx(ctx, r.db, func(ctx context.Context, tx pgx.Tx) error {
+		fixed = false
+		var outcome, eventID, correlationID string
+		err := tx.QueryRow(ctx, `SELECT outcome, event_id, correlation_id FROM payment_order_outcomes
+			WHERE order_id = $1 AND NOT checked FOR UPDATE`, id).Scan(&outcome, &eventID, &correlationID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // another instance corrected it
+		}
+		if err != nil {
+			return err
+		}
+		o, found, err := lockOrder(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if found && o.status == StatusAuthorized && outcome != "CONFIRMED" {
+			octx := tracing.WithEntity(tracing.WithCorrelationID(ctx, correlationID), "order.id", id)
+			cause := event.Event{ID: eventID, CorrelationID: correlationID}
+			if err := h.refund(octx, tx, cause, o, ReasonReconciled+": order "+outcome); err != nil {
+				return err
+			}
+			kind := "refund_" + strings.ToLower(outcome)
+			h.fixes.Add(octx, 1, metric.WithAttributes(attribute.String("kind", kind)))
+			h.log.WarnContext(octx, "payment: reconciliation refunded a charge the order did not need",
+				slog.String("order_id", id), slog.String("outcome", outcome), slog.String("kind", kind),
+				slog.Int64("amount", o.charged-o.refunded))
+			fixed = true
+		}
+		_, err = tx.Exec(ctx, `UPDATE payment_order_outcomes SET checked = true WHERE order_id = $1`, id)
+		return err
+	})
+	return fixed, err
 }
 
 // Run reconciles every interval until ctx is cancelled; errors are logged and retried at
