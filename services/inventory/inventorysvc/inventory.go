@@ -96,7 +96,7 @@ func NewHandlers(o *outbox.Outbox, cfg Config, logger *slog.Logger, mp metric.Me
 		mp = noop.NewMeterProvider()
 	}
 	ops, err := mp.Meter("github.com/choreo-saga/choreo/services/inventory").Int64Counter("inventory.operations",
-		metric.WithDescription("Inventory decisions by operation (reserve, unavailable, commit, release, expire, tombstone, oversold)."))
+		metric.WithDescription("Inventory decisions by operation (reserve, unavailable, commit, release, expire, tombstone, oversold, hold_unannounced, reanswer)."))
 	if err != nil {
 		return nil, fmt.Errorf("inventorysvc: metrics: %w", err)
 	}

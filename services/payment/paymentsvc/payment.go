@@ -99,7 +99,7 @@ func NewHandlers(o *outbox.Outbox, cfg Config, logger *slog.Logger, mp metric.Me
 		mp = noop.NewMeterProvider()
 	}
 	m := mp.Meter("github.com/choreo-saga/choreo/services/payment")
-	ops, err := m.Int64Counter("payment.operations", metric.WithDescription("Payment decisions by operation (charge, decline, refund, hold, tombstone)."))
+	ops, err := m.Int64Counter("payment.operations", metric.WithDescription("Payment decisions by operation (charge, decline, refund, hold, tombstone, cancel_held, reanswer)."))
 	if err != nil {
 		return nil, fmt.Errorf("paymentsvc: metrics: %w", err)
 	}
