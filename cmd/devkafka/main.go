@@ -115,35 +115,23 @@ func run(args []string, stderr io.Writer, sigs <-chan os.Signal) int {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: hlevel}))
 
-	opts := []kfake.Opt{
-		kfake.Ports(cfg.port),
-		kfake.DefaultNumPartitions(cfg.partitions),
-		kfake.WithLogger(slogLogger{log: log, level: cfg.logLevel}),
-	}
-	if cfg.autoCreate {
-		opts = append(opts, kfake.AllowAutoTopicCreation())
-	}
 	loaded := false
 	if cfg.dataDir != "" {
 		_, statErr := os.Stat(filepath.Join(cfg.dataDir, "meta.json"))
 		loaded = statErr == nil
-		opts = append(opts, kfake.DataDir(cfg.dataDir))
-		if cfg.sync {
-			opts = append(opts, kfake.SyncWrites())
-		}
 	}
-	c, err := kfake.NewCluster(opts...)
+	b, err := startBroker(cfg, log)
 	if err != nil {
 		log.Error("devkafka: start", "err", err, "port", cfg.port, "data_dir", cfg.dataDir)
 		return exitError
 	}
-	addr := c.ListenAddrs()[0]
+	addr := b.addr()
 
 	if len(cfg.topics) > 0 {
 		created, err := seedTopics(addr, cfg.partitions, cfg.topics)
 		if err != nil {
 			log.Error("devkafka: seed topics", "err", err)
-			c.Close()
+			b.close()
 			return exitError
 		}
 		if len(created) > 0 {
@@ -161,7 +149,7 @@ func run(args []string, stderr io.Writer, sigs <-chan os.Signal) int {
 	log.Info("shutting down, persisting state (signal again to force)", "signal", sig.String())
 	done := make(chan struct{})
 	go func() {
-		c.Close()
+		b.close()
 		close(done)
 	}()
 	select {
@@ -173,6 +161,40 @@ func run(args []string, stderr io.Writer, sigs <-chan os.Signal) int {
 		return exitError
 	}
 }
+
+// broker is the running kfake cluster.
+type broker struct {
+	c *kfake.Cluster
+}
+
+// startBroker starts the cluster cfg describes; log receives kfake's own logs.
+func startBroker(cfg config, log *slog.Logger) (*broker, error) {
+	opts := []kfake.Opt{
+		kfake.Ports(cfg.port),
+		kfake.DefaultNumPartitions(cfg.partitions),
+		kfake.WithLogger(slogLogger{log: log, level: cfg.logLevel}),
+	}
+	if cfg.autoCreate {
+		opts = append(opts, kfake.AllowAutoTopicCreation())
+	}
+	if cfg.dataDir != "" {
+		opts = append(opts, kfake.DataDir(cfg.dataDir))
+		if cfg.sync {
+			opts = append(opts, kfake.SyncWrites())
+		}
+	}
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &broker{c: c}, nil
+}
+
+// addr is the address the broker listens on.
+func (b *broker) addr() string { return b.c.ListenAddrs()[0] }
+
+// close stops the broker and persists its state.
+func (b *broker) close() { b.c.Close() }
 
 // seedTopics creates the topics that do not exist yet and returns their names.
 func seedTopics(addr string, partitions int, topics []string) ([]string, error) {

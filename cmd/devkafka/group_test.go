@@ -1,0 +1,252 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// cuttable dials real TCP connections and can cut them all at once, after which it
+// refuses to dial: what the broker sees of a client process killed with SIGKILL (its
+// sockets closed, no LeaveGroup, never heard from again).
+type cuttable struct {
+	mu    sync.Mutex
+	dead  bool
+	conns []net.Conn
+}
+
+func (d *cuttable) dial(ctx context.Context, network, host string) (net.Conn, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.dead {
+		return nil, errors.New("test: process killed")
+	}
+	var nd net.Dialer
+	c, err := nd.DialContext(ctx, network, host)
+	if err != nil {
+		return nil, err
+	}
+	d.conns = append(d.conns, c)
+	return c, nil
+}
+
+func (d *cuttable) cut() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.dead = true
+	for _, c := range d.conns {
+		_ = c.Close()
+	}
+}
+
+// keySet collects the keys a consumer has seen.
+type keySet struct {
+	mu   sync.Mutex
+	keys map[string]bool
+}
+
+func (s *keySet) add(k string) {
+	s.mu.Lock()
+	s.keys[k] = true
+	s.mu.Unlock()
+}
+
+// missing returns how many of keys have not been seen.
+func (s *keySet) missing(keys []string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, k := range keys {
+		if !s.keys[k] {
+			n++
+		}
+	}
+	return n
+}
+
+// groupMember starts a consumer of topic in group. The session and rebalance timeouts
+// are kgo's defaults (what the services used when the wedge was measured), spelled out.
+func groupMember(t *testing.T, addr, group, topic, clientID string, bal kgo.GroupBalancer, extra ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	opts := append([]kgo.Opt{
+		kgo.SeedBrokers(addr),
+		kgo.ClientID(clientID),
+		kgo.ConsumerGroup(group),
+		kgo.ConsumeTopics(topic),
+		kgo.Balancers(bal),
+		kgo.SessionTimeout(45 * time.Second),
+		kgo.RebalanceTimeout(60 * time.Second),
+		kgo.HeartbeatInterval(500 * time.Millisecond),
+		kgo.FetchMaxWait(200 * time.Millisecond),
+		kgo.DisableAutoCommit(), // every owner reads its partitions from the start
+	}, extra...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
+
+// produceBatch writes n records keyed "<batch>-<i>" spread over every partition.
+func produceBatch(t *testing.T, addr, topic, batch string, partitions, n int) []string {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	keys := make([]string, n)
+	rs := make([]*kgo.Record, n)
+	for i := range n {
+		keys[i] = fmt.Sprintf("%s-%d", batch, i)
+		rs[i] = &kgo.Record{Topic: topic, Partition: int32(i % partitions), Key: []byte(keys[i])}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+		t.Fatalf("produce %s: %v", batch, err)
+	}
+	return keys
+}
+
+func describeGroup(c *kfake.Cluster, group string) string {
+	gi := c.GroupInfo(group)
+	if gi == nil {
+		return "no group"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "state %s, generation %d:", gi.State, gi.Epoch)
+	for _, m := range gi.Members {
+		fmt.Fprintf(&b, " [%s holds %d]", m.ClientID, m.NumAssigned())
+	}
+	return b.String()
+}
+
+// TestGroupSurvivesMembersKilledInRebalance reproduces the consumer-group wedge seen with
+// kill -9 and restarts of service instances: a member that joins and dies (sockets
+// closed, no LeaveGroup) while its JoinGroup waits in the rebalance barrier never gets a
+// session timer in kfake, because the timer is armed only when a join reply reaches the
+// member. With the default cooperative-sticky balancer the next rebalance then waits for
+// it until a whole rebalance timeout passes without any new join, so a loop of restarts
+// keeps the group from ever completing; with an eager balancer (range) the group turns
+// Stable with the dead member holding partitions forever. Either way some partitions stop
+// being consumed. The test kills members exactly in that window (from a control function
+// on the JoinGroup that carries the member id), then asserts that the surviving member
+// consumes fresh records on every partition before a deadline well below the rebalance
+// timeout.
+func TestGroupSurvivesMembersKilledInRebalance(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		balancer kgo.GroupBalancer
+		kills    int
+	}{
+		{"cooperative-sticky/kill-loop", kgo.CooperativeStickyBalancer(), 4},
+		{"range/one-kill", kgo.RangeBalancer(), 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) { killInRebalance(t, tc.balancer, tc.kills) })
+	}
+}
+
+func killInRebalance(t *testing.T, bal kgo.GroupBalancer, kills int) {
+	const (
+		partitions = 6
+		perBatch   = 60
+		topic      = "orders.events"
+		group      = "order-service"
+		deadline   = 30 * time.Second // the members' rebalance timeout is 60s
+	)
+	b, err := startBroker(config{partitions: partitions, autoCreate: true, logLevel: kfake.LogLevelNone},
+		slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.close)
+	addr := b.addr()
+	if _, err := seedTopics(addr, partitions, []string{topic}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Kill a victim when its JoinGroup with a member id reaches the broker: the request
+	// is then handled on a dead connection and parks in the join barrier.
+	var (
+		mu     sync.Mutex
+		armed  = map[string]*cuttable{}
+		killed = make(chan string, kills)
+	)
+	b.c.ControlKey(int16(kmsg.JoinGroup), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		req := kreq.(*kmsg.JoinGroupRequest)
+		mu.Lock()
+		defer mu.Unlock()
+		for id, d := range armed {
+			if req.MemberID != "" && strings.HasPrefix(req.MemberID, id+"-") {
+				d.cut()
+				delete(armed, id)
+				killed <- id
+			}
+		}
+		return nil, nil, false // observed only: kfake handles the join
+	})
+
+	seen := &keySet{keys: map[string]bool{}}
+	live := groupMember(t, addr, group, topic, "live", bal)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			fs := live.PollFetches(ctx)
+			if fs.IsClientClosed() || ctx.Err() != nil {
+				return
+			}
+			fs.EachRecord(func(r *kgo.Record) { seen.add(string(r.Key)) })
+		}
+	})
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		live.Close()
+	})
+
+	waitConsumed := func(what string, keys []string, within time.Duration) time.Duration {
+		t.Helper()
+		start := time.Now()
+		for seen.missing(keys) > 0 {
+			if time.Since(start) > within {
+				t.Fatalf("%s: %d of %d records not consumed within %s; group %s",
+					what, seen.missing(keys), len(keys), within, describeGroup(b.c, group))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		return time.Since(start)
+	}
+	waitConsumed("before the kills", produceBatch(t, addr, topic, "before", partitions, perBatch), deadline)
+
+	for i := range kills {
+		id := fmt.Sprintf("victim%d", i)
+		d := &cuttable{}
+		mu.Lock()
+		armed[id] = d
+		mu.Unlock()
+		v := groupMember(t, addr, group, topic, id, bal, kgo.Dialer(d.dial))
+		t.Cleanup(v.Close) // its dialer refuses: the LeaveGroup of Close never reaches the broker
+		select {
+		case <-killed:
+		case <-time.After(deadline):
+			t.Fatalf("%s never sent a JoinGroup with its member id; group %s", id, describeGroup(b.c, group))
+		}
+		time.Sleep(time.Second) // the next instance restarts a moment later
+	}
+
+	took := waitConsumed("after the kills", produceBatch(t, addr, topic, "after", partitions, perBatch), deadline)
+	t.Logf("%d member(s) killed in the join barrier; records on every partition consumed %s after the last kill + 1s; group %s",
+		kills, took.Round(10*time.Millisecond), describeGroup(b.c, group))
+}
