@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -249,4 +250,125 @@ func killInRebalance(t *testing.T, bal kgo.GroupBalancer, kills int) {
 	took := waitConsumed("after the kills", produceBatch(t, addr, topic, "after", partitions, perBatch), deadline)
 	t.Logf("%d member(s) killed in the join barrier; records on every partition consumed %s after the last kill + 1s; group %s",
 		kills, took.Round(10*time.Millisecond), describeGroup(b.c, group))
+}
+
+// assignment returns the partitions each member of group holds, by instance id (or
+// client id for dynamic members), and the group's generation.
+func assignment(c *kfake.Cluster, group string) (map[string][]int32, int32, string) {
+	gi := c.GroupInfo(group)
+	if gi == nil {
+		return nil, 0, "no group"
+	}
+	out := map[string][]int32{}
+	for _, m := range gi.Members {
+		name := m.ClientID
+		if m.InstanceID != nil {
+			name = *m.InstanceID
+		}
+		for _, ps := range m.Assignment {
+			out[name] = append(out[name], ps...)
+		}
+	}
+	return out, gi.Epoch, gi.State
+}
+
+// TestStaticMemberRestartKeepsPartitions kills a static member (its sockets closed, no
+// LeaveGroup) and starts a new client with the same instance id, as a restarted service
+// instance does: the new client gets the old member's partitions back, the other member
+// keeps its partitions throughout (nothing revoked or lost), and every partition is
+// consumed again before a deadline well inside the session timeout. kfake rebalances on
+// such a rejoin when the member's protocol metadata changed (Kafka only when the selected
+// protocol would change), and kgo's cooperative-sticky metadata names the partitions the
+// old client owned, so the generation may advance; with the sticky assignor that
+// rebalance moves nothing.
+func TestStaticMemberRestartKeepsPartitions(t *testing.T) {
+	const (
+		partitions = 6
+		perBatch   = 60
+		topic      = "payments.events"
+		group      = "payment-service"
+		session    = 10 * time.Second
+		deadline   = 30 * time.Second
+	)
+	b, err := startBroker(config{partitions: partitions, autoCreate: true, logLevel: kfake.LogLevelNone},
+		slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.close)
+	addr := b.addr()
+	if _, err := seedTopics(addr, partitions, []string{topic}); err != nil {
+		t.Fatal(err)
+	}
+	bal := kgo.CooperativeStickyBalancer()
+	seen := &keySet{keys: map[string]bool{}}
+	consume := func(cl *kgo.Client) {
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for {
+				fs := cl.PollFetches(ctx)
+				if fs.IsClientClosed() || ctx.Err() != nil {
+					return
+				}
+				fs.EachRecord(func(r *kgo.Record) { seen.add(string(r.Key)) })
+			}
+		})
+		t.Cleanup(func() { cancel(); wg.Wait(); cl.Close() })
+	}
+	static := func(instance string, extra ...kgo.Opt) *kgo.Client {
+		return groupMember(t, addr, group, topic, instance, bal,
+			append([]kgo.Opt{kgo.InstanceID(instance), kgo.SessionTimeout(session)}, extra...)...)
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for start := time.Now(); !cond(); time.Sleep(50 * time.Millisecond) {
+			if time.Since(start) > deadline {
+				as, gen, state := assignment(b.c, group)
+				t.Fatalf("%s not within %s; group %s generation %d: %v", what, deadline, state, gen, as)
+			}
+		}
+	}
+
+	// svc-b first: it rejoins when svc-a arrives, so its last JoinGroup names the
+	// partitions it owned, unlike the restarted client's.
+	d := &cuttable{}
+	consume(static("svc-b", kgo.Dialer(d.dial)))
+	waitFor("svc-b alone holding every partition", func() bool {
+		as, _, _ := assignment(b.c, group)
+		return len(as["svc-b"]) == partitions
+	})
+	var disturbed atomic.Int32 // svc-a partitions revoked or lost
+	onLoss := func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+		if len(m) > 0 {
+			t.Logf("svc-a lost or had revoked %v", m)
+			disturbed.Add(1)
+		}
+	}
+	consume(static("svc-a", kgo.OnPartitionsRevoked(onLoss), kgo.OnPartitionsLost(onLoss)))
+	var before map[string][]int32
+	var gen int32
+	waitFor("both members holding partitions", func() bool {
+		as, g, state := assignment(b.c, group)
+		before, gen = as, g
+		return state == "Stable" && len(as["svc-a"]) > 0 && len(as["svc-b"]) > 0 && len(as["svc-a"])+len(as["svc-b"]) == partitions
+	})
+	keys := produceBatch(t, addr, topic, "before", partitions, perBatch)
+	waitFor("records consumed before the kill", func() bool { return seen.missing(keys) == 0 })
+
+	d.cut()
+	killed := time.Now()
+	time.Sleep(time.Second) // the instance restarts a moment later
+	consume(static("svc-b"))
+	keys = produceBatch(t, addr, topic, "after", partitions, perBatch)
+	waitFor("records on every partition consumed after the restart", func() bool { return seen.missing(keys) == 0 })
+	after, genAfter, state := assignment(b.c, group)
+	t.Logf("static member killed and restarted 1s later: every partition consumed %s after the kill; group %s generation %d→%d, before %v, after %v",
+		time.Since(killed).Round(10*time.Millisecond), state, gen, genAfter, before, after)
+	if fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("assignment changed: before %v, after %v", before, after)
+	}
+	if n := disturbed.Load(); n != 0 {
+		t.Errorf("svc-a had partitions revoked or lost %d time(s) by the restart of svc-b", n)
+	}
 }
