@@ -150,21 +150,27 @@ func TestGroupSurvivesMembersKilledInRebalance(t *testing.T) {
 		name     string
 		balancer kgo.GroupBalancer
 		kills    int
+		static   bool
 	}{
-		{"cooperative-sticky/kill-loop", kgo.CooperativeStickyBalancer(), 4},
-		{"range/one-kill", kgo.RangeBalancer(), 1},
+		{"cooperative-sticky/kill-loop", kgo.CooperativeStickyBalancer(), 4, false},
+		{"range/one-kill", kgo.RangeBalancer(), 1, false},
+		// A static member killed in the barrier, on its first JoinGroup (no member id
+		// yet), and never restarted: removed once its session timeout has passed.
+		{"cooperative-sticky/static-never-restarted", kgo.CooperativeStickyBalancer(), 1, true},
 	} {
-		t.Run(tc.name, func(t *testing.T) { killInRebalance(t, tc.balancer, tc.kills) })
+		t.Run(tc.name, func(t *testing.T) { killInRebalance(t, tc.balancer, tc.kills, tc.static) })
 	}
 }
 
-func killInRebalance(t *testing.T, bal kgo.GroupBalancer, kills int) {
+func killInRebalance(t *testing.T, bal kgo.GroupBalancer, kills int, static bool) {
 	const (
 		partitions = 6
 		perBatch   = 60
 		topic      = "orders.events"
 		group      = "order-service"
 		deadline   = 30 * time.Second // the members' rebalance timeout is 60s
+		// staticSession is the static victims' session timeout, the broker's minimum.
+		staticSession = 6 * time.Second
 	)
 	b, err := startBroker(config{partitions: partitions, autoCreate: true, logLevel: kfake.LogLevelNone},
 		slog.New(slog.DiscardHandler))
@@ -189,7 +195,11 @@ func killInRebalance(t *testing.T, bal kgo.GroupBalancer, kills int) {
 		mu.Lock()
 		defer mu.Unlock()
 		for id, d := range armed {
-			if req.MemberID != "" && strings.HasPrefix(req.MemberID, id+"-") {
+			isVictim := req.MemberID != "" && strings.HasPrefix(req.MemberID, id+"-")
+			if static {
+				isVictim = req.InstanceID != nil && *req.InstanceID == id
+			}
+			if isVictim {
 				d.cut()
 				delete(armed, id)
 				killed <- id
@@ -237,7 +247,11 @@ func killInRebalance(t *testing.T, bal kgo.GroupBalancer, kills int) {
 		mu.Lock()
 		armed[id] = d
 		mu.Unlock()
-		v := groupMember(t, addr, group, topic, id, bal, kgo.Dialer(d.dial))
+		opts := []kgo.Opt{kgo.Dialer(d.dial)}
+		if static {
+			opts = append(opts, kgo.InstanceID(id), kgo.SessionTimeout(staticSession))
+		}
+		v := groupMember(t, addr, group, topic, id, bal, opts...)
 		t.Cleanup(v.Close) // its dialer refuses: the LeaveGroup of Close never reaches the broker
 		select {
 		case <-killed:
@@ -247,7 +261,11 @@ func killInRebalance(t *testing.T, bal kgo.GroupBalancer, kills int) {
 		time.Sleep(time.Second) // the next instance restarts a moment later
 	}
 
-	took := waitConsumed("after the kills", produceBatch(t, addr, topic, "after", partitions, perBatch), deadline)
+	within := deadline
+	if static {
+		within += staticSession
+	}
+	took := waitConsumed("after the kills", produceBatch(t, addr, topic, "after", partitions, perBatch), within)
 	t.Logf("%d member(s) killed in the join barrier; records on every partition consumed %s after the last kill + 1s; group %s",
 		kills, took.Round(10*time.Millisecond), describeGroup(b.c, group))
 }
