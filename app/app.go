@@ -358,7 +358,7 @@ type ConsumerSpec struct {
 //
 // The group member uses Config.KafkaInstanceID (static membership),
 // Config.KafkaSessionTimeout and Config.KafkaRebalanceTimeout; spec.Options may override
-// them. /readyz reports it under "consumer <group>": not ready when it has held no
+// them. /readyz reports it under "consumer <group> partitions": not ready when it has held no
 // partition for longer than the session plus the rebalance timeout while the group has
 // lag.
 func (a *App) Consume(spec ConsumerSpec) error {
@@ -422,7 +422,7 @@ func (a *App) Consume(spec ConsumerSpec) error {
 	a.consumers = append(a.consumers, component{name: "consumer " + spec.Group, run: c.Run, mustRun: true})
 	// A healthy group hands a member partitions within a session timeout (a dead member
 	// expires) plus a rebalance timeout (the others rejoin).
-	a.checks = append(a.checks, NamedCheck{"consumer " + spec.Group,
+	a.checks = append(a.checks, NamedCheck{"consumer " + spec.Group + " partitions",
 		assignmentCheck(spec.Group, c.Assigned, kadm.NewClient(a.Kafka), session+rebalance)})
 	return nil
 }

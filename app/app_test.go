@@ -298,7 +298,7 @@ func TestAppLifecycle(t *testing.T) {
 	if ms := described["widget"].Members; len(ms) != 1 || ms[0].InstanceID == nil || *ms[0].InstanceID != a.Config.KafkaInstanceID {
 		t.Errorf("group members %+v, want one with instance id %q", ms, a.Config.KafkaInstanceID)
 	}
-	if code, body := get(t, a.base+"/readyz"); code != 200 || !strings.Contains(body, `"consumer widget":"ok"`) {
+	if code, body := get(t, a.base+"/readyz"); code != 200 || !strings.Contains(body, `"consumer widget partitions":"ok"`) {
 		t.Errorf("/readyz = %d %s", code, body)
 	}
 
