@@ -1,14 +1,15 @@
 // Package devbroker removes classic consumer-group members whose process is gone from a
 // kfake cluster, so that a member killed with SIGKILL cannot wedge its group.
 //
-// kfake arms a member's session timer only when a JoinGroup or SyncGroup reply reaches
-// the member (groups.go, (*group).reply calls updateHeartbeat only if the write to the
-// connection succeeded), and moving a member from pending to joined stops the timer it
-// had ((*group).addMemberAndRebalance → stopPending). A member that dies while its
-// JoinGroup waits in the rebalance barrier therefore stays in the group with no timer at
+// kfake arms a member's session timer only when a JoinGroup or SyncGroup reply is handed
+// to the member's connection (groups.go, (*group).reply calls updateHeartbeat only if
+// clientReq.reply reports success, which for a closed connection is a coin flip), and
+// moving a member from pending to joined stops the timer it had
+// ((*group).addMemberAndRebalance → stopPending). A member that dies while its JoinGroup
+// waits in the rebalance barrier therefore often stays in the group with no timer at
 // all: it is removed only when a rebalance completes without it, and every new join
-// restarts that rebalance's timer ((*group).rebalance), while a later pending-sync
-// timeout that would also catch it is cancelled by the next rebalance
+// restarts that rebalance's timer ((*group).rebalance), while the pending-sync timeout
+// that would also catch it is cancelled by the leader's sync and by the next rebalance
 // ((*group).clearPendingSync). See docs/reliability.md, "Consumer groups that survive
 // kill -9".
 //
