@@ -138,6 +138,12 @@
 // individually. Batches form only from records already buffered: a worker that keeps up
 // handles one record at a time. See docs/benchmarks-consumer.md.
 //
+// StandardBatch is not a second implementation of the chain: it resolves its
+// StandardConfig exactly as Standard does (every default applied once) and runs the same
+// parts for each record of a batch: decoding, the router's filter, the consumer span,
+// CorrelationID's context, the metrics and the log line. Only the leases (one per
+// distinct entity of the batch), the idempotency claims and the commit are shared.
+//
 // # Why hand-written parts
 //
 // Backoff is implemented once for the module (internal/backoff: capped exponential bound,

@@ -28,6 +28,7 @@ func Logging(l *slog.Logger) Middleware {
 	}
 }
 
+// logRecord writes m's log line. Logging and StandardBatch both call it.
 func logRecord(ctx context.Context, l *slog.Logger, m *Message, err error, elapsed time.Duration) {
 	outcome := m.outcome(err)
 	level := slog.LevelDebug

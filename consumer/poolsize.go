@@ -27,13 +27,6 @@ func runtimeFrom(ctx context.Context) *Consumer {
 	return c
 }
 
-// ownedPartitions returns how many partitions the consumer owns right now.
-func (c *Consumer) ownedPartitions() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.workers)
-}
-
 // poolCheck checks at run time what the embedding guide asks users to remember: every
 // partition worker holds one Postgres connection while its transaction runs, so a
 // *pgxpool.Pool with fewer connections (MaxConns) than the partitions one member owns
@@ -71,7 +64,7 @@ func (pc *poolCheck) check(ctx context.Context) {
 	if c == nil {
 		return
 	}
-	n := c.ownedPartitions()
+	n, _ := c.Assigned()
 	if n <= pc.maxConns {
 		pc.warned.Store(0)
 		return
