@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -44,6 +45,7 @@ type config struct {
 	meterProvider   metric.MeterProvider
 	batchMax        int
 	batch           BatchHandler
+	dlqTopic        func(source string) string // nil: no check at start
 }
 
 // Option configures a Consumer.
@@ -239,6 +241,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("consumer: new client: %w", err)
+	}
+	if err := c.checkTopics(ctx, cl); err != nil {
+		return errors.Join(err, c.shutdown(cl))
 	}
 
 	c.poll(ctx, cl)
