@@ -175,6 +175,7 @@ type App struct {
 	mux       *http.ServeMux
 	checks    []NamedCheck
 	relay     *outbox.Relay
+	archive   *consumer.DeadLetterArchive // the default dead-letter archive, migrated by New
 	consumers []component
 	workers   []component
 
@@ -253,6 +254,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 	}
 	if err := MigrateLibrary(ctx, a.Pool, a.Outbox); err != nil {
 		return nil, err
+	}
+	if a.archive, err = consumer.NewDeadLetterArchive(a.Pool, ""); err != nil {
+		return nil, fmt.Errorf("app: %w", err)
 	}
 	a.Store = o.store
 	if a.Store == nil {
@@ -351,27 +355,33 @@ type ConsumerSpec struct {
 
 // Consume registers a consumer group running the standard middleware chain
 // (consumer.Standard): the App's pool for transactions, its Kafka client for the
-// dead-letter topics, its locker with fencing (when Redis is configured), its
-// idempotency store, and Outbox.Wake after every commit. It starts with Run and is
-// drained in Run's shutdown, before the relay stops.
+// dead-letter topics, the dead-letter archive consumer.DefaultDeadLetterTable (migrated
+// by New) for dead letters the topics refuse, its locker with fencing (when Redis is
+// configured), its idempotency store, and Outbox.Wake after every commit. It starts with
+// Run and is drained in Run's shutdown, before the relay stops. Before consuming, it
+// creates the dead-letter topic of every consumed topic if missing (Config.KafkaPartitions
+// partitions; a creation the broker refuses is logged) and then fails with an error
+// matching consumer.ErrMissingTopic if one still does not exist
+// (consumer.WithDeadLetterTopics).
 func (a *App) Consume(spec ConsumerSpec) error {
 	if a.state.Load() != stateNew {
 		return ErrRunning
 	}
 	sc := consumer.StandardConfig{
-		DB:              a.Pool,
-		Router:          spec.Router,
-		Handler:         spec.Handler,
-		DeadLetter:      a.Kafka,
-		Store:           a.Store,
-		Name:            spec.Name,
-		AfterCommit:     []func(){a.Outbox.Wake},
-		Retry:           spec.Retry,
-		EntityAttribute: a.opts.entityAttr,
-		Logger:          a.Logger,
-		TracerProvider:  a.Telemetry.TracerProvider,
-		MeterProvider:   a.Telemetry.MeterProvider,
-		Propagator:      a.Telemetry.Propagator,
+		DB:                a.Pool,
+		Router:            spec.Router,
+		Handler:           spec.Handler,
+		DeadLetter:        a.Kafka,
+		DeadLetterArchive: a.archive,
+		Store:             a.Store,
+		Name:              spec.Name,
+		AfterCommit:       []func(){a.Outbox.Wake},
+		Retry:             spec.Retry,
+		EntityAttribute:   a.opts.entityAttr,
+		Logger:            a.Logger,
+		TracerProvider:    a.Telemetry.TracerProvider,
+		MeterProvider:     a.Telemetry.MeterProvider,
+		Propagator:        a.Telemetry.Propagator,
 	}
 	if a.Locker != nil {
 		sc.Locker = a.Locker
@@ -384,9 +394,14 @@ func (a *App) Consume(spec ConsumerSpec) error {
 	if err != nil {
 		return fmt.Errorf("app: consumer %s: %w", spec.Group, err)
 	}
+	dlqTopic := sc.DeadLetterTopic
+	if dlqTopic == nil {
+		dlqTopic = func(source string) string { return source + consumer.DeadLetterSuffix }
+	}
 	copts := []consumer.Option{
 		consumer.WithLogger(a.Logger),
 		consumer.WithMeterProvider(a.Telemetry.MeterProvider),
+		consumer.WithDeadLetterTopics(dlqTopic),
 	}
 	if a.Config.ConsumerBatch > 1 {
 		bh, err := consumer.StandardBatch(sc)
@@ -400,7 +415,19 @@ func (a *App) Consume(spec ConsumerSpec) error {
 	if err != nil {
 		return fmt.Errorf("app: consumer %s: %w", spec.Group, err)
 	}
-	a.consumers = append(a.consumers, component{name: "consumer " + spec.Group, run: c.Run, mustRun: true})
+	var dlqs []string
+	for _, t := range spec.Topics {
+		dlqs = append(dlqs, dlqTopic(t))
+	}
+	run := func(ctx context.Context) error {
+		if err := EnsureTopics(ctx, a.Kafka, a.Config.KafkaPartitions, dlqs...); err != nil {
+			// The consumer's own check reports a topic that is still missing.
+			a.Logger.LogAttrs(ctx, slog.LevelWarn, "app: creating dead-letter topics failed",
+				slog.String("group", spec.Group), slog.Any("topics", dlqs), slog.Any("error", err))
+		}
+		return c.Run(ctx)
+	}
+	a.consumers = append(a.consumers, component{name: "consumer " + spec.Group, run: run, mustRun: true})
 	return nil
 }
 
@@ -412,7 +439,8 @@ func (a *App) Go(name string, fn func(ctx context.Context) error) {
 	a.workers = append(a.workers, component{name: name, run: fn})
 }
 
-// EnsureTopics creates topics and their dead-letter topics (topic + ".dlq") with
+// EnsureTopics creates topics and their dead-letter topics (topic +
+// consumer.DeadLetterSuffix) with
 // Config.KafkaPartitions partitions if they do not exist (see [EnsureTopics]).
 func (a *App) EnsureTopics(ctx context.Context, topics ...string) error {
 	return EnsureTopics(ctx, a.Kafka, a.Config.KafkaPartitions, WithDeadLetterTopics(topics...)...)
