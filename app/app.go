@@ -41,6 +41,9 @@ var (
 // ReadyTimeout bounds each /readyz check.
 const ReadyTimeout = 2 * time.Second
 
+// ensureTopicsTimeout bounds the creation of the consumers' dead-letter topics in Run.
+const ensureTopicsTimeout = 30 * time.Second
+
 type options struct {
 	logger       *slog.Logger
 	logOutput    io.Writer
@@ -176,6 +179,7 @@ type App struct {
 	checks    []NamedCheck
 	relay     *outbox.Relay
 	archive   *consumer.DeadLetterArchive // the default dead-letter archive, migrated by New
+	dlqTopics []string                    // of the consumers; Run creates them if missing
 	consumers []component
 	workers   []component
 
@@ -336,7 +340,12 @@ func (a *App) AddCheck(name string, c Check) {
 type ConsumerSpec struct {
 	// Group is the Kafka consumer group. Required.
 	Group string
-	// Topics are consumed by the group. Required.
+	// Topics are consumed by the group. Required. Run creates the dead-letter topic of
+	// each if missing (with Config.KafkaPartitions partitions; a creation the broker
+	// refuses is logged), and the consumer then fails at start, with an error matching
+	// consumer.ErrMissingTopic, if one still does not exist. A dead letter the topic
+	// refuses (too large, or the topic deleted) is archived in the service's database
+	// (consumer.DefaultDeadLetterTable, migrated by New) and settled.
 	Topics []string
 	// Router routes events by type (set Router or Handler).
 	Router *consumer.Router
@@ -355,14 +364,9 @@ type ConsumerSpec struct {
 
 // Consume registers a consumer group running the standard middleware chain
 // (consumer.Standard): the App's pool for transactions, its Kafka client for the
-// dead-letter topics, the dead-letter archive consumer.DefaultDeadLetterTable (migrated
-// by New) for dead letters the topics refuse, its locker with fencing (when Redis is
-// configured), its idempotency store, and Outbox.Wake after every commit. It starts with
-// Run and is drained in Run's shutdown, before the relay stops. Before consuming, it
-// creates the dead-letter topic of every consumed topic if missing (Config.KafkaPartitions
-// partitions; a creation the broker refuses is logged) and then fails with an error
-// matching consumer.ErrMissingTopic if one still does not exist
-// (consumer.WithDeadLetterTopics).
+// dead-letter topics, its locker with fencing (when Redis is configured), its
+// idempotency store, and Outbox.Wake after every commit. It starts with Run and is
+// drained in Run's shutdown, before the relay stops.
 func (a *App) Consume(spec ConsumerSpec) error {
 	if a.state.Load() != stateNew {
 		return ErrRunning
@@ -411,23 +415,14 @@ func (a *App) Consume(spec ConsumerSpec) error {
 		copts = append(copts, consumer.WithBatch(a.Config.ConsumerBatch, bh))
 	}
 	copts = append(copts, spec.Options...)
+	for _, t := range spec.Topics {
+		a.dlqTopics = append(a.dlqTopics, dlqTopic(t))
+	}
 	c, err := consumer.New(a.Config.KafkaBrokers, spec.Group, spec.Topics, h, copts...)
 	if err != nil {
 		return fmt.Errorf("app: consumer %s: %w", spec.Group, err)
 	}
-	var dlqs []string
-	for _, t := range spec.Topics {
-		dlqs = append(dlqs, dlqTopic(t))
-	}
-	run := func(ctx context.Context) error {
-		if err := EnsureTopics(ctx, a.Kafka, a.Config.KafkaPartitions, dlqs...); err != nil {
-			// The consumer's own check reports a topic that is still missing.
-			a.Logger.LogAttrs(ctx, slog.LevelWarn, "app: creating dead-letter topics failed",
-				slog.String("group", spec.Group), slog.Any("topics", dlqs), slog.Any("error", err))
-		}
-		return c.Run(ctx)
-	}
-	a.consumers = append(a.consumers, component{name: "consumer " + spec.Group, run: run, mustRun: true})
+	a.consumers = append(a.consumers, component{name: "consumer " + spec.Group, run: c.Run, mustRun: true})
 	return nil
 }
 
@@ -583,6 +578,16 @@ func (a *App) Run(ctx context.Context) (err error) {
 	var stopping atomic.Bool
 	exits := make(chan exit, len(a.consumers)+len(a.workers)+2)
 	base := context.WithoutCancel(ctx)
+	if len(a.dlqTopics) > 0 {
+		tctx, cancel := context.WithTimeout(ctx, ensureTopicsTimeout)
+		err := EnsureTopics(tctx, a.Kafka, a.Config.KafkaPartitions, a.dlqTopics...)
+		cancel()
+		if err != nil {
+			// Each consumer's own check (consumer.WithDeadLetterTopics) fails on a topic
+			// that is still missing.
+			log.Warn("app: creating dead-letter topics failed", slog.Any("topics", a.dlqTopics), slog.Any("error", err))
+		}
+	}
 	relay := a.start(base, []component{{name: "outbox relay", run: a.relay.Run, mustRun: true}}, exits, &stopping)
 	consumers := a.start(base, append(append([]component(nil), a.consumers...), a.workers...), exits, &stopping)
 

@@ -24,8 +24,6 @@ var (
 	ErrInvalidConfig = errors.New("consumer: invalid configuration")
 	// ErrClosed: Run was called twice, or on a consumer that was already shut down.
 	ErrClosed = errors.New("consumer: closed")
-	// ErrMissingTopic: a topic the consumer needs does not exist; the error names it.
-	ErrMissingTopic = errors.New("consumer: missing topic")
 )
 
 type permanentError struct{ err error }

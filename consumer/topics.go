@@ -12,6 +12,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
+// ErrMissingTopic: a topic the consumer needs does not exist; the error names it.
+var ErrMissingTopic = errors.New("consumer: missing topic")
+
 // WithDeadLetterTopics makes Run check, before it consumes anything, that the dead-letter
 // topic of every consumed topic exists, name(topic) (nil name: topic + DeadLetterSuffix,
 // DeadLetter's default). If any is missing, Run returns an error matching

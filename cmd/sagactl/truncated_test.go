@@ -48,7 +48,9 @@ func TestDLQTruncatedCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := consumer.DeadLetter(cl, consumer.DeadLetterArchiveTo(archive), consumer.DeadLetterValueBytes(1024))(
-		func(context.Context, *consumer.Message) error { return consumer.Permanent(errors.New("too big to handle")) })
+		func(context.Context, *consumer.Message) error {
+			return consumer.Permanent(errors.New("too big to handle"))
+		})
 	if err := h(ctx, &consumer.Message{Record: rec, Group: "payment", Attempt: 1}); err != nil {
 		t.Fatalf("DeadLetter: %v", err)
 	}
