@@ -238,7 +238,9 @@ func (c deadLetterConfig) refused(ctx context.Context, p Producer, m *Message, r
 	}
 	a, aerr := c.archive.put(ctx, m, rec.Topic, err, perr)
 	if aerr != nil {
-		return fmt.Errorf("%w: to %s: %w; archiving the original failed: %w (handling error: %w)",
+		// perr only as text: the archive's error decides how the failure is classified
+		// (Postgres unreachable is an outage; see the consumer's outage handling).
+		return fmt.Errorf("%w: to %s: %v; archiving the original failed: %w (handling error: %w)",
 			ErrDeadLetter, rec.Topic, perr, aerr, err)
 	}
 	archivedAttrs := []attribute.KeyValue{
