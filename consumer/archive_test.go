@@ -397,21 +397,30 @@ func TestDeadLetterTopicDeletedAtRunTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	began := time.Now()
-	produce(t, producer, eventRecord(t, src, "test.step", "poison", seqPayload{Seq: 2}),
-		eventRecord(t, src, "test.step", "k", seqPayload{Seq: 2}))
-	waitFor(t, "the partition moving past the poison record", func() bool { return committed(t, brokers, group, src)[0] == 4 })
-	t.Logf("poison record settled through the archive %v after the topic was deleted", time.Since(began).Round(time.Millisecond))
+	// Two more poison records, each followed by a good one.
+	for i, seq := range []int{2, 3} {
+		began := time.Now()
+		produce(t, producer, eventRecord(t, src, "test.step", "poison", seqPayload{Seq: seq}),
+			eventRecord(t, src, "test.step", "k", seqPayload{Seq: seq}))
+		want := int64(2 + 2*(i+1))
+		waitFor(t, "the partition moving past the poison record", func() bool { return committed(t, brokers, group, src)[0] == want })
+		t.Logf("poison record %d settled through the archive %v after it was produced", i+1, time.Since(began).Round(time.Millisecond))
+	}
 
 	rows := archiveRows(t, pool, DefaultDeadLetterTable)
-	if len(rows) != 1 || rows[0].offset != 2 || rows[0].dlqTopic != dlq || !strings.Contains(rows[0].dlqErrText, "UNKNOWN_TOPIC_OR_PARTITION") {
-		t.Fatalf("archive rows %+v", rows)
+	if len(rows) != 2 {
+		t.Fatalf("%d archive rows, want 2", len(rows))
 	}
-	if n := count(t, pool, `SELECT seq FROM entities WHERE key = 'k'`); n != 2 {
-		t.Errorf("key k at seq %d, want 2", n)
+	for i, r := range rows {
+		if r.offset != int64(2+2*i) || r.dlqTopic != dlq || !strings.Contains(r.dlqErrText, "UNKNOWN_TOPIC_OR_PARTITION") {
+			t.Errorf("archive row %+v", r)
+		}
+	}
+	if n := count(t, pool, `SELECT seq FROM entities WHERE key = 'k'`); n != 3 {
+		t.Errorf("key k at seq %d, want 3", n)
 	}
 	lines := log.lines(t, "dead-letter topic missing")
-	if len(lines) != 1 || lines[0]["level"] != "ERROR" || lines[0]["dlq_topic"] != dlq || lines[0]["offset"] != float64(2) {
+	if len(lines) != 2 || lines[0]["level"] != "ERROR" || lines[0]["dlq_topic"] != dlq || lines[0]["offset"] != float64(2) {
 		t.Errorf("Error lines %v", lines)
 	}
 }
