@@ -115,9 +115,9 @@ func DeadLetterTopic(name func(source string) string) DeadLetterOption {
 }
 
 // DeadLetterArchiveTo makes DeadLetter settle records the dead-letter topic refuses (for
-// their size, or because it does not exist) by writing their full original to a (default:
-// none; such records are not settled and the runtime hands them over again, blocking
-// their partition).
+// their size, or because it does not exist) by writing their full original to the archive
+// a first. Default: no archive; such records are not settled and the runtime hands them
+// over again, blocking their partition.
 func DeadLetterArchiveTo(a *DeadLetterArchive) DeadLetterOption {
 	return func(c *deadLetterConfig) { c.archive = a }
 }
