@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/choreo-saga/choreo/event"
@@ -508,5 +509,46 @@ func TestNewDeadLetterArchive(t *testing.T) {
 	}
 	if n := count(t, pool, `SELECT count(*) FROM "odd""name"`); n != 0 {
 		t.Errorf("%d rows", n)
+	}
+}
+
+// A broker that is not up yet when Run starts is waited for: the check of the
+// dead-letter topics does not fail the consumer, which then consumes as usual.
+func TestConsumerChecksTopicsOnceTheBrokerIsUp(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	brokers := []string{ln.Addr().String()}
+	var log syncLog
+	var handled sync.WaitGroup
+	handled.Add(1)
+	c, err := New(brokers, testenv.Name(t, "g"), []string{"src"}, func(context.Context, *Message) error {
+		handled.Done()
+		return nil
+	}, fastGroup(), WithDeadLetterTopics(nil), WithLogger(slog.New(slog.NewJSONHandler(&log, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := start(t, c)
+	waitFor(t, "a Warn line about the unreachable broker", func() bool {
+		return len(log.lines(t, "cannot check the dead-letter topics yet")) == 1
+	})
+	cluster := testenv.KafkaCluster(t, kfake.Ports(port), kfake.SeedTopics(1, "src", "src"+DeadLetterSuffix))
+	produce(t, newProducer(t, cluster.ListenAddrs()), &kgo.Record{Topic: "src", Value: []byte("v")})
+	done := make(chan struct{})
+	go func() { handled.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(testTimeout):
+		t.Fatal("the record was not handled after the broker came up")
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := len(log.lines(t, "cannot check the dead-letter topics yet")); got != 1 {
+		t.Errorf("%d Warn lines, want 1", got)
 	}
 }
