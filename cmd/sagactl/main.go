@@ -62,7 +62,7 @@ Connection flags (every command; before or after its name): -order-url (env ORDE
 -brokers (env KAFKA_BROKERS, default ` + defaultBrokers + `), -timeout, -json.
 Run "sagactl <command> -h" for a command's flags.
 
-Exit codes: 0 ok, 1 failure, 2 usage error, 3 service or broker unreachable.
+Exit codes: 0 ok, 1 failure, 2 usage error, 3 service, broker or database unreachable.
 `
 
 func run(ctx context.Context, args []string, std stdio) int {
