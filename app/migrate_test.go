@@ -8,12 +8,15 @@ import (
 	"github.com/choreo-saga/choreo/app"
 	"github.com/choreo-saga/choreo/idempotency"
 	"github.com/choreo-saga/choreo/migrate"
+	"github.com/choreo-saga/choreo/outbox"
 )
 
-// The App migrates and sweeps the idempotency store it was given, not the default table.
+// The App migrates and sweeps the idempotency store it was given, not the default table,
+// and migrates the outbox it was given.
 func TestCustomIdempotencyStoreMigratedAndSwept(t *testing.T) {
 	ctx := context.Background()
-	a := newTestApp(t, app.WithIdempotencyStore(idempotency.NewStore(idempotency.WithTable("x"))))
+	a := newTestApp(t, app.WithIdempotencyStore(idempotency.NewStore(idempotency.WithTable("x"))),
+		app.WithOutbox(outbox.New(outbox.Table("x_out"))))
 	exists := func(table string) bool {
 		var ok bool
 		if err := a.Pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table).Scan(&ok); err != nil {
@@ -23,6 +26,10 @@ func TestCustomIdempotencyStoreMigratedAndSwept(t *testing.T) {
 	}
 	if !exists("x") || exists(idempotency.DefaultTable) {
 		t.Fatalf("table x exists: %v, default table exists: %v; want only x", exists("x"), exists(idempotency.DefaultTable))
+	}
+	if !exists("x_out") || !exists("x_out_dead") || exists(outbox.DefaultTable) {
+		t.Fatalf("tables x_out: %v, x_out_dead: %v, %s: %v; want only the custom outbox's",
+			exists("x_out"), exists("x_out_dead"), outbox.DefaultTable, exists(outbox.DefaultTable))
 	}
 	vs, err := migrate.Versions(ctx, a.Pool)
 	if err != nil {
