@@ -25,6 +25,7 @@ import (
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/idempotency"
 	"github.com/choreo-saga/choreo/lock"
+	"github.com/choreo-saga/choreo/migrate"
 	"github.com/choreo-saga/choreo/outbox"
 	"github.com/choreo-saga/choreo/tracing"
 )
@@ -96,7 +97,7 @@ func WithKafkaOptions(opts ...kgo.Opt) Option {
 	return func(o *options) { o.kafkaOpts = append(o.kafkaOpts, opts...) }
 }
 
-// WithOutbox sets the outbox (for a custom table). Default: outbox.New with a
+// WithOutbox sets the outbox (for a custom table, which New migrates). Default: outbox.New with a
 // Notifier on the pool, so a Wake reaches a relay leading in another instance too.
 func WithOutbox(ob *outbox.Outbox) Option { return func(o *options) { o.outbox = ob } }
 
@@ -122,8 +123,8 @@ func WithoutSweeper() Option { return func(o *options) { o.sweeper = false } }
 // the CREATEDB privilege). Default: the database is created if missing.
 func WithoutCreateDatabase() Option { return func(o *options) { o.ensureDB = false } }
 
-// WithIdempotencyStore sets the idempotency store of consumers. Default
-// idempotency.NewStore().
+// WithIdempotencyStore sets the idempotency store of consumers; New migrates its table
+// and the sweeper sweeps it. Default idempotency.NewStore().
 func WithIdempotencyStore(s *idempotency.Store) Option { return func(o *options) { o.store = s } }
 
 // WithPoolConfig adjusts the Postgres pool configuration (size, timeouts) before the
@@ -158,8 +159,8 @@ type App struct {
 	Logger *slog.Logger
 	// Telemetry holds the tracer and meter providers and the Prometheus registry.
 	Telemetry *tracing.Telemetry
-	// Pool is the instrumented pool on the service's database, migrated with
-	// [MigrateLibrary].
+	// Pool is the instrumented pool on the service's database, where New applied the
+	// library's migrations (package migrate) for Store, Outbox and the archive.
 	Pool *pgxpool.Pool
 	// Redis is the instrumented Redis client; nil when Config.RedisAddr is empty.
 	Redis *redis.Client
@@ -198,7 +199,8 @@ const (
 )
 
 // New validates cfg and connects the service: telemetry (tracing.Setup), logger, the
-// database (created if missing, then migrated with [MigrateLibrary]), Redis (pinged) and
+// database (created if missing, then the library's migrations applied for the tables of
+// Store, Outbox and the dead-letter archive, see package migrate), Redis (pinged) and
 // the Kafka producer. Nothing is served or consumed until Run. If New fails, everything
 // it opened is closed again.
 func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
@@ -257,15 +259,18 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 	if a.Outbox == nil {
 		a.Outbox = outbox.New(outbox.Notifier(a.Pool))
 	}
-	if err := MigrateLibrary(ctx, a.Pool, a.Outbox); err != nil {
-		return nil, err
-	}
 	if a.archive, err = consumer.NewDeadLetterArchive(a.Pool, ""); err != nil {
 		return nil, fmt.Errorf("app: %w", err)
 	}
 	a.Store = o.store
 	if a.Store == nil {
 		a.Store = idempotency.NewStore()
+	}
+	// The tables of the store, outbox and archive the App uses, whatever their names.
+	err = migrate.Up(ctx, a.Pool, migrate.IdempotencyTable(a.Store.TableName()),
+		migrate.OutboxTable(a.Outbox.TableName()), migrate.DeadLetterTable(a.archive.TableName()))
+	if err != nil {
+		return nil, fmt.Errorf("app: %w", err)
 	}
 	a.checks = append(a.checks, NamedCheck{"postgres", PostgresCheck(a.Pool)})
 
@@ -303,7 +308,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 		outbox.EntityAttribute(o.entityAttr),
 	}, o.relayOpts...)...)
 	if o.sweeper {
-		sw := idempotency.NewSweeper(a.Pool)
+		sw := idempotency.NewSweeper(a.Pool, idempotency.WithTable(a.Store.TableName()))
 		a.workers = append(a.workers, component{name: "idempotency sweeper", run: sw.Run, mustRun: true})
 	}
 	return a, nil

@@ -8,9 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/choreo-saga/choreo/consumer"
-	"github.com/choreo-saga/choreo/idempotency"
-	"github.com/choreo-saga/choreo/lock"
+	"github.com/choreo-saga/choreo/migrate"
 	"github.com/choreo-saga/choreo/outbox"
 )
 
@@ -19,7 +17,7 @@ type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// Beginner starts a transaction; *pgxpool.Pool and *pgx.Conn satisfy it.
+// Beginner starts a transaction; *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it.
 type Beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
@@ -65,35 +63,19 @@ func isPgCode(err error, code string) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == code
 }
 
-// MigrateLibrary creates the tables of the library packages a choreo service uses, in
-// the current search_path: the idempotency records (idempotency.Migrate), the lock
-// fences (lock.Migrate), the outbox tables of o (default outbox.New()) and the
-// dead-letter archive (consumer.DefaultDeadLetterTable, consumer.DeadLetterArchive). Every
-// step is idempotent and takes its own advisory lock, so all instances may run it at
-// start. db must also begin transactions, as *pgxpool.Pool, *pgx.Conn and pgx.Tx do.
-func MigrateLibrary(ctx context.Context, db Execer, o *outbox.Outbox) error {
+// MigrateLibrary applies the migrations of the library's tables (see the package
+// migrate) in the current search_path: the idempotency records and the dead-letter archive
+// under their default names, the lock fences, and the outbox tables of o (default
+// outbox.New()). It runs in one transaction under the advisory lock every choreo
+// migration takes, so all instances may run it at start. db is a *pgxpool.Pool, a
+// *pgx.Conn or a pgx.Tx. New migrates the tables of the App's own store, outbox and
+// archive instead.
+func MigrateLibrary(ctx context.Context, db Beginner, o *outbox.Outbox) error {
 	if o == nil {
 		o = outbox.New()
 	}
-	if err := idempotency.Migrate(ctx, db); err != nil {
-		return fmt.Errorf("app: migrate: %w", err)
-	}
-	if err := lock.Migrate(ctx, db); err != nil {
-		return fmt.Errorf("app: migrate: %w", err)
-	}
-	if err := o.Migrate(ctx, db); err != nil {
-		return fmt.Errorf("app: migrate: %w", err)
-	}
-	b, ok := db.(Beginner)
-	if !ok {
-		return fmt.Errorf("%w: MigrateLibrary: %T cannot begin a transaction", ErrConfig, db)
-	}
-	archive, err := consumer.NewDeadLetterArchive(b, "")
-	if err == nil {
-		err = archive.Migrate(ctx)
-	}
-	if err != nil {
-		return fmt.Errorf("app: migrate: %w", err)
+	if err := migrate.Up(ctx, db, migrate.OutboxTable(o.TableName())); err != nil {
+		return fmt.Errorf("app: %w", err)
 	}
 	return nil
 }

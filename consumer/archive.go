@@ -3,25 +3,19 @@ package consumer
 import (
 	"context"
 	"crypto/sha256"
-	_ "embed"
 	"encoding/json"
 	"fmt"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/choreo-saga/choreo/internal/migrate"
+	"github.com/choreo-saga/choreo/internal/sqlname"
 )
 
 // DefaultDeadLetterTable is the archive table of NewDeadLetterArchive when no table name
 // is given. It is created in the first schema of the connection's search_path.
 const DefaultDeadLetterTable = "choreo_dead_letters"
-
-// archiveMigrateLockID keys the transaction-scoped advisory lock Migrate holds while it
-// creates the table, so that instances starting at once do not race on CREATE TABLE IF
-// NOT EXISTS. Arbitrary but fixed: the ASCII bytes of "choreoDL".
-const archiveMigrateLockID int64 = 0x63686f72656f444c
-
-//go:embed deadletters.sql
-var deadLetterSchema string
 
 // DeadLetterArchive is a Postgres table holding the full original of every record that
 // DeadLetter could not copy whole to its dead-letter topic: refused for its size, or
@@ -32,14 +26,16 @@ var deadLetterSchema string
 // use.
 type DeadLetterArchive struct {
 	db     Beginner
+	table  sqlname.Name
 	name   string // as given
-	quoted string // quoted, possibly schema-qualified
+	quoted string // table.Quoted()
 }
 
 // NewDeadLetterArchive returns an archive in table, or DefaultDeadLetterTable when table
 // is "", written through db (a *pgxpool.Pool). table may be schema-qualified
 // ("billing.dead_letters"); its parts are quoted, so they are case-sensitive. An empty
-// part or more than one dot is an error matching ErrInvalidConfig.
+// part, a part longer than 63 bytes or more than one dot is an error matching
+// ErrInvalidConfig.
 func NewDeadLetterArchive(db Beginner, table string) (*DeadLetterArchive, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: dead-letter archive: nil database", ErrInvalidConfig)
@@ -47,37 +43,30 @@ func NewDeadLetterArchive(db Beginner, table string) (*DeadLetterArchive, error)
 	if table == "" {
 		table = DefaultDeadLetterTable
 	}
-	parts := strings.Split(table, ".")
-	if len(parts) > 2 {
-		return nil, fmt.Errorf("%w: dead-letter table name %q has more than one dot", ErrInvalidConfig, table)
-	}
-	for _, p := range parts {
-		if p == "" {
-			return nil, fmt.Errorf("%w: dead-letter table name %q has an empty part", ErrInvalidConfig, table)
-		}
-	}
-	return &DeadLetterArchive{db: db, name: table, quoted: pgx.Identifier(parts).Sanitize()}, nil
-}
-
-// Schema returns the SQL that creates the archive's table, for the migration tool of your
-// choice; Migrate runs it under an advisory lock. It is idempotent (IF NOT EXISTS).
-func (a *DeadLetterArchive) Schema() string {
-	return strings.ReplaceAll(deadLetterSchema, `"`+DefaultDeadLetterTable+`"`, a.quoted)
-}
-
-// Migrate creates the archive's table if it does not exist. It is safe to call on every
-// start and from several processes at once: it runs in one transaction that first takes
-// a transaction-scoped advisory lock.
-func (a *DeadLetterArchive) Migrate(ctx context.Context) error {
-	// No arguments: pgx sends the script with the simple protocol, so several statements
-	// may run in one Exec.
-	sql := fmt.Sprintf("SELECT pg_advisory_xact_lock(%d);\n%s", archiveMigrateLockID, a.Schema())
-	err := pgx.BeginFunc(ctx, a.db, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, sql)
-		return err
-	})
+	t, err := sqlname.Parse(table)
 	if err != nil {
-		return fmt.Errorf("consumer: migrate dead-letter archive %s: %w", a.quoted, err)
+		return nil, fmt.Errorf("%w: dead-letter archive: %w", ErrInvalidConfig, err)
+	}
+	return &DeadLetterArchive{db: db, table: t, name: table, quoted: t.Quoted()}, nil
+}
+
+// TableName returns the archive's table name as given (DefaultDeadLetterTable if "").
+func (a *DeadLetterArchive) TableName() string { return a.name }
+
+// Schema returns the SQL of every migration of the archive's table, in version order,
+// each after a "-- choreo migration: dead_letters version N" line, for the migration tool
+// of your choice. Every step is safe to re-run (IF NOT EXISTS); it takes no lock and
+// records no version (Migrate does both).
+func (a *DeadLetterArchive) Schema() string { return migrate.DeadLetters(a.table).SQL() }
+
+// Migrate applies the numbered migrations of the archive's table that the archive's
+// database has not recorded yet, in one transaction holding the advisory lock that every
+// choreo migration takes, and records each version in choreo_schema_migrations (see the
+// package migrate for all of the library's tables at once). It is safe to call on every
+// start and from several processes at once.
+func (a *DeadLetterArchive) Migrate(ctx context.Context) error {
+	if err := migrate.Apply(ctx, a.db, migrate.DeadLetters(a.table)); err != nil {
+		return fmt.Errorf("consumer: dead-letter archive %s: %w", a.quoted, err)
 	}
 	return nil
 }

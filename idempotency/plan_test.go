@@ -21,7 +21,7 @@ func TestClaimAllGenericPlanProbesThePrimaryKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := NewStore()
-	table := s.table.quoted
+	table := s.table.Quoted()
 	fill := func(from, to int) {
 		t.Helper()
 		_, err := pool.Exec(ctx, `INSERT INTO `+table+` (scope, key, request_hash, expires_at)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/choreo-saga/choreo/internal/sqlname"
 )
 
 // DefaultRetention is how long a record guards its key when no
@@ -46,7 +48,7 @@ var (
 type Option func(*config)
 
 type config struct {
-	table     tableName
+	table     sqlname.Name
 	tableRaw  string
 	retention time.Duration
 	batchSize int
@@ -116,7 +118,7 @@ func Hash(parts ...[]byte) []byte {
 // connection: every method works inside a transaction or pool the caller
 // passes, so one Store can be shared by any number of goroutines.
 type Store struct {
-	table       tableName
+	table       sqlname.Name
 	retention   time.Duration
 	claimSQL    string
 	claimAllSQL string
@@ -144,7 +146,7 @@ func NewStore(opts ...Option) *Store {
 	if err != nil {
 		panic(err)
 	}
-	t := cfg.table.quoted
+	t := cfg.table.Quoted()
 	return &Store{
 		table:     cfg.table,
 		retention: cfg.retention,
@@ -203,6 +205,10 @@ WHERE scope = $1 AND key = $2 AND expires_at <= now()`,
 		doneSQL: `UPDATE ` + t + ` SET response = $3 WHERE scope = $1 AND key = $2`,
 	}
 }
+
+// TableName returns the name of the store's table as given to WithTable
+// (DefaultTable by default). Migrate and NewSweeper take it with WithTable.
+func (s *Store) TableName() string { return s.table.String() }
 
 // Retention returns the configured record retention.
 func (s *Store) Retention() time.Duration { return s.retention }

@@ -69,7 +69,7 @@ func NewSweeper(db Execer, opts ...Option) *Sweeper {
 	if err != nil {
 		panic(err)
 	}
-	t := cfg.table.quoted
+	t := cfg.table.Quoted()
 	return &Sweeper{
 		db:        db,
 		batchSize: cfg.batchSize,

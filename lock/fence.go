@@ -2,39 +2,39 @@ package lock
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/choreo-saga/choreo/internal/migrate"
 )
 
-// FenceSchema is the SQL that creates the choreo_lock_fences table used by
-// CheckFence, in the first schema of the search_path. It is idempotent and
-// exported for use with your own migration tool; Migrate runs it.
-//
-//go:embed fences.sql
-var FenceSchema string
+// FenceSchema is the SQL of every migration of the choreo_lock_fences table
+// used by CheckFence, in version order, each after a
+// "-- choreo migration: lock_fences version N" line. Every step is safe to
+// re-run (IF NOT EXISTS); it is exported for use with your own migration tool
+// and takes no lock and records no version (Migrate does both).
+var FenceSchema = migrate.Fences().SQL()
 
-// migrateLockID keys the advisory lock Migrate holds while creating the
-// schema: the ASCII bytes of "choreoLK".
-const migrateLockID int64 = 0x63686f72656f4c4b
-
-// Execer is the smallest interface Migrate and PruneFences need; it is
-// satisfied by *pgx.Conn, *pgxpool.Pool and pgx.Tx.
+// Execer is the smallest interface PruneFences needs; it is satisfied by
+// *pgx.Conn, *pgxpool.Pool and pgx.Tx.
 type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// Migrate creates the fencing table if it does not exist. It is safe to run
-// on every start from several processes at once: the statements run as one
-// implicit transaction behind a transaction-scoped advisory lock.
-func Migrate(ctx context.Context, db Execer) error {
-	sql := fmt.Sprintf("SELECT pg_advisory_xact_lock(%d);\n%s", migrateLockID, FenceSchema)
-	if _, err := db.Exec(ctx, sql); err != nil {
-		return fmt.Errorf("lock: migrate: %w", err)
+// Migrate applies the fencing table's numbered migrations that db has not
+// recorded yet, in one transaction holding the advisory lock that every choreo
+// migration takes, and records each version in choreo_schema_migrations. It is
+// safe to run on every start from several processes at once. db is a
+// *pgxpool.Pool, a *pgx.Conn or a pgx.Tx (then a savepoint).
+func Migrate(ctx context.Context, db interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}) error {
+	if err := migrate.Apply(ctx, db, migrate.Fences()); err != nil {
+		return fmt.Errorf("lock: %w", err)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/internal/migrate"
 	"github.com/choreo-saga/choreo/internal/txhook"
 	"github.com/choreo-saga/choreo/tracing"
 )
@@ -70,16 +71,24 @@ func New(opts ...Option) *Outbox {
 // TableName returns the outbox table's name.
 func (o *Outbox) TableName() string { return o.names.table }
 
-// Schema returns the SQL that creates this outbox's tables (see the package
-// variable [Schema]).
+// Schema returns the SQL of every migration of this outbox's tables (see the
+// package variable [Schema]).
 func (o *Outbox) Schema() string { return o.names.schema() }
 
-// Migrate creates this outbox's tables if they do not exist.
-func (o *Outbox) Migrate(ctx context.Context, db Execer) error {
+// Migrate applies the numbered migrations of this outbox's tables that db has
+// not recorded yet, in one transaction holding the advisory lock that every
+// choreo migration takes, and records each version in choreo_schema_migrations
+// (see the package migrate for all of the library's tables at once). It is
+// safe to call on every start, from several instances at once. db is a
+// *pgxpool.Pool, a *pgx.Conn or a pgx.Tx (then a savepoint).
+func (o *Outbox) Migrate(ctx context.Context, db Beginner) error {
 	if o.err != nil {
 		return o.err
 	}
-	return migrate(ctx, db, o.names.schema())
+	if err := migrate.Apply(ctx, db, migrate.Outbox(o.names.name)); err != nil {
+		return fmt.Errorf("outbox: %w", err)
+	}
+	return nil
 }
 
 // Enqueue stores evs for topic in tx, in order. Each row keeps the Kafka record

@@ -2,69 +2,64 @@ package outbox
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"hash/fnv"
-	"regexp"
-	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/choreo-saga/choreo/internal/migrate"
+	"github.com/choreo-saga/choreo/internal/sqlname"
 )
 
 // DefaultTable is the name of the outbox table when no [Table] option is given.
 // The dead-letter table is always the outbox table's name followed by "_dead".
 const DefaultTable = "choreo_outbox"
 
-// Schema is the SQL that creates the default outbox and dead-letter tables
-// (choreo_outbox, choreo_outbox_dead) in the current search_path. It is
-// idempotent and takes a transaction-scoped advisory lock, so it can be fed to
-// any migration tool or run by [Migrate] from several instances at once. Use
-// [Outbox.Schema] for a custom table name.
-//
-//go:embed schema.sql
-var Schema string
+// Schema is the SQL of every migration of the default outbox and dead-letter
+// tables (choreo_outbox, choreo_outbox_dead), in version order, each after a
+// "-- choreo migration: outbox version N" line. Every step is safe to re-run
+// (IF NOT EXISTS), so it can be fed to any migration tool; it takes no lock
+// and records no version ([Migrate] does both). Use [Outbox.Schema] for a
+// custom table name.
+var Schema = migrate.Outbox(sqlname.MustParse(DefaultTable)).SQL()
 
-// Execer is the smallest interface Migrate needs; *pgxpool.Pool, *pgx.Conn and
-// pgx.Tx satisfy it.
+// Execer is the smallest interface the NOTIFY of [Notifier] needs;
+// *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it.
 type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// Migrate creates the default outbox and dead-letter tables if they do not
-// exist. It is safe to call on every start, from several instances at once.
-func Migrate(ctx context.Context, db Execer) error {
-	return migrate(ctx, db, Schema)
+// Migrate applies the numbered migrations of the default outbox tables that db
+// has not recorded yet (see [Outbox.Migrate]).
+func Migrate(ctx context.Context, db Beginner) error {
+	return New().Migrate(ctx, db)
 }
-
-func migrate(ctx context.Context, db Execer, sql string) error {
-	// No arguments: pgx sends the script with the simple protocol, so the
-	// statements run as one implicit transaction and the advisory lock at the
-	// top covers all of them.
-	if _, err := db.Exec(ctx, sql); err != nil {
-		return fmt.Errorf("outbox: migrate: %w", err)
-	}
-	return nil
-}
-
-// tableNameRE accepts a lower-case identifier, optionally schema-qualified.
-// Names are interpolated into SQL, so nothing that would need quoting is allowed.
-var tableNameRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,47}(\.[a-z_][a-z0-9_]{0,47})?$`)
 
 // names holds everything derived from the outbox table name.
 type names struct {
-	table   string // outbox table
+	name    sqlname.Name
+	table   string // outbox table, as given (a plain name: the same quoted or not)
 	dead    string // dead-letter table
 	channel string // LISTEN/NOTIFY channel
 	lockKey int64  // advisory lock key for the relay leader
 }
 
+// newNames validates table. On top of the rule every choreo table name follows
+// (see [Table]), an outbox table name is a lower-case identifier of at most 48
+// bytes per part, because the dead-letter table's name and the NOTIFY channel
+// are derived from it and written into SQL unquoted.
 func newNames(table string) (names, error) {
-	if !tableNameRE.MatchString(table) {
+	n, err := sqlname.Parse(table)
+	if err != nil {
+		return names{}, fmt.Errorf("%w: %w", ErrInvalidTable, err)
+	}
+	if !n.Plain(migrate.OutboxMaxPartLen) {
 		return names{}, fmt.Errorf("%w: %q (want a lower-case identifier, optionally schema-qualified)", ErrInvalidTable, table)
 	}
 	h := fnv.New64a()
 	h.Write([]byte("choreo/outbox/relay/" + table))
 	return names{
+		name:    n,
 		table:   table,
 		dead:    table + "_dead",
 		channel: table,
@@ -72,11 +67,4 @@ func newNames(table string) (names, error) {
 	}, nil
 }
 
-func (n names) schema() string {
-	if n.table == DefaultTable {
-		return Schema
-	}
-	// Replacing the table name also renames the dead-letter table, whose name
-	// is the outbox table's name plus "_dead".
-	return strings.ReplaceAll(Schema, DefaultTable, n.table)
-}
+func (n names) schema() string { return migrate.Outbox(n.name).SQL() }

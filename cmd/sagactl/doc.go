@@ -14,10 +14,14 @@
 //	sagactl dlq replay <topic> <p:o>...  produce records back to their original topic
 //	sagactl dlq replay <topic> -all [-reason R] [-group G] [-dry-run]
 //	sagactl load -n 200 -rate 50 [-mix success=70,decline=10,oos=10,cancel=10,stuck=1]
+//	sagactl migrate [-database-url URL]  apply the library's table migrations (package
+//	                                     migrate), print the recorded versions; -sql prints
+//	                                     the SQL instead
 //
 // order, stuck and load talk to the order service's HTTP API at -order-url (environment
 // ORDER_URL, default http://127.0.0.1:8080). dlq reads and writes Kafka directly at
-// -brokers (environment KAFKA_BROKERS, default 127.0.0.1:9092). Every command prints
+// -brokers (environment KAFKA_BROKERS, default 127.0.0.1:9092). migrate works on the
+// database at -database-url (environment DATABASE_URL). Every command prints
 // human-readable tables by default and JSON with -json; flags may come before or after
 // the positional arguments, and these connection flags also before the command's name
 // ("sagactl --order-url http://127.0.0.1:18080 load -n 200").
@@ -29,7 +33,7 @@
 //	   orders that could not be placed or did not settle within -wait, a
 //	   retry-compensation of an order that is not CANCELLING or COMPENSATION_FAILED
 //	2  usage error: unknown command, bad flag or argument
-//	3  unreachable: the order service or the Kafka broker did not answer
+//	3  unreachable: the order service, the Kafka broker or Postgres did not answer
 //
 // # Dead-letter topics
 //

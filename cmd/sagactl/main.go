@@ -56,12 +56,13 @@ Usage:
   sagactl dlq show <topic> <partition:offset>
   sagactl dlq replay <topic> <partition:offset>... | -all [-reason R] [-group G] [-dry-run]
   sagactl load [-n 200] [-rate 50] [-mix ` + defaultMix + `]
+  sagactl migrate [-database-url URL]      apply the library's table migrations, print the versions
 
 Connection flags (every command; before or after its name): -order-url (env ORDER_URL, default ` + defaultOrderURL + `),
 -brokers (env KAFKA_BROKERS, default ` + defaultBrokers + `), -timeout, -json.
 Run "sagactl <command> -h" for a command's flags.
 
-Exit codes: 0 ok, 1 failure, 2 usage error, 3 service or broker unreachable.
+Exit codes: 0 ok, 1 failure, 2 usage error, 3 service, broker or database unreachable.
 `
 
 func run(ctx context.Context, args []string, std stdio) int {
@@ -83,6 +84,8 @@ func run(ctx context.Context, args []string, std stdio) int {
 		err = cmdDLQ(ctx, args[1:], std)
 	case "load":
 		err = cmdLoad(ctx, args[1:], std)
+	case "migrate":
+		err = cmdMigrate(ctx, args[1:], std)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(std.out, usage)
 		return exitOK

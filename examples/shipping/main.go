@@ -71,7 +71,7 @@ func run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := migrate(ctx, d.pool, archive); err != nil {
+	if err := migrateAll(ctx, d.pool); err != nil {
 		return err
 	}
 	if err := createTopics(ctx, d.kafka, cfg); err != nil {

@@ -13,9 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/choreo-saga/choreo/consumer"
-	"github.com/choreo-saga/choreo/idempotency"
-	"github.com/choreo-saga/choreo/lock"
-	"github.com/choreo-saga/choreo/outbox"
+	"github.com/choreo-saga/choreo/migrate"
 	"github.com/choreo-saga/choreo/tracing"
 )
 
@@ -98,19 +96,13 @@ func (d *deps) close(ctx context.Context) error {
 	return err
 }
 
-// migrate creates the library's tables and the service's own. Every step is idempotent
-// and serialised by an advisory lock: run it on every start, from every instance.
-func migrate(ctx context.Context, pool *pgxpool.Pool, archive *consumer.DeadLetterArchive) error {
-	if err := idempotency.Migrate(ctx, pool); err != nil { // choreo_idempotency
-		return err
-	}
-	if err := lock.Migrate(ctx, pool); err != nil { // choreo_lock_fences (StandardConfig.Fence)
-		return err
-	}
-	if err := outbox.Migrate(ctx, pool); err != nil { // choreo_outbox, choreo_outbox_dead
-		return err
-	}
-	if err := archive.Migrate(ctx); err != nil { // choreo_dead_letters
+// migrateAll creates or upgrades the library's tables and creates the service's own. Both
+// steps are serialised by an advisory lock: run it on every start, from every instance.
+func migrateAll(ctx context.Context, pool *pgxpool.Pool) error {
+	// choreo_idempotency, choreo_lock_fences, choreo_outbox(_dead), choreo_dead_letters;
+	// pass migrate.IdempotencyTable, migrate.OutboxTable, migrate.DeadLetterTable for
+	// custom names.
+	if err := migrate.Up(ctx, pool); err != nil {
 		return err
 	}
 	if _, err := pool.Exec(ctx, shipmentsSchema); err != nil {

@@ -1,12 +1,8 @@
--- choreo outbox schema. Safe to run any number of times, also concurrently:
--- the advisory lock serialises concurrent migrations of the same database.
--- The table names below are the defaults; outbox.Outbox.Schema renders the
--- same SQL for a custom table name.
-SELECT pg_advisory_xact_lock(7235361193540218703);
+-- outbox version 1: the outbox table and its dead-letter table.
 
 -- Rows waiting to be published. The relay reads them in id order and deletes
 -- each row only after the broker acknowledged it.
-CREATE TABLE IF NOT EXISTS choreo_outbox (
+CREATE TABLE IF NOT EXISTS "choreo_outbox" (
     id         bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     topic      text        NOT NULL,
     key        text        NOT NULL,
@@ -18,7 +14,7 @@ CREATE TABLE IF NOT EXISTS choreo_outbox (
 -- Rows the broker rejected permanently (e.g. MESSAGE_TOO_LARGE), with the reason.
 -- They are never retried automatically; an operator may move them back into
 -- the outbox table (INSERT ... SELECT topic, key, headers, payload ...).
-CREATE TABLE IF NOT EXISTS choreo_outbox_dead (
+CREATE TABLE IF NOT EXISTS "choreo_outbox_dead" (
     id         bigint      PRIMARY KEY,
     topic      text        NOT NULL,
     key        text        NOT NULL,

@@ -1,6 +1,4 @@
--- choreo idempotency records: one row per (scope, key) seen by a handler.
--- Runnable as is (idempotency.Schema); idempotency.SchemaFor renders it for
--- another table name by replacing the two quoted identifiers.
+-- idempotency version 1: the records, one row per (scope, key) seen by a handler.
 CREATE TABLE IF NOT EXISTS "choreo_idempotency" (
     scope        text        NOT NULL CHECK (octet_length(scope) BETWEEN 1 AND 255),
     key          text        NOT NULL CHECK (octet_length(key) BETWEEN 1 AND 255),

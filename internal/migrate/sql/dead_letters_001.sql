@@ -1,7 +1,5 @@
--- choreo dead-letter archive: the full original of every record DeadLetter could not
--- (or could only partly) copy to its dead-letter topic. Runnable as is; a
--- DeadLetterArchive with another table name renders it by replacing the quoted
--- identifier "choreo_dead_letters". Migrate runs it after taking an advisory lock.
+-- dead_letters version 1: the archive of every record consumer.DeadLetter could not
+-- (or could only partly) copy to its dead-letter topic.
 CREATE TABLE IF NOT EXISTS "choreo_dead_letters" (
     id           bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     group_name   text        NOT NULL,  -- consumer group that gave up
