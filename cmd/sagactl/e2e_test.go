@@ -313,8 +313,6 @@ func TestLoadLearnsSettlementFromEvents(t *testing.T) {
 		if strings.HasPrefix(o.Outcome, "REJECTED (") || o.Outcome == "CONFIRMED" || o.Outcome == "CANCELLED" {
 			continue
 		}
-		{
-			t.Errorf("outcome %q (%d orders): want CONFIRMED, CANCELLED or REJECTED with its cause", o.Outcome, o.Count)
-		}
+		t.Errorf("outcome %q (%d orders): want CONFIRMED, CANCELLED or REJECTED with its cause", o.Outcome, o.Count)
 	}
 }
