@@ -26,8 +26,9 @@ lint: ## gofmt and go vet
 	$(GO) vet ./...
 
 .PHONY: fuzz
-fuzz: ## explore the event decoder with the fuzzer for 60s
-	$(GO) test ./event -run '^$$' -fuzz FuzzFromRecord -fuzztime 60s
+fuzz: ## explore the event decoder (binary and structured mode) with the fuzzer, 30s each
+	$(GO) test ./event -run '^$$' -fuzz '^FuzzFromRecord$$' -fuzztime 30s
+	$(GO) test ./event -run '^$$' -fuzz '^FuzzFromStructuredRecord$$' -fuzztime 30s
 
 .PHONY: build
 build: ## build every binary into bin/

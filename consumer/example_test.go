@@ -20,6 +20,7 @@ import (
 	"github.com/choreo-saga/choreo/idempotency"
 	"github.com/choreo-saga/choreo/lock"
 	"github.com/choreo-saga/choreo/outbox"
+	"github.com/choreo-saga/choreo/tracing"
 )
 
 // A payment service charges every order.created event once, records the payment and
@@ -32,6 +33,13 @@ func ExampleStandard() {
 	defer cleanup()
 
 	// --- embedding starts ---
+	// Spans, metrics and W3C propagation from the OTEL_* variables (no endpoint: nothing
+	// is exported). Without it the upstream trace context still flows through.
+	tel, err := tracing.Setup(ctx, "payment")
+	if err != nil {
+		panic(err)
+	}
+	defer tel.Shutdown(context.WithoutCancel(ctx))
 	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...)) // publishes dead letters
 	if err != nil {
 		panic(err)

@@ -11,6 +11,11 @@
 // write these records. W3C trace context headers (traceparent, tracestate, baggage) are
 // added beside them by package tracing.
 //
+// ToRecord writes every attribute; FromRecord reads whatever the CloudEvents 1.0 spec
+// allows other producers to send: ids that are not UUIDs, no subject (the record key is
+// used) or correlation id (the event id is used), content types with parameters, and
+// structured mode (application/cloudevents+json).
+//
 // Decoding untrusted records never panics; every error matches ErrMalformed, which marks
 // input that no retry can fix, so a consumer can dead-letter it at once:
 //

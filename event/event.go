@@ -12,7 +12,9 @@ import (
 // CloudEvents binary content mode: Data is the record value and every other field is a
 // ce_* header (see ToRecord and FromRecord).
 type Event struct {
-	// ID uniquely identifies the event (a UUID). Consumers use it as their idempotency key.
+	// ID uniquely identifies the event within its source: New makes a UUID; events of
+	// other producers may carry any non-empty string up to MaxFieldBytes. Consumers use
+	// it as their idempotency key.
 	ID string
 	// Type names what happened, in "<entity>.<past-tense verb>" form, e.g. "order.created".
 	Type string
@@ -42,6 +44,10 @@ const (
 	// DefaultMaxPayloadBytes is the payload size limit FromRecord applies unless
 	// MaxPayloadBytes says otherwise.
 	DefaultMaxPayloadBytes = 1 << 20
+	// MaxHeaders bounds the number of headers of a record FromRecord accepts.
+	MaxHeaders = 64
+	// MaxHeaderBytes bounds the total size of a record's header keys and values.
+	MaxHeaderBytes = 32 << 10
 )
 
 // New returns an event of the given type about subject, with a fresh time-ordered UUID,
@@ -89,15 +95,12 @@ func (e Event) DecodeData(v any) error {
 	return nil
 }
 
-// Validate reports whether e is a well-formed envelope: a UUID id; non-empty type, source,
+// Validate reports whether e is a well-formed envelope: non-empty id, type, source,
 // subject and correlation id, each at most MaxFieldBytes; a schema version of at least 1;
 // and a valid JSON payload. Every error it returns matches ErrMalformed.
 func (e Event) Validate() error {
-	if _, err := uuid.Parse(e.ID); err != nil || len(e.ID) != 36 {
-		return &Error{Field: "id", Kind: ErrInvalidHeader, Detail: fmt.Sprintf("%q is not a UUID", clip(e.ID))}
-	}
 	for _, f := range []struct{ name, value string }{
-		{"type", e.Type}, {"source", e.Source}, {"subject", e.Subject}, {"correlationid", e.CorrelationID},
+		{"id", e.ID}, {"type", e.Type}, {"source", e.Source}, {"subject", e.Subject}, {"correlationid", e.CorrelationID},
 	} {
 		if f.value == "" {
 			return &Error{Field: f.name, Kind: ErrMissingHeader, Detail: "empty"}

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
 )
 
@@ -72,12 +71,15 @@ func (c RecordCarrier) Keys() []string {
 }
 
 // Inject writes the trace context and baggage of ctx into r's headers with the global
-// text map propagator (set by Setup to W3C trace context + baggage).
+// text map propagator (set by Setup to W3C trace context + baggage); while the global
+// one is otel's no-op default, with W3C trace context + baggage all the same, so the
+// trace is never cut for want of setup.
 func Inject(ctx context.Context, r *kgo.Record) {
-	otel.GetTextMapPropagator().Inject(ctx, RecordCarrier{Record: r})
+	defaultPropagator().Inject(ctx, RecordCarrier{Record: r})
 }
 
-// Extract returns ctx carrying the remote span context and baggage found in r's headers.
+// Extract returns ctx carrying the remote span context and baggage found in r's headers
+// (with the same propagator as Inject).
 func Extract(ctx context.Context, r *kgo.Record) context.Context {
-	return otel.GetTextMapPropagator().Extract(ctx, RecordCarrier{Record: r})
+	return defaultPropagator().Extract(ctx, RecordCarrier{Record: r})
 }

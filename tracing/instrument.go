@@ -68,7 +68,8 @@ func WithMeterProvider(mp metric.MeterProvider) InstrumentOption {
 
 // WithPropagator sets the propagator [NewKafka] injects and extracts with
 // (the other helpers do not propagate). Default: otel.GetTextMapPropagator()
-// at the time of each call.
+// at the time of each call, or W3C trace context + baggage while the global
+// propagator is otel's no-op default.
 func WithPropagator(p propagation.TextMapPropagator) InstrumentOption {
 	return func(c *instrumentConfig) { c.prop = p }
 }

@@ -36,7 +36,7 @@ const InstrumentationName = "github.com/choreo-saga/choreo/tracing"
 // with kotel both ways.
 type Kafka struct {
 	tracer trace.Tracer
-	prop   propagation.TextMapPropagator // nil: the otel global at each call
+	prop   propagation.TextMapPropagator // nil: defaultPropagator at each call
 }
 
 // NewKafka returns a [Kafka] span helper using the tracer provider and
@@ -61,7 +61,7 @@ func (k *Kafka) propagator() propagation.TextMapPropagator {
 	if k.prop != nil {
 		return k.prop
 	}
-	return otel.GetTextMapPropagator()
+	return defaultPropagator()
 }
 
 // StartSend starts a producer span named "send <topic>" as a child of ctx and

@@ -355,6 +355,22 @@ func NewPropagator() propagation.TextMapPropagator {
 	return propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 }
 
+// defaultPropagator is what this package injects and extracts with when the caller
+// chose no propagator: the otel global one, unless the global one is still otel's
+// default no-op (it carries no fields), in which case W3C trace context + baggage
+// ([NewPropagator]). So an embedder who never called [Setup] still passes the upstream
+// trace context on to every event a handler enqueues: with no SDK the spans do not
+// record, but each keeps its parent's span context, so the trace id and parent travel on.
+func defaultPropagator() propagation.TextMapPropagator {
+	if p := otel.GetTextMapPropagator(); len(p.Fields()) > 0 {
+		return p
+	}
+	return w3c
+}
+
+// w3c is the fallback of defaultPropagator; propagators are stateless values.
+var w3c = NewPropagator()
+
 func newResource(ctx context.Context, serviceName string, extra []attribute.KeyValue) (*resource.Resource, error) {
 	attrs := make([]attribute.KeyValue, 0, len(extra)+1)
 	if serviceName != "" {
