@@ -30,9 +30,6 @@ var smoke = Scenario{
 // TestSmoke starts the whole system (devkafka, Redis, two instances of each service),
 // runs the smoke scenario and checks every invariant.
 func TestSmoke(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts the whole system; not in -short mode") // make test does not pass -short
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var logs bytes.Buffer
