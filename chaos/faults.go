@@ -32,16 +32,17 @@ type Fault struct {
 
 // Fault kinds.
 const (
-	FaultKill       = "kill-9"
-	FaultKillLeader = "kill-9 relay leader"
-	FaultPostgres   = "postgres outage"
-	FaultRedis      = "redis outage"
-	FaultKafka      = "devkafka kill-9"
-	FaultDuplicate  = "duplicate delivery"
-	FaultReplay     = "topic replay"
-	FaultPoison     = "poison record"
-	FaultPause      = "pause past lock TTL"
-	FaultOverload   = "overload"
+	FaultKill          = "kill-9"
+	FaultKillLeader    = "kill-9 relay leader"
+	FaultPostgres      = "postgres outage"
+	FaultPostgresCrash = "postgres crash-restart"
+	FaultRedis         = "redis outage"
+	FaultKafka         = "devkafka kill-9"
+	FaultDuplicate     = "duplicate delivery"
+	FaultReplay        = "topic replay"
+	FaultPoison        = "poison record"
+	FaultPause         = "pause past lock TTL"
+	FaultOverload      = "overload"
 )
 
 type kadmOffset = kadm.ListedOffset
@@ -59,6 +60,9 @@ type run struct {
 	s     *System
 	rng   *rand.Rand
 	start time.Time
+
+	// cluster is the scenario's own Postgres cluster, nil on the shared one.
+	cluster *pgCluster
 
 	mu        sync.Mutex
 	faults    []Fault
@@ -119,13 +123,14 @@ func (r *run) killInstance(ctx context.Context, p *proc, kind string, down time.
 	r.record(kind, p.name, fmt.Sprintf("down %s", down), start, err)
 }
 
-// killLoop kills a random service instance every `every` (jittered ±50%) until it made
-// kills kills or ctx ends; every leaderEvery-th kill is the outbox relay leader of a
-// random service (found through pg_locks). Each instance is restarted after down.
+// killLoop kills a service instance every `every` (jittered ±50%) until it made kills
+// kills or ctx ends. The services take turns, so each is killed kills/3 times; the
+// instance is drawn at random among the running ones, except that every leaderEvery-th
+// kill is the service's outbox relay leader (found through pg_locks). Each instance is
+// restarted after down.
 func (r *run) killLoop(ctx context.Context, kills int, every, down time.Duration, leaderEvery int) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	all := r.s.all()
 	for i := range kills {
 		if !sleep(ctx, every/2+time.Duration(r.intn(int(every)+1))) {
 			return
@@ -133,9 +138,9 @@ func (r *run) killLoop(ctx context.Context, kills int, every, down time.Duration
 		var (
 			p    *proc
 			kind = FaultKill
+			svc  = services[i%len(services)]
 		)
 		if leaderEvery > 0 && (i+1)%leaderEvery == 0 {
-			svc := services[r.intn(len(services))]
 			if l, err := r.s.relayLeader(ctx, svc); err == nil && l.running() {
 				p, kind = l, FaultKillLeader
 			} else {
@@ -145,7 +150,7 @@ func (r *run) killLoop(ctx context.Context, kills int, every, down time.Duration
 		if p == nil {
 			// A random running instance; keep at least one instance of each service alive
 			// so that the system always makes progress.
-			cands := slices.DeleteFunc(slices.Clone(all), func(q *proc) bool { return !q.running() || !r.otherAlive(q) })
+			cands := slices.DeleteFunc(slices.Clone(r.s.instances[svc]), func(q *proc) bool { return !q.running() || !r.otherAlive(q) })
 			if len(cands) == 0 {
 				continue
 			}

@@ -3,6 +3,8 @@ package chaos
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -73,6 +75,10 @@ type Scenario struct {
 	Faults func(ctx context.Context, r *run, c Config)
 	// NoDeadline adds the invariant that no order was cancelled by its saga deadline.
 	NoDeadline bool
+	// OwnPostgres runs the scenario on a Postgres cluster of its own (pg_createcluster on
+	// a free port, dropped at the end) that its faults may crash; when one cannot be made
+	// here, the scenario runs on the shared Postgres and reports why.
+	OwnPostgres bool
 	// overload: the load is offered at twice the measured saturation.
 	overload bool
 }
@@ -98,12 +104,18 @@ var Scenarios = []Scenario{
 	},
 	{
 		Name: "postgres",
-		Doc:  "the payment database refuses connections and its sessions are terminated for 12 s, then the inventory database for 12 s",
+		Doc: "on a Postgres cluster of the suite's own: the payment database refuses connections and its sessions are terminated for 12 s, " +
+			"then the inventory database for 12 s, then the whole cluster crashes (stop -m immediate) and restarts after 10 s",
+		OwnPostgres: true,
 		Faults: func(ctx context.Context, r *run, c Config) {
-			sleep(ctx, loadDuration(c)/5)
+			sleep(ctx, loadDuration(c)/6)
 			r.postgresOutage(ctx, "payment", 12*time.Second)
-			sleep(ctx, loadDuration(c)/5)
+			sleep(ctx, loadDuration(c)/6)
 			r.postgresOutage(ctx, "inventory", 12*time.Second)
+			if r.cluster != nil {
+				sleep(ctx, loadDuration(c)/6)
+				r.postgresCrash(ctx, r.cluster, 10*time.Second)
+			}
 		},
 	},
 	{
@@ -220,6 +232,19 @@ func Run(ctx context.Context, sc Scenario, c Config) (res Result) {
 	defer func() { res.Took = time.Since(res.Started) }()
 	fail := func(err error) Result { res.Err = err.Error(); return res }
 
+	var cluster *pgCluster
+	if sc.OwnPostgres {
+		var idb [4]byte
+		_, _ = rand.Read(idb[:])
+		cl, err := createCluster(ctx, hex.EncodeToString(idb[:]))
+		if err != nil {
+			fmt.Fprintf(c.System.Log, "chaos: no Postgres cluster of its own, the shared one is used: %v\n", err)
+		} else {
+			cluster = cl
+			defer cl.drop() // after the system stopped (defers run last first)
+			c.System.PostgresURL = cl.URL()
+		}
+	}
 	s, err := Start(ctx, c.System)
 	if err != nil {
 		return fail(err)
@@ -229,6 +254,7 @@ func Run(ctx context.Context, sc Scenario, c Config) (res Result) {
 		res.Logs = filepath.Join(s.Dir(), "logs")
 	}
 	r := newRun(s, c.Seed)
+	r.cluster = cluster
 	s.logf("scenario %s: %s", sc.Name, sc.Doc)
 
 	if sc.overload {
