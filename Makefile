@@ -24,6 +24,7 @@ test: services ## run every test against real Postgres, Redis and an in-process 
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	cd internal/testenv/containers && $(GO) vet ./...
 
 .PHONY: fuzz
 fuzz: ## explore the event decoder (binary and structured mode) with the fuzzer, 30s each

@@ -106,7 +106,7 @@ func WithRelayOptions(opts ...outbox.RelayOption) Option {
 }
 
 // WithEntityAttribute names the entity id in spans and logs of consumers and of the
-// relay, e.g. "order.id". Default "entity.id".
+// relay, e.g. "order.id". Default consumer.DefaultEntityAttribute ("entity.id").
 func WithEntityAttribute(name string) Option { return func(o *options) { o.entityAttr = name } }
 
 // WithoutSweeper disables the background idempotency sweeper (for services whose
@@ -196,7 +196,7 @@ const (
 // the Kafka producer. Nothing is served or consumed until Run. If New fails, everything
 // it opened is closed again.
 func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
-	o := options{signals: true, sweeper: true, ensureDB: true, logOutput: os.Stderr, entityAttr: "entity.id"}
+	o := options{signals: true, sweeper: true, ensureDB: true, logOutput: os.Stderr, entityAttr: consumer.DefaultEntityAttribute}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -353,7 +353,8 @@ type ConsumerSpec struct {
 // (consumer.Standard): the App's pool for transactions, its Kafka client for the
 // dead-letter topics, its locker with fencing (when Redis is configured), its
 // idempotency store, and Outbox.Wake after every commit. It starts with Run and is
-// drained in Run's shutdown, before the relay stops.
+// drained in Run's shutdown, before the relay stops. /readyz reports its Health under
+// "consumer <group>" ([ConsumerCheck]).
 func (a *App) Consume(spec ConsumerSpec) error {
 	if a.state.Load() != stateNew {
 		return ErrRunning
@@ -401,6 +402,7 @@ func (a *App) Consume(spec ConsumerSpec) error {
 		return fmt.Errorf("app: consumer %s: %w", spec.Group, err)
 	}
 	a.consumers = append(a.consumers, component{name: "consumer " + spec.Group, run: c.Run, mustRun: true})
+	a.checks = append(a.checks, NamedCheck{"consumer " + spec.Group, ConsumerCheck(c)})
 	return nil
 }
 

@@ -486,3 +486,73 @@ func TestServe(t *testing.T) {
 		t.Fatalf("Serve = %v, want the component's error", err)
 	}
 }
+
+// A consumer whose handler's table is missing (SQLSTATE 42P01, a bad deploy) is in an
+// outage: /readyz reports it under "consumer <group>" without naming hosts, the event is
+// not dead-lettered, and once the table exists the event is handled and /readyz is ok.
+func TestReadyzReportsConsumerOutage(t *testing.T) {
+	ctx := context.Background()
+	a := newTestApp(t)
+	if err := a.EnsureTopics(ctx, "widgets.in"); err != nil {
+		t.Fatal(err)
+	}
+	h := func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+		_, err := tx.Exec(ctx, `INSERT INTO late_widgets (id) VALUES ($1)`, ev.Subject)
+		return err
+	}
+	if err := a.Consume(app.ConsumerSpec{Group: "widget", Topics: []string{"widgets.in"}, Handler: h,
+		Options: []consumer.Option{consumer.WithOutageBackoff(10*time.Millisecond, 100*time.Millisecond)}}); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	<-a.Ready()
+	apptest.WaitReady(t, a.base)
+
+	k := apptest.NewKafka(t, a.brokers)
+	ev, _ := event.New("test", "widget.ping", "w-1", map[string]string{})
+	k.ProduceTwice("widgets.in", ev)
+	var body string
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var code int
+		code, body = get(t, a.base+"/readyz")
+		if code == http.StatusServiceUnavailable && strings.Contains(body, "consumer: outage") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz never reported the outage: %d %s", code, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var ready struct{ Checks map[string]string }
+	if err := json.Unmarshal([]byte(body), &ready); err != nil {
+		t.Fatal(err)
+	}
+	msg := ready.Checks["consumer widget"]
+	if !strings.Contains(msg, "widgets.in/") || ready.Checks["postgres"] != "ok" {
+		t.Errorf("/readyz: %s", body)
+	}
+	for _, secret := range []string{"127.0.0.1", "user=", "password"} {
+		if strings.Contains(body, secret) {
+			t.Errorf("/readyz names %q: %s", secret, body)
+		}
+	}
+	if _, err := a.Pool.Exec(ctx, `CREATE TABLE late_widgets (id text PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	k.WaitSettled(a.Pool, "", map[string][]string{"widget": {"widgets.in"}})
+	apptest.WaitReady(t, a.base)
+	var n int
+	if err := a.Pool.QueryRow(ctx, `SELECT count(*) FROM late_widgets`).Scan(&n); err != nil || n != 1 {
+		t.Errorf("late_widgets holds %d rows (%v), want 1", n, err)
+	}
+	if dl := k.ReadAll("widgets.in.dlq"); len(dl) != 0 {
+		t.Errorf("%d records dead-lettered, want 0", len(dl))
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -31,9 +31,10 @@
 // groups running the standard middleware chain ([App.Consume]), and background functions
 // ([App.Go]), and calls [App.Run].
 //
-// Run serves /healthz (liveness: the process answers), /readyz (Postgres, Redis, Kafka
-// and any [App.AddCheck], each bounded by [ReadyTimeout]; 503 before start and during
-// shutdown) and /metrics (Prometheus exposition of the OTel meter provider and the Go
+// Run serves /healthz (liveness: the process answers), /readyz (Postgres, Redis, Kafka,
+// every consumer group's Health (a partition in an outage or stalled fails it, see
+// [ConsumerCheck]) and any [App.AddCheck], each bounded by [ReadyTimeout]; 503 before
+// start and during shutdown) and /metrics (Prometheus exposition of the OTel meter provider and the Go
 // runtime). On SIGTERM, SIGINT or cancellation of its context it shuts down in an order
 // that loses nothing:
 //

@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/choreo-saga/choreo/consumer"
 )
 
 // Check reports whether one dependency is usable; nil means healthy.
@@ -35,6 +37,13 @@ func RedisCheck(rdb redis.UniversalClient) Check {
 // KafkaCheck asks a broker of cl for cluster metadata (kgo.Client.Ping).
 func KafkaCheck(cl *kgo.Client) Check {
 	return func(ctx context.Context) error { return cl.Ping(ctx) }
+}
+
+// ConsumerCheck reports c's Health: it fails while a partition of c is in an outage (a
+// dependency of its handler chain is unavailable; the consumer resumes by itself) or
+// stalled (lag and no progress for the stall timeout), naming the partitions.
+func ConsumerCheck(c *consumer.Consumer) Check {
+	return func(context.Context) error { return c.Health() }
 }
 
 // ErrNotReady is reported by /readyz before the service has started all its components

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/lock"
 )
 
 // Batch mode: records of a partition share transactions; duplicates are skipped, the
@@ -158,5 +160,85 @@ func TestStandardBatchShutdown(t *testing.T) {
 	}
 	if n := count(t, e.pool, `SELECT count(*) FROM entities WHERE seq = $1`, perKey); n != len(ks) {
 		t.Errorf("%d of %d keys complete and in order", n, len(ks))
+	}
+}
+
+// countingLocker is a real Locker that records, per AcquireAll, how many entities it was
+// given and how many leases it returned.
+type countingLocker struct {
+	Locker
+	mu            sync.Mutex
+	asked, leases []int
+}
+
+func (l *countingLocker) AcquireAll(ctx context.Context, entities []string) ([]*lock.Lease, error) {
+	leases, err := l.Locker.AcquireAll(ctx, entities)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.asked, l.leases = append(l.asked, len(entities)), append(l.leases, len(leases))
+	return leases, err
+}
+
+// A batch may hold several records of one entity: it holds one lease per distinct entity
+// for the whole batch and handles each entity's records in offset order in its one
+// transaction. A batch of duplicates only rolls back and runs no AfterCommit hook.
+func TestStandardBatchRepeatedEntities(t *testing.T) {
+	e := newChainEnv(t, 1)
+	recs := seqEvents(t, e.topic, []string{"a", "b"}, 3) // a1 b1 a2 b2 a3 b3
+	msgs := func() []*Message {
+		ms := make([]*Message, len(recs))
+		for i, r := range recs {
+			r.Offset = int64(i)
+			ms[i] = &Message{Record: r, Group: e.group}
+		}
+		return ms
+	}
+	l := &countingLocker{Locker: e.locker}
+	var commits atomic.Int64
+	batch, err := StandardBatch(StandardConfig{
+		DB: e.pool, DeadLetter: e.producer, Handler: applySeq, Locker: l, Fence: true, Name: "seq",
+		AfterCommit: []func(){func() { commits.Add(1) }},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+
+	ms := msgs()
+	if err := batch(ctx, ms); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, e.pool, `SELECT count(*) FROM entities WHERE seq = 3`); n != 2 {
+		t.Errorf("%d of 2 entities complete and in order", n)
+	}
+	if n := e.effects(t); n != len(recs) {
+		t.Errorf("%d effects, want %d", n, len(recs))
+	}
+	if len(l.asked) != 1 || l.asked[0] != len(recs) || l.leases[0] != 2 {
+		t.Errorf("AcquireAll calls: entities %v, leases %v; want one call, %d entities, 2 leases", l.asked, l.leases, len(recs))
+	}
+	for _, m := range ms {
+		if m.outcome(nil) != OutcomeHandled || m.Lease != nil {
+			t.Errorf("offset %d: outcome %q, lease %v after the batch", m.Record.Offset, m.outcome(nil), m.Lease)
+		}
+	}
+	if n := commits.Load(); n != 1 {
+		t.Errorf("AfterCommit ran %d times, want once", n)
+	}
+
+	ms = msgs()
+	if err := batch(ctx, ms); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if m.Outcome != OutcomeDuplicate {
+			t.Errorf("offset %d redelivered: outcome %q, want duplicate", m.Record.Offset, m.outcome(nil))
+		}
+	}
+	if n := e.effects(t); n != len(recs) {
+		t.Errorf("%d effects after redelivery, want %d", n, len(recs))
+	}
+	if n := commits.Load(); n != 1 {
+		t.Errorf("AfterCommit ran %d times after a batch of duplicates, want 1 in all", n)
 	}
 }

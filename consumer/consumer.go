@@ -1,10 +1,14 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +17,8 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.39.0"
+
+	"github.com/choreo-saga/choreo/internal/backoff"
 )
 
 // Defaults of the runtime options.
@@ -23,6 +29,9 @@ const (
 	DefaultShutdownTimeout = 30 * time.Second
 	DefaultRedeliveryMin   = 100 * time.Millisecond
 	DefaultRedeliveryMax   = 10 * time.Second
+	DefaultOutageMinDelay  = 100 * time.Millisecond
+	DefaultOutageMaxDelay  = 30 * time.Second
+	DefaultStallTimeout    = 2 * time.Minute
 )
 
 const (
@@ -30,6 +39,9 @@ const (
 	instrumentationName = "github.com/choreo-saga/choreo/consumer"
 	lagMetricName       = "choreo.consumer.lag"
 	bufferedMetricName  = "choreo.consumer.buffered"
+	outageMetricName    = "choreo.consumer.outage"
+	stalledMetricName   = "choreo.consumer.stalled"
+	maxStallCheck       = 5 * time.Second // the stall monitor looks at least this often
 )
 
 type config struct {
@@ -38,8 +50,9 @@ type config struct {
 	maxPollRecords  int
 	drainTimeout    time.Duration
 	shutdownTimeout time.Duration
-	redeliveryMin   time.Duration
-	redeliveryMax   time.Duration
+	redelivery      backoff.Policy
+	outage          backoff.Policy
+	stallTimeout    time.Duration
 	logger          *slog.Logger
 	meterProvider   metric.MeterProvider
 	batchMax        int
@@ -102,13 +115,38 @@ func WithShutdownTimeout(d time.Duration) Option {
 }
 
 // WithRedeliveryBackoff sets the pause before the runtime hands a record whose handler
-// returned an error to the handler again (doubling from min to max; defaults
-// DefaultRedeliveryMin and DefaultRedeliveryMax). With the standard chain a handler only
-// returns an error when even dead-lettering failed; the record is never skipped.
+// returned an error to the handler again: a full-jitter delay whose bound doubles from
+// min to max (defaults DefaultRedeliveryMin and DefaultRedeliveryMax). With the standard
+// chain a handler only returns such an error when even dead-lettering failed; the record
+// is never skipped. Outages have their own backoff (WithOutageBackoff).
 func WithRedeliveryBackoff(minDelay, maxDelay time.Duration) Option {
 	return func(c *config) {
 		if minDelay > 0 && maxDelay >= minDelay {
-			c.redeliveryMin, c.redeliveryMax = minDelay, maxDelay
+			c.redelivery = backoff.Policy{Base: minDelay, Max: maxDelay}
+		}
+	}
+}
+
+// WithOutageBackoff sets the pause between the attempts at a record that failed with an
+// outage (IsOutage): a full-jitter delay whose bound doubles from min to max (defaults
+// DefaultOutageMinDelay and DefaultOutageMaxDelay). The record is retried without limit
+// and keeps its offset; the partition's outage shows in the choreo.consumer.outage gauge
+// and in Health, and is logged once when it starts and once when it ends.
+func WithOutageBackoff(minDelay, maxDelay time.Duration) Option {
+	return func(c *config) {
+		if minDelay > 0 && maxDelay >= minDelay {
+			c.outage = backoff.Policy{Base: minDelay, Max: maxDelay}
+		}
+	}
+}
+
+// WithStallTimeout sets after how long without progress a partition that has lag counts
+// as stalled (default DefaultStallTimeout): it then shows in the choreo.consumer.stalled
+// gauge and in Health, and is logged at Error once (and at Info once it moves again).
+func WithStallTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.stallTimeout = d
 		}
 	}
 }
@@ -140,8 +178,8 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithMeterProvider sets the meter provider for the per-partition lag and buffer gauges
-// (default otel.GetMeterProvider() at New).
+// WithMeterProvider sets the meter provider for the per-partition lag, buffer, outage
+// and stall gauges (default otel.GetMeterProvider() at New).
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(c *config) {
 		if mp != nil {
@@ -191,8 +229,9 @@ func New(brokers []string, group string, topics []string, h Handler, opts ...Opt
 		maxPollRecords:  DefaultMaxPollRecords,
 		drainTimeout:    DefaultDrainTimeout,
 		shutdownTimeout: DefaultShutdownTimeout,
-		redeliveryMin:   DefaultRedeliveryMin,
-		redeliveryMax:   DefaultRedeliveryMax,
+		redelivery:      backoff.Policy{Base: DefaultRedeliveryMin, Max: DefaultRedeliveryMax},
+		outage:          backoff.Policy{Base: DefaultOutageMinDelay, Max: DefaultOutageMaxDelay},
+		stallTimeout:    DefaultStallTimeout,
 		logger:          slog.Default(),
 		meterProvider:   otel.GetMeterProvider(),
 	}
@@ -241,8 +280,74 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return fmt.Errorf("consumer: new client: %w", err)
 	}
 
+	monitorDone := make(chan struct{})
+	go func() {
+		defer close(monitorDone)
+		c.monitor(ctx)
+	}()
 	c.poll(ctx, cl)
+	<-monitorDone
 	return c.shutdown(cl)
+}
+
+// monitor logs stalled partitions (see WithStallTimeout) until ctx is cancelled.
+func (c *Consumer) monitor(ctx context.Context) {
+	t := time.NewTicker(min(max(c.cfg.stallTimeout/4, time.Millisecond), maxStallCheck))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			for _, w := range c.snapshot() {
+				w.checkStall(now)
+			}
+		}
+	}
+}
+
+// snapshot returns the current workers, sorted by topic and partition.
+func (c *Consumer) snapshot() []*worker {
+	c.mu.Lock()
+	ws := make([]*worker, 0, len(c.workers))
+	for _, w := range c.workers {
+		ws = append(ws, w)
+	}
+	c.mu.Unlock()
+	slices.SortFunc(ws, func(a, b *worker) int {
+		return cmp.Or(cmp.Compare(a.tp.topic, b.tp.topic), cmp.Compare(a.tp.partition, b.tp.partition))
+	})
+	return ws
+}
+
+// Health returns nil while every partition this member owns is being consumed, and
+// otherwise an error naming each partition in an outage (the error then matches
+// ErrOutage) and each stalled one (lag and no progress for the stall timeout, see
+// WithStallTimeout), with its offset and for how long. Use it for readiness: a consumer
+// in an outage resumes by itself, and a stalled one needs attention. The error names
+// topics and partitions only, never hosts or credentials.
+func (c *Consumer) Health() error {
+	now := time.Now()
+	var outage, stalled []string
+	for _, w := range c.snapshot() {
+		if since, offset, ok := w.inOutage(); ok {
+			outage = append(outage, fmt.Sprintf("%s/%d at offset %d for %v",
+				w.tp.topic, w.tp.partition, offset, now.Sub(since).Round(time.Millisecond)))
+		}
+		if idle, ok := w.stalled(now); ok {
+			l, _ := w.lag()
+			stalled = append(stalled, fmt.Sprintf("%s/%d at offset %d with lag %d, no progress for %v",
+				w.tp.topic, w.tp.partition, w.next.Load(), l, idle.Round(time.Millisecond)))
+		}
+	}
+	var errs []error
+	if len(outage) > 0 {
+		errs = append(errs, fmt.Errorf("%w: group %s: %s", ErrOutage, c.group, strings.Join(outage, "; ")))
+	}
+	if len(stalled) > 0 {
+		errs = append(errs, fmt.Errorf("consumer: stalled: group %s: %s", c.group, strings.Join(stalled, "; ")))
+	}
+	return errors.Join(errs...)
 }
 
 // poll fetches records and appends them to their partition workers' buffers until ctx is
@@ -378,7 +483,20 @@ func (c *Consumer) registerGauges() (func(), error) {
 	if err != nil {
 		return nil, fmt.Errorf("consumer: buffered gauge: %w", err)
 	}
+	outage, err := meter.Int64ObservableGauge(outageMetricName,
+		metric.WithUnit("1"),
+		metric.WithDescription("1 while the partition is in an outage (its record fails because a dependency is unavailable and is retried without limit), else 0."))
+	if err != nil {
+		return nil, fmt.Errorf("consumer: outage gauge: %w", err)
+	}
+	stalled, err := meter.Int64ObservableGauge(stalledMetricName,
+		metric.WithUnit("1"),
+		metric.WithDescription("1 while the partition has lag and has made no progress for the stall timeout, else 0."))
+	if err != nil {
+		return nil, fmt.Errorf("consumer: stalled gauge: %w", err)
+	}
 	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		now := time.Now()
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		for tp, w := range c.workers {
@@ -392,9 +510,13 @@ func (c *Consumer) registerGauges() (func(), error) {
 				o.ObserveInt64(lag, l, attrs)
 			}
 			o.ObserveInt64(buffered, int64(w.buffered()), attrs)
+			_, _, inOutage := w.inOutage()
+			o.ObserveInt64(outage, b2i(inOutage), attrs)
+			_, isStalled := w.stalled(now)
+			o.ObserveInt64(stalled, b2i(isStalled), attrs)
 		}
 		return nil
-	}, lag, buffered)
+	}, lag, buffered, outage, stalled)
 	if err != nil {
 		return nil, fmt.Errorf("consumer: register gauges: %w", err)
 	}
@@ -416,4 +538,11 @@ func (c *Consumer) Lag() map[string]map[int32]int64 {
 		}
 	}
 	return out
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }

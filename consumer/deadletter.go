@@ -89,7 +89,8 @@ func DeadLetterTopic(name func(source string) string) DeadLetterOption {
 // key, value and headers, plus the HeaderDLQ* headers, to the dead-letter topic, waits for
 // the broker's acknowledgement, records OutcomeDeadLettered and returns nil, so the
 // runtime commits the offset and the partition moves on. Place it outside Retry, so it
-// sees only errors that retrying could not fix. A failed produce returns an error
+// sees only errors that retrying could not fix. An outage (IsOutage) is returned
+// unchanged, never dead-lettered. A failed produce returns an error
 // matching ErrDeadLetter (the runtime then hands the record over again); a record given
 // up because its worker is stopping is not dead-lettered.
 func DeadLetter(p Producer, opts ...DeadLetterOption) Middleware {
@@ -103,7 +104,7 @@ func DeadLetter(p Producer, opts ...DeadLetterOption) Middleware {
 	return func(next Handler) Handler {
 		return func(ctx context.Context, m *Message) error {
 			err := next(ctx, m)
-			if err == nil || abandoned(ctx, err) {
+			if err == nil || abandoned(ctx, err) || IsOutage(err) {
 				return err
 			}
 			rec := cfg.record(m, err)

@@ -41,10 +41,13 @@
 //     acknowledgement, and lets the partition move on. It sits outside Retry because only
 //     the outcome of all attempts decides.
 //   - Retry retries retryable errors in place with exponential backoff and full jitter
-//     (delay uniform in [0, min(MaxDelay, BaseDelay·2^(n-1))]), bounded by MaxAttempts and
-//     MaxElapsed. Errors are classified with errors.Is/As by Retryable: Permanent errors,
-//     event.ErrMalformed, idempotency.ErrKeyReused, ErrUnknownType and panics are never
-//     retried; lock.ErrNotObtained, lock.ErrLost and everything else are.
+//     (delay uniform in (0, min(MaxDelay, BaseDelay·2^(n-1))]), bounded by MaxElapsed (1
+//     minute by default; MaxAttempts adds a count limit, none by default). Errors are
+//     classified with errors.Is/As by Retryable: Permanent errors, event.ErrMalformed,
+//     idempotency.ErrKeyReused, ErrUnknownType and panics are never retried;
+//     lock.ErrNotObtained, lock.ErrLost and everything else are. An outage (IsOutage) is
+//     neither: Retry returns it at once without spending the budget, DeadLetter passes it
+//     through, and the runtime waits it out (see Outages below).
 //   - Decode turns the record into an event.Event; the router's filter settles ignored
 //     types and rejects unknown ones before any lock or transaction.
 //   - Lock holds the entity's Redis lease (package lock) while the transaction runs, to
@@ -74,7 +77,8 @@
 // committed or that were dead-lettered: a worker marks a record (kgo.AutoCommitMarks,
 // MarkCommitRecords) only after its handler returned nil, and marked offsets are
 // committed periodically. A handler error means "not settled": the worker hands the
-// same record over again after a backoff (WithRedeliveryBackoff) and never skips it.
+// same record over again after a backoff (WithRedeliveryBackoff, or WithOutageBackoff for
+// an outage) and never skips it.
 // The poll loop and the rebalance callbacks are serialised (kgo.BlockRebalanceOnPoll,
 // released after every poll, which never blocks). When partitions are revoked, their
 // workers finish the record in hand (bounded by WithDrainTimeout), buffered records are
@@ -91,6 +95,33 @@
 // buffered records are exported as OpenTelemetry gauges (choreo.consumer.lag,
 // choreo.consumer.buffered; WithMeterProvider) and returned by Consumer.Lag.
 //
+// # Outages versus poison
+//
+// Three kinds of failure get three answers. A record the chain can never handle (poison:
+// undecodable, unknown type, key reuse, a Permanent error, a panic) is dead-lettered at
+// once. A handler failure is retried by Retry within its budget, then dead-lettered. An
+// outage is a failure of the infrastructure the chain depends on, not of the record:
+// Postgres unreachable, restarting or refusing connections, a serialization failure or
+// deadlock, a table or column missing after a bad deploy, Redis unreachable (also when
+// the lock fails to be acquired because of it), the broker unavailable for the dead-letter
+// produce, or any error wrapping ErrOutage; IsOutage lists exactly what counts.
+//
+// An outage is never dead-lettered and never spends the Retry budget. The partition's
+// worker keeps the record (and its offset) and hands it to the chain again, without
+// limit, after a full-jitter backoff capped at 30 seconds (WithOutageBackoff); fetching
+// of that partition pauses once its buffer is full, and other partitions go on. The
+// worker logs once at Warn when the partition's outage starts (topic, partition, offset,
+// error) and once at Info when it ends (with its duration); the chain's per-record log
+// line for an outage is at Debug. While it lasts the choreo.consumer.outage gauge is 1
+// for the partition and Consumer.Health returns an error matching ErrOutage that names
+// it, for the service's readiness check. A stop (revoke, shutdown) ends the backoff at
+// once.
+//
+// A partition that has lag and has made no progress for the stall timeout
+// (WithStallTimeout, 2 minutes by default), whatever the cause (a long outage, a hung
+// handler), is stalled: it is logged once at Error with its offset and lag (and once at
+// Info when it moves again), the choreo.consumer.stalled gauge is 1, and Health names it.
+//
 // # Batch mode
 //
 // One transaction per event is bounded by the database's commit rate. WithBatch with
@@ -101,11 +132,19 @@
 // individually. Batches form only from records already buffered: a worker that keeps up
 // handles one record at a time. See docs/benchmarks-consumer.md.
 //
+// StandardBatch is not a second implementation of the chain: it resolves its
+// StandardConfig exactly as Standard does (every default applied once) and runs the same
+// parts for each record of a batch: decoding, the router's filter, the consumer span,
+// CorrelationID's context, the metrics and the log line. Only the leases (one per
+// distinct entity of the batch), the idempotency claims and the commit are shared.
+//
 // # Why hand-written parts
 //
-// Retry implements full jitter itself: github.com/cenkalti/backoff randomises around the
-// exponential delay (a randomization factor) rather than over [0, bound], and the policy
-// must cooperate with the worker's stop signal and with DeadLetter. The per-partition
+// Backoff is implemented once for the module (internal/backoff: capped exponential bound,
+// full jitter) and shared by Retry, the runtime, the outbox relay and the lock package:
+// github.com/cenkalti/backoff randomises around the exponential delay (a randomization
+// factor) rather than over the whole interval, and the waits must cooperate with the
+// worker's stop signal. The per-partition
 // runtime follows franz-go's goroutine-per-partition pattern rather than wrapping a
 // framework, because the commit-after-settle and drain-on-revoke rules are the point.
 // Spans come from package tracing (W3C propagation compatible with franz-go's kotel).

@@ -24,6 +24,10 @@ var (
 	ErrInvalidConfig = errors.New("consumer: invalid configuration")
 	// ErrClosed: Run was called twice, or on a consumer that was already shut down.
 	ErrClosed = errors.New("consumer: closed")
+	// ErrOutage: a dependency of the handler chain is unavailable (see IsOutage). A
+	// handler may wrap it to declare a failure of its own dependency an outage; the
+	// error of Consumer.Health wraps it while a partition is in an outage.
+	ErrOutage = errors.New("consumer: outage")
 )
 
 type permanentError struct{ err error }

@@ -6,12 +6,15 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -121,15 +124,22 @@ func ExamplePermanent() {
 	// true key_reused
 }
 
-// The backoff bound doubles per failed attempt up to MaxDelay; the actual delay is drawn
-// uniformly from [0, bound] (full jitter).
-func ExampleRetryPolicy_Bound() {
-	p := consumer.RetryPolicy{BaseDelay: 100 * time.Millisecond, MaxDelay: time.Second}
-	for attempt := 1; attempt <= 5; attempt++ {
-		fmt.Print(p.Bound(attempt), " ")
-	}
-	fmt.Println()
-	// Output: 100ms 200ms 400ms 800ms 1s
+// IsOutage tells a failure of the infrastructure (retried without limit, never
+// dead-lettered) from a failure of the record (retried within the Retry budget, then
+// dead-lettered).
+func ExampleIsOutage() {
+	deadlock := &pgconn.PgError{Code: "40P01", Message: "deadlock detected"}
+	fmt.Println(consumer.IsOutage(fmt.Errorf("charge o-1: %w", deadlock)))
+	fmt.Println(consumer.IsOutage(fmt.Errorf("lock o-1: %w", io.EOF)))
+	fmt.Println(consumer.IsOutage(fmt.Errorf("charge o-1: %w", consumer.ErrOutage)))
+	fmt.Println(consumer.IsOutage(errors.New("amount above the customer's limit")))
+	fmt.Println(consumer.IsOutage(kerr.MessageTooLarge))
+	// Output:
+	// true
+	// true
+	// true
+	// false
+	// false
 }
 
 // Chain applies middlewares outermost first.

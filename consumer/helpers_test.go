@@ -37,6 +37,13 @@ type seqPayload struct {
 func newDB(t *testing.T) *pgxpool.Pool {
 	t.Helper()
 	pool := testenv.Postgres(t)
+	migrateTestDB(t, pool)
+	return pool
+}
+
+// migrateTestDB creates newDB's schemas and tables in pool's database.
+func migrateTestDB(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
 	ctx := context.Background()
 	if err := idempotency.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
@@ -49,7 +56,6 @@ CREATE TABLE effects (id bigserial PRIMARY KEY, event_id text NOT NULL, key text
 CREATE TABLE entities (key text PRIMARY KEY, seq int NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	return pool
 }
 
 // errOutOfOrder is returned by applySeq when an event of a key arrives out of order.

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/choreo-saga/choreo/idempotency"
+	"github.com/choreo-saga/choreo/lock"
 )
 
 // errRollback makes pgx.BeginFunc roll back a duplicate's transaction, which wrote nothing.
@@ -53,49 +56,164 @@ func Idempotent(cfg IdempotentConfig, h TxHandler) Handler {
 	if cfg.DB == nil || h == nil {
 		panic("consumer: Idempotent needs a DB and a handler")
 	}
-	if cfg.Store == nil {
-		cfg.Store = idempotency.NewStore()
+	return cfg.resolve(h).handle
+}
+
+// defaultHandlerName is the default IdempotentConfig.Name and StandardConfig.Name.
+const defaultHandlerName = "handler"
+
+// transactor is Idempotent's configuration with its defaults applied: the transaction in
+// which one record (Idempotent) or a batch (StandardBatch) is claimed and handled.
+type transactor struct {
+	db          Beginner
+	store       *idempotency.Store
+	name        string
+	fence       bool
+	afterCommit []func()
+	h           TxHandler
+}
+
+func (cfg IdempotentConfig) resolve(h TxHandler) *transactor {
+	t := &transactor{db: cfg.DB, store: cfg.Store, name: cfg.Name, fence: cfg.Fence, afterCommit: cfg.AfterCommit, h: h}
+	if t.store == nil {
+		t.store = idempotency.NewStore()
 	}
-	if cfg.Name == "" {
-		cfg.Name = "handler"
+	if t.name == "" {
+		t.name = defaultHandlerName
 	}
-	return func(ctx context.Context, m *Message) error {
-		if !m.Decoded {
-			return Permanent(errors.New("consumer: Idempotent needs a decoded message; put Decode before it"))
+	return t
+}
+
+// handle is the Idempotent handler.
+func (t *transactor) handle(ctx context.Context, m *Message) error {
+	if !m.Decoded {
+		return Permanent(errors.New("consumer: Idempotent needs a decoded message; put Decode before it"))
+	}
+	return t.run(ctx, []*Message{m}, nil, nil)
+}
+
+// run claims and handles ms, decoded records of one group in offset order, in one
+// transaction on t.db. In the transaction it waits for the leases being acquired ahead
+// (Message.AwaitLease), checks the fencing token of each distinct lease once, in entity
+// order (if fence; held lists them sorted by entity when the caller knows them, else they
+// are collected from ms), claims every event's key under the scope "<group>/<name>" in one
+// statement (idempotency.Store.Claim for one record, ClaimAll for several: a copy of an
+// event within ms is a duplicate of it), and calls h, in order, for every event that is
+// not a duplicate, with ctxs[i] as its context (ctx when ctxs is nil); ctx carries the
+// transaction's own statements. Then it commits, marks the duplicates with
+// OutcomeDuplicate and runs the AfterCommit hooks once. When every event is a duplicate
+// the transaction, which wrote nothing, is rolled back and no hook runs. An error rolls
+// everything back; it names the event whose handler failed, or the record when ms holds
+// one.
+func (t *transactor) run(ctx context.Context, ms []*Message, ctxs []context.Context, held []*lock.Lease) error {
+	var (
+		dup    []bool
+		fresh  int
+		failed = -1
+	)
+	err := pgx.BeginFunc(ctx, t.db, func(tx pgx.Tx) error {
+		if err := t.checkFences(ctx, tx, ms, held); err != nil {
+			return err
 		}
-		ev := m.Event
-		scope := m.Group + "/" + cfg.Name
-		var dup bool
-		err := pgx.BeginFunc(ctx, cfg.DB, func(tx pgx.Tx) error {
-			// With Lock's AcquireAhead the lease was being acquired while BEGIN ran.
-			if err := m.AwaitLease(ctx); err != nil {
+		var err error
+		if dup, err = t.claim(ctx, tx, ms); err != nil {
+			return err
+		}
+		for i, m := range ms {
+			if dup[i] {
+				continue
+			}
+			fresh++
+			hctx := ctx
+			if ctxs != nil {
+				hctx = ctxs[i]
+			}
+			if err := t.h(hctx, tx, m.Event); err != nil {
+				failed = i
 				return err
 			}
-			if cfg.Fence && m.Lease != nil {
-				if err := m.Lease.CheckFence(ctx, tx); err != nil {
-					return err
-				}
-			}
-			c, err := cfg.Store.Claim(ctx, tx, scope, ev.ID, idempotency.Hash([]byte(ev.Type), ev.Data))
-			if err != nil {
-				return err
-			}
-			if c.Duplicate {
-				dup = true
-				return errRollback
-			}
-			return h(ctx, tx, ev)
-		})
-		if dup {
-			m.Outcome = OutcomeDuplicate
-			return nil
 		}
-		if err != nil {
-			return fmt.Errorf("consumer: handle %s %s: %w", ev.Type, ev.ID, err)
-		}
-		for _, f := range cfg.AfterCommit {
-			f()
+		// Writes made once for the whole transaction (e.g. one multi-row outbox insert
+		// for a batch) belong here, after every handler and before the commit.
+		if fresh == 0 {
+			return errRollback
 		}
 		return nil
+	})
+	switch {
+	case err == nil || (fresh == 0 && errors.Is(err, errRollback)):
+	case failed >= 0:
+		return handleErr(ms[failed], err)
+	case len(ms) == 1:
+		return handleErr(ms[0], err)
+	default:
+		return fmt.Errorf("consumer: handle %d events from offset %d: %w", len(ms), ms[0].Record.Offset, err)
 	}
+	for i, m := range ms {
+		if dup[i] {
+			m.Outcome = OutcomeDuplicate
+		}
+	}
+	if fresh > 0 {
+		for _, f := range t.afterCommit {
+			f()
+		}
+	}
+	return nil
+}
+
+func handleErr(m *Message, err error) error {
+	return fmt.Errorf("consumer: handle %s %s: %w", m.Event.Type, m.Event.ID, err)
+}
+
+// checkFences waits for the leases of ms being acquired ahead and, if t.fence, checks
+// each distinct lease's fencing token once, in entity order: those of held, or if held
+// is nil, those the messages hold.
+func (t *transactor) checkFences(ctx context.Context, tx pgx.Tx, ms []*Message, held []*lock.Lease) error {
+	for _, m := range ms {
+		if err := m.AwaitLease(ctx); err != nil {
+			return err
+		}
+	}
+	if !t.fence {
+		return nil
+	}
+	if held == nil {
+		for _, m := range ms {
+			if m.Lease != nil && !slices.Contains(held, m.Lease) {
+				held = append(held, m.Lease)
+			}
+		}
+		slices.SortFunc(held, func(a, b *lock.Lease) int { return strings.Compare(a.Entity(), b.Entity()) })
+	}
+	for _, lease := range held {
+		if err := lease.CheckFence(ctx, tx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// claim claims the events of ms and reports which are duplicates.
+func (t *transactor) claim(ctx context.Context, tx pgx.Tx, ms []*Message) ([]bool, error) {
+	scope := ms[0].Group + "/" + t.name
+	dup := make([]bool, len(ms))
+	if len(ms) == 1 {
+		ev := ms[0].Event
+		c, err := t.store.Claim(ctx, tx, scope, ev.ID, idempotency.Hash([]byte(ev.Type), ev.Data))
+		dup[0] = c.Duplicate
+		return dup, err
+	}
+	reqs := make([]idempotency.Request, len(ms))
+	for i, m := range ms {
+		reqs[i] = idempotency.Request{Key: m.Event.ID, Hash: idempotency.Hash([]byte(m.Event.Type), m.Event.Data)}
+	}
+	claims, err := t.store.ClaimAll(ctx, tx, scope, reqs)
+	if err != nil {
+		return nil, err
+	}
+	for i, c := range claims {
+		dup[i] = c.Duplicate
+	}
+	return dup, nil
 }

@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/choreo-saga/choreo/lock"
 )
@@ -56,6 +57,11 @@ func Lock(l Locker, opts ...LockOption) Middleware {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	return locked(l, cfg)
+}
+
+// locked is Lock with its options applied.
+func locked(l Locker, cfg lockConfig) Middleware {
 	return func(next Handler) Handler {
 		return func(ctx context.Context, m *Message) error {
 			entity := cfg.entity(m)
@@ -67,59 +73,127 @@ func Lock(l Locker, opts ...LockOption) Middleware {
 			lctx, cancel := context.WithCancel(ctx)
 			defer cancel()
 			var (
-				lease *lock.Lease
-				err   error
-				stop  func() bool
+				ls  *leases
+				err error
 			)
 			defer func() { // runs after the acquisition ended, whatever happened
-				if lease == nil {
-					return
+				if ls != nil {
+					m.Lease = nil
+					ls.release(ctx, true)
 				}
-				stop()
-				m.Lease = nil
-				lease.ReleaseInBackground()
 			}()
 			acquire := func() {
-				if lease, err = l.Acquire(ctx, entity); err == nil {
-					m.Lease = lease
-					stop = context.AfterFunc(lease.Context(), cancel)
+				if ls, err = acquireLeases(ctx, l, []string{entity}, cancel); err == nil {
+					m.Lease = ls.held[0]
 				}
 			}
 			if !cfg.ahead {
 				if acquire(); err != nil {
-					return wrapLockErr(entity, err)
+					return err
 				}
-				return checkLost(ctx, entity, lease, next(lctx, m))
+				return ls.lost(ctx, next(lctx, m))
 			}
 			ready := make(chan struct{})
 			m.leaseReady = ready
 			go func() {
 				defer close(ready)
 				acquire()
-				m.leaseErr = wrapLockErr(entity, err)
+				m.leaseErr = err
 			}()
 			defer func() { <-ready; m.leaseReady, m.leaseErr = nil, nil }()
 			nerr := next(lctx, m)
 			<-ready
 			if err != nil {
-				return m.leaseErr
+				return err
 			}
-			return checkLost(ctx, entity, lease, nerr)
+			return ls.lost(ctx, nerr)
 		}
 	}
 }
 
-// checkLost adds lock.ErrLost to a handler's error when the lease was lost meanwhile.
-func checkLost(ctx context.Context, entity string, lease *lock.Lease, err error) error {
-	if err != nil && lease.Context().Err() != nil && ctx.Err() == nil {
-		return fmt.Errorf("consumer: lock %q: %w: %w", entity, lock.ErrLost, err)
+// leases are the leases one handling holds: one per distinct entity of its records (one
+// record under Lock, a whole batch in StandardBatch, where an entity may repeat).
+type leases struct {
+	held  []*lock.Lease // sorted by entity
+	stops []func() bool // stop cancelling the handlers' context when a lease is lost
+	one   [1]*lock.Lease
+	stop1 [1]func() bool
+}
+
+// acquireLeases obtains the leases of the distinct non-empty entities: with Acquire for
+// one entity, with AcquireAll (one round trip, all or none, so that batches sharing
+// entities cannot deadlock) for several. lost is called when any of them is lost. Lock
+// and StandardBatch both call it.
+func acquireLeases(ctx context.Context, l Locker, entities []string, lost context.CancelFunc) (*leases, error) {
+	ls := new(leases)
+	if len(entities) == 1 {
+		if entities[0] == "" {
+			return ls, nil
+		}
+		lease, err := l.Acquire(ctx, entities[0])
+		if err != nil {
+			return nil, fmt.Errorf("consumer: lock %q: %w", entities[0], err)
+		}
+		ls.one[0] = lease
+		ls.held = ls.one[:]
+	} else {
+		held, err := l.AcquireAll(ctx, entities)
+		if err != nil {
+			return nil, fmt.Errorf("consumer: lock %d entities: %w", len(entities), err)
+		}
+		ls.held = held
+	}
+	ls.stops = ls.stop1[:0]
+	for _, lease := range ls.held {
+		ls.stops = append(ls.stops, context.AfterFunc(lease.Context(), lost))
+	}
+	return ls, nil
+}
+
+// assign sets each message's Lease to the lease of its entity (entities[i] is ms[i]'s).
+func (ls *leases) assign(ms []*Message, entities []string) {
+	byEntity := make(map[string]*lock.Lease, len(ls.held))
+	for _, lease := range ls.held {
+		byEntity[lease.Entity()] = lease
+	}
+	for i, m := range ms {
+		m.Lease = byEntity[entities[i]]
+	}
+}
+
+// lost adds lock.ErrLost to a handling's error when one of the leases was lost meanwhile
+// (and not because ctx ended).
+func (ls *leases) lost(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	for _, lease := range ls.held {
+		if lease.Context().Err() != nil {
+			return fmt.Errorf("consumer: lock %q: %w: %w", lease.Entity(), lock.ErrLost, err)
+		}
 	}
 	return err
 }
 
-func wrapLockErr(entity string, err error) error {
-	if err == nil {
-		return nil
+// release gives the leases back: in the background (lock.Lease.ReleaseInBackground),
+// or together in one round trip (lock.ReleaseAll), waiting at most releaseTimeout.
+func (ls *leases) release(ctx context.Context, background bool) {
+	for _, stop := range ls.stops {
+		stop()
 	}
-	return fmt.Errorf("consumer: lock %q: %w", entity, err)
+	if background {
+		for _, lease := range ls.held {
+			lease.ReleaseInBackground()
+		}
+		return
+	}
+	if len(ls.held) == 0 {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	_ = lock.ReleaseAll(rctx, ls.held) // an expired lease frees itself
 }
+
+// releaseTimeout bounds a synchronous release of a batch's leases.
+const releaseTimeout = 5 * time.Second

@@ -9,7 +9,8 @@ import (
 )
 
 // Logging logs one line per handled record: at Debug when it was handled, a duplicate or
-// ignored, at Warn when it was dead-lettered and at Error when the handler failed. Each
+// ignored, at Warn when it was dead-lettered and at Error when the handler failed (at
+// Debug when it failed with an outage, which the runtime logs once per partition). Each
 // line carries the group, topic, partition, offset, key, event type, outcome, attempts,
 // duration, the saga's correlation id (from the context; see CorrelationID) and the
 // error. A nil logger means slog.Default().
@@ -27,6 +28,7 @@ func Logging(l *slog.Logger) Middleware {
 	}
 }
 
+// logRecord writes m's log line. Logging and StandardBatch both call it.
 func logRecord(ctx context.Context, l *slog.Logger, m *Message, err error, elapsed time.Duration) {
 	outcome := m.outcome(err)
 	level := slog.LevelDebug
@@ -34,7 +36,9 @@ func logRecord(ctx context.Context, l *slog.Logger, m *Message, err error, elaps
 	case OutcomeDeadLettered:
 		level = slog.LevelWarn
 	case OutcomeFailed:
-		level = slog.LevelError
+		if !IsOutage(err) { // the runtime logs an outage once per partition
+			level = slog.LevelError
+		}
 	}
 	if !l.Enabled(ctx, level) {
 		return

@@ -39,6 +39,12 @@ func Metrics(mp metric.MeterProvider) (Middleware, error) {
 	if err != nil {
 		return nil, err
 	}
+	return ins.middleware(), nil
+}
+
+// middleware is Metrics with its instruments created: Standard passes the ones it
+// resolved, which StandardBatch records to as well.
+func (ins *instruments) middleware() Middleware {
 	return func(next Handler) Handler {
 		return func(ctx context.Context, m *Message) error {
 			start := time.Now()
@@ -46,7 +52,7 @@ func Metrics(mp metric.MeterProvider) (Middleware, error) {
 			ins.record(ctx, m, err, time.Since(start))
 			return err
 		}
-	}, nil
+	}
 }
 
 type instruments struct {
@@ -103,6 +109,8 @@ func (ins *instruments) recordBatch(ctx context.Context, ms []*Message) {
 	ins.batch.Record(ctx, int64(len(ms)), metric.WithAttributeSet(attribute.NewSet(partitionAttrs(ms[0])...)))
 }
 
+// record records one handled record: its duration, outcome and attempts. The Metrics
+// middleware and StandardBatch both call it.
 func (ins *instruments) record(ctx context.Context, m *Message, err error, elapsed time.Duration) {
 	attrs := append(partitionAttrs(m), outcomeKey.String(string(m.outcome(err))))
 	if err != nil {

@@ -35,12 +35,16 @@ func (e *PanicError) Unwrap() []error {
 func Recover() Middleware {
 	return func(next Handler) Handler {
 		return func(ctx context.Context, m *Message) (err error) {
-			defer func() {
-				if v := recover(); v != nil {
-					err = &PanicError{Value: v, Stack: debug.Stack()}
-				}
-			}()
+			defer recoverPanic(&err)
 			return next(ctx, m)
 		}
+	}
+}
+
+// recoverPanic, deferred, turns a panic into a *PanicError in *err. Recover and
+// StandardBatch both defer it.
+func recoverPanic(err *error) {
+	if v := recover(); v != nil {
+		*err = &PanicError{Value: v, Stack: debug.Stack()}
 	}
 }

@@ -3,13 +3,18 @@ package consumer
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"time"
+
+	"github.com/choreo-saga/choreo/internal/backoff"
 )
 
-// Defaults of RetryPolicy.
+// Defaults of RetryPolicy. With them a failing record is retried for up to a minute: the
+// backoff bound doubles from 100ms to its 5s cap (reached before the 7th attempt), and
+// attempts go on, about 2.5s apart on average, until the next one would start more than
+// a minute after the first. There is no count limit by default, so the minute is the
+// budget that actually applies.
 const (
-	DefaultRetryMaxAttempts = 5
+	DefaultRetryMaxAttempts = 0 // no count limit: DefaultRetryMaxElapsed bounds the retries
 	DefaultRetryBaseDelay   = 100 * time.Millisecond
 	DefaultRetryMaxDelay    = 5 * time.Second
 	DefaultRetryMaxElapsed  = time.Minute
@@ -18,7 +23,8 @@ const (
 // RetryPolicy configures Retry. The zero value is usable: every zero field takes its
 // default.
 type RetryPolicy struct {
-	// MaxAttempts bounds the attempts, the first included (default DefaultRetryMaxAttempts).
+	// MaxAttempts bounds the attempts, the first included; 0 or less sets no count limit,
+	// so that MaxElapsed alone bounds the retries (default DefaultRetryMaxAttempts, 0).
 	MaxAttempts int
 	// BaseDelay is the backoff bound before the second attempt; it doubles per attempt
 	// (default DefaultRetryBaseDelay).
@@ -33,14 +39,9 @@ type RetryPolicy struct {
 	// OnRetry, if set, is called before each backoff sleep with the attempt that failed
 	// and the delay chosen.
 	OnRetry func(ctx context.Context, m *Message, err error, delay time.Duration)
-	// Jitter returns a uniform random integer in [0, n) (default math/rand/v2.Int64N).
-	Jitter func(n int64) int64
 }
 
 func (p RetryPolicy) withDefaults() RetryPolicy {
-	if p.MaxAttempts <= 0 {
-		p.MaxAttempts = DefaultRetryMaxAttempts
-	}
 	if p.BaseDelay <= 0 {
 		p.BaseDelay = DefaultRetryBaseDelay
 	}
@@ -56,51 +57,36 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 	if p.Retryable == nil {
 		p.Retryable = Retryable
 	}
-	if p.Jitter == nil {
-		p.Jitter = rand.Int64N
-	}
 	return p
 }
 
-// Bound returns the upper bound of the backoff after the given failed attempt (1-based):
-// min(MaxDelay, BaseDelay * 2^(attempt-1)).
-func (p RetryPolicy) Bound(attempt int) time.Duration {
-	p = p.withDefaults()
-	d := p.BaseDelay
-	for i := 1; i < attempt && d < p.MaxDelay; i++ {
-		d *= 2
-	}
-	return min(d, p.MaxDelay)
-}
-
-// Backoff returns the delay after the given failed attempt with full jitter: a uniform
-// random duration in [0, Bound(attempt)].
-func (p RetryPolicy) Backoff(attempt int) time.Duration {
-	p = p.withDefaults()
-	return time.Duration(p.Jitter(int64(p.Bound(attempt)) + 1))
-}
-
 // Retry runs the handlers it wraps again after a retryable error, sleeping a full-jitter
-// exponential backoff between attempts, until they succeed, return a non-retryable error
-// (returned as is), or the policy's attempts or elapsed time run out (the last error is
-// returned wrapped in ErrRetriesExhausted). It keeps m.Attempt current. The sleep ends
-// early when ctx is cancelled or the partition's worker stops; the record is then left
-// unsettled, never dead-lettered.
+// exponential backoff between attempts (uniform in (0, min(MaxDelay, BaseDelay·2ⁿ⁻¹)]
+// after attempt n), until they succeed, return a non-retryable error (returned as is), or
+// the policy's attempts or elapsed time run out (the last error is returned wrapped in
+// ErrRetriesExhausted). It keeps m.Attempt current.
+//
+// An outage (IsOutage) is not the record's fault: Retry returns it at once, without
+// spending the budget, and the runtime retries the record without limit until the
+// outage ends (see the package documentation). The sleep ends early when ctx is
+// cancelled or the partition's worker stops; the record is then left unsettled, never
+// dead-lettered.
 func Retry(p RetryPolicy) Middleware {
 	p = p.withDefaults()
+	bo := backoff.Policy{Base: p.BaseDelay, Max: p.MaxDelay}
 	return func(next Handler) Handler {
 		return func(ctx context.Context, m *Message) error {
 			start := time.Now()
 			for attempt := 1; ; attempt++ {
 				m.Attempt = attempt
 				err := next(ctx, m)
-				if err == nil || !p.Retryable(err) || abandoned(ctx, err) {
+				if err == nil || !p.Retryable(err) || abandoned(ctx, err) || IsOutage(err) {
 					return err
 				}
-				if attempt >= p.MaxAttempts {
+				if p.MaxAttempts > 0 && attempt >= p.MaxAttempts {
 					return fmt.Errorf("%w after %d attempts: %w", ErrRetriesExhausted, attempt, err)
 				}
-				delay := p.Backoff(attempt)
+				delay := bo.Delay(attempt)
 				if time.Since(start)+delay > p.MaxElapsed {
 					return fmt.Errorf("%w after %d attempts in %v: %w", ErrRetriesExhausted, attempt,
 						time.Since(start).Round(time.Millisecond), err)
@@ -108,14 +94,7 @@ func Retry(p RetryPolicy) Middleware {
 				if p.OnRetry != nil {
 					p.OnRetry(ctx, m, err, delay)
 				}
-				t := time.NewTimer(delay)
-				select {
-				case <-t.C:
-				case <-ctx.Done():
-					t.Stop()
-					return fmt.Errorf("%w: %w", errStopping, err)
-				case <-stopSignal(ctx):
-					t.Stop()
+				if !backoff.Sleep(ctx, delay, stopSignal(ctx)) {
 					return fmt.Errorf("%w: %w", errStopping, err)
 				}
 			}

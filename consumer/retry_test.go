@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -12,55 +12,6 @@ import (
 	"github.com/choreo-saga/choreo/idempotency"
 	"github.com/choreo-saga/choreo/lock"
 )
-
-func TestRetryPolicyBound(t *testing.T) {
-	p := RetryPolicy{BaseDelay: 100 * time.Millisecond, MaxDelay: 2 * time.Second}
-	want := []time.Duration{100, 200, 400, 800, 1600, 2000, 2000, 2000}
-	for i, w := range want {
-		if got := p.Bound(i + 1); got != w*time.Millisecond {
-			t.Errorf("Bound(%d) = %v, want %v", i+1, got, w*time.Millisecond)
-		}
-	}
-	if got := (RetryPolicy{}).Bound(1000); got != DefaultRetryMaxDelay {
-		t.Errorf("zero policy Bound(1000) = %v, want the default cap %v", got, DefaultRetryMaxDelay)
-	}
-}
-
-// Full jitter: every delay lies in [0, min(cap, base*2^n)], and the delays are uniform
-// over that range (mean at half the bound, extremes near both ends, deciles even). The
-// check is statistical over a seeded generator, never about wall-clock time.
-func TestRetryBackoffIsFullJitter(t *testing.T) {
-	const samples = 20000
-	rng := rand.New(rand.NewPCG(1, 2))
-	p := RetryPolicy{BaseDelay: 10 * time.Millisecond, MaxDelay: time.Second, Jitter: rng.Int64N}
-	for attempt := 1; attempt <= 9; attempt++ {
-		bound := p.Bound(attempt)
-		var sum float64
-		lo, hi := bound, time.Duration(0)
-		var deciles [10]int
-		for range samples {
-			d := p.Backoff(attempt)
-			if d < 0 || d > bound {
-				t.Fatalf("attempt %d: delay %v outside [0, %v]", attempt, d, bound)
-			}
-			sum += float64(d)
-			lo, hi = min(lo, d), max(hi, d)
-			deciles[min(int(10*float64(d)/float64(bound+1)), 9)]++
-		}
-		mean := sum / samples / float64(bound)
-		if mean < 0.47 || mean > 0.53 {
-			t.Errorf("attempt %d: mean delay %.3f of the bound, want about 0.5", attempt, mean)
-		}
-		if float64(lo) > 0.01*float64(bound) || float64(hi) < 0.99*float64(bound) {
-			t.Errorf("attempt %d: delays span [%v, %v], want nearly [0, %v]", attempt, lo, hi, bound)
-		}
-		for i, n := range deciles {
-			if f := float64(n) / samples; f < 0.085 || f > 0.115 {
-				t.Errorf("attempt %d: decile %d holds %.3f of the delays, want about 0.1", attempt, i, f)
-			}
-		}
-	}
-}
 
 func TestRetryable(t *testing.T) {
 	tests := []struct {
@@ -110,13 +61,18 @@ func TestRetry(t *testing.T) {
 		{name: "malformed", errs: []error{fmt.Errorf("x: %w", event.ErrMalformed)}, wantAttempts: 1, wantErr: event.ErrMalformed},
 		{name: "key reused", errs: []error{idempotency.ErrKeyReused}, wantAttempts: 1, wantErr: idempotency.ErrKeyReused},
 		{name: "unknown type", errs: []error{ErrUnknownType}, wantAttempts: 1, wantErr: ErrUnknownType},
+		{name: "outage returned at once", errs: []error{transient, fmt.Errorf("db: %w", ErrOutage)}, wantAttempts: 2, wantErr: ErrOutage},
+		{
+			name: "no count limit by default: the elapsed time bounds it", errs: slices.Repeat([]error{transient}, 40),
+			policy: RetryPolicy{MaxElapsed: time.Hour}, wantAttempts: 41,
+		},
 		{
 			name: "lock not obtained until attempts run out", errs: []error{lock.ErrNotObtained, lock.ErrNotObtained, lock.ErrNotObtained},
 			policy: RetryPolicy{MaxAttempts: 3}, wantAttempts: 3, wantErr: lock.ErrNotObtained, exhausted: true,
 		},
 		{
 			name: "elapsed time runs out", errs: []error{transient, transient},
-			policy:       RetryPolicy{MaxElapsed: time.Nanosecond, Jitter: func(n int64) int64 { return n - 1 }},
+			policy:       RetryPolicy{MaxElapsed: time.Nanosecond},
 			wantAttempts: 1, wantErr: transient, exhausted: true,
 		},
 	}
@@ -158,7 +114,7 @@ func TestRetryStopsWithWorker(t *testing.T) {
 	stop := make(chan struct{})
 	ctx := context.WithValue(context.Background(), stopKey{}, stop)
 	var calls int
-	h := Retry(RetryPolicy{BaseDelay: time.Hour, MaxDelay: time.Hour, MaxElapsed: 2 * time.Hour, Jitter: func(n int64) int64 { return n - 1 }})(
+	h := Retry(RetryPolicy{BaseDelay: time.Hour, MaxDelay: time.Hour, MaxElapsed: 2 * time.Hour})(
 		func(context.Context, *Message) error {
 			calls++
 			if calls == 1 {

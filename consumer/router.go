@@ -63,17 +63,33 @@ func (r *Router) Types() []string {
 func (r *Router) Filter() Middleware {
 	return func(next Handler) Handler {
 		return func(ctx context.Context, m *Message) error {
-			typ := m.Event.Type
-			switch {
-			case r.ignore[typ]:
-				m.Outcome = OutcomeIgnored
-				return nil
-			case r.routes[typ] == nil:
-				return fmt.Errorf("%w: %q (routed: %v)", ErrUnknownType, typ, r.Types())
+			if ok, err := r.filter(m); !ok {
+				return err
 			}
 			return next(ctx, m)
 		}
 	}
+}
+
+// filter reports whether m's event type is routed. If it is not, an ignored type is
+// settled with OutcomeIgnored (nil error) and any other type fails with unknownType.
+// Filter and StandardBatch both call it.
+func (r *Router) filter(m *Message) (bool, error) {
+	typ := m.Event.Type
+	switch {
+	case r.routes[typ] != nil:
+		return true, nil
+	case r.ignore[typ]:
+		m.Outcome = OutcomeIgnored
+		return false, nil
+	default:
+		return false, r.unknownType(typ)
+	}
+}
+
+// unknownType is the error for an event type that is neither routed nor ignored.
+func (r *Router) unknownType(typ string) error {
+	return fmt.Errorf("%w: %q (routed: %v)", ErrUnknownType, typ, r.Types())
 }
 
 // Route is the TxHandler half of the router: it calls the handler registered for the
@@ -85,5 +101,5 @@ func (r *Router) Route(ctx context.Context, tx pgx.Tx, ev event.Event) error {
 	if r.ignore[ev.Type] {
 		return nil
 	}
-	return fmt.Errorf("%w: %q", ErrUnknownType, ev.Type)
+	return r.unknownType(ev.Type)
 }

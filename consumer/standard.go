@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -45,7 +44,7 @@ type StandardConfig struct {
 	// Decode options, e.g. event.MaxPayloadBytes.
 	Decode []event.DecodeOption
 	// EntityAttribute names the entity in spans and logs, e.g. "order.id" (default
-	// "entity.id").
+	// DefaultEntityAttribute).
 	EntityAttribute string
 	// Logger logs one line per record (default slog.Default()).
 	Logger *slog.Logger
@@ -89,15 +88,12 @@ func (cfg *StandardConfig) tracingOptions() []tracing.InstrumentOption {
 // instead of blocking the partition. Lock sits inside Retry, so "not obtained" backs off;
 // it acquires the lease ahead (AcquireAhead), so the Redis round trip overlaps
 // Idempotent's BEGIN.
+//
+// The configuration is resolved once, every default applied, and StandardBatch resolves
+// it the same way and runs the same parts, so both paths decode, filter,
+// lock, claim, trace, log and count a record alike.
 func Standard(cfg StandardConfig) (Handler, error) {
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
-	mp := cfg.MeterProvider
-	if mp == nil {
-		mp = otel.GetMeterProvider()
-	}
-	metrics, err := Metrics(mp)
+	c, err := cfg.resolve()
 	if err != nil {
 		return nil, err
 	}
@@ -106,31 +102,22 @@ func Standard(cfg StandardConfig) (Handler, error) {
 		dlqOpts = append(dlqOpts, DeadLetterTopic(cfg.DeadLetterTopic))
 	}
 
-	h := cfg.Handler
 	mws := []Middleware{
 		Recover(),
-		Tracing(cfg.tracingOptions()...),
-		CorrelationID(cfg.EntityAttribute),
-		metrics,
-		Logging(cfg.Logger),
+		traced(c.kafka),
+		CorrelationID(c.entityAttr),
+		c.ins.middleware(),
+		Logging(c.logger),
 		DeadLetter(cfg.DeadLetter, dlqOpts...),
 		Retry(cfg.Retry),
 		Recover(),
-		Decode(cfg.Decode...),
+		Decode(c.decode...),
 	}
-	if cfg.Router != nil {
-		h = cfg.Router.Route
-		mws = append(mws, cfg.Router.Filter())
+	if c.router != nil {
+		mws = append(mws, c.router.Filter())
 	}
-	if cfg.Locker != nil {
-		mws = append(mws, Lock(cfg.Locker, LockEntity(cfg.LockEntity), AcquireAhead()))
+	if c.locker != nil {
+		mws = append(mws, locked(c.locker, c.lock))
 	}
-	inner := Idempotent(IdempotentConfig{
-		DB:          cfg.DB,
-		Store:       cfg.Store,
-		Name:        cfg.Name,
-		Fence:       cfg.Fence && cfg.Locker != nil,
-		AfterCommit: cfg.AfterCommit,
-	}, h)
-	return Chain(inner, mws...), nil
+	return Chain(c.tx.handle, mws...), nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/internal/backoff"
 	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/lock"
 )
@@ -283,8 +284,8 @@ func TestStandardRetryRecoversOnThirdAttempt(t *testing.T) {
 		t.Fatalf("%d backoffs, want 2", len(delays))
 	}
 	for i, d := range delays {
-		if bound := policy.Bound(attempts[i]); d < 0 || d > bound {
-			t.Errorf("backoff after attempt %d = %v, outside [0, %v]", attempts[i], d, bound)
+		if bound := (backoff.Policy{Base: policy.BaseDelay, Max: policy.MaxDelay}).Bound(attempts[i]); d <= 0 || d > bound {
+			t.Errorf("backoff after attempt %d = %v, outside (0, %v]", attempts[i], d, bound)
 		}
 	}
 }

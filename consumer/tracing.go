@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/choreo-saga/choreo/tracing"
 )
@@ -17,21 +18,31 @@ import (
 // propagator (tracing.WithTracerProvider, tracing.WithTelemetry; default the otel
 // globals).
 func Tracing(opts ...tracing.InstrumentOption) Middleware {
-	k := tracing.NewKafka(opts...)
+	return traced(tracing.NewKafka(opts...))
+}
+
+// traced is Tracing with its span helper built: Standard passes the one it resolved.
+func traced(k *tracing.Kafka) Middleware {
 	return func(next Handler) Handler {
 		return func(ctx context.Context, m *Message) error {
 			ctx, span := k.StartProcess(ctx, m.Record, m.Group)
 			defer span.End()
 			err := next(ctx, m)
-			span.SetAttributes(outcomeKey.String(string(m.outcome(err))))
-			if m.Decoded {
-				span.SetAttributes(eventTypeKey.String(m.Event.Type))
-			}
-			if err != nil {
-				span.RecordError(err)
-				span.SetStatus(codes.Error, err.Error())
-			}
+			finishSpan(span, m, err)
 			return err
 		}
+	}
+}
+
+// finishSpan sets how m's handling ended on its consumer span: the outcome, the event
+// type once decoded, and the error, if any. Tracing and StandardBatch both call it.
+func finishSpan(span trace.Span, m *Message, err error) {
+	span.SetAttributes(outcomeKey.String(string(m.outcome(err))))
+	if m.Decoded {
+		span.SetAttributes(eventTypeKey.String(m.Event.Type))
+	}
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
 	}
 }

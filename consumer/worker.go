@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/choreo-saga/choreo/internal/backoff"
 )
 
 // errStopping is returned by middlewares that abandon a record because its partition
@@ -48,8 +50,14 @@ type worker struct {
 	queue  []*kgo.Record
 	paused bool
 
-	hwm  atomic.Int64 // high watermark last seen in a fetch; -1 unknown
-	next atomic.Int64 // offset after the last settled record; -1 unknown
+	hwm      atomic.Int64 // high watermark last seen in a fetch; -1 unknown
+	next     atomic.Int64 // offset after the last settled record; -1 unknown
+	progress atomic.Int64 // when the partition last moved or was caught up (Unix ns)
+
+	hmu          sync.Mutex // guards the outage and stall state below
+	outageSince  time.Time  // zero: not in an outage
+	outageOffset int64      // the record the outage holds up
+	stallSince   time.Time  // zero: no stall reported (see checkStall)
 }
 
 func newWorker(c *Consumer, cl *kgo.Client, tp topicPartition) *worker {
@@ -64,6 +72,7 @@ func newWorker(c *Consumer, cl *kgo.Client, tp topicPartition) *worker {
 	w.ctx, w.cancel = context.WithCancel(context.WithValue(c.baseCtx, stopKey{}, w.stopping))
 	w.hwm.Store(-1)
 	w.next.Store(-1)
+	w.progress.Store(time.Now().UnixNano())
 	return w
 }
 
@@ -71,6 +80,9 @@ func newWorker(c *Consumer, cl *kgo.Client, tp topicPartition) *worker {
 // from the poll loop only.
 func (w *worker) push(recs []*kgo.Record, hwm int64) {
 	if hwm >= 0 {
+		if old, next := w.hwm.Load(), w.next.Load(); old < 0 || next < 0 || next >= old {
+			w.progress.Store(time.Now().UnixNano()) // caught up until now: a stall starts here at the earliest
+		}
 		w.hwm.Store(hwm)
 	}
 	if len(recs) == 0 {
@@ -128,6 +140,7 @@ func (w *worker) take(n int) ([]*kgo.Record, bool) {
 func (w *worker) run() {
 	defer close(w.done)
 	defer w.cancel()
+	defer w.released()
 	n := max(w.c.cfg.batchMax, 1)
 	for {
 		rs, ok := w.take(n)
@@ -160,6 +173,7 @@ func (w *worker) isStopping() bool {
 func (w *worker) settled(r *kgo.Record) {
 	w.cl.MarkCommitRecords(r)
 	w.next.Store(r.Offset + 1)
+	w.progress.Store(time.Now().UnixNano())
 }
 
 // handleBatch hands rs to the batch handler and reports whether it settled them all.
@@ -181,34 +195,127 @@ func (w *worker) handleBatch(rs []*kgo.Record) bool {
 }
 
 // handle runs the handler until it settles r, and reports false if the worker stopped
-// first (r is then left for the partition's next owner).
+// first (r is then left for the partition's next owner). A handler failure is handed
+// back after the redelivery backoff; an outage (IsOutage) after the outage backoff,
+// without limit, with one log line when the partition's outage starts and one when it
+// ends.
 func (w *worker) handle(r *kgo.Record) bool {
-	delay := w.c.cfg.redeliveryMin
+	var failures, outages int
 	for {
 		err := w.c.h(w.ctx, &Message{Record: r, Group: w.c.group})
 		if err == nil {
+			w.outageOver(r)
 			return true
 		}
-		if abandoned(w.ctx, err) {
+		if abandoned(w.ctx, err) || w.isStopping() {
 			return false
 		}
-		select {
-		case <-w.stopping:
-			return false
-		default:
+		var delay time.Duration
+		if IsOutage(err) {
+			outages++
+			delay = w.c.cfg.outage.Delay(outages)
+			w.outageBegins(r, err, delay)
+		} else {
+			w.outageOver(r) // the dependencies answered; the record itself failed
+			outages = 0
+			failures++
+			delay = w.c.cfg.redelivery.Delay(failures)
+			w.c.cfg.logger.LogAttrs(w.ctx, slog.LevelError, "consumer: handler failed; record will be handled again",
+				slog.String("group", w.c.group), slog.String("topic", r.Topic),
+				slog.Int("partition", int(r.Partition)), slog.Int64("offset", r.Offset),
+				slog.Duration("retry_in", delay), slog.Any("error", err))
 		}
-		w.c.cfg.logger.LogAttrs(w.ctx, slog.LevelError, "consumer: handler failed; record will be handled again",
-			slog.String("group", w.c.group), slog.String("topic", r.Topic),
-			slog.Int("partition", int(r.Partition)), slog.Int64("offset", r.Offset),
-			slog.Duration("retry_in", delay), slog.Any("error", err))
-		t := time.NewTimer(delay)
-		select {
-		case <-t.C:
-		case <-w.stopping:
-			t.Stop()
+		if !backoff.Sleep(w.ctx, delay, w.stopping) {
 			return false
 		}
-		delay = min(2*delay, w.c.cfg.redeliveryMax)
+	}
+}
+
+// outageBegins records that r failed with an outage, logging the start of the
+// partition's outage if it was not in one.
+func (w *worker) outageBegins(r *kgo.Record, err error, delay time.Duration) {
+	w.hmu.Lock()
+	defer w.hmu.Unlock()
+	if !w.outageSince.IsZero() {
+		return
+	}
+	w.outageSince, w.outageOffset = time.Now(), r.Offset
+	w.c.cfg.logger.LogAttrs(w.ctx, slog.LevelWarn, "consumer: outage: partition paused; retrying its record until the dependencies are back",
+		slog.String("group", w.c.group), slog.String("topic", r.Topic),
+		slog.Int("partition", int(r.Partition)), slog.Int64("offset", r.Offset),
+		slog.Duration("retry_in", delay), slog.Any("error", err))
+}
+
+// outageOver ends the partition's outage, if any, logging its duration.
+func (w *worker) outageOver(r *kgo.Record) {
+	w.hmu.Lock()
+	defer w.hmu.Unlock()
+	if w.outageSince.IsZero() {
+		return
+	}
+	w.c.cfg.logger.LogAttrs(w.ctx, slog.LevelInfo, "consumer: outage over: partition resumed",
+		slog.String("group", w.c.group), slog.String("topic", r.Topic),
+		slog.Int("partition", int(r.Partition)), slog.Int64("offset", r.Offset),
+		slog.Duration("duration", time.Since(w.outageSince)))
+	w.outageSince = time.Time{}
+}
+
+// released logs the end of an outage or stall cut short because the worker stopped
+// (revoke, loss, shutdown).
+func (w *worker) released() {
+	w.hmu.Lock()
+	defer w.hmu.Unlock()
+	if !w.outageSince.IsZero() {
+		w.c.cfg.logger.LogAttrs(w.c.baseCtx, slog.LevelInfo, "consumer: partition released during an outage",
+			slog.String("group", w.c.group), slog.String("topic", w.tp.topic),
+			slog.Int("partition", int(w.tp.partition)), slog.Int64("offset", w.outageOffset),
+			slog.Duration("duration", time.Since(w.outageSince)))
+	}
+	if !w.stallSince.IsZero() {
+		w.c.cfg.logger.LogAttrs(w.c.baseCtx, slog.LevelInfo, "consumer: stalled partition released",
+			slog.String("group", w.c.group), slog.String("topic", w.tp.topic),
+			slog.Int("partition", int(w.tp.partition)), slog.Int64("offset", w.next.Load()),
+			slog.Duration("stalled_for", time.Since(w.stallSince)))
+	}
+}
+
+// inOutage reports since when the partition has been in an outage and at which offset.
+func (w *worker) inOutage() (time.Time, int64, bool) {
+	w.hmu.Lock()
+	defer w.hmu.Unlock()
+	return w.outageSince, w.outageOffset, !w.outageSince.IsZero()
+}
+
+// stalled reports whether the partition has lag and has made no progress for the stall
+// timeout, and for how long it has made none.
+func (w *worker) stalled(now time.Time) (time.Duration, bool) {
+	l, ok := w.lag()
+	if !ok || l == 0 {
+		return 0, false
+	}
+	idle := now.Sub(time.Unix(0, w.progress.Load()))
+	return idle, idle >= w.c.cfg.stallTimeout
+}
+
+// checkStall logs, once, that the partition stalled and, once, that it moves again.
+func (w *worker) checkStall(now time.Time) {
+	idle, stalled := w.stalled(now)
+	w.hmu.Lock()
+	defer w.hmu.Unlock()
+	switch {
+	case stalled && w.stallSince.IsZero():
+		w.stallSince = now.Add(-idle)
+		l, _ := w.lag()
+		w.c.cfg.logger.LogAttrs(w.c.baseCtx, slog.LevelError, "consumer: partition stalled: it has lag and made no progress",
+			slog.String("group", w.c.group), slog.String("topic", w.tp.topic),
+			slog.Int("partition", int(w.tp.partition)), slog.Int64("offset", w.next.Load()),
+			slog.Int64("lag", l), slog.Duration("no_progress_for", idle), slog.Bool("outage", !w.outageSince.IsZero()))
+	case !stalled && !w.stallSince.IsZero():
+		w.c.cfg.logger.LogAttrs(w.c.baseCtx, slog.LevelInfo, "consumer: stalled partition moving again",
+			slog.String("group", w.c.group), slog.String("topic", w.tp.topic),
+			slog.Int("partition", int(w.tp.partition)), slog.Int64("offset", w.next.Load()),
+			slog.Duration("stalled_for", now.Sub(w.stallSince)))
+		w.stallSince = time.Time{}
 	}
 }
 

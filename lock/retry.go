@@ -1,10 +1,11 @@
 package lock
 
 import (
-	"math/rand/v2"
 	"time"
 
 	"github.com/bsm/redislock"
+
+	"github.com/choreo-saga/choreo/internal/backoff"
 )
 
 // RetryStrategy decides how long Acquire waits before the next attempt; a
@@ -29,7 +30,8 @@ func FullJitter(base, max time.Duration) RetryPolicy {
 	if max < base {
 		max = base
 	}
-	return func() RetryStrategy { return &fullJitter{base: base, max: max} }
+	p := backoff.Policy{Base: base, Max: max}
+	return func() RetryStrategy { return &fullJitter{policy: p} }
 }
 
 // NoRetry makes Acquire try exactly once.
@@ -38,21 +40,13 @@ func NoRetry() RetryPolicy {
 }
 
 type fullJitter struct {
-	base, max time.Duration
-	ceil      time.Duration
+	policy  backoff.Policy
+	retries int
 }
 
 // NextBackoff implements RetryStrategy. It is not safe for concurrent use;
 // RetryPolicy gives every Acquire its own.
 func (f *fullJitter) NextBackoff() time.Duration {
-	switch {
-	case f.ceil == 0:
-		f.ceil = f.base
-	case f.ceil < f.max:
-		f.ceil *= 2
-		if f.ceil > f.max || f.ceil <= 0 {
-			f.ceil = f.max
-		}
-	}
-	return time.Duration(rand.Int64N(int64(f.ceil))) + 1
+	f.retries++
+	return f.policy.Delay(f.retries)
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/choreo-saga/choreo/internal/backoff"
 	"github.com/choreo-saga/choreo/tracing"
 )
 
@@ -108,8 +108,8 @@ func TakeoverInterval(d time.Duration) RelayOption {
 }
 
 // Backoff sets the bounds of the exponential backoff with full jitter used
-// after broker and database errors: the n-th retry waits a random duration in
-// [0, min(max, min·2ⁿ)). Defaults 100ms and 10s.
+// after broker and database errors: the n-th retry (from 0) waits a random
+// duration in (0, min(max, min·2ⁿ)]. Defaults 100ms and 10s.
 func Backoff(minDelay, maxDelay time.Duration) RelayOption {
 	return func(c *relayConfig) {
 		if minDelay > 0 && maxDelay >= minDelay {
@@ -447,25 +447,12 @@ func (r *Relay) listenOnce(ctx context.Context, connected func()) error {
 }
 
 // backoff returns the delay before retry number attempt (from 0): exponential
-// growth capped at backoffMax, with full jitter.
+// growth from backoffMin capped at backoffMax, with full jitter.
 func (r *Relay) backoff(attempt int) time.Duration {
-	ceil := r.cfg.backoffMax
-	if attempt < 32 {
-		if d := r.cfg.backoffMin << attempt; d > 0 && d < ceil {
-			ceil = d
-		}
-	}
-	return time.Duration(rand.Int64N(int64(ceil)) + 1)
+	return backoff.Policy{Base: r.cfg.backoffMin, Max: r.cfg.backoffMax}.Delay(attempt + 1)
 }
 
 // sleep waits for d or until ctx is done; it reports whether d elapsed.
 func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	return backoff.Sleep(ctx, d, nil)
 }

@@ -6,7 +6,9 @@
 //  1. an explicit environment variable: CHOREO_TEST_POSTGRES_DSN, CHOREO_TEST_REDIS_ADDR,
 //     CHOREO_TEST_KAFKA_BROKERS (comma-separated);
 //  2. the local default port (Postgres 127.0.0.1:5432 as user postgres, Redis 127.0.0.1:6379);
-//  3. a testcontainers-go container, when a Docker engine answers;
+//  3. a testcontainers-go container, when a Docker engine answers (started by the separate
+//     module in ./containers through `go run`, so that choreo's module graph, and every
+//     module importing the library, carries no Docker dependency);
 //  4. for Kafka only: an in-process kfake cluster per test.
 //
 // Isolation: Postgres gives each test a fresh database (dropped at cleanup), Redis a unique

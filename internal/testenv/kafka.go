@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	tckafka "github.com/testcontainers/testcontainers-go/modules/kafka"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -22,14 +21,11 @@ var sharedKafka = sync.OnceValue(func() resolved {
 		return resolved{value: b}
 	}
 	if dockerAvailable() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		c, err := tckafka.Run(ctx, "confluentinc/confluent-local:7.5.0", tckafka.WithClusterID("choreo-test"))
+		brokers, err := containerAddr("kafka")
 		if err != nil {
 			return resolved{err: fmt.Errorf("testcontainers kafka: %w", err)}
 		}
-		brokers, err := c.Brokers(ctx)
-		return resolved{strings.Join(brokers, ","), err}
+		return resolved{value: brokers}
 	}
 	return resolved{}
 })

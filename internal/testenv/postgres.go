@@ -12,7 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 )
 
 const defaultPostgresDSN = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
@@ -31,15 +30,11 @@ var postgresOnce = sync.OnceValue(func() resolved {
 		return resolved{value: defaultPostgresDSN}
 	}
 	if dockerAvailable() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		c, cerr := tcpostgres.Run(ctx, "postgres:16-alpine", tcpostgres.WithUsername("postgres"),
-			tcpostgres.WithPassword("postgres"), tcpostgres.BasicWaitStrategies())
+		dsn, cerr := containerAddr("postgres")
 		if cerr != nil {
 			return resolved{err: fmt.Errorf("%v; testcontainers: %w", err, cerr)}
 		}
-		dsn, cerr := c.ConnectionString(ctx, "sslmode=disable")
-		return resolved{dsn, cerr}
+		return resolved{dsn, ping(dsn)}
 	}
 	return resolved{err: err}
 })

@@ -4,13 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	tcredis "github.com/testcontainers/testcontainers-go/modules/redis"
 )
 
 const defaultRedisAddr = "127.0.0.1:6379"
@@ -24,14 +22,11 @@ var redisOnce = sync.OnceValue(func() resolved {
 		return resolved{value: defaultRedisAddr}
 	}
 	if dockerAvailable() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		c, cerr := tcredis.Run(ctx, "redis:7-alpine")
+		addr, cerr := containerAddr("redis")
 		if cerr != nil {
 			return resolved{err: fmt.Errorf("%v; testcontainers: %w", err, cerr)}
 		}
-		uri, cerr := c.ConnectionString(ctx)
-		return resolved{strings.TrimPrefix(uri, "redis://"), cerr}
+		return resolved{addr, pingRedis(addr)}
 	}
 	return resolved{err: err}
 })

@@ -178,9 +178,7 @@ func (s *Service) Outbox() *outbox.Outbox { return s.outbox }
 func withOrder(ctx context.Context, id string) context.Context {
 	ctx = tracing.WithCorrelationID(ctx, id)
 	ctx = tracing.WithEntity(ctx, AttrOrderID, id)
-	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(tracing.SpanAttributes(ctx)...)
-	}
+	tracing.AnnotateSpan(ctx)
 	return ctx
 }
 
@@ -201,7 +199,7 @@ func (s *Service) sagaSpan(ctx context.Context, name string, o Order) (context.C
 		}
 	}
 	ctx, span := s.tracer.Start(parent, name, opts...)
-	span.SetAttributes(tracing.SpanAttributes(ctx)...)
+	tracing.AnnotateSpan(ctx)
 	return ctx, span
 }
 

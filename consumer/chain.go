@@ -1,0 +1,90 @@
+package consumer
+
+import (
+	"log/slog"
+
+	"go.opentelemetry.io/otel"
+
+	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/tracing"
+)
+
+// chain is a StandardConfig resolved once, every default applied: the parts that Standard
+// wires as middlewares and that StandardBatch calls for each record of a batch. Each
+// concern has one implementation that both paths use:
+//
+//   - span: tracing.Kafka.StartProcess, then finishSpan (Tracing);
+//   - correlation: withCorrelation (CorrelationID);
+//   - metrics: instruments.record (Metrics);
+//   - log line: logRecord (Logging);
+//   - decoding: decode (Decode);
+//   - the router's filter: Router.filter (Router.Filter), with one unknown-type error;
+//   - the lock: acquireLeases, one lease per distinct entity (Lock);
+//   - the transaction: transactor.run, fences, claims, handlers, commit, AfterCommit
+//     (Idempotent);
+//   - panics: recoverPanic (Recover).
+type chain struct {
+	kafka      *tracing.Kafka
+	entityAttr string
+	ins        *instruments
+	logger     *slog.Logger
+	decode     []event.DecodeOption
+	router     *Router // nil when the config has a Handler
+	locker     Locker  // nil: no lock
+	lock       lockConfig
+	tx         *transactor
+}
+
+// resolve validates cfg and applies its defaults.
+func (cfg *StandardConfig) resolve() (*chain, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	mp := cfg.MeterProvider
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	ins, err := newInstruments(mp)
+	if err != nil {
+		return nil, err
+	}
+	c := &chain{
+		kafka:      tracing.NewKafka(cfg.tracingOptions()...),
+		entityAttr: cfg.EntityAttribute,
+		ins:        ins,
+		logger:     cfg.Logger,
+		decode:     cfg.Decode,
+		router:     cfg.Router,
+		locker:     cfg.Locker,
+		lock:       lockConfig{entity: cfg.LockEntity, ahead: true},
+	}
+	if c.entityAttr == "" {
+		c.entityAttr = DefaultEntityAttribute
+	}
+	if c.logger == nil {
+		c.logger = slog.Default()
+	}
+	if c.lock.entity == nil {
+		c.lock.entity = (*Message).Subject
+	}
+	h := cfg.Handler
+	if cfg.Router != nil {
+		h = cfg.Router.Route
+	}
+	c.tx = IdempotentConfig{
+		DB:          cfg.DB,
+		Store:       cfg.Store,
+		Name:        cfg.Name,
+		Fence:       cfg.Fence && cfg.Locker != nil,
+		AfterCommit: cfg.AfterCommit,
+	}.resolve(h)
+	return c, nil
+}
+
+// filter applies the router's filter (Router.Filter), if the config has a Router.
+func (c *chain) filter(m *Message) (bool, error) {
+	if c.router == nil {
+		return true, nil
+	}
+	return c.router.filter(m)
+}
