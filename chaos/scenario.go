@@ -169,10 +169,11 @@ var Scenarios = []Scenario{
 		},
 	},
 	{
-		Name:       "overload",
-		Doc:        "offered load at twice the saturation measured first, for 30 s (at least -orders orders), then nothing",
-		NoDeadline: true,
-		overload:   true,
+		Name:        "overload",
+		Doc:         "on a Postgres cluster of the suite's own: offered load at twice the saturation measured first, for 30 s (at least -orders orders), then nothing",
+		NoDeadline:  true,
+		OwnPostgres: true,
+		overload:    true,
 	},
 }
 

@@ -42,6 +42,9 @@ type Options struct {
 	// PostgresURL is the shared Postgres's maintenance database, from which the run's own
 	// databases are created and dropped (default postgres://postgres@127.0.0.1:5432/postgres).
 	PostgresURL string
+	// MaxConns caps each instance's Postgres pool (DATABASE_MAX_CONNS; default 8), so
+	// that six instances stay well within the max_connections of a shared Postgres.
+	MaxConns int
 	// Env is added to every service's environment (e.g. ORDER_SAGA_TIMEOUT).
 	Env []string
 	// Dir holds binaries, the broker's data and the logs; default a new temporary
@@ -63,6 +66,9 @@ func (o *Options) defaults() {
 	}
 	if o.PostgresURL == "" {
 		o.PostgresURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	}
+	if o.MaxConns <= 0 {
+		o.MaxConns = 8
 	}
 	if o.Log == nil {
 		o.Log = io.Discard
@@ -287,6 +293,7 @@ func (s *System) newInstance(svc string, i int) (*proc, error) {
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	env := []string{
 		"DATABASE_URL=" + s.dbURL[svc],
+		"DATABASE_MAX_CONNS=" + strconv.Itoa(s.opts.MaxConns),
 		"REDIS_ADDR=" + s.redisAddr,
 		"KAFKA_BROKERS=" + s.kafkaAddr,
 		"KAFKA_PARTITIONS=" + strconv.Itoa(s.opts.Partitions),
