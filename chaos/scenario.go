@@ -416,22 +416,33 @@ func (s *System) load(ctx context.Context, n int, rate float64, seed uint64, wai
 // skus are the stocked SKUs orders draw from (the inventory service's default seed).
 const skus = "sku-1,sku-2,sku-3,sku-4,sku-5,sku-6,sku-7,sku-8,sku-9,sku-10,sku-11,sku-12,sku-13,sku-14,sku-15,sku-16,sku-17,sku-18,sku-19,sku-20"
 
-// saturation measures how many orders per second the system settles when offered more
-// than it can take: 10 s of load at 200 orders/s, settled orders over the time to settle
-// them.
+// saturation measures how many orders per second the system settles at most when
+// offered more than it can take: 10 s of load at 200 orders/s, then the highest number of
+// orders that reached their final state within one 5-second window, per second, read from
+// the order database. (Settled orders over the whole time to settle them would measure
+// the throughput of a collapsing system, not its capacity.)
 func (s *System) saturation(ctx context.Context, c Config) (float64, error) {
-	sum, err := s.load(ctx, 2000, 200, c.Seed+1, c.Bound)
-	if err != nil {
+	if _, err := s.load(ctx, 2000, 200, c.Seed+1, c.Bound); err != nil {
 		return 0, fmt.Errorf("chaos: measure saturation: %w", err)
 	}
-	if sum.Settled == 0 || sum.SettleSeconds <= 0 {
-		return 0, fmt.Errorf("chaos: measure saturation: nothing settled (%+v)", *sum)
-	}
-	sat := float64(sum.Settled) / sum.SettleSeconds
 	// The calibration orders must be out of the way before the measured run starts.
 	quiet, _, prog := s.quiesce(ctx, time.Now(), c.Bound)
 	if !quiet {
-		return sat, fmt.Errorf("chaos: measure saturation: the system did not quiesce after calibration (%s)", prog)
+		return 0, fmt.Errorf("chaos: measure saturation: the system did not quiesce after calibration (%s)", prog)
 	}
-	return sat, nil
+	p, err := s.pool(ctx, "order")
+	if err != nil {
+		return 0, err
+	}
+	defer p.Close()
+	var peak int64
+	if err := p.QueryRow(ctx, `SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM orders
+		WHERE state IN ('CONFIRMED', 'REJECTED', 'CANCELLED', 'COMPENSATION_FAILED')
+		GROUP BY floor(extract(epoch FROM state_since) / 5)) w`).Scan(&peak); err != nil {
+		return 0, fmt.Errorf("chaos: measure saturation: %w", err)
+	}
+	if peak == 0 {
+		return 0, errors.New("chaos: measure saturation: nothing settled")
+	}
+	return float64(peak) / 5, nil
 }
