@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
@@ -353,8 +354,14 @@ type ConsumerSpec struct {
 // (consumer.Standard): the App's pool for transactions, its Kafka client for the
 // dead-letter topics, its locker with fencing (when Redis is configured), its
 // idempotency store, and Outbox.Wake after every commit. It starts with Run and is
-// drained in Run's shutdown, before the relay stops. /readyz reports its Health under
-// "consumer <group>" ([ConsumerCheck]).
+// drained in Run's shutdown, before the relay stops.
+//
+// The group member uses Config.KafkaInstanceID (static membership),
+// Config.KafkaSessionTimeout and Config.KafkaRebalanceTimeout; spec.Options may override
+// them. /readyz reports its Health under "consumer <group>" ([ConsumerCheck]: outage or
+// stalled partitions) and its assignment under "consumer <group> partitions": not ready
+// when it has held no partition for longer than the session plus the rebalance timeout
+// while the group has lag.
 func (a *App) Consume(spec ConsumerSpec) error {
 	if a.state.Load() != stateNew {
 		return ErrRunning
@@ -396,6 +403,18 @@ func (a *App) Consume(spec ConsumerSpec) error {
 		}
 		copts = append(copts, consumer.WithBatch(a.Config.ConsumerBatch, bh))
 	}
+	session, rebalance := a.Config.KafkaSessionTimeout, a.Config.KafkaRebalanceTimeout
+	if session == 0 {
+		session = DefaultKafkaSessionTimeout
+	}
+	if rebalance == 0 {
+		rebalance = DefaultKafkaRebalanceTimeout
+	}
+	kopts := []kgo.Opt{kgo.SessionTimeout(session), kgo.RebalanceTimeout(rebalance)}
+	if a.Config.KafkaInstanceID != "" {
+		kopts = append(kopts, kgo.InstanceID(a.Config.KafkaInstanceID))
+	}
+	copts = append(copts, consumer.WithClientOptions(kopts...))
 	copts = append(copts, spec.Options...)
 	c, err := consumer.New(a.Config.KafkaBrokers, spec.Group, spec.Topics, h, copts...)
 	if err != nil {
@@ -403,6 +422,10 @@ func (a *App) Consume(spec ConsumerSpec) error {
 	}
 	a.consumers = append(a.consumers, component{name: "consumer " + spec.Group, run: c.Run, mustRun: true})
 	a.checks = append(a.checks, NamedCheck{"consumer " + spec.Group, ConsumerCheck(c)})
+	// A healthy group hands a member partitions within a session timeout (a dead member
+	// expires) plus a rebalance timeout (the others rejoin).
+	a.checks = append(a.checks, NamedCheck{"consumer " + spec.Group + " partitions",
+		assignmentCheck(spec.Group, c.Assigned, kadm.NewClient(a.Kafka), session+rebalance)})
 	return nil
 }
 

@@ -5,7 +5,6 @@ import (
 
 	"go.opentelemetry.io/otel"
 
-	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/tracing"
 )
 
@@ -28,7 +27,7 @@ type chain struct {
 	entityAttr string
 	ins        *instruments
 	logger     *slog.Logger
-	decode     []event.DecodeOption
+	decode     Decoder
 	router     *Router // nil when the config has a Handler
 	locker     Locker  // nil: no lock
 	lock       lockConfig
@@ -53,7 +52,6 @@ func (cfg *StandardConfig) resolve() (*chain, error) {
 		entityAttr: cfg.EntityAttribute,
 		ins:        ins,
 		logger:     cfg.Logger,
-		decode:     cfg.Decode,
 		router:     cfg.Router,
 		locker:     cfg.Locker,
 		lock:       lockConfig{entity: cfg.LockEntity, ahead: true},
@@ -63,6 +61,10 @@ func (cfg *StandardConfig) resolve() (*chain, error) {
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()
+	}
+	c.decode = cloudEvents(cfg.Decode)
+	if cfg.Decoder != nil {
+		c.decode = validated(cfg.Decoder)
 	}
 	if c.lock.entity == nil {
 		c.lock.entity = (*Message).Subject

@@ -205,10 +205,11 @@ type Consumer struct {
 
 	started atomic.Bool
 
-	mu      sync.Mutex // guards workers and closing
-	workers map[topicPartition]*worker
-	closing bool
-	baseCtx context.Context
+	mu        sync.Mutex // guards workers, idleSince and closing
+	workers   map[topicPartition]*worker
+	idleSince time.Time // since when workers is empty; zero while it is not
+	closing   bool
+	baseCtx   context.Context
 }
 
 // New returns a consumer of topics in group, reading from the seed brokers and handing
@@ -258,6 +259,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return ErrClosed
 	}
 	c.baseCtx = context.WithoutCancel(ctx)
+	c.mu.Lock()
+	if len(c.workers) == 0 {
+		c.idleSince = time.Now()
+	}
+	c.mu.Unlock()
 	opts := append([]kgo.Opt{
 		kgo.SeedBrokers(c.seeds...),
 		kgo.ConsumerGroup(c.group),
@@ -395,6 +401,9 @@ func (c *Consumer) assigned(_ context.Context, cl *kgo.Client, assigned map[stri
 			go w.run()
 		}
 	}
+	if len(c.workers) > 0 {
+		c.idleSince = time.Time{}
+	}
 	c.cfg.logger.Debug("consumer: partitions assigned", slog.String("group", c.group), slog.Any("partitions", assigned))
 }
 
@@ -435,7 +444,21 @@ func (c *Consumer) take(tps map[string][]int32) []*worker {
 			}
 		}
 	}
+	if len(ws) > 0 && len(c.workers) == 0 {
+		c.idleSince = time.Now()
+	}
 	return ws
+}
+
+// Assigned returns how many partitions this member of the group holds and, when it
+// holds none, since when: the start of Run, or the revocation or loss of its last
+// partition. It is zero partitions and the zero time before Run. A member that has held
+// nothing for long while its group has lag points to a wedged group (see
+// docs/reliability.md).
+func (c *Consumer) Assigned() (partitions int, idleSince time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.workers), c.idleSince
 }
 
 func (c *Consumer) stopWorkers(ws []*worker, grace time.Duration) {
@@ -454,6 +477,9 @@ func (c *Consumer) shutdown(cl *kgo.Client) error {
 	for tp, w := range c.workers {
 		ws = append(ws, w)
 		delete(c.workers, tp)
+	}
+	if len(ws) > 0 {
+		c.idleSince = time.Now()
 	}
 	c.mu.Unlock()
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -217,4 +218,46 @@ func exampleInfra(ctx context.Context) (*pgxpool.Pool, *redis.Client, []string, 
 		_, _ = pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
 		pool.Close()
 	}
+}
+
+// A Decoder for a producer that writes plain JSON instead of CloudEvents: the type comes
+// from the "event-type" header or the payload's "type" field, the id from the
+// "message-id" header or else the record's position (topic/partition/offset, the same on
+// every redelivery, so the idempotency record still absorbs them; a re-produced copy is a
+// new event). Set it as StandardConfig.Decoder; its errors are dead-lettered as malformed.
+func ExampleDecoder() {
+	plainJSON := func(r *kgo.Record) (event.Event, error) {
+		header := func(key string) string {
+			for _, h := range r.Headers {
+				if h.Key == key {
+					return string(h.Value)
+				}
+			}
+			return ""
+		}
+		var body struct {
+			Type string `json:"type"`
+		}
+		if err := json.Unmarshal(r.Value, &body); err != nil {
+			return event.Event{}, fmt.Errorf("plain JSON: %w", err)
+		}
+		ev := event.Event{
+			ID: header("message-id"), Type: header("event-type"), Source: r.Topic,
+			Subject: string(r.Key), Time: r.Timestamp, SchemaVersion: 1, Data: r.Value,
+		}
+		if ev.Type == "" {
+			ev.Type = body.Type
+		}
+		if ev.ID == "" {
+			ev.ID = fmt.Sprintf("%s/%d/%d", r.Topic, r.Partition, r.Offset)
+		}
+		ev.CorrelationID = ev.ID
+		return ev, nil // Standard checks it with Event.Validate
+	}
+	cfg := consumer.StandardConfig{Decoder: plainJSON /* DB, Router, DeadLetter, ... */}
+
+	ev, err := cfg.Decoder(&kgo.Record{Topic: "legacy.orders", Partition: 2, Offset: 41,
+		Key: []byte("o-7"), Value: []byte(`{"type":"order.placed","amount":5}`)})
+	fmt.Println(ev.Type, ev.ID, ev.Subject, err)
+	// Output: order.placed legacy.orders/2/41 o-7 <nil>
 }

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -109,5 +110,48 @@ func TestStandardContinuesTraceWithoutSetup(t *testing.T) {
 	}
 	if strings.Contains(headers, "traceparent") {
 		t.Fatalf("untraced input produced a traceparent: %s", headers)
+	}
+}
+
+// A custom Decoder handles records of a producer that writes plain JSON (type in a
+// header); what it cannot decode, and events it returns that fail validation, are
+// dead-lettered as malformed.
+func TestStandardCustomDecoder(t *testing.T) {
+	e := newChainEnv(t, 1)
+	plain := func(r *kgo.Record) (event.Event, error) {
+		typ := header(r, "event-type")
+		if typ == "" {
+			return event.Event{}, errors.New("no event-type header")
+		}
+		return event.Event{ID: header(r, "message-id"), Type: typ, Source: "legacy", Subject: string(r.Key),
+			Time: r.Timestamp, SchemaVersion: 1, CorrelationID: string(r.Key), Data: r.Value}, nil
+	}
+	h := e.standard(t, StandardConfig{Handler: recordEffect, Decoder: plain})
+	rec := func(key, id, typ string) *kgo.Record {
+		r := &kgo.Record{Topic: e.topic, Key: []byte(key), Value: []byte(`{"n":1}`)}
+		if id != "" {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: "message-id", Value: []byte(id)})
+		}
+		if typ != "" {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: "event-type", Value: []byte(typ)})
+		}
+		return r
+	}
+	good := rec("a", "m-1", "legacy.placed")
+	produce(t, e.producer, good, cloneRecord(good), rec("b", "m-2", "legacy.placed"),
+		rec("c", "m-3", "" /* the decoder refuses it */), rec("d", "" /* no id: fails Validate */, "legacy.placed"))
+	start(t, e.consumer(t, h))
+	e.waitCommitted(t)
+	if got := e.effects(t); got != 2 {
+		t.Fatalf("effects = %d, want 2 (a once, b)", got)
+	}
+	dlq := readTopic(t, e.brokers, e.dlq, 2)
+	for _, r := range dlq {
+		if reason := header(r, HeaderDLQReason); reason != ReasonMalformed {
+			t.Errorf("dead letter %s: reason %q, want %q (error %q)", r.Key, reason, ReasonMalformed, header(r, HeaderDLQError))
+		}
+	}
+	if n := e.dlqLen(t); n != 2 {
+		t.Fatalf("%d dead letters, want 2", n)
 	}
 }

@@ -41,8 +41,11 @@ type StandardConfig struct {
 	AfterCommit []func()
 	// Retry is the retry policy (zero value: the RetryPolicy defaults).
 	Retry RetryPolicy
-	// Decode options, e.g. event.MaxPayloadBytes.
+	// Decode options, e.g. event.MaxPayloadBytes, for the default decoder.
 	Decode []event.DecodeOption
+	// Decoder turns records into events (default event.FromRecord with the Decode
+	// options); set it for producers that do not write CloudEvents (see Decoder).
+	Decoder Decoder
 	// EntityAttribute names the entity in spans and logs, e.g. "order.id" (default
 	// DefaultEntityAttribute).
 	EntityAttribute string
@@ -111,7 +114,7 @@ func Standard(cfg StandardConfig) (Handler, error) {
 		DeadLetter(cfg.DeadLetter, dlqOpts...),
 		Retry(cfg.Retry),
 		Recover(),
-		Decode(c.decode...),
+		decodeWith(c.decode),
 	}
 	if c.router != nil {
 		mws = append(mws, c.router.Filter())

@@ -4,6 +4,10 @@
 // Usage:
 //
 //	sagactl order <id>                   state, transition timeline, trace id, Jaeger URL
+//	sagactl order retry-compensation <id>
+//	                                     re-send the cancellation of a CANCELLING or
+//	                                     COMPENSATION_FAILED order (the API answers 409, exit 1,
+//	                                     in any other state)
 //	sagactl stuck [-older-than 5m]       stuck orders, oldest first, with age and trace link
 //	sagactl dlq list [topic]             dead-letter topics, or one topic's records and reasons
 //	sagactl dlq show <topic> <p:o>       one dead-lettered record in full
@@ -22,7 +26,8 @@
 //
 //	0  success
 //	1  failure: an order or record not found, a replay that failed, a load run with
-//	   orders that could not be placed or did not settle within -wait
+//	   orders that could not be placed or did not settle within -wait, a
+//	   retry-compensation of an order that is not CANCELLING or COMPENSATION_FAILED
 //	2  usage error: unknown command, bad flag or argument
 //	3  unreachable: the order service or the Kafka broker did not answer
 //

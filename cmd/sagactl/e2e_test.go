@@ -119,7 +119,10 @@ func startSaga(t *testing.T) saga {
 func sagactlHTTP(t *testing.T, s saga, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	args = append(args, "-order-url", s.orderURL, "-brokers", s.brokers)
+	args = append(args, "-order-url", s.orderURL)
+	if s.brokers != "" {
+		args = append(args, "-brokers", s.brokers)
+	}
 	code := run(context.Background(), args, stdio{out: &out, err: &errb, getenv: func(string) string { return "" }})
 	return code, out.String(), errb.String()
 }
