@@ -95,7 +95,7 @@ func loadDuration(c Config) time.Duration {
 var Scenarios = []Scenario{
 	{
 		Name: "kill",
-		Doc:  "kill -9 of a random service instance every ~3 s (24 kills, every 4th the outbox relay leader found through pg_locks), each restarted after 1.5 s",
+		Doc:  "kill -9 of a service instance every 1–3 s (24 kills, the services in turn, 8 each; every 4th kill the outbox relay leader found through pg_locks), each restarted after 1.5 s",
 		Faults: func(ctx context.Context, r *run, c Config) {
 			kills := scaled(24, c)
 			every := min(3*time.Second, max(time.Second, loadDuration(c)/time.Duration(kills)))
