@@ -5,7 +5,7 @@ GO    ?= go
 # Library packages run under the race detector; the services, commands and end-to-end
 # tests and the benchmark helpers run without it (they are big and these machines have 2 cores).
 LIB_PKGS := ./event/... ./idempotency/... ./lock/... ./outbox/... ./consumer/... ./tracing/... ./app/... ./internal/...
-APP_PKGS := ./services/... ./cmd/... ./deploy/... ./bench/... ./chaos/...
+APP_PKGS := ./services/... ./cmd/... ./deploy/... ./bench/... ./examples/... ./chaos/...
 
 .PHONY: help
 help: ## list targets
@@ -33,7 +33,7 @@ fuzz: ## explore the event decoder (binary and structured mode) with the fuzzer,
 
 .PHONY: build
 build: ## build every binary into bin/
-	$(GO) build -o bin/ ./cmd/... ./services/order ./services/payment ./services/inventory
+	$(GO) build -o bin/ ./cmd/... ./services/order ./services/payment ./services/inventory ./examples/shipping
 
 .PHONY: bench
 bench: services ## run the benchmarks and print their tables (see docs/benchmarks.md)

@@ -258,7 +258,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if !c.started.CompareAndSwap(false, true) {
 		return ErrClosed
 	}
-	c.baseCtx = context.WithoutCancel(ctx)
+	c.baseCtx = context.WithValue(context.WithoutCancel(ctx), runtimeKey{}, c)
 	c.mu.Lock()
 	if len(c.workers) == 0 {
 		c.idleSince = time.Now()

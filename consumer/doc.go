@@ -91,6 +91,12 @@
 // finish (bounded by WithShutdownTimeout), the settled offsets are committed and the
 // member leaves the group.
 //
+// Every partition worker holds one Postgres connection while its transaction runs. When
+// Idempotent's (or StandardBatch's) DB is a *pgxpool.Pool whose MaxConns is below the
+// number of partitions the member owns, the handlers log one Warn line per such
+// assignment (through the runtime's logger; they look at most once a second) naming both
+// numbers and asking for a larger pool; they still run, queueing for connections.
+//
 // Per-partition lag (high watermark minus the offset after the last settled record) and
 // buffered records are exported as OpenTelemetry gauges (choreo.consumer.lag,
 // choreo.consumer.buffered; WithMeterProvider) and returned by Consumer.Lag.

@@ -71,10 +71,12 @@ type transactor struct {
 	fence       bool
 	afterCommit []func()
 	h           TxHandler
+	pool        *poolCheck // warns when the pool is smaller than the assignment
 }
 
 func (cfg IdempotentConfig) resolve(h TxHandler) *transactor {
-	t := &transactor{db: cfg.DB, store: cfg.Store, name: cfg.Name, fence: cfg.Fence, afterCommit: cfg.AfterCommit, h: h}
+	t := &transactor{db: cfg.DB, store: cfg.Store, name: cfg.Name, fence: cfg.Fence, afterCommit: cfg.AfterCommit, h: h,
+		pool: newPoolCheck(cfg.DB)}
 	if t.store == nil {
 		t.store = idempotency.NewStore()
 	}
@@ -111,6 +113,7 @@ func (t *transactor) run(ctx context.Context, ms []*Message, ctxs []context.Cont
 		fresh  int
 		failed = -1
 	)
+	t.pool.check(ctx)
 	err := pgx.BeginFunc(ctx, t.db, func(tx pgx.Tx) error {
 		if err := t.checkFences(ctx, tx, ms, held); err != nil {
 			return err
