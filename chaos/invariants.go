@@ -181,7 +181,7 @@ func (c *checker) history(ctx context.Context, orders map[string]order) error {
 				c.add(InvHistory, id, "%s: no rule for %s in %s", step, e.cause, cur)
 			case rule.Noop:
 				c.add(InvHistory, id, "%s: a no-op trigger was recorded", step)
-			case e.to != string(rule.To) && (rule.Guard == ordersvc.Always || e.to != string(cur)):
+			case !ruleAllows(rule, cur, ordersvc.State(e.to)):
 				c.add(InvHistory, id, "%s: the rule leads to %s", step, rule.To)
 			}
 			cur = ordersvc.State(e.to)
@@ -191,6 +191,22 @@ func (c *checker) history(ctx context.Context, orders map[string]order) error {
 		}
 	}
 	return nil
+}
+
+// ruleAllows reports whether rule, applied in state from, may lead to to: its target, or,
+// when it is guarded, what happens when the guard does not hold (its Else rule's target,
+// or staying in from).
+func ruleAllows(rule ordersvc.Rule, from, to ordersvc.State) bool {
+	if to == rule.To {
+		return true
+	}
+	if rule.Guard == ordersvc.Always {
+		return false
+	}
+	if rule.Else != nil {
+		return to == rule.Else.To
+	}
+	return to == from
 }
 
 // payments: charges and refunds from the payment ledger, by order.

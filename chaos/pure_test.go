@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/choreo-saga/choreo/services/order/ordersvc"
 )
 
 // TestSocketOwnership checks the /proc lookup that finds the relay leader: the local
@@ -58,5 +60,33 @@ func TestCopyRecord(t *testing.T) {
 	if cp.Topic != "t" || cp.Partition != 3 || string(cp.Key) != "k" || string(cp.Value) != "v" ||
 		header(cp, "ce_id") != "1" || header(cp, hdrDup) != "17" || len(rec.Headers) != 1 {
 		t.Errorf("copy %+v of %+v", cp, rec)
+	}
+}
+
+// TestRuleAllows checks the history check's reading of the transition table against
+// rules of each shape in ordersvc's table.
+func TestRuleAllows(t *testing.T) {
+	for _, tt := range []struct {
+		from ordersvc.State
+		on   ordersvc.Trigger
+		to   ordersvc.State
+		want bool
+	}{
+		{ordersvc.Pending, ordersvc.OnStockReserved, ordersvc.Confirmed, true},
+		{ordersvc.Pending, ordersvc.OnStockReserved, ordersvc.Pending, false},
+		{ordersvc.Cancelling, ordersvc.OnPaymentRefunded, ordersvc.Cancelled, true},  // guard held
+		{ordersvc.Cancelling, ordersvc.OnPaymentRefunded, ordersvc.Cancelling, true}, // guard did not hold
+		{ordersvc.Cancelling, ordersvc.OnPaymentRefunded, ordersvc.Confirmed, false},
+		{ordersvc.Cancelling, ordersvc.CmdCompensationTimeout, ordersvc.Cancelling, true},         // re-sent
+		{ordersvc.Cancelling, ordersvc.CmdCompensationTimeout, ordersvc.CompensationFailed, true}, // out of re-sends
+		{ordersvc.Cancelling, ordersvc.CmdCompensationTimeout, ordersvc.Cancelled, false},
+	} {
+		rule, ok := ordersvc.Lookup(tt.from, tt.on)
+		if !ok {
+			t.Fatalf("no rule for %s in %s", tt.on, tt.from)
+		}
+		if got := ruleAllows(rule, tt.from, tt.to); got != tt.want {
+			t.Errorf("%s on %s -> %s: allowed %v, want %v", tt.from, tt.on, tt.to, got, tt.want)
+		}
 	}
 }

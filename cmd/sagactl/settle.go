@@ -137,7 +137,10 @@ func (r *loadRun) registerLocked(o *loadOrder) {
 // duplicated event changes nothing. r.mu is held.
 func (r *loadRun) observeLocked(o *loadOrder, ob observed) {
 	st := stateOf(ob.typ)
-	if o.settled || st == "" || st == o.State {
+	// COMPENSATION_FAILED is the one final state an order can still leave (late facts
+	// complete the cancellation): a later order.cancelled updates the outcome.
+	healed := o.State == "COMPENSATION_FAILED" && terminal(st)
+	if (o.settled && !healed) || st == "" || st == o.State {
 		return
 	}
 	o.Final.History = append(o.Final.History, Transition{From: o.State, To: st, CauseEventID: ob.causeID, At: ob.at})
