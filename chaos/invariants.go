@@ -460,7 +460,7 @@ func (c *checker) noDeadline(ctx context.Context, since time.Time) error {
 
 // progress is a snapshot of how far the system is from quiescence.
 type progress struct {
-	open   int   // non-terminal orders
+	open   int   // orders not settled for good (COMPENSATION_FAILED can still heal)
 	outbox int64 // rows in the outboxes
 	lag    int64 // records not yet consumed, over every group
 	orders int   // orders in total
@@ -475,7 +475,7 @@ func (p progress) String() string {
 // progress reads the open orders, outbox rows and consumer lag.
 func (s *System) progress(ctx context.Context, pools map[string]*pgxpool.Pool) (progress, error) {
 	var p progress
-	if err := pools["order"].QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE state IN ('PENDING', 'CANCELLING')) FROM orders`).Scan(&p.orders, &p.open); err != nil {
+	if err := pools["order"].QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE state IN ('PENDING', 'CANCELLING', 'COMPENSATION_FAILED')) FROM orders`).Scan(&p.orders, &p.open); err != nil {
 		return p, err
 	}
 	for _, svc := range services {
