@@ -42,6 +42,9 @@ var (
 // ReadyTimeout bounds each /readyz check.
 const ReadyTimeout = 2 * time.Second
 
+// ensureTopicsTimeout bounds the creation of the consumers' dead-letter topics in Run.
+const ensureTopicsTimeout = 30 * time.Second
+
 type options struct {
 	logger       *slog.Logger
 	logOutput    io.Writer
@@ -176,6 +179,8 @@ type App struct {
 	mux       *http.ServeMux
 	checks    []NamedCheck
 	relay     *outbox.Relay
+	archive   *consumer.DeadLetterArchive // the default dead-letter archive, migrated by New
+	dlqTopics []string                    // of the consumers; Run creates them if missing
 	consumers []component
 	workers   []component
 
@@ -255,6 +260,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 	if err := MigrateLibrary(ctx, a.Pool, a.Outbox); err != nil {
 		return nil, err
 	}
+	if a.archive, err = consumer.NewDeadLetterArchive(a.Pool, ""); err != nil {
+		return nil, fmt.Errorf("app: %w", err)
+	}
 	a.Store = o.store
 	if a.Store == nil {
 		a.Store = idempotency.NewStore()
@@ -333,7 +341,12 @@ func (a *App) AddCheck(name string, c Check) {
 type ConsumerSpec struct {
 	// Group is the Kafka consumer group. Required.
 	Group string
-	// Topics are consumed by the group. Required.
+	// Topics are consumed by the group. Required. Run creates the dead-letter topic of
+	// each if missing (with Config.KafkaPartitions partitions; a creation the broker
+	// refuses is logged), and the consumer then fails at start, with an error matching
+	// consumer.ErrMissingTopic, if one still does not exist. A dead letter the topic
+	// refuses (too large, or the topic deleted) is archived in the service's database
+	// (consumer.DefaultDeadLetterTable, migrated by New) and settled.
 	Topics []string
 	// Router routes events by type (set Router or Handler).
 	Router *consumer.Router
@@ -367,19 +380,20 @@ func (a *App) Consume(spec ConsumerSpec) error {
 		return ErrRunning
 	}
 	sc := consumer.StandardConfig{
-		DB:              a.Pool,
-		Router:          spec.Router,
-		Handler:         spec.Handler,
-		DeadLetter:      a.Kafka,
-		Store:           a.Store,
-		Name:            spec.Name,
-		AfterCommit:     []func(){a.Outbox.Wake},
-		Retry:           spec.Retry,
-		EntityAttribute: a.opts.entityAttr,
-		Logger:          a.Logger,
-		TracerProvider:  a.Telemetry.TracerProvider,
-		MeterProvider:   a.Telemetry.MeterProvider,
-		Propagator:      a.Telemetry.Propagator,
+		DB:                a.Pool,
+		Router:            spec.Router,
+		Handler:           spec.Handler,
+		DeadLetter:        a.Kafka,
+		DeadLetterArchive: a.archive,
+		Store:             a.Store,
+		Name:              spec.Name,
+		AfterCommit:       []func(){a.Outbox.Wake},
+		Retry:             spec.Retry,
+		EntityAttribute:   a.opts.entityAttr,
+		Logger:            a.Logger,
+		TracerProvider:    a.Telemetry.TracerProvider,
+		MeterProvider:     a.Telemetry.MeterProvider,
+		Propagator:        a.Telemetry.Propagator,
 	}
 	if a.Locker != nil {
 		sc.Locker = a.Locker
@@ -392,9 +406,14 @@ func (a *App) Consume(spec ConsumerSpec) error {
 	if err != nil {
 		return fmt.Errorf("app: consumer %s: %w", spec.Group, err)
 	}
+	dlqTopic := sc.DeadLetterTopic
+	if dlqTopic == nil {
+		dlqTopic = func(source string) string { return source + consumer.DeadLetterSuffix }
+	}
 	copts := []consumer.Option{
 		consumer.WithLogger(a.Logger),
 		consumer.WithMeterProvider(a.Telemetry.MeterProvider),
+		consumer.WithDeadLetterTopics(dlqTopic),
 	}
 	if a.Config.ConsumerBatch > 1 {
 		bh, err := consumer.StandardBatch(sc)
@@ -416,6 +435,9 @@ func (a *App) Consume(spec ConsumerSpec) error {
 	}
 	copts = append(copts, consumer.WithClientOptions(kopts...))
 	copts = append(copts, spec.Options...)
+	for _, t := range spec.Topics {
+		a.dlqTopics = append(a.dlqTopics, dlqTopic(t))
+	}
 	c, err := consumer.New(a.Config.KafkaBrokers, spec.Group, spec.Topics, h, copts...)
 	if err != nil {
 		return fmt.Errorf("app: consumer %s: %w", spec.Group, err)
@@ -437,7 +459,8 @@ func (a *App) Go(name string, fn func(ctx context.Context) error) {
 	a.workers = append(a.workers, component{name: name, run: fn})
 }
 
-// EnsureTopics creates topics and their dead-letter topics (topic + ".dlq") with
+// EnsureTopics creates topics and their dead-letter topics (topic +
+// consumer.DeadLetterSuffix) with
 // Config.KafkaPartitions partitions if they do not exist (see [EnsureTopics]).
 func (a *App) EnsureTopics(ctx context.Context, topics ...string) error {
 	return EnsureTopics(ctx, a.Kafka, a.Config.KafkaPartitions, WithDeadLetterTopics(topics...)...)
@@ -580,6 +603,16 @@ func (a *App) Run(ctx context.Context) (err error) {
 	var stopping atomic.Bool
 	exits := make(chan exit, len(a.consumers)+len(a.workers)+2)
 	base := context.WithoutCancel(ctx)
+	if len(a.dlqTopics) > 0 {
+		tctx, cancel := context.WithTimeout(ctx, ensureTopicsTimeout)
+		err := EnsureTopics(tctx, a.Kafka, a.Config.KafkaPartitions, a.dlqTopics...)
+		cancel()
+		if err != nil {
+			// Each consumer's own check (consumer.WithDeadLetterTopics) fails on a topic
+			// that is still missing.
+			log.Warn("app: creating dead-letter topics failed", slog.Any("topics", a.dlqTopics), slog.Any("error", err))
+		}
+	}
 	relay := a.start(base, []component{{name: "outbox relay", run: a.relay.Run, mustRun: true}}, exits, &stopping)
 	consumers := a.start(base, append(append([]component(nil), a.consumers...), a.workers...), exits, &stopping)
 

@@ -113,7 +113,7 @@ func TestMigrations(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, table := range []string{"choreo_idempotency", "choreo_lock_fences", "choreo_outbox", "choreo_outbox_dead", "widgets"} {
+	for _, table := range []string{"choreo_idempotency", "choreo_lock_fences", "choreo_outbox", "choreo_outbox_dead", consumer.DefaultDeadLetterTable, "widgets"} {
 		var ok bool
 		if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&ok); err != nil || !ok {
 			t.Errorf("table %s missing (%v)", table, err)

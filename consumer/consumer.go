@@ -57,6 +57,7 @@ type config struct {
 	meterProvider   metric.MeterProvider
 	batchMax        int
 	batch           BatchHandler
+	dlqTopic        func(source string) string // nil: no check at start
 }
 
 // Option configures a Consumer.
@@ -284,6 +285,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("consumer: new client: %w", err)
+	}
+	if err := c.checkTopics(ctx, cl); err != nil {
+		return errors.Join(err, c.shutdown(cl))
 	}
 
 	monitorDone := make(chan struct{})

@@ -8,17 +8,26 @@
 //	router := consumer.NewRouter().
 //		Handle("order.created", charge).   // func(ctx, tx pgx.Tx, ev event.Event) error
 //		Ignore("order.viewed")
+//	archive, err := consumer.NewDeadLetterArchive(pool, "") // choreo_dead_letters
+//	err = archive.Migrate(ctx)                               // at every start
 //	h, err := consumer.Standard(consumer.StandardConfig{
 //		DB: pool, Router: router, DeadLetter: kafkaClient, Locker: locker,
-//		Name: "charge", AfterCommit: []func(){ob.Wake},
+//		Name: "charge", AfterCommit: []func(){ob.Wake}, DeadLetterArchive: archive,
 //	})
-//	c, err := consumer.New(brokers, "payment", []string{"orders.events"}, h)
+//	c, err := consumer.New(brokers, "payment", []string{"orders.events"}, h,
+//		consumer.WithDeadLetterTopics(nil)) // Run fails if orders.events.dlq is missing
 //	err = c.Run(ctx) // until ctx is cancelled; then a graceful shutdown
 //	err = errors.Join(err, locker.Wait(context.WithoutCancel(ctx))) // last lease releases
 //
 // The business handler receives the transaction explicitly. It makes its writes and
 // enqueues its outgoing events with outbox.Enqueue in that transaction, using
 // ev.CausedBy(incoming) so that they keep the saga's correlation id and name their cause.
+//
+// A dead letter the topic refuses (too large, or the topic deleted) would otherwise block
+// its partition: with a DeadLetterArchive the whole original goes to a Postgres table
+// first, a bounded copy (HeaderDLQTruncated) to the topic when it exists, and the record
+// is settled (see DeadLetter). WithDeadLetterTopics makes Run fail at start, with
+// ErrMissingTopic, when a dead-letter topic does not exist.
 //
 // # The chain
 //

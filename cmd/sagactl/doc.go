@@ -41,6 +41,13 @@
 // accepted in the same form by `dlq show` and `dlq replay`. A topic may be named by its
 // source ("orders.events") or in full ("orders.events.dlq").
 //
+// A record whose whole copy the dead-letter topic refused (too large) arrives as a bounded
+// copy: choreo_dlq_truncated is "true", the value is cut, and choreo_dlq_original_size,
+// choreo_dlq_sha256, choreo_dlq_archive_table and choreo_dlq_archive_id say where the full
+// original is (a table in the consuming service's database). `dlq list` marks it
+// "(truncated)", `dlq show` prints where the original is, and `dlq replay` refuses it
+// (-all skips it): replay the original from the archive (docs/operations.md).
+//
 // `dlq replay` produces each selected record to its origin topic (or -to) with its
 // original key, value and headers, the choreo_dlq_* headers removed, and waits for the
 // broker's acknowledgement. The key is kept, so the record lands on the same partition as

@@ -9,6 +9,7 @@ import (
 
 	"github.com/choreo-saga/choreo/app"
 	"github.com/choreo-saga/choreo/app/apptest"
+	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/services/events"
@@ -97,7 +98,7 @@ func TestServiceThroughKafka(t *testing.T) {
 		cancel:  "stock.reserved(;sku-2:3),stock.released(cancelled;sku-2:3)",
 		early:   "stock.released(nothing reserved;),stock.unavailable(order cancelled;sku-1:1)",
 	})
-	if dlq := h.ReadAll(events.TopicPayments + app.DeadLetterSuffix); len(dlq) != 0 {
+	if dlq := h.ReadAll(events.TopicPayments + consumer.DeadLetterSuffix); len(dlq) != 0 {
 		t.Errorf("%d records dead-lettered", len(dlq))
 	}
 	a := audit(t, h.Pool)
