@@ -2,9 +2,9 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -428,11 +428,9 @@ func (c *checker) archived(ctx context.Context, poison []poisonRecord) (map[stri
 			}
 			for _, txt := range texts {
 				for _, p := range poison {
-					if !strings.Contains(txt, p.ID) && !(strings.Contains(txt, p.Topic) && strings.Contains(txt, `"offset":`+strconv.FormatInt(p.Offset, 10)) &&
-						strings.Contains(txt, `"partition":`+strconv.Itoa(int(p.Partition)))) {
-						continue
+					if reason, ok := archivedAs(txt, p); ok {
+						out[p.ID] = append(out[p.ID], reason)
 					}
-					out[p.ID] = append(out[p.ID], archivedReason(txt, p.Reason))
 				}
 			}
 		}
@@ -502,19 +500,26 @@ func (s *System) progress(ctx context.Context, pools map[string]*pgxpool.Pool) (
 	return p, nil
 }
 
-// reasons are the dead-letter reasons (consumer.Reason*).
-var reasons = []string{"malformed", "unknown_type", "key_reused", "panic", "retries_exhausted", "permanent", "failed"}
-
-// archivedReason returns the reason a dead-letter table row (as JSON) records: want when
-// it names it, else the first reason it names, else "(no reason recorded)".
-func archivedReason(row, want string) string {
-	if strings.Contains(row, `"`+want+`"`) {
-		return want
+// archivedAs reports whether row, a dead-letter table row as JSON (row_to_json), archives
+// the poison record p — by its topic, partition and offset, or by a chaos_poison_id
+// header — and returns the reason it records ("" if none).
+func archivedAs(row string, p poisonRecord) (string, bool) {
+	var r struct {
+		Topic     string `json:"topic"`
+		Partition *int32 `json:"partition"`
+		Offset    *int64 `json:"offset"`
+		Reason    string `json:"reason"`
+		Headers   []struct {
+			Key   string `json:"key"`
+			Value []byte `json:"value"` // base64 in the archive's jsonb
+		} `json:"headers"`
 	}
-	for _, r := range reasons {
-		if strings.Contains(row, `"`+r+`"`) {
-			return r
-		}
+	if json.Unmarshal([]byte(row), &r) != nil {
+		return "", false
 	}
-	return "(no reason recorded)"
+	match := r.Topic == p.Topic && r.Partition != nil && *r.Partition == p.Partition && r.Offset != nil && *r.Offset == p.Offset
+	for _, h := range r.Headers {
+		match = match || h.Key == hdrPoisonID && string(h.Value) == p.ID
+	}
+	return r.Reason, match
 }

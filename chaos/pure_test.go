@@ -41,14 +41,22 @@ func TestSocketOwnership(t *testing.T) {
 	}
 }
 
-func TestArchivedReason(t *testing.T) {
-	for _, tt := range []struct{ row, want, got string }{
-		{`{"reason": "malformed", "topic": "orders.events"}`, "malformed", "malformed"},
-		{`{"reason": "retries_exhausted"}`, "malformed", "retries_exhausted"},
-		{`{"topic": "orders.events"}`, "key_reused", "(no reason recorded)"},
+func TestArchivedAs(t *testing.T) {
+	p := poisonRecord{ID: "pid-1", Topic: "orders.events", Partition: 1, Offset: 12}
+	for _, tt := range []struct {
+		row    string
+		reason string
+		match  bool
+	}{
+		{`{"topic":"orders.events","partition":1,"offset":12,"reason":"malformed","headers":[]}`, "malformed", true},
+		{`{"topic":"orders.events","partition":1,"offset":120,"reason":"malformed","headers":[]}`, "malformed", false},
+		{`{"topic":"orders.events","partition":11,"offset":12,"reason":"malformed"}`, "malformed", false},
+		{`{"topic":"x","partition":0,"offset":0,"reason":"key_reused","headers":[{"key":"chaos_poison_id","value":"cGlkLTE="}]}`, "key_reused", true},
+		{`not json`, "", false},
 	} {
-		if got := archivedReason(tt.row, tt.want); got != tt.got {
-			t.Errorf("archivedReason(%s, %s) = %q, want %q", tt.row, tt.want, got, tt.got)
+		reason, match := archivedAs(tt.row, p)
+		if reason != tt.reason || match != tt.match {
+			t.Errorf("archivedAs(%s) = %q, %v; want %q, %v", tt.row, reason, match, tt.reason, tt.match)
 		}
 	}
 }
