@@ -64,7 +64,14 @@ func run(ctx context.Context, cfg Config) (err error) {
 		err = errors.Join(err, d.close(closing))
 	}()
 
-	if err := migrate(ctx, d.pool); err != nil {
+	// The dead-letter archive keeps the full original of a record whose dead letter the
+	// broker refuses (too large, topic gone), so that nothing is lost and the partition
+	// moves on.
+	archive, err := consumer.NewDeadLetterArchive(d.pool, "")
+	if err != nil {
+		return err
+	}
+	if err := migrate(ctx, d.pool, archive); err != nil {
 		return err
 	}
 	if err := createTopics(ctx, d.kafka, cfg); err != nil {
@@ -87,24 +94,26 @@ func run(ctx context.Context, cfg Config) (err error) {
 		Handle(typeOrderConfirmed, sched.schedule).
 		Ignore(otherOrderTypes...)
 	h, err := consumer.Standard(consumer.StandardConfig{
-		DB:              d.pool,
-		Router:          router,
-		DeadLetter:      d.kafka,
-		Locker:          locker,
-		Fence:           true,
-		Name:            "schedule",        // idempotency scope "<group>/schedule"
-		AfterCommit:     []func(){ob.Wake}, // wake the relay after each COMMIT
-		EntityAttribute: "order.id",        // the record key in spans and logs
-		Logger:          log,
-		TracerProvider:  d.tel.TracerProvider,
-		Propagator:      d.tel.Propagator,
-		MeterProvider:   d.tel.MeterProvider,
+		DB:                d.pool,
+		Router:            router,
+		DeadLetter:        d.kafka,
+		DeadLetterArchive: archive,
+		Locker:            locker,
+		Fence:             true,
+		Name:              "schedule",        // idempotency scope "<group>/schedule"
+		AfterCommit:       []func(){ob.Wake}, // wake the relay after each COMMIT
+		EntityAttribute:   "order.id",        // the record key in spans and logs
+		Logger:            log,
+		TracerProvider:    d.tel.TracerProvider,
+		Propagator:        d.tel.Propagator,
+		MeterProvider:     d.tel.MeterProvider,
 	})
 	if err != nil {
 		return err
 	}
+	// WithDeadLetterTopics: Run refuses to start while <topic>.dlq is missing.
 	c, err := consumer.New(cfg.Brokers, cfg.Group, []string{cfg.OrdersTopic}, h,
-		consumer.WithLogger(log), consumer.WithMeterProvider(d.tel.MeterProvider))
+		consumer.WithDeadLetterTopics(nil), consumer.WithLogger(log), consumer.WithMeterProvider(d.tel.MeterProvider))
 	if err != nil {
 		return err
 	}

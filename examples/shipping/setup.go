@@ -100,7 +100,7 @@ func (d *deps) close(ctx context.Context) error {
 
 // migrate creates the library's tables and the service's own. Every step is idempotent
 // and serialised by an advisory lock: run it on every start, from every instance.
-func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+func migrate(ctx context.Context, pool *pgxpool.Pool, archive *consumer.DeadLetterArchive) error {
 	if err := idempotency.Migrate(ctx, pool); err != nil { // choreo_idempotency
 		return err
 	}
@@ -108,6 +108,9 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		return err
 	}
 	if err := outbox.Migrate(ctx, pool); err != nil { // choreo_outbox, choreo_outbox_dead
+		return err
+	}
+	if err := archive.Migrate(ctx); err != nil { // choreo_dead_letters
 		return err
 	}
 	if _, err := pool.Exec(ctx, shipmentsSchema); err != nil {
@@ -124,7 +127,7 @@ func createTopics(ctx context.Context, cl *kgo.Client, cfg Config) error {
 	// kadm wraps cl without owning it: do not Close the admin client, it would close cl.
 	adm := kadm.NewClient(cl)
 	resp, err := adm.CreateTopics(ctx, cfg.Partitions, -1, nil, // -1: the brokers' replication factor
-		cfg.OrdersTopic, cfg.OrdersTopic+".dlq", cfg.ShippingTopic)
+		cfg.OrdersTopic, cfg.OrdersTopic+consumer.DeadLetterSuffix, cfg.ShippingTopic)
 	if err != nil {
 		return fmt.Errorf("create topics: %w", err)
 	}
