@@ -149,9 +149,18 @@ func (r *run) killLoop(ctx context.Context, kills int, every, down time.Duration
 		}
 		if p == nil {
 			// A random running instance; keep at least one instance of each service alive
-			// so that the system always makes progress.
-			cands := slices.DeleteFunc(slices.Clone(r.s.instances[svc]), func(q *proc) bool { return !q.running() || !r.otherAlive(q) })
+			// so that the system always makes progress: while the other instance is still
+			// restarting, wait for it (bounded) rather than skip the kill.
+			var cands []*proc
+			for wait := time.Now(); ; {
+				cands = slices.DeleteFunc(slices.Clone(r.s.instances[svc]), func(q *proc) bool { return !q.running() || !r.otherReady(ctx, q) })
+				if len(cands) > 0 || time.Since(wait) > time.Minute || !sleep(ctx, 200*time.Millisecond) {
+					break
+				}
+			}
 			if len(cands) == 0 {
+				r.record(FaultKill, svc, "skipped: no instance could be killed with another one ready", time.Now(),
+					errors.New("chaos: no killable instance within a minute"))
 				continue
 			}
 			p = cands[r.intn(len(cands))]
@@ -160,14 +169,14 @@ func (r *run) killLoop(ctx context.Context, kills int, every, down time.Duration
 	}
 }
 
-// otherAlive reports whether another instance of p's service is running.
-func (r *run) otherAlive(p *proc) bool {
+// otherReady reports whether another instance of p's service is running and ready.
+func (r *run) otherReady(ctx context.Context, p *proc) bool {
 	for _, svc := range services {
 		if !slices.Contains(r.s.instances[svc], p) {
 			continue
 		}
 		for _, q := range r.s.instances[svc] {
-			if q != p && q.running() {
+			if q != p && q.running() && r.s.ready(ctx, q) {
 				return true
 			}
 		}

@@ -456,6 +456,23 @@ func (s *System) relayLeader(ctx context.Context, svc string) (*proc, error) {
 	return nil, fmt.Errorf("chaos: no instance of %s holds the relay lock (sessions on ports %v)", svc, ports)
 }
 
+// ready reports whether p answers its readiness check now.
+func (s *System) ready(ctx context.Context, p *proc) bool {
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, p.ready, nil)
+	if err != nil {
+		return false
+	}
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
 // instance returns the instance of svc with the given name.
 func (s *System) instance(name string) *proc {
 	for _, p := range s.all() {
