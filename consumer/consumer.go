@@ -32,6 +32,12 @@ const (
 	DefaultOutageMinDelay  = 100 * time.Millisecond
 	DefaultOutageMaxDelay  = 30 * time.Second
 	DefaultStallTimeout    = 2 * time.Minute
+	// DefaultFetchMaxWait is the kgo.FetchMaxWait the consumer sets (franz-go's own
+	// default is 5 s). A partition whose fetching was paused because its buffer was full
+	// is fetched again only once the in-flight long poll returns; a short wait keeps it
+	// from sitting idle with records waiting. A kgo.FetchMaxWait given to
+	// WithClientOptions replaces it.
+	DefaultFetchMaxWait = 250 * time.Millisecond
 )
 
 const (
@@ -65,7 +71,8 @@ type Option func(*config)
 
 // WithClientOptions adds franz-go client options (TLS, SASL, fetch sizes, session timeout,
 // kgo.ConsumeResetOffset, ...). The consumer sets the group, topics, commit mode and
-// partition callbacks itself; options that override those break its guarantees.
+// partition callbacks itself; options that override those break its guarantees. It also
+// sets kgo.FetchMaxWait to DefaultFetchMaxWait; a kgo.FetchMaxWait given here wins.
 func WithClientOptions(opts ...kgo.Opt) Option {
 	return func(c *config) { c.clientOpts = append(c.clientOpts, opts...) }
 }
@@ -250,6 +257,25 @@ func New(brokers []string, group string, topics []string, h Handler, opts ...Opt
 	}, nil
 }
 
+// clientOptions returns the options of the consumer's franz-go client. The user's
+// options come after the defaults they may replace (kgo applies options in order) and
+// before the ones the runtime's guarantees depend on.
+func (c *Consumer) clientOptions() []kgo.Opt {
+	opts := append([]kgo.Opt{
+		kgo.SeedBrokers(c.seeds...),
+		kgo.ConsumerGroup(c.group),
+		kgo.ConsumeTopics(c.topics...),
+		kgo.FetchMaxWait(DefaultFetchMaxWait),
+	}, c.cfg.clientOpts...)
+	return append(opts,
+		kgo.AutoCommitMarks(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsAssigned(c.assigned),
+		kgo.OnPartitionsRevoked(c.revoked),
+		kgo.OnPartitionsLost(c.lost),
+	)
+}
+
 // Run joins the group and consumes until ctx is cancelled, then shuts down gracefully:
 // it stops fetching, lets in-flight handlers finish (bounded by the shutdown timeout),
 // commits the offsets of every settled record and leaves the group. It returns nil after
@@ -265,24 +291,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 		c.idleSince = time.Now()
 	}
 	c.mu.Unlock()
-	opts := append([]kgo.Opt{
-		kgo.SeedBrokers(c.seeds...),
-		kgo.ConsumerGroup(c.group),
-		kgo.ConsumeTopics(c.topics...),
-	}, c.cfg.clientOpts...)
-	opts = append(opts,
-		kgo.AutoCommitMarks(),
-		kgo.BlockRebalanceOnPoll(),
-		kgo.OnPartitionsAssigned(c.assigned),
-		kgo.OnPartitionsRevoked(c.revoked),
-		kgo.OnPartitionsLost(c.lost),
-	)
 	unregister, err := c.registerGauges()
 	if err != nil {
 		return err
 	}
 	defer unregister()
-	cl, err := kgo.NewClient(opts...)
+	cl, err := kgo.NewClient(c.clientOptions()...)
 	if err != nil {
 		return fmt.Errorf("consumer: new client: %w", err)
 	}
