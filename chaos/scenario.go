@@ -170,7 +170,7 @@ var Scenarios = []Scenario{
 	},
 	{
 		Name:        "overload",
-		Doc:         "on a Postgres cluster of the suite's own: offered load at twice the saturation measured first, for 30 s (at least -orders orders), then nothing",
+		Doc:         "on a Postgres cluster of the suite's own: offered load at twice the saturation measured first (the most orders settled in a 5 s window while 200/s were offered), for 30 s (at least -orders orders), then nothing",
 		NoDeadline:  true,
 		OwnPostgres: true,
 		overload:    true,
