@@ -54,7 +54,8 @@
 //     minute by default; MaxAttempts adds a count limit, none by default). Errors are
 //     classified with errors.Is/As by Retryable: Permanent errors, event.ErrMalformed,
 //     idempotency.ErrKeyReused, ErrUnknownType and panics are never retried;
-//     lock.ErrNotObtained, lock.ErrLost and everything else are. An outage (IsOutage) is
+//     lock.ErrNotObtained, lock.ErrLost and everything else are (lock contention that
+//     outlasts the budget is returned as an outage, never dead-lettered). An outage (IsOutage) is
 //     neither: Retry returns it at once without spending the budget, DeadLetter passes it
 //     through, and the runtime waits it out (see Outages below).
 //   - Decode turns the record into an event.Event; the router's filter settles ignored

@@ -307,6 +307,9 @@ func (e *outageEnv) checkExactlyOnce(t *testing.T, ks []string, seqs int) {
 	}
 	if n := e.dlqLen(t); n != 0 {
 		t.Errorf("%d records dead-lettered, want 0", n)
+		for _, r := range readTopic(t, e.brokers, e.dlq, int(n)) {
+			t.Errorf("  dead letter %s@%s: %s: %s", r.Key, header(r, HeaderDLQOffset), header(r, HeaderDLQReason), header(r, HeaderDLQError))
+		}
 	}
 }
 

@@ -2,10 +2,12 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/choreo-saga/choreo/internal/backoff"
+	"github.com/choreo-saga/choreo/lock"
 )
 
 // Defaults of RetryPolicy. With them a failing record is retried for up to a minute: the
@@ -66,6 +68,12 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 // the policy's attempts or elapsed time run out (the last error is returned wrapped in
 // ErrRetriesExhausted). It keeps m.Attempt current.
 //
+// Lock contention that outlasts the budget (lock.ErrNotObtained, lock.ErrLost) is not
+// the record's fault either: a lease can only be held that long by a holder that keeps
+// it alive or by one that lost Redis in an outage and whose key has not expired yet. It
+// is returned as an outage (matching ErrOutage), so the runtime waits it out instead of
+// dead-lettering a good event.
+//
 // An outage (IsOutage) is not the record's fault: Retry returns it at once, without
 // spending the budget, and the runtime retries the record without limit until the
 // outage ends (see the package documentation). The sleep ends early when ctx is
@@ -83,13 +91,9 @@ func Retry(p RetryPolicy) Middleware {
 				if err == nil || !p.Retryable(err) || abandoned(ctx, err) || IsOutage(err) {
 					return err
 				}
-				if p.MaxAttempts > 0 && attempt >= p.MaxAttempts {
-					return fmt.Errorf("%w after %d attempts: %w", ErrRetriesExhausted, attempt, err)
-				}
 				delay := bo.Delay(attempt)
-				if time.Since(start)+delay > p.MaxElapsed {
-					return fmt.Errorf("%w after %d attempts in %v: %w", ErrRetriesExhausted, attempt,
-						time.Since(start).Round(time.Millisecond), err)
+				if (p.MaxAttempts > 0 && attempt >= p.MaxAttempts) || time.Since(start)+delay > p.MaxElapsed {
+					return exhausted(err, attempt, time.Since(start))
 				}
 				if p.OnRetry != nil {
 					p.OnRetry(ctx, m, err, delay)
@@ -100,4 +104,13 @@ func Retry(p RetryPolicy) Middleware {
 			}
 		}
 	}
+}
+
+// exhausted is the error Retry returns when its budget ran out after attempt attempts.
+func exhausted(err error, attempts int, elapsed time.Duration) error {
+	if errors.Is(err, lock.ErrNotObtained) || errors.Is(err, lock.ErrLost) {
+		return fmt.Errorf("%w: lock contention outlasted the retry budget (%d attempts in %v): %w",
+			ErrOutage, attempts, elapsed.Round(time.Millisecond), err)
+	}
+	return fmt.Errorf("%w after %d attempts in %v: %w", ErrRetriesExhausted, attempts, elapsed.Round(time.Millisecond), err)
 }

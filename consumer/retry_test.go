@@ -10,6 +10,7 @@ import (
 
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/idempotency"
+	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/lock"
 )
 
@@ -67,8 +68,10 @@ func TestRetry(t *testing.T) {
 			policy: RetryPolicy{MaxElapsed: time.Hour}, wantAttempts: 41,
 		},
 		{
+			// Contention outlasting the budget is waited out like an outage, never
+			// dead-lettered: the error matches ErrOutage, not ErrRetriesExhausted.
 			name: "lock not obtained until attempts run out", errs: []error{lock.ErrNotObtained, lock.ErrNotObtained, lock.ErrNotObtained},
-			policy: RetryPolicy{MaxAttempts: 3}, wantAttempts: 3, wantErr: lock.ErrNotObtained, exhausted: true,
+			policy: RetryPolicy{MaxAttempts: 3}, wantAttempts: 3, wantErr: ErrOutage, exhausted: false,
 		},
 		{
 			name: "elapsed time runs out", errs: []error{transient, transient},
@@ -136,4 +139,37 @@ func TestRetryStopsWithWorker(t *testing.T) {
 	if !abandoned(cctx, err) || calls != 1 {
 		t.Fatalf("after cancel: calls %d, err %v", calls, err)
 	}
+}
+
+// A lease held by another holder for longer than the retry budget (e.g. the key of a
+// lease whose holder lost Redis, still alive on the server until its TTL) is waited out
+// like an outage: the record is handled once the lease is free, never dead-lettered.
+func TestLockContentionOutlastingBudgetIsWaitedOut(t *testing.T) {
+	e := newChainEnv(t, 1)
+	rdb, ns := testenv.Redis(t)
+	e.locker = lock.New(rdb, lock.Options{Namespace: ns, MaxWait: 50 * time.Millisecond})
+	other := lock.New(rdb, lock.Options{Namespace: ns})
+	held, err := other.Acquire(context.Background(), "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := e.standard(t, StandardConfig{Retry: RetryPolicy{BaseDelay: time.Millisecond, MaxDelay: 10 * time.Millisecond, MaxElapsed: 200 * time.Millisecond}})
+	c := e.consumer(t, h, WithOutageBackoff(10*time.Millisecond, 100*time.Millisecond))
+	produce(t, e.producer, eventRecord(t, e.topic, "test.step", "k", seqPayload{Seq: 1}))
+	start(t, c)
+	waitFor(t, "the contention to be reported as an outage", func() bool { return errors.Is(c.Health(), ErrOutage) })
+	if n := e.effects(t); n != 0 {
+		t.Fatalf("%d effects while the lease was held elsewhere", n)
+	}
+	if err := held.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	e.waitCommitted(t)
+	if n := e.effects(t); n != 1 {
+		t.Fatalf("%d effects, want 1", n)
+	}
+	if n := e.dlqLen(t); n != 0 {
+		t.Fatalf("%d dead letters, want 0: lock contention is never the record's fault", n)
+	}
+	waitFor(t, "Health to clear", func() bool { return c.Health() == nil })
 }
