@@ -5,7 +5,7 @@ GO    ?= go
 # Library packages run under the race detector; the services, commands and end-to-end
 # tests and the benchmark helpers run without it (they are big and these machines have 2 cores).
 LIB_PKGS := ./event/... ./idempotency/... ./lock/... ./outbox/... ./consumer/... ./tracing/... ./app/... ./internal/...
-APP_PKGS := ./services/... ./cmd/... ./deploy/... ./bench/... ./examples/...
+APP_PKGS := ./services/... ./cmd/... ./deploy/... ./bench/... ./examples/... ./chaos/...
 
 .PHONY: help
 help: ## list targets
@@ -64,6 +64,10 @@ compose-check: ## validate docker-compose.yml without a Docker engine
 .PHONY: readme-check
 readme-check: services ## run the README's shell commands as written
 	@scripts/readme-check.sh
+
+.PHONY: chaos
+chaos: services ## run every chaos scenario (kill -9, outages, duplicates, poison, pause, overload), 2,000 orders each
+	$(GO) run ./cmd/chaos -orders $${CHAOS_ORDERS:-2000} -seed $${CHAOS_SEED:-1} -report $${CHAOS_REPORT:-chaos-report.md}
 
 .PHONY: demo
 demo: services ## run the saga on this machine: broker, three services, a batch of orders

@@ -69,7 +69,7 @@
 //
 // `sagactl load` places -n orders at -rate per second (each with an Idempotency-Key, so a
 // retried request cannot create a second order), cancels the "cancel" ones right after
-// placing them, polls until every order reaches a terminal state, except the orders of the
+// placing them, waits until every order reaches a terminal state, except the orders of the
 // "stuck" kind, which the payment service leaves hanging (PAYMENT_HANG_CUSTOMERS=c-hang, the default),
 // and, with -wait-stuck (the default), until the order service flags those as stuck (a
 // PENDING order after 30 s by default; bounded by -wait), and prints a table: orders per outcome with saga latency p50/p95/p99 (created_at to the
@@ -80,6 +80,12 @@
 // cancel are relative weights apportioned by largest remainder, while stuck is an absolute
 // number of orders: the default mix with -n 200 gives 139 success, 20 decline, 20 oos,
 // 20 cancel and exactly 1 stuck order.
+//
+// load learns settlement from the order service's events on -brokers (orders.events,
+// read from the end offsets it sees at start), not by asking for each order: a -poll tick
+// makes at most two list queries (orders in COMPENSATION_FAILED, which no event
+// announces, and the stuck flags), whatever the backlog, so a run does not load the system
+// it measures. Only the orders still unsettled at the end are fetched, once each.
 //
 // The demo data it assumes (flags change it): customers c-1..c-100 with large limits,
 // c-poor whose payments are declined, c-hang whose payments hang, stocked SKUs

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,9 +23,16 @@ import (
 	"github.com/choreo-saga/choreo/services/payment/paymentsvc"
 )
 
+// saga is the reference system startSaga runs: the order service's base URL and the
+// broker the services use.
+type saga struct {
+	orderURL string
+	brokers  string
+}
+
 // startSaga runs the three real services in this process against the test Postgres,
-// Redis and Kafka-protocol broker, and returns the order service's base URL.
-func startSaga(t *testing.T) string {
+// Redis and Kafka-protocol broker.
+func startSaga(t *testing.T) saga {
 	t.Helper()
 	brokers := testenv.Kafka(t)
 	redisAddr := testenv.RedisAddr(t)
@@ -97,7 +106,7 @@ func startSaga(t *testing.T) string {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return base
+				return saga{orderURL: base, brokers: strings.Join(brokers, ",")}
 			}
 		}
 		if time.Now().After(deadline) {
@@ -107,10 +116,13 @@ func startSaga(t *testing.T) string {
 	}
 }
 
-func sagactlHTTP(t *testing.T, orderURL string, args ...string) (int, string, string) {
+func sagactlHTTP(t *testing.T, s saga, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	args = append(args, "-order-url", orderURL)
+	args = append(args, "-order-url", s.orderURL)
+	if s.brokers != "" {
+		args = append(args, "-brokers", s.brokers)
+	}
 	code := run(context.Background(), args, stdio{out: &out, err: &errb, getenv: func(string) string { return "" }})
 	return code, out.String(), errb.String()
 }
@@ -118,9 +130,10 @@ func sagactlHTTP(t *testing.T, orderURL string, args ...string) (int, string, st
 // TestAgainstTheSaga drives the real services: load places a mix of orders and waits for
 // them, order and stuck inspect the result.
 func TestAgainstTheSaga(t *testing.T) {
-	orderURL := startSaga(t)
+	sys := startSaga(t)
+	orderURL := sys.orderURL
 
-	code, out, errs := sagactlHTTP(t, orderURL, "load", "-n", "12", "-rate", "20", "-seed", "7",
+	code, out, errs := sagactlHTTP(t, sys, "load", "-n", "12", "-rate", "20", "-seed", "7",
 		"-mix", "success=2,decline=1,oos=1,cancel=1,stuck=1", "-wait", "3m", "-json")
 	if code != 0 {
 		t.Fatalf("load: exit %d\nstdout: %s\nstderr: %s", code, out, errs)
@@ -166,7 +179,7 @@ func TestAgainstTheSaga(t *testing.T) {
 	}
 
 	// sagactl order <id>
-	code, out, errs = sagactlHTTP(t, orderURL, "order", stuck.ID, "-json")
+	code, out, errs = sagactlHTTP(t, sys, "order", stuck.ID, "-json")
 	if code != 0 {
 		t.Fatalf("order: exit %d: %s", code, errs)
 	}
@@ -178,7 +191,7 @@ func TestAgainstTheSaga(t *testing.T) {
 		!strings.Contains(o.JaegerURL, o.TraceID) || len(o.History) == 0 {
 		t.Errorf("order %+v", o)
 	}
-	code, out, _ = sagactlHTTP(t, orderURL, "order", stuck.ID)
+	code, out, _ = sagactlHTTP(t, sys, "order", stuck.ID)
 	for _, want := range []string{"state     PENDING  (STUCK)", "customer  c-hang", "trace id  " + stuck.TraceID, "jaeger    http://localhost:16686/",
 		"waiting   for payment to answer order.created", "search    http://localhost:16686/search?service=order&tags="} {
 		if code != 0 || !strings.Contains(out, want) {
@@ -187,21 +200,21 @@ func TestAgainstTheSaga(t *testing.T) {
 	}
 
 	// sagactl stuck
-	code, out, errs = sagactlHTTP(t, orderURL, "stuck", "-json")
+	code, out, errs = sagactlHTTP(t, sys, "stuck", "-json")
 	if code != 0 || !strings.Contains(out, stuck.ID) {
 		t.Errorf("stuck: exit %d, want %s listed:\n%s%s", code, stuck.ID, out, errs)
 	}
-	code, out, _ = sagactlHTTP(t, orderURL, "stuck")
+	code, out, _ = sagactlHTTP(t, sys, "stuck")
 	if code != 0 || !strings.Contains(out, "inspect one with: sagactl order "+stuck.ID) {
 		t.Errorf("stuck (table):\n%s", out)
 	}
-	code, out, _ = sagactlHTTP(t, orderURL, "stuck", "-older-than", "1h")
+	code, out, _ = sagactlHTTP(t, sys, "stuck", "-older-than", "1h")
 	if code != 0 || !strings.Contains(out, "no stuck orders") {
 		t.Errorf("stuck -older-than 1h: exit %d\n%s", code, out)
 	}
 
 	// A confirmed order's timeline runs PENDING -> CONFIRMED.
-	code, out, _ = sagactlHTTP(t, orderURL, "load", "-n", "1", "-mix", "success=1,stuck=0", "-json")
+	code, out, _ = sagactlHTTP(t, sys, "load", "-n", "1", "-mix", "success=1,stuck=0", "-json")
 	if code != 0 {
 		t.Fatalf("load of one order: exit %d", code)
 	}
@@ -211,8 +224,98 @@ func TestAgainstTheSaga(t *testing.T) {
 	}
 
 	// Unknown order: exit 1 with the API's not_found.
-	code, _, errs = sagactlHTTP(t, orderURL, "order", "01890000-0000-7000-8000-000000000000")
+	code, _, errs = sagactlHTTP(t, sys, "order", "01890000-0000-7000-8000-000000000000")
 	if code != exitFailure || !strings.Contains(errs, "not_found") {
 		t.Errorf("unknown order: exit %d: %s", code, errs)
+	}
+}
+
+// requestCounter is a reverse proxy in front of the order service that counts the
+// requests it forwards by kind.
+type requestCounter struct {
+	mu     sync.Mutex
+	target string
+	client *http.Client
+	counts map[string]int // "place", "cancel", "get" (one order), "list", "other"
+}
+
+func (c *requestCounter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	k := "other"
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/orders":
+		k = "place"
+	case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/cancel"):
+		k = "cancel"
+	case r.Method == http.MethodGet && r.URL.Path == "/orders":
+		k = "list"
+	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/orders/"):
+		k = "get"
+	}
+	c.mu.Lock()
+	c.counts[k]++
+	c.mu.Unlock()
+	req, err := http.NewRequestWithContext(r.Context(), r.Method, c.target+r.URL.RequestURI(), r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	req.Header = r.Header.Clone()
+	resp, err := c.client.Do(req)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
+}
+
+// TestLoadLearnsSettlementFromEvents proves that load does not ask the order service
+// for each order while it waits: it places orders through a counting proxy, with a fast
+// poll so that many ticks pass, and checks that no order was fetched one by one (every
+// order settles, so none is left for the final fetch) and that each tick cost at most
+// one list query.
+func TestLoadLearnsSettlementFromEvents(t *testing.T) {
+	sys := startSaga(t)
+	counter := &requestCounter{target: sys.orderURL, client: &http.Client{Timeout: 30 * time.Second}, counts: map[string]int{}}
+	srv := httptest.NewServer(counter)
+	defer srv.Close()
+	proxied := saga{orderURL: srv.URL, brokers: sys.brokers}
+
+	const n = 40
+	start := time.Now()
+	code, out, errs := sagactlHTTP(t, proxied, "load", "-n", strconv.Itoa(n), "-rate", "40", "-seed", "3",
+		"-mix", "success=6,decline=1,oos=1,cancel=2,stuck=0", "-poll", "20ms", "-wait", "2m", "-json")
+	elapsed := time.Since(start)
+	if code != 0 {
+		t.Fatalf("load: exit %d\nstdout: %s\nstderr: %s", code, out, errs)
+	}
+	var sum loadSummary
+	if err := json.Unmarshal([]byte(out), &sum); err != nil {
+		t.Fatalf("load -json: %v\n%s", err, out)
+	}
+	if sum.Placed != n || sum.Settled != n || sum.Latency.N != n {
+		t.Fatalf("placed %d, settled %d, latencies %d; want %d each", sum.Placed, sum.Settled, sum.Latency.N, n)
+	}
+	counter.mu.Lock()
+	defer counter.mu.Unlock()
+	if counter.counts["place"] != n {
+		t.Errorf("POST /orders: %d, want %d", counter.counts["place"], n)
+	}
+	if got := counter.counts["get"]; got != 0 {
+		t.Errorf("GET /orders/{id}: %d requests, want 0: settlement must come from the events (counts %v)", got, counter.counts)
+	}
+	// One list to check the service at start, then at most one per 20 ms tick.
+	if maxLists := 2 + int(elapsed/(20*time.Millisecond)); counter.counts["list"] > maxLists {
+		t.Errorf("GET /orders (list): %d requests in %s, want at most %d", counter.counts["list"], elapsed, maxLists)
+	}
+	for _, o := range sum.Outcomes {
+		if strings.HasPrefix(o.Outcome, "REJECTED (") || o.Outcome == "CONFIRMED" || o.Outcome == "CANCELLED" {
+			continue
+		}
+		t.Errorf("outcome %q (%d orders): want CONFIRMED, CANCELLED or REJECTED with its cause", o.Outcome, o.Count)
 	}
 }

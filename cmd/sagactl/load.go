@@ -102,7 +102,7 @@ func parseLoad(args []string, std stdio) (conn, loadConfig, error) {
 	fs.DurationVar(&lc.wait, "wait", 2*time.Minute, "after the last order is placed, wait at most this long for orders to settle")
 	fs.IntVar(&lc.concurrency, "concurrency", 16, "requests in flight at most")
 	fs.BoolVar(&lc.waitStuck, "wait-stuck", true, "also wait (within -wait) until the order service flags the stuck-kind orders as stuck")
-	fs.DurationVar(&lc.pollEvery, "poll", 200*time.Millisecond, "how often to check unsettled orders")
+	fs.DurationVar(&lc.pollEvery, "poll", 200*time.Millisecond, "how often to check progress (settlement comes from the order events on -brokers; a check is at most two list queries)")
 	fs.Int64Var(&seed, "seed", 0, "random seed for the order mix and contents (0: from the clock; printed)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), `usage: sagactl load [flags]
@@ -117,7 +117,8 @@ then waits until every order settles (stuck ones excepted; with -wait-stuck also
 the service flags those as stuck, e.g. 30s for a PENDING order) and prints the outcome per
 state with saga latency p50/p95/p99 (created_at to the final transition, by the order
 service's clock) and the stuck orders with their trace ids. Exit 1 if an order could not
-be placed or did not settle within -wait.
+be placed or did not settle within -wait. Settlement is read from the order service's
+events on -brokers (KAFKA_BROKERS), so waiting costs the services nothing per order.
 
 Flags:`)
 		fs.PrintDefaults()
@@ -173,6 +174,11 @@ func cmdLoad(ctx context.Context, args []string, std stdio) error {
 	if _, err := api.List(ctx, url.Values{"limit": {"1"}}); err != nil {
 		return err
 	}
+	k, err := dialKafka(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer k.close()
 	rng := rand.New(rand.NewPCG(lc.seed, lc.seed>>1|1))
 	plan, err := lc.mix.plan(lc.n, rng)
 	if err != nil {
@@ -183,10 +189,15 @@ func cmdLoad(ctx context.Context, args []string, std stdio) error {
 		orders[i] = &loadOrder{Kind: k, req: lc.request(k, rng), idempotency: uuid.NewString()}
 	}
 	r := &loadRun{cfg: lc, api: api, orderURL: c.orderURL, orders: orders, start: time.Now()}
+	stopWatch, err := r.startWatch(ctx, k)
+	if err != nil {
+		return err
+	}
 	prog := newProgress(std.err, std.terminal, len(orders))
 	fmt.Fprintf(std.err, "sagactl load: %d orders at %g/s against %s (mix %s, seed %d)\n",
 		lc.n, lc.rate, c.orderURL, lc.mix, int64(lc.seed))
 	runErr := r.run(ctx, prog)
+	stopWatch()
 	prog.finish(r.snapshot())
 	sum := r.summary()
 	if c.json {
@@ -215,6 +226,7 @@ type loadRun struct {
 	start    time.Time
 
 	mu                          sync.Mutex
+	watch                       settlement
 	placed, failed, settled     int
 	placeElapsed, settleElapsed time.Duration
 }
@@ -248,18 +260,20 @@ func (r *loadRun) run(ctx context.Context, prog *progress) error {
 			placing = nil
 			deadline = time.After(r.cfg.wait)
 		case <-deadline:
-			r.refresh(ctx, true)
+			r.fetchUnsettled(ctx)
 			return nil
 		case <-tick.C:
-			// Once the others have settled, the stuck-kind orders are polled too.
-			othersDone := placing == nil && r.waitingFor() == 0
-			r.refresh(ctx, othersDone)
+			// Settlement comes from the order events; a tick makes at most two list
+			// queries (see settle.go), never one request per order.
+			waiting := r.waitingFor()
+			othersDone := placing == nil && waiting == 0
+			r.poll(ctx, waiting > 0, othersDone && r.cfg.waitStuck)
 			prog.update(r.snapshot())
 			if !othersDone {
 				continue
 			}
 			if !r.cfg.waitStuck || r.unflagged() == 0 {
-				r.refresh(ctx, true) // the stuck ones, for their final state
+				r.fetchUnsettled(ctx) // the stuck ones, for their final state
 				return nil
 			}
 		}
@@ -332,6 +346,7 @@ func (r *loadRun) placeOne(ctx context.Context, o *loadOrder) {
 		o.CancelErr = cancelErr.Error()
 	}
 	r.placed++
+	r.registerLocked(o)
 }
 
 func retryablePlace(err error) bool {
@@ -367,43 +382,6 @@ func (r *loadRun) unflagged() int {
 		}
 	}
 	return n
-}
-
-// refresh fetches every placed, unsettled order (including stuck-kind ones when final).
-func (r *loadRun) refresh(ctx context.Context, final bool) {
-	r.mu.Lock()
-	var todo []*loadOrder
-	for _, o := range r.orders {
-		if o.ID != "" && !o.settled && (final || o.Kind != kindStuck) {
-			todo = append(todo, o)
-		}
-	}
-	r.mu.Unlock()
-	sem := make(chan struct{}, r.cfg.concurrency)
-	var wg sync.WaitGroup
-	for _, o := range todo {
-		if ctx.Err() != nil {
-			break
-		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			got, err := r.api.Get(ctx, o.ID)
-			if err != nil {
-				return // keep the last known state; the next round retries
-			}
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			o.Final, o.State = got, got.State
-			if terminal(got.State) && !o.settled {
-				o.settled = true
-				r.settled++
-				r.settleElapsed = time.Since(r.start)
-			}
-		}()
-	}
-	wg.Wait()
 }
 
 // inspect is the command that shows one order, with -order-url when it is not the default.
@@ -471,6 +449,7 @@ func outcome(o Order) string {
 func (r *loadRun) summary() loadSummary {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.resolveCausesLocked()
 	now := time.Now()
 	s := loadSummary{
 		Orders: len(r.orders), Mix: r.cfg.mix.String(), Seed: int64(r.cfg.seed), Rate: r.cfg.rate,

@@ -40,7 +40,7 @@ func TestRetryCompensation(t *testing.T) {
 	}
 
 	// PENDING: nothing to compensate; the API's 409 is a failure (exit 1).
-	code, _, errs := sagactlHTTP(t, srv.URL, "order", "retry-compensation", o.ID)
+	code, _, errs := sagactlHTTP(t, saga{orderURL: srv.URL}, "order", "retry-compensation", o.ID)
 	if code != exitFailure || !strings.Contains(errs, "invalid_transition") || !strings.Contains(errs, "order is PENDING") {
 		t.Fatalf("retry of a PENDING order: exit %d: %s", code, errs)
 	}
@@ -49,7 +49,7 @@ func TestRetryCompensation(t *testing.T) {
 	if _, err := api.Cancel(ctx, o.ID); err != nil {
 		t.Fatal(err)
 	}
-	code, out, errs := sagactlHTTP(t, srv.URL, "order", "retry-compensation", o.ID, "-json")
+	code, out, errs := sagactlHTTP(t, saga{orderURL: srv.URL}, "order", "retry-compensation", o.ID, "-json")
 	if code != exitOK {
 		t.Fatalf("retry while CANCELLING: exit %d: %s", code, errs)
 	}
@@ -69,12 +69,12 @@ func TestRetryCompensation(t *testing.T) {
 	if n, err := svc.SweepOnce(ctx); err != nil || n != 1 {
 		t.Fatalf("SweepOnce = %d, %v", n, err)
 	}
-	code, out, _ = sagactlHTTP(t, srv.URL, "order", o.ID)
+	code, out, _ = sagactlHTTP(t, saga{orderURL: srv.URL}, "order", o.ID)
 	if code != exitOK || !strings.Contains(out, "state     COMPENSATION_FAILED") ||
 		!strings.Contains(out, "sagactl order retry-compensation "+o.ID) || !strings.Contains(out, "attempts  cancellation sent 2 times") {
 		t.Fatalf("order view of a failed compensation: exit %d\n%s", code, out)
 	}
-	code, out, errs = sagactlHTTP(t, srv.URL, "order", "retry-compensation", o.ID)
+	code, out, errs = sagactlHTTP(t, saga{orderURL: srv.URL}, "order", "retry-compensation", o.ID)
 	if code != exitOK || !strings.Contains(out, "cancellation re-sent for order "+o.ID+": CANCELLING, attempt 3") {
 		t.Fatalf("retry of COMPENSATION_FAILED: exit %d\n%s%s", code, out, errs)
 	}
@@ -85,25 +85,25 @@ func TestRetryCompensation(t *testing.T) {
 	if err := json.Unmarshal(out2.Bytes(), &got); code != exitOK || err != nil || got.CompensationAttempts != 4 {
 		t.Fatalf("flags first: exit %d %v %+v: %s", code, err, got, errb.String())
 	}
-	code, out, _ = sagactlHTTP(t, srv.URL, "order", o.ID)
+	code, out, _ = sagactlHTTP(t, saga{orderURL: srv.URL}, "order", o.ID)
 	if code != exitOK || strings.Count(out, "command.retry_compensation") != 3 {
 		t.Fatalf("the retries are not in the timeline:\n%s", out)
 	}
 
 	// Unknown order, usage errors, unreachable service.
-	if code, _, errs := sagactlHTTP(t, srv.URL, "order", "retry-compensation", "01890000-0000-7000-8000-000000000000"); code != exitFailure ||
+	if code, _, errs := sagactlHTTP(t, saga{orderURL: srv.URL}, "order", "retry-compensation", "01890000-0000-7000-8000-000000000000"); code != exitFailure ||
 		!strings.Contains(errs, "not_found") {
 		t.Fatalf("unknown order: exit %d: %s", code, errs)
 	}
-	if code, _, _ := sagactlHTTP(t, srv.URL, "order", "retry-compensation"); code != exitUsage {
+	if code, _, _ := sagactlHTTP(t, saga{orderURL: srv.URL}, "order", "retry-compensation"); code != exitUsage {
 		t.Fatalf("no id: exit %d", code)
 	}
-	if code, _, _ := sagactlHTTP(t, srv.URL, "order", "retry-compensation", o.ID, o.ID); code != exitUsage {
+	if code, _, _ := sagactlHTTP(t, saga{orderURL: srv.URL}, "order", "retry-compensation", o.ID, o.ID); code != exitUsage {
 		t.Fatalf("two ids: exit %d", code)
 	}
 	closed := httptest.NewServer(nil)
 	closed.Close()
-	if code, _, _ := sagactlHTTP(t, closed.URL, "order", "retry-compensation", o.ID); code != exitUnreachable {
+	if code, _, _ := sagactlHTTP(t, saga{orderURL: closed.URL}, "order", "retry-compensation", o.ID); code != exitUnreachable {
 		t.Fatalf("unreachable: exit %d", code)
 	}
 }
