@@ -41,6 +41,9 @@ var (
 // ReadyTimeout bounds each /readyz check.
 const ReadyTimeout = 2 * time.Second
 
+// kafkaAuthTimeout bounds New's first connection to a broker that requires SASL or TLS.
+const kafkaAuthTimeout = 15 * time.Second
+
 type options struct {
 	logger       *slog.Logger
 	logOutput    io.Writer
@@ -85,9 +88,11 @@ func WithTracingOptions(opts ...tracing.Option) Option {
 // does. Default: both signals start the graceful shutdown.
 func WithoutSignals() Option { return func(o *options) { o.signals = false } }
 
-// WithKafkaOptions adds franz-go options (TLS, SASL, client id, ...) to the producer
-// client shared by the outbox relay and dead-lettering. The client must stay an
-// idempotent producer with acks=all (the defaults), or the relay refuses it.
+// WithKafkaOptions adds franz-go options (TLS, SASL, client id, ...) to every Kafka
+// client of the App: the producer shared by the outbox relay and dead-lettering, and
+// each consumer's client (before ConsumerSpec.Options). They come after the options of
+// Config.KafkaSecurity. The producer must stay an idempotent producer with acks=all (the
+// defaults), or the relay refuses it. Default: none.
 func WithKafkaOptions(opts ...kgo.Opt) Option {
 	return func(o *options) { o.kafkaOpts = append(o.kafkaOpts, opts...) }
 }
@@ -171,6 +176,7 @@ type App struct {
 	Store *idempotency.Store
 
 	opts      options
+	kafkaOpts []kgo.Opt // security and WithKafkaOptions, for every client
 	ownTel    bool
 	mux       *http.ServeMux
 	checks    []NamedCheck
@@ -193,7 +199,8 @@ const (
 
 // New validates cfg and connects the service: telemetry (tracing.Setup), logger, the
 // database (created if missing, then migrated with [MigrateLibrary]), Redis (pinged) and
-// the Kafka producer. Nothing is served or consumed until Run. If New fails, everything
+// the Kafka producer (with Config.KafkaSecurity: connected once, so that a broker
+// refusing the credentials or the certificate fails New). Nothing is served or consumed until Run. If New fails, everything
 // it opened is closed again.
 func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 	o := options{signals: true, sweeper: true, ensureDB: true, logOutput: os.Stderr, entityAttr: consumer.DefaultEntityAttribute}
@@ -280,9 +287,28 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 		a.checks = append(a.checks, NamedCheck{"redis", RedisCheck(a.Redis)})
 	}
 
-	kopts := append([]kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...), kgo.ClientID(cfg.Service)}, o.kafkaOpts...)
+	secOpts, err := cfg.KafkaSecurity.Options()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.KafkaSecurity.SASLMechanism == SASLPlain && !cfg.KafkaSecurity.TLS {
+		a.Logger.Warn("app: SASL PLAIN without TLS sends the Kafka password in clear text; set KAFKA_TLS=on")
+	}
+	a.kafkaOpts = append(secOpts, o.kafkaOpts...)
+	kopts := append([]kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...), kgo.ClientID(cfg.Service)}, a.kafkaOpts...)
 	if a.Kafka, err = kgo.NewClient(kopts...); err != nil {
 		return nil, fmt.Errorf("app: kafka client: %w", err)
+	}
+	if cfg.KafkaSecurity.Enabled() {
+		// A wrong password or certificate is a configuration error: report it now, not
+		// as consumers and a relay that retry forever.
+		pctx, cancel := context.WithTimeout(ctx, kafkaAuthTimeout)
+		err := a.Kafka.Ping(pctx)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("app: kafka %s: cannot connect with %s%s: %w",
+				strings.Join(cfg.KafkaBrokers, ","), cfg.KafkaSecurity, kafkaAuthHint(cfg.KafkaSecurity, err), err)
+		}
 	}
 	a.checks = append(a.checks, NamedCheck{"kafka", KafkaCheck(a.Kafka)})
 
@@ -386,6 +412,7 @@ func (a *App) Consume(spec ConsumerSpec) error {
 		return fmt.Errorf("app: consumer %s: %w", spec.Group, err)
 	}
 	copts := []consumer.Option{
+		consumer.WithClientOptions(a.kafkaOpts...),
 		consumer.WithLogger(a.Logger),
 		consumer.WithMeterProvider(a.Telemetry.MeterProvider),
 	}

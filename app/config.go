@@ -29,8 +29,8 @@ const (
 // EnvVars lists the variables [LoadConfig] reads (OTEL_* aside: see tracing.Setup), for
 // deployment manifests and their tests.
 func EnvVars() []string {
-	return []string{EnvDatabaseURL, EnvDatabaseConns, EnvRedisAddr, EnvKafkaBrokers, EnvKafkaPartitions,
-		EnvHTTPAddr, EnvLogLevel, EnvJaegerUIURL, EnvShutdownTimeout, EnvConsumerBatch}
+	return append([]string{EnvDatabaseURL, EnvDatabaseConns, EnvRedisAddr, EnvKafkaBrokers, EnvKafkaPartitions,
+		EnvHTTPAddr, EnvLogLevel, EnvJaegerUIURL, EnvShutdownTimeout, EnvConsumerBatch}, kafkaSecurityVars()...)
 }
 
 // Defaults of [LoadConfig].
@@ -69,6 +69,9 @@ type Config struct {
 	// KafkaPartitions is the partition count of topics created at start
 	// (KAFKA_PARTITIONS; default DefaultKafkaPartitions). Existing topics are left alone.
 	KafkaPartitions int32
+	// KafkaSecurity is the SASL and TLS setting of every Kafka client of the service
+	// (KAFKA_SASL_*, KAFKA_TLS*; see [LoadKafkaSecurity]; default plaintext, no SASL).
+	KafkaSecurity KafkaSecurity
 	// HTTPAddr is the listen address of the HTTP server with /healthz, /readyz, /metrics
 	// and the service's own routes (HTTP_ADDR; the default is the service's).
 	HTTPAddr string
@@ -106,6 +109,7 @@ func LoadConfig(env *Env, service, defaultHTTPAddr string) Config {
 		RedisAddr:       env.String(EnvRedisAddr, DefaultRedisAddr),
 		KafkaBrokers:    env.List(EnvKafkaBrokers, []string{DefaultKafkaBrokers}),
 		KafkaPartitions: int32(env.Int(EnvKafkaPartitions, DefaultKafkaPartitions)),
+		KafkaSecurity:   readKafkaSecurity(env),
 		HTTPAddr:        env.String(EnvHTTPAddr, defaultHTTPAddr),
 		LogLevel:        env.Level(EnvLogLevel, slog.LevelInfo),
 		JaegerUIURL:     env.String(EnvJaegerUIURL, DefaultJaegerUIURL),
@@ -153,6 +157,7 @@ func (c Config) problems() []problem {
 	if c.KafkaPartitions < 1 {
 		ps = append(ps, problem{EnvKafkaPartitions, "must be at least 1"})
 	}
+	ps = append(ps, c.KafkaSecurity.problems()...)
 	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 		ps = append(ps, problem{EnvHTTPAddr, "not [host]:port"})
 	}

@@ -42,6 +42,7 @@ type config struct {
 	autoCreate bool
 	sync       bool
 	logLevel   kfake.LogLevel
+	security   security // -sasl, -tls-*: security.go
 }
 
 // defaultDataDir is where state lives unless -data-dir says otherwise.
@@ -62,11 +63,16 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&cfg.autoCreate, "auto-create", true, "allow clients to auto-create topics")
 	fs.BoolVar(&cfg.sync, "sync", false, "fsync every produced batch")
 	fs.StringVar(&logLevel, "log-level", "warn", "broker-internal log `level`: none, error, warn, info, debug")
+	secFlags := addSecurityFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: devkafka [flags]\n\nA Kafka-protocol broker for local runs (kfake), persisted to -data-dir.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	var err error
+	if cfg.security, err = secFlags.build(); err != nil {
 		return cfg, err
 	}
 	if fs.NArg() > 0 {
@@ -123,6 +129,7 @@ func run(args []string, stderr io.Writer, sigs <-chan os.Signal) int {
 	if cfg.autoCreate {
 		opts = append(opts, kfake.AllowAutoTopicCreation())
 	}
+	opts = append(opts, cfg.security.kfake...)
 	loaded := false
 	if cfg.dataDir != "" {
 		_, statErr := os.Stat(filepath.Join(cfg.dataDir, "meta.json"))
@@ -140,7 +147,11 @@ func run(args []string, stderr io.Writer, sigs <-chan os.Signal) int {
 	addr := c.ListenAddrs()[0]
 
 	if len(cfg.topics) > 0 {
-		created, err := seedTopics(addr, cfg.partitions, cfg.topics)
+		seed := func() ([]string, error) { return seedTopics(addr, cfg.partitions, cfg.topics) }
+		if cfg.security.enabled() {
+			seed = func() ([]string, error) { return seedTopicsDirect(c, cfg.partitions, cfg.topics) }
+		}
+		created, err := seed()
 		if err != nil {
 			log.Error("devkafka: seed topics", "err", err)
 			c.Close()
@@ -155,7 +166,7 @@ func run(args []string, stderr io.Writer, sigs <-chan os.Signal) int {
 		persist = cfg.dataDir
 	}
 	log.Info("devkafka listening", "addr", addr, "data_dir", persist, "state_loaded", loaded,
-		"auto_create", cfg.autoCreate, "partitions", cfg.partitions)
+		"auto_create", cfg.autoCreate, "partitions", cfg.partitions, "security", cfg.security.describe())
 
 	sig := <-sigs
 	log.Info("shutting down, persisting state (signal again to force)", "signal", sig.String())

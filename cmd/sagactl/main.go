@@ -57,7 +57,9 @@ Usage:
   sagactl load [-n 200] [-rate 50] [-mix ` + defaultMix + `]
 
 Connection flags (every command; before or after its name): -order-url (env ORDER_URL, default ` + defaultOrderURL + `),
--brokers (env KAFKA_BROKERS, default ` + defaultBrokers + `), -timeout, -json.
+-brokers (env KAFKA_BROKERS, default ` + defaultBrokers + `), -timeout, -json, and Kafka security:
+-kafka-sasl-mechanism, -kafka-sasl-username, -kafka-sasl-password, -kafka-tls, -kafka-tls-ca-file,
+-kafka-tls-cert-file, -kafka-tls-key-file, -kafka-tls-server-name (env KAFKA_SASL_*, KAFKA_TLS*, as the services).
 Run "sagactl <command> -h" for a command's flags.
 
 Exit codes: 0 ok, 1 failure, 2 usage error, 3 service or broker unreachable.
@@ -140,6 +142,7 @@ type conn struct {
 	brokers  string
 	timeout  time.Duration
 	json     bool
+	kafkaSec kafkaSecFlags
 }
 
 func newFlagSet(name string, std stdio, c *conn) *flag.FlagSet {
@@ -156,6 +159,7 @@ func newFlagSet(name string, std stdio, c *conn) *flag.FlagSet {
 	fs.StringVar(&c.brokers, "brokers", brokers, "comma-separated Kafka seed `brokers` (env KAFKA_BROKERS)")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "per-request timeout")
 	fs.BoolVar(&c.json, "json", false, "print JSON instead of tables")
+	c.kafkaSec = addKafkaSecFlags(fs, std.getenv)
 	return fs
 }
 
