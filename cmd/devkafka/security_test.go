@@ -123,4 +123,3 @@ func TestSecureBinary(t *testing.T) {
 		t.Errorf("log shows the password or not the user:\n%s", out)
 	}
 }
-
