@@ -162,7 +162,8 @@ type App struct {
 	// Pool is the instrumented pool on the service's database, migrated with
 	// [MigrateLibrary].
 	Pool *pgxpool.Pool
-	// Redis is the instrumented Redis client; nil when Config.RedisAddr is empty.
+	// Redis is the instrumented Redis client; nil when Config.RedisAddr and
+	// Config.RedisURL are empty.
 	Redis *redis.Client
 	// Kafka is the producer shared by the outbox relay and dead-lettering: idempotent,
 	// acks=all.
@@ -267,8 +268,11 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 	}
 	a.checks = append(a.checks, NamedCheck{"postgres", PostgresCheck(a.Pool)})
 
-	if cfg.RedisAddr != "" {
-		ro := &redis.Options{Addr: cfg.RedisAddr}
+	ro, err := cfg.redisOptions()
+	if err != nil {
+		return nil, err
+	}
+	if ro != nil {
 		if o.redisOptions != nil {
 			o.redisOptions(ro)
 		}
@@ -277,7 +281,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 			return nil, fmt.Errorf("app: redis: %w", err)
 		}
 		if err := a.Redis.Ping(ctx).Err(); err != nil {
-			return nil, fmt.Errorf("app: redis %s: %w", cfg.RedisAddr, err)
+			return nil, fmt.Errorf("app: redis %s: %w%s", cfg.redisTarget(), err, redisAuthHint(err))
 		}
 		lo := o.lockOpts
 		if lo.Namespace == "" {

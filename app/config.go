@@ -29,7 +29,7 @@ const (
 // EnvVars lists the variables [LoadConfig] reads (OTEL_* aside: see tracing.Setup), for
 // deployment manifests and their tests.
 func EnvVars() []string {
-	return append([]string{EnvDatabaseURL, EnvDatabaseConns, EnvRedisAddr, EnvKafkaBrokers, EnvKafkaPartitions,
+	return append([]string{EnvDatabaseURL, EnvDatabaseConns, EnvRedisAddr, EnvRedisURL, EnvRedisTLSCAFile, EnvKafkaBrokers, EnvKafkaPartitions,
 		EnvHTTPAddr, EnvLogLevel, EnvJaegerUIURL, EnvShutdownTimeout, EnvConsumerBatch}, kafkaSecurityVars()...)
 }
 
@@ -63,6 +63,14 @@ type Config struct {
 	// DefaultRedisAddr). Empty (REDIS_ADDR=none) runs without Redis and without locks:
 	// the Postgres transaction alone guards correctness.
 	RedisAddr string
+	// RedisURL is the Redis server as a URL (REDIS_URL):
+	// redis://[user:password@]host[:port][/db], or rediss:// for TLS. It wins over
+	// RedisAddr, which is a shorthand for redis://RedisAddr/0 without password; set only
+	// one of the two variables. It is never printed with its credentials.
+	RedisURL string
+	// RedisTLSCAFile is a PEM file of the CAs that sign the Redis server's certificate
+	// with a rediss:// RedisURL (REDIS_TLS_CA_FILE; default the system's roots).
+	RedisTLSCAFile string
 	// KafkaBrokers are the seed brokers (KAFKA_BROKERS, comma-separated; default
 	// DefaultKafkaBrokers).
 	KafkaBrokers []string
@@ -107,6 +115,8 @@ func LoadConfig(env *Env, service, defaultHTTPAddr string) Config {
 		Service:         service,
 		DatabaseURL:     env.String(EnvDatabaseURL, DefaultDatabaseURL(service)),
 		RedisAddr:       env.String(EnvRedisAddr, DefaultRedisAddr),
+		RedisURL:        env.String(EnvRedisURL, ""),
+		RedisTLSCAFile:  env.String(EnvRedisTLSCAFile, ""),
 		KafkaBrokers:    env.List(EnvKafkaBrokers, []string{DefaultKafkaBrokers}),
 		KafkaPartitions: int32(env.Int(EnvKafkaPartitions, DefaultKafkaPartitions)),
 		KafkaSecurity:   readKafkaSecurity(env),
@@ -118,6 +128,12 @@ func LoadConfig(env *Env, service, defaultHTTPAddr string) Config {
 	}
 	c.DatabaseMaxConns = int32(env.Int(EnvDatabaseConns, int(4*c.KafkaPartitions+4)))
 	if strings.EqualFold(c.RedisAddr, "none") {
+		c.RedisAddr = ""
+	}
+	if c.RedisURL != "" {
+		if _, set := env.raw(EnvRedisAddr); set {
+			env.Fail(EnvRedisAddr, "set only one of "+EnvRedisURL+" and "+EnvRedisAddr)
+		}
 		c.RedisAddr = ""
 	}
 	for _, err := range c.problems() {
@@ -141,11 +157,12 @@ func (c Config) problems() []problem {
 	if c.DatabaseMaxConns < 0 {
 		ps = append(ps, problem{EnvDatabaseConns, "must not be negative (0 keeps the pgx default)"})
 	}
-	if c.RedisAddr != "" {
+	if c.RedisAddr != "" && c.RedisURL == "" {
 		if _, _, err := net.SplitHostPort(c.RedisAddr); err != nil {
-			ps = append(ps, problem{EnvRedisAddr, "not host:port (use none to run without Redis)"})
+			ps = append(ps, problem{EnvRedisAddr, "not host:port (use none to run without Redis, or " + EnvRedisURL + ")"})
 		}
 	}
+	ps = append(ps, c.redisProblems()...)
 	if len(c.KafkaBrokers) == 0 {
 		ps = append(ps, problem{EnvKafkaBrokers, "no seed brokers"})
 	}
