@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/choreo-saga/choreo/app"
 	"github.com/choreo-saga/choreo/app/apptest"
@@ -257,5 +259,42 @@ func TestAppKafkaSecurity(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), kafkaSecret) {
 		t.Error("password in the logs")
+	}
+}
+
+// TestBrokerACLsAreTheBoundary: with ACLs on, a SASL principal may write only the topics
+// it is granted. The payment service's principal writes payments.events; another
+// authenticated principal is refused with TOPIC_AUTHORIZATION_FAILED. This, not the
+// ce_source a record claims (consumer.Router.Trust), is what keeps forged events out.
+func TestBrokerACLsAreTheBoundary(t *testing.T) {
+	const topic = "payments.events"
+	write := func(op kmsg.ACLOperation) kfake.ACL {
+		return kfake.ACL{Resource: kmsg.ACLResourceTypeTopic, Name: topic, Pattern: kmsg.ACLResourcePatternTypeLiteral,
+			Operation: op, Allow: true}
+	}
+	c := testenv.KafkaCluster(t, kfake.EnableSASL(), kfake.EnableACLs(), kfake.SeedTopics(1, topic),
+		kfake.Superuser(app.SASLScramSHA256, "admin", kafkaSecret),
+		kfake.User(app.SASLScramSHA256, "payment", kafkaSecret, write(kmsg.ACLOperationWrite), write(kmsg.ACLOperationDescribe)),
+		kfake.User(app.SASLScramSHA256, "inventory", kafkaSecret))
+	produce := func(user string) error {
+		s := app.KafkaSecurity{SASLMechanism: app.SASLScramSHA256, SASLUsername: user, SASLPassword: kafkaSecret}
+		opts, err := s.Options()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl, err := kgo.NewClient(append(opts, kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordRetries(2))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		return cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte("o-1"), Value: []byte(`{}`)}).FirstErr()
+	}
+	if err := produce("payment"); err != nil {
+		t.Fatalf("payment principal refused on its own topic: %v", err)
+	}
+	if err := produce("inventory"); !errors.Is(err, kerr.TopicAuthorizationFailed) {
+		t.Fatalf("inventory principal writing %s: %v, want TOPIC_AUTHORIZATION_FAILED", topic, err)
 	}
 }

@@ -89,7 +89,7 @@ var Topics = []string{events.TopicOrders, events.TopicPayments}
 // Router routes the inventory service's events: payment.authorized, order.confirmed and
 // order.cancel_requested are handled; the saga's other types on those topics are ignored.
 func (h *Handlers) Router() *consumer.Router {
-	return consumer.NewRouter().
+	return events.Trust(consumer.NewRouter()).
 		Handle(events.PaymentAuthorized, h.PaymentAuthorized).
 		Handle(events.OrderConfirmed, h.OrderConfirmed).
 		Handle(events.OrderCancelRequested, h.CancelRequested).

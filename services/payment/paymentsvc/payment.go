@@ -109,9 +109,9 @@ func NewHandlers(o *outbox.Outbox, cfg Config, logger *slog.Logger, mp metric.Me
 
 // Router routes the payment service's events: order.created, stock.unavailable and
 // order.cancel_requested are handled; the saga's other types on the topics it reads are
-// ignored.
+// ignored. Each type is accepted only from its producer and topic (events.Trust).
 func (h *Handlers) Router() *consumer.Router {
-	return consumer.NewRouter().
+	return events.Trust(consumer.NewRouter()).
 		Handle(events.OrderCreated, h.OrderCreated).
 		Handle(events.StockUnavailable, h.StockUnavailable).
 		Handle(events.OrderCancelRequested, h.CancelRequested).

@@ -1,0 +1,16 @@
+package events
+
+import "github.com/choreo-saga/choreo/consumer"
+
+// Trust declares on r where each of the saga's event types comes from, and returns r:
+// order.* only from source "order" on orders.events, payment.* only from "payment" on
+// payments.events, stock.* only from "inventory" on inventory.events. Anything else is
+// dead-lettered as untrusted (consumer.ReasonUntrusted) and never applied. The broker's
+// ACLs, which let only the payment service write payments.events and so on, are the
+// real boundary; see docs/operations.md.
+func Trust(r *consumer.Router) *consumer.Router {
+	return r.
+		Trust(SourceOrder, TopicOrders, OrderCreated, OrderConfirmed, OrderRejected, OrderCancelRequested, OrderCancelled).
+		Trust(SourcePayment, TopicPayments, PaymentAuthorized, PaymentDeclined, PaymentRefunded).
+		Trust(SourceInventory, TopicInventory, StockReserved, StockUnavailable, StockReleased)
+}
