@@ -61,6 +61,9 @@ type options struct {
 	poolConfig   func(*pgxpool.Config)
 	redisOptions func(*redis.Options)
 	listener     net.Listener
+	// httpserver.go
+	adminListener net.Listener
+	httpLimits    HTTPLimits
 }
 
 // Option configures New.
@@ -189,6 +192,7 @@ type App struct {
 	ran       atomic.Bool
 	ready     chan struct{}
 	addr      atomic.Pointer[string]
+	adminAddr atomic.Pointer[string]
 	closeOnce sync.Once
 }
 
@@ -469,15 +473,42 @@ func (a *App) Addr() string {
 // Ready is closed once Run has started every component and serves HTTP.
 func (a *App) Ready() <-chan struct{} { return a.ready }
 
-// Handler returns the App's HTTP handler: /healthz, /readyz, /metrics and the routes
-// registered with Handle. Run serves it; tests may call it directly.
+// Handler returns the App's HTTP handler with every endpoint: /healthz, /readyz (with
+// each check's error), /metrics and the routes registered with Handle. Run serves it on
+// one listener only without an admin listener (see Config.AdminAddr); tests may call
+// it directly.
 func (a *App) Handler() http.Handler {
+	mux := a.adminMux()
+	mux.Handle("/", a.mux)
+	return mux
+}
+
+// adminMux serves the admin endpoints: /healthz, /readyz with details, /metrics.
+func (a *App) adminMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /healthz", HealthHandler())
 	mux.Handle("GET /readyz", ReadyHandler(ReadyTimeout, a.gate, a.checks...))
 	mux.Handle("GET /metrics", a.Telemetry.MetricsHandler())
+	return mux
+}
+
+// publicHandler serves the routes, /healthz and a /readyz that reports only the status,
+// for a public listener next to an admin one.
+func (a *App) publicHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /healthz", HealthHandler())
+	mux.Handle("GET /readyz", publicReady(ReadyHandler(ReadyTimeout, a.gate, a.checks...)))
 	mux.Handle("/", a.mux)
 	return mux
+}
+
+// AdminAddr returns the admin listener's address once Run is listening, or "" before
+// and when the admin endpoints share the public listener.
+func (a *App) AdminAddr() string {
+	if p := a.adminAddr.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 func (a *App) gate() error {
@@ -584,30 +615,55 @@ func (a *App) Run(ctx context.Context) (err error) {
 	}
 	addr := ln.Addr().String()
 	a.addr.Store(&addr)
+	limits := a.opts.httpLimits.withDefaults()
+	handler := a.Handler()
+	adminLn := a.opts.adminListener
+	if adminLn == nil && a.opts.listener == nil && a.Config.AdminAddr != "" {
+		if adminLn, err = net.Listen("tcp", a.Config.AdminAddr); err != nil {
+			ln.Close()
+			a.state.Store(stateStopping)
+			a.closeResources(context.Background())
+			return fmt.Errorf("app: listen on %s (%s): %w", a.Config.AdminAddr, EnvAdminAddr, err)
+		}
+	}
+	var admin *http.Server
+	if adminLn != nil {
+		handler = a.publicHandler()
+		admin = newServer(a.adminMux(), HTTPLimits{}.withDefaults())
+		admin.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+		aaddr := adminLn.Addr().String()
+		a.adminAddr.Store(&aaddr)
+	}
 
 	var stopping atomic.Bool
-	exits := make(chan exit, len(a.consumers)+len(a.workers)+2)
+	exits := make(chan exit, len(a.consumers)+len(a.workers)+3)
 	base := context.WithoutCancel(ctx)
 	relay := a.start(base, []component{{name: "outbox relay", run: a.relay.Run, mustRun: true}}, exits, &stopping)
 	consumers := a.start(base, append(append([]component(nil), a.consumers...), a.workers...), exits, &stopping)
 
-	srv := &http.Server{
-		Handler:           a.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	srv := newServer(handler, limits)
+	srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	httpDone := make(chan struct{})
 	go func() {
 		defer close(httpDone)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !stopping.Load() {
+		if err := srv.Serve(limitConns(ln, limits.MaxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) && !stopping.Load() {
 			exits <- exit{"http server", err}
+		}
+	}()
+	adminDone := make(chan struct{})
+	go func() {
+		defer close(adminDone)
+		if admin == nil {
+			return
+		}
+		if err := admin.Serve(adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) && !stopping.Load() {
+			exits <- exit{"admin http server", err}
 		}
 	}()
 
 	a.state.Store(stateRunning)
 	close(a.ready)
-	log.Info("app: started", slog.String("http_addr", addr),
+	log.Info("app: started", slog.String("http_addr", addr), slog.String("admin_addr", a.AdminAddr()),
 		slog.Int("consumers", len(a.consumers)), slog.Int("background", len(a.workers)))
 
 	var cause error
@@ -638,6 +694,12 @@ func (a *App) Run(ctx context.Context) (err error) {
 			return fmt.Errorf("app: http shutdown: %w", err)
 		}
 		<-httpDone
+		if admin != nil {
+			if err := admin.Shutdown(sctx); err != nil {
+				return fmt.Errorf("app: admin http shutdown: %w", err)
+			}
+		}
+		<-adminDone
 		return nil
 	})
 	step("consumers", func() error { return consumers.stop(sctx) })

@@ -30,7 +30,7 @@ const (
 // deployment manifests and their tests.
 func EnvVars() []string {
 	return append([]string{EnvDatabaseURL, EnvDatabaseConns, EnvRedisAddr, EnvRedisURL, EnvRedisTLSCAFile, EnvKafkaBrokers, EnvKafkaPartitions,
-		EnvHTTPAddr, EnvLogLevel, EnvJaegerUIURL, EnvShutdownTimeout, EnvConsumerBatch}, kafkaSecurityVars()...)
+		EnvHTTPAddr, EnvAdminAddr, EnvLogLevel, EnvJaegerUIURL, EnvShutdownTimeout, EnvConsumerBatch}, kafkaSecurityVars()...)
 }
 
 // Defaults of [LoadConfig].
@@ -83,6 +83,12 @@ type Config struct {
 	// HTTPAddr is the listen address of the HTTP server with /healthz, /readyz, /metrics
 	// and the service's own routes (HTTP_ADDR; the default is the service's).
 	HTTPAddr string
+	// AdminAddr is the listen address of the admin endpoints /healthz, /readyz (with
+	// each check's error) and /metrics (ADMIN_ADDR; default loopback, HTTP_ADDR's port +
+	// DefaultAdminPortOffset, e.g. 127.0.0.1:9080; none or empty: they stay on HTTPAddr).
+	// With an admin listener, HTTPAddr serves /healthz, a /readyz without details and the
+	// service's routes, never /metrics.
+	AdminAddr string
 	// LogLevel is the minimum level logged (LOG_LEVEL; default info).
 	LogLevel slog.Level
 	// JaegerUIURL is the base URL of the trace UI, for links to a saga's trace
@@ -121,12 +127,16 @@ func LoadConfig(env *Env, service, defaultHTTPAddr string) Config {
 		KafkaPartitions: int32(env.Int(EnvKafkaPartitions, DefaultKafkaPartitions)),
 		KafkaSecurity:   readKafkaSecurity(env),
 		HTTPAddr:        env.String(EnvHTTPAddr, defaultHTTPAddr),
+		AdminAddr:       env.String(EnvAdminAddr, defaultAdminAddr(env.String(EnvHTTPAddr, defaultHTTPAddr))),
 		LogLevel:        env.Level(EnvLogLevel, slog.LevelInfo),
 		JaegerUIURL:     env.String(EnvJaegerUIURL, DefaultJaegerUIURL),
 		ShutdownTimeout: env.Duration(EnvShutdownTimeout, DefaultShutdownTimeout),
 		ConsumerBatch:   env.Int(EnvConsumerBatch, DefaultConsumerBatch),
 	}
 	c.DatabaseMaxConns = int32(env.Int(EnvDatabaseConns, int(4*c.KafkaPartitions+4)))
+	if strings.EqualFold(c.AdminAddr, "none") {
+		c.AdminAddr = ""
+	}
 	if strings.EqualFold(c.RedisAddr, "none") {
 		c.RedisAddr = ""
 	}
@@ -177,6 +187,9 @@ func (c Config) problems() []problem {
 	ps = append(ps, c.KafkaSecurity.problems()...)
 	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 		ps = append(ps, problem{EnvHTTPAddr, "not [host]:port"})
+	}
+	if _, _, err := net.SplitHostPort(c.AdminAddr); c.AdminAddr != "" && err != nil {
+		ps = append(ps, problem{EnvAdminAddr, "not [host]:port (or none)"})
 	}
 	if u, err := url.Parse(c.JaegerUIURL); c.JaegerUIURL != "" && (err != nil || u.Scheme == "" || u.Host == "") {
 		ps = append(ps, problem{EnvJaegerUIURL, "not an absolute URL"})

@@ -143,6 +143,8 @@ type conn struct {
 	timeout  time.Duration
 	json     bool
 	kafkaSec kafkaSecFlags
+	// orderToken is the order API's bearer token (-order-token, env ORDER_API_TOKEN).
+	orderToken string
 }
 
 func newFlagSet(name string, std stdio, c *conn) *flag.FlagSet {
@@ -160,6 +162,8 @@ func newFlagSet(name string, std stdio, c *conn) *flag.FlagSet {
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "per-request timeout")
 	fs.BoolVar(&c.json, "json", false, "print JSON instead of tables")
 	c.kafkaSec = addKafkaSecFlags(fs, std.getenv)
+	fs.StringVar(&c.orderToken, "order-token", std.getenv("ORDER_API_TOKEN"),
+		"bearer `token` of the order API (env ORDER_API_TOKEN; prefer the environment: flags show in ps)")
 	return fs
 }
 

@@ -29,6 +29,10 @@ const (
 	EnvSweepInterval = "ORDER_SWEEP_INTERVAL"
 	// EnvGroup: the Kafka consumer group (default DefaultGroup).
 	EnvGroup = "ORDER_GROUP"
+	// EnvAPIToken: a bearer token the order API requires in "Authorization: Bearer
+	// <token>" (default none: the API is open). /healthz, /readyz and /metrics do not
+	// need it.
+	EnvAPIToken = "ORDER_API_TOKEN"
 )
 
 // Defaults of Config.
@@ -42,7 +46,7 @@ const (
 // EnvVars returns the names of the environment variables the order service reads
 // itself (the shared ones are app's).
 func EnvVars() []string {
-	return []string{EnvStuckAfter, EnvStuckAfterCancelling, EnvSagaTimeout, EnvCompensationTimeout, EnvSweepInterval, EnvGroup}
+	return []string{EnvStuckAfter, EnvStuckAfterCancelling, EnvSagaTimeout, EnvCompensationTimeout, EnvSweepInterval, EnvGroup, EnvAPIToken}
 }
 
 // Config is the order service's configuration.
@@ -54,6 +58,8 @@ type Config struct {
 	Settings Settings
 	// Group is the consumer group of the payment and inventory topics.
 	Group string
+	// APIToken, if set, is the bearer token the order API requires (ORDER_API_TOKEN).
+	APIToken string
 	// AppOptions are passed to app.New (e.g. app.WithListener, app.WithoutSignals in
 	// tests). Not read from the environment.
 	AppOptions []app.Option
@@ -74,7 +80,8 @@ func LoadConfig(env *app.Env) Config {
 			},
 			SweepInterval: env.Duration(EnvSweepInterval, DefaultSweepInterval),
 		},
-		Group: env.String(EnvGroup, DefaultGroup),
+		Group:    env.String(EnvGroup, DefaultGroup),
+		APIToken: env.String(EnvAPIToken, ""),
 	}
 	c.Settings.JaegerUIURL = c.App.JaegerUIURL
 	for _, p := range c.problems() {

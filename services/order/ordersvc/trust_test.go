@@ -25,12 +25,14 @@ import (
 // service: a payment.authorized with ce_source "evil", then the real payment service's
 // payment.authorized and the inventory's stock.reserved each on the wrong topic. Each is
 // dead-lettered with reason "untrusted" and the order stays PENDING with no transition.
+// The service runs with ORDER_API_TOKEN: its API refuses requests without the token.
 func TestForgedEventsAreUntrusted(t *testing.T) {
+	const apiToken = "t0ken-for-the-order-api"
 	brokers := testenv.Kafka(t)
 	_, ns := testenv.Redis(t)
 	env := app.MapEnv(map[string]string{
 		"DATABASE_URL": testenv.PostgresDSN(t), "REDIS_ADDR": testenv.RedisAddr(t),
-		"KAFKA_BROKERS": strings.Join(brokers, ","), "KAFKA_PARTITIONS": "1",
+		"KAFKA_BROKERS": strings.Join(brokers, ","), "KAFKA_PARTITIONS": "1", "ORDER_API_TOKEN": apiToken,
 	})
 	cfg := ordersvc.LoadConfig(env)
 	if err := env.Err(); err != nil {
@@ -50,8 +52,22 @@ func TestForgedEventsAreUntrusted(t *testing.T) {
 		}
 	})
 
+	// ORDER_API_TOKEN: the API needs the token, /healthz does not.
 	resp, err := http.Post(base+"/orders", "application/json", strings.NewReader(validBody))
 	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("POST /orders without the token: %d, want 401", resp.StatusCode)
+	}
+	if resp, err := http.Get(base + "/healthz"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/healthz without the token: %v %v", resp, err)
+	}
+	req, _ := http.NewRequest("POST", base+"/orders", strings.NewReader(validBody))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+apiToken)
+	if resp, err = http.DefaultClient.Do(req); err != nil {
 		t.Fatal(err)
 	}
 	var o ordersvc.OrderJSON
@@ -96,8 +112,17 @@ func TestForgedEventsAreUntrusted(t *testing.T) {
 			t.Errorf("%s from %s on %s: dead letter %q with reason %q, want untrusted", f.typ, f.source, f.topic, dlq.Key, reason)
 		}
 	}
+	req, _ = http.NewRequest("GET", base+"/orders/"+o.ID, nil)
+	req.Header.Set("Authorization", "Bearer "+apiToken)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
 	var g ordersvc.OrderJSON
-	getJSON(t, base+"/orders/"+o.ID, &g)
+	if err := json.NewDecoder(resp.Body).Decode(&g); err != nil {
+		t.Fatal(err)
+	}
 	if g.State != ordersvc.Pending || len(g.History) != 1 {
 		t.Errorf("order after forged events: state %s, %d history entries; want PENDING and 1", g.State, len(g.History))
 	}
