@@ -16,9 +16,10 @@ import (
 // ErrUnknownType, which is non-retryable (the event is dead-lettered). Register every
 // route before the consumer runs; a Router is then safe for concurrent use.
 type Router struct {
-	routes map[string]TxHandler
-	ignore map[string]bool
-	trust  map[string][]trustRule // see Trust (trust.go)
+	routes  map[string]TxHandler
+	ignore  map[string]bool
+	trust   map[string][]trustRule     // see Trust (trust.go)
+	subject func(subject string) error // see Subjects (trust.go)
 }
 
 // NewRouter returns an empty Router.
@@ -80,6 +81,9 @@ func (r *Router) Filter() Middleware {
 func (r *Router) filter(m *Message) (bool, error) {
 	typ := m.Event.Type
 	if err := r.trusted(m); err != nil {
+		return false, err
+	}
+	if err := r.validSubject(m); err != nil {
 		return false, err
 	}
 	switch {

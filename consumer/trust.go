@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/choreo-saga/choreo/event"
 )
 
 // trustRule is one (source, topic) an event type is accepted from.
@@ -74,4 +76,25 @@ func clip(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// Subjects declares the form of a valid subject (entity id) and returns r: an event
+// whose subject valid rejects fails with an error matching event.ErrMalformed (it is
+// dead-lettered as malformed) before any lock, fence or idempotency key is made from
+// it. Default: any subject event.Validate accepts. Like Trust, it is applied by Filter.
+func (r *Router) Subjects(valid func(subject string) error) *Router {
+	r.subject = valid
+	return r
+}
+
+// validSubject applies the Subjects rule to m.
+func (r *Router) validSubject(m *Message) error {
+	if r.subject == nil {
+		return nil
+	}
+	if err := r.subject(m.Event.Subject); err != nil {
+		return &event.Error{Field: "subject", Kind: event.ErrInvalidHeader,
+			Detail: fmt.Sprintf("%q: %v", clip(m.Event.Subject, maxQuoted), err)}
+	}
+	return nil
 }

@@ -108,3 +108,22 @@ func TestTrust(t *testing.T) {
 		t.Errorf("b on t2: %v", err)
 	}
 }
+
+// TestSubjects: a subject the Subjects rule rejects fails the filter as malformed, so no
+// lock or fence key is made from it.
+func TestSubjects(t *testing.T) {
+	r := NewRouter().Handle("x", func(context.Context, pgx.Tx, event.Event) error { return nil }).
+		Subjects(func(s string) error {
+			if strings.Contains(s, "/") {
+				return errors.New("no slashes")
+			}
+			return nil
+		})
+	for s, ok := range map[string]bool{"o-1": true, "../../etc": false} {
+		m := &Message{Record: &kgo.Record{Topic: "t"}, Event: event.Event{Type: "x", Subject: s}, Decoded: true}
+		_, err := r.filter(m)
+		if (err == nil) != ok || (!ok && (!errors.Is(err, event.ErrMalformed) || Reason(err) != ReasonMalformed)) {
+			t.Errorf("subject %q: %v", s, err)
+		}
+	}
+}

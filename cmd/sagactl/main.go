@@ -66,6 +66,7 @@ Exit codes: 0 ok, 1 failure, 2 usage error, 3 service or broker unreachable.
 `
 
 func run(ctx context.Context, args []string, std stdio) int {
+	std.out, std.err = safeWriter{w: std.out}, safeWriter{w: std.err, keepCR: true} // safeout.go
 	args, err := hoistGlobalFlags(args, std)
 	if err != nil {
 		fmt.Fprintf(std.err, "sagactl: %s\n", strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
