@@ -5,7 +5,7 @@ GO    ?= go
 # Library packages run under the race detector; the services, commands and end-to-end
 # tests and the benchmark helpers run without it (they are big and these machines have 2 cores).
 LIB_PKGS := ./event/... ./idempotency/... ./lock/... ./outbox/... ./consumer/... ./tracing/... ./app/... ./internal/...
-APP_PKGS := ./services/... ./cmd/... ./deploy/... ./bench/...
+APP_PKGS := ./services/... ./cmd/... ./deploy/... ./bench/... ./examples/...
 
 .PHONY: help
 help: ## list targets
@@ -33,7 +33,7 @@ fuzz: ## explore the event decoder (binary and structured mode) with the fuzzer,
 
 .PHONY: build
 build: ## build every binary into bin/
-	$(GO) build -o bin/ ./cmd/... ./services/order ./services/payment ./services/inventory
+	$(GO) build -o bin/ ./cmd/... ./services/order ./services/payment ./services/inventory ./examples/shipping
 
 .PHONY: bench
 bench: services ## run the benchmarks and print their tables (see docs/benchmarks.md)
@@ -43,6 +43,7 @@ bench: services ## run the benchmarks and print their tables (see docs/benchmark
 	$(GO) run ./bench/services -duration 5s -workers 1,8 -orders 3000
 	$(GO) run ./bench/order -duration 5s
 	$(GO) test -run '^$$' -bench . -benchmem ./tracing ./consumer ./lock ./idempotency
+	$(GO) run ./bench/hotentity
 
 COMPOSE := $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
@@ -40,6 +41,9 @@ var (
 
 // ReadyTimeout bounds each /readyz check.
 const ReadyTimeout = 2 * time.Second
+
+// ensureTopicsTimeout bounds the creation of the consumers' dead-letter topics in Run.
+const ensureTopicsTimeout = 30 * time.Second
 
 // kafkaAuthTimeout bounds New's first connection to a broker that requires SASL or TLS.
 const kafkaAuthTimeout = 15 * time.Second
@@ -185,6 +189,8 @@ type App struct {
 	mux       *http.ServeMux
 	checks    []NamedCheck
 	relay     *outbox.Relay
+	archive   *consumer.DeadLetterArchive // the default dead-letter archive, migrated by New
+	dlqTopics []string                    // of the consumers; Run creates them if missing
 	consumers []component
 	workers   []component
 
@@ -265,6 +271,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 	}
 	if err := MigrateLibrary(ctx, a.Pool, a.Outbox); err != nil {
 		return nil, err
+	}
+	if a.archive, err = consumer.NewDeadLetterArchive(a.Pool, ""); err != nil {
+		return nil, fmt.Errorf("app: %w", err)
 	}
 	a.Store = o.store
 	if a.Store == nil {
@@ -366,7 +375,12 @@ func (a *App) AddCheck(name string, c Check) {
 type ConsumerSpec struct {
 	// Group is the Kafka consumer group. Required.
 	Group string
-	// Topics are consumed by the group. Required.
+	// Topics are consumed by the group. Required. Run creates the dead-letter topic of
+	// each if missing (with Config.KafkaPartitions partitions; a creation the broker
+	// refuses is logged), and the consumer then fails at start, with an error matching
+	// consumer.ErrMissingTopic, if one still does not exist. A dead letter the topic
+	// refuses (too large, or the topic deleted) is archived in the service's database
+	// (consumer.DefaultDeadLetterTable, migrated by New) and settled.
 	Topics []string
 	// Router routes events by type (set Router or Handler).
 	Router *consumer.Router
@@ -387,26 +401,33 @@ type ConsumerSpec struct {
 // (consumer.Standard): the App's pool for transactions, its Kafka client for the
 // dead-letter topics, its locker with fencing (when Redis is configured), its
 // idempotency store, and Outbox.Wake after every commit. It starts with Run and is
-// drained in Run's shutdown, before the relay stops. /readyz reports its Health under
-// "consumer <group>" ([ConsumerCheck]).
+// drained in Run's shutdown, before the relay stops.
+//
+// The group member uses Config.KafkaInstanceID (static membership),
+// Config.KafkaSessionTimeout and Config.KafkaRebalanceTimeout; spec.Options may override
+// them. /readyz reports its Health under "consumer <group>" ([ConsumerCheck]: outage or
+// stalled partitions) and its assignment under "consumer <group> partitions": not ready
+// when it has held no partition for longer than the session plus the rebalance timeout
+// while the group has lag.
 func (a *App) Consume(spec ConsumerSpec) error {
 	if a.state.Load() != stateNew {
 		return ErrRunning
 	}
 	sc := consumer.StandardConfig{
-		DB:              a.Pool,
-		Router:          spec.Router,
-		Handler:         spec.Handler,
-		DeadLetter:      a.Kafka,
-		Store:           a.Store,
-		Name:            spec.Name,
-		AfterCommit:     []func(){a.Outbox.Wake},
-		Retry:           spec.Retry,
-		EntityAttribute: a.opts.entityAttr,
-		Logger:          a.Logger,
-		TracerProvider:  a.Telemetry.TracerProvider,
-		MeterProvider:   a.Telemetry.MeterProvider,
-		Propagator:      a.Telemetry.Propagator,
+		DB:                a.Pool,
+		Router:            spec.Router,
+		Handler:           spec.Handler,
+		DeadLetter:        a.Kafka,
+		DeadLetterArchive: a.archive,
+		Store:             a.Store,
+		Name:              spec.Name,
+		AfterCommit:       []func(){a.Outbox.Wake},
+		Retry:             spec.Retry,
+		EntityAttribute:   a.opts.entityAttr,
+		Logger:            a.Logger,
+		TracerProvider:    a.Telemetry.TracerProvider,
+		MeterProvider:     a.Telemetry.MeterProvider,
+		Propagator:        a.Telemetry.Propagator,
 	}
 	if a.Locker != nil {
 		sc.Locker = a.Locker
@@ -419,10 +440,15 @@ func (a *App) Consume(spec ConsumerSpec) error {
 	if err != nil {
 		return fmt.Errorf("app: consumer %s: %w", spec.Group, err)
 	}
+	dlqTopic := sc.DeadLetterTopic
+	if dlqTopic == nil {
+		dlqTopic = func(source string) string { return source + consumer.DeadLetterSuffix }
+	}
 	copts := []consumer.Option{
 		consumer.WithClientOptions(a.kafkaOpts...),
 		consumer.WithLogger(a.Logger),
 		consumer.WithMeterProvider(a.Telemetry.MeterProvider),
+		consumer.WithDeadLetterTopics(dlqTopic),
 	}
 	if a.Config.ConsumerBatch > 1 {
 		bh, err := consumer.StandardBatch(sc)
@@ -431,13 +457,32 @@ func (a *App) Consume(spec ConsumerSpec) error {
 		}
 		copts = append(copts, consumer.WithBatch(a.Config.ConsumerBatch, bh))
 	}
+	session, rebalance := a.Config.KafkaSessionTimeout, a.Config.KafkaRebalanceTimeout
+	if session == 0 {
+		session = DefaultKafkaSessionTimeout
+	}
+	if rebalance == 0 {
+		rebalance = DefaultKafkaRebalanceTimeout
+	}
+	kopts := []kgo.Opt{kgo.SessionTimeout(session), kgo.RebalanceTimeout(rebalance)}
+	if a.Config.KafkaInstanceID != "" {
+		kopts = append(kopts, kgo.InstanceID(a.Config.KafkaInstanceID))
+	}
+	copts = append(copts, consumer.WithClientOptions(kopts...))
 	copts = append(copts, spec.Options...)
+	for _, t := range spec.Topics {
+		a.dlqTopics = append(a.dlqTopics, dlqTopic(t))
+	}
 	c, err := consumer.New(a.Config.KafkaBrokers, spec.Group, spec.Topics, h, copts...)
 	if err != nil {
 		return fmt.Errorf("app: consumer %s: %w", spec.Group, err)
 	}
 	a.consumers = append(a.consumers, component{name: "consumer " + spec.Group, run: c.Run, mustRun: true})
 	a.checks = append(a.checks, NamedCheck{"consumer " + spec.Group, ConsumerCheck(c)})
+	// A healthy group hands a member partitions within a session timeout (a dead member
+	// expires) plus a rebalance timeout (the others rejoin).
+	a.checks = append(a.checks, NamedCheck{"consumer " + spec.Group + " partitions",
+		assignmentCheck(spec.Group, c.Assigned, kadm.NewClient(a.Kafka), session+rebalance)})
 	return nil
 }
 
@@ -449,7 +494,8 @@ func (a *App) Go(name string, fn func(ctx context.Context) error) {
 	a.workers = append(a.workers, component{name: name, run: fn})
 }
 
-// EnsureTopics creates topics and their dead-letter topics (topic + ".dlq") with
+// EnsureTopics creates topics and their dead-letter topics (topic +
+// consumer.DeadLetterSuffix) with
 // Config.KafkaPartitions partitions if they do not exist (see [EnsureTopics]).
 func (a *App) EnsureTopics(ctx context.Context, topics ...string) error {
 	return EnsureTopics(ctx, a.Kafka, a.Config.KafkaPartitions, WithDeadLetterTopics(topics...)...)
@@ -638,6 +684,16 @@ func (a *App) Run(ctx context.Context) (err error) {
 	var stopping atomic.Bool
 	exits := make(chan exit, len(a.consumers)+len(a.workers)+3)
 	base := context.WithoutCancel(ctx)
+	if len(a.dlqTopics) > 0 {
+		tctx, cancel := context.WithTimeout(ctx, ensureTopicsTimeout)
+		err := EnsureTopics(tctx, a.Kafka, a.Config.KafkaPartitions, a.dlqTopics...)
+		cancel()
+		if err != nil {
+			// Each consumer's own check (consumer.WithDeadLetterTopics) fails on a topic
+			// that is still missing.
+			log.Warn("app: creating dead-letter topics failed", slog.Any("topics", a.dlqTopics), slog.Any("error", err))
+		}
+	}
 	relay := a.start(base, []component{{name: "outbox relay", run: a.relay.Run, mustRun: true}}, exits, &stopping)
 	consumers := a.start(base, append(append([]component(nil), a.consumers...), a.workers...), exits, &stopping)
 

@@ -113,7 +113,7 @@ func TestMigrations(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, table := range []string{"choreo_idempotency", "choreo_lock_fences", "choreo_outbox", "choreo_outbox_dead", "widgets"} {
+	for _, table := range []string{"choreo_idempotency", "choreo_lock_fences", "choreo_outbox", "choreo_outbox_dead", consumer.DefaultDeadLetterTable, "widgets"} {
 		var ok bool
 		if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&ok); err != nil || !ok {
 			t.Errorf("table %s missing (%v)", table, err)
@@ -285,6 +285,21 @@ func TestAppLifecycle(t *testing.T) {
 	k.WaitSettled(a.Pool, "", map[string][]string{"widget": {"widgets.in"}})
 	if got := k.Events("widgets.out"); len(got) != 2 || len(got["w-1"]) != 1 || len(got["w-2"]) != 1 {
 		t.Fatalf("published %v", got)
+	}
+	// The consumer joined as a static member under the configured instance id, and
+	// /readyz reports its assignment check.
+	if a.Config.KafkaInstanceID == "" {
+		t.Fatalf("no default instance id for HTTP address %s", a.Addr())
+	}
+	described, err := kadm.NewClient(a.Kafka).DescribeGroups(ctx, "widget")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms := described["widget"].Members; len(ms) != 1 || ms[0].InstanceID == nil || *ms[0].InstanceID != a.Config.KafkaInstanceID {
+		t.Errorf("group members %+v, want one with instance id %q", ms, a.Config.KafkaInstanceID)
+	}
+	if code, body := get(t, a.base+"/readyz"); code != 200 || !strings.Contains(body, `"consumer widget partitions":"ok"`) {
+		t.Errorf("/readyz = %d %s", code, body)
 	}
 
 	code, metrics := get(t, a.base+"/metrics")

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -24,13 +25,18 @@ const (
 	EnvJaegerUIURL     = "JAEGER_UI_URL"
 	EnvShutdownTimeout = "SHUTDOWN_TIMEOUT"
 	EnvConsumerBatch   = "CONSUMER_BATCH"
+
+	EnvKafkaInstanceID       = "KAFKA_INSTANCE_ID"
+	EnvKafkaSessionTimeout   = "KAFKA_SESSION_TIMEOUT"
+	EnvKafkaRebalanceTimeout = "KAFKA_REBALANCE_TIMEOUT"
 )
 
 // EnvVars lists the variables [LoadConfig] reads (OTEL_* aside: see tracing.Setup), for
 // deployment manifests and their tests.
 func EnvVars() []string {
 	return append([]string{EnvDatabaseURL, EnvDatabaseConns, EnvRedisAddr, EnvRedisURL, EnvRedisTLSCAFile, EnvKafkaBrokers, EnvKafkaPartitions,
-		EnvHTTPAddr, EnvAdminAddr, EnvLogLevel, EnvJaegerUIURL, EnvShutdownTimeout, EnvConsumerBatch}, kafkaSecurityVars()...)
+		EnvHTTPAddr, EnvAdminAddr, EnvLogLevel, EnvJaegerUIURL, EnvShutdownTimeout, EnvConsumerBatch,
+		EnvKafkaInstanceID, EnvKafkaSessionTimeout, EnvKafkaRebalanceTimeout}, kafkaSecurityVars()...)
 }
 
 // Defaults of [LoadConfig].
@@ -41,7 +47,24 @@ const (
 	DefaultJaegerUIURL     = "http://localhost:16686"
 	DefaultShutdownTimeout = 30 * time.Second
 	DefaultConsumerBatch   = 16
+	// DefaultKafkaSessionTimeout is how long the group coordinator waits for a member's
+	// heartbeat (sent every 3s) before it gives the member's partitions to the others.
+	// It bounds how long the partitions of a killed instance stay unconsumed, and is the
+	// time a restarted instance has to take them back under the same instance id without
+	// a rebalance. Kafka's default is 45s; a service restarts in seconds.
+	DefaultKafkaSessionTimeout = 15 * time.Second
+	// DefaultKafkaRebalanceTimeout is how long a rebalance waits for every member to
+	// rejoin, which includes finishing in-flight handlers and committing on revocation
+	// (bounded by consumer.DefaultDrainTimeout, 10s). Kafka clients default to 60s.
+	DefaultKafkaRebalanceTimeout = 30 * time.Second
 )
+
+// minSessionTimeout is the brokers' default group.min.session.timeout.ms: shorter
+// session timeouts are refused at JoinGroup.
+const minSessionTimeout = 6 * time.Second
+
+// maxInstanceIDLen is the longest group.instance.id Kafka accepts.
+const maxInstanceIDLen = 249
 
 // Config is the plumbing configuration every service shares. Service-specific settings
 // are read next to it with the same [Env], so that one error lists every problem.
@@ -104,6 +127,58 @@ type Config struct {
 	// that falls behind shares each commit across up to ConsumerBatch records (see
 	// consumer.WithBatch and consumer.StandardBatch).
 	ConsumerBatch int
+	// KafkaInstanceID is the static group membership id (group.instance.id, KIP-345) of
+	// this instance in every consumer group of the service (KAFKA_INSTANCE_ID; "none"
+	// for dynamic membership). A restarted instance that joins with the id of its
+	// previous run within KafkaSessionTimeout gets its partitions back without a
+	// rebalance, and kill -9 of an instance costs its partitions' progress for at most
+	// the session timeout. The default is "<service>-<hostname>-<HTTP port>" (with the
+	// HTTP_ADDR host before the port when one is set): stable across restarts, and
+	// distinct for two instances of a service on one host because they cannot listen on
+	// the same address. With HTTP port 0 (a random port) the default is dynamic
+	// membership. Two live instances must never share an id: the broker fences the older
+	// one. Letters, digits, '.', '_' and '-' only, at most 249 characters.
+	//
+	// A static member does not leave its groups when it stops (kgo.InstanceID): its
+	// partitions wait for it for the session timeout, also on a scale-down.
+	KafkaInstanceID string
+	// KafkaSessionTimeout is the consumers' session timeout (KAFKA_SESSION_TIMEOUT;
+	// default DefaultKafkaSessionTimeout; at least 6s, the brokers' default minimum; 0 in
+	// a Config built in code means the default).
+	KafkaSessionTimeout time.Duration
+	// KafkaRebalanceTimeout is the consumers' rebalance timeout
+	// (KAFKA_REBALANCE_TIMEOUT; default DefaultKafkaRebalanceTimeout; 0 means the
+	// default). Keep it above the consumers' drain timeout (consumer.WithDrainTimeout).
+	KafkaRebalanceTimeout time.Duration
+}
+
+// defaultInstanceID returns the default KafkaInstanceID of service listening on
+// httpAddr on the host named hostname, or "" (dynamic membership) if there is no
+// stable one.
+func defaultInstanceID(service, hostname, httpAddr string) string {
+	host, port, err := net.SplitHostPort(httpAddr)
+	if err != nil || port == "" || port == "0" || hostname == "" {
+		return ""
+	}
+	parts := []string{service, hostname}
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		parts = append(parts, host)
+	}
+	parts = append(parts, port)
+	id := strings.Map(func(r rune) rune {
+		if validInstanceRune(r) {
+			return r
+		}
+		return '-'
+	}, strings.Join(parts, "-"))
+	if len(id) > maxInstanceIDLen {
+		id = id[:maxInstanceIDLen]
+	}
+	return id
+}
+
+func validInstanceRune(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-'
 }
 
 // DefaultDatabaseURL returns the database URL used when DATABASE_URL is unset: database
@@ -137,6 +212,13 @@ func LoadConfig(env *Env, service, defaultHTTPAddr string) Config {
 	if strings.EqualFold(c.AdminAddr, "none") {
 		c.AdminAddr = ""
 	}
+	hostname, _ := os.Hostname()
+	c.KafkaInstanceID = env.String(EnvKafkaInstanceID, defaultInstanceID(service, hostname, c.HTTPAddr))
+	if strings.EqualFold(c.KafkaInstanceID, "none") {
+		c.KafkaInstanceID = ""
+	}
+	c.KafkaSessionTimeout = env.Duration(EnvKafkaSessionTimeout, DefaultKafkaSessionTimeout)
+	c.KafkaRebalanceTimeout = env.Duration(EnvKafkaRebalanceTimeout, DefaultKafkaRebalanceTimeout)
 	if strings.EqualFold(c.RedisAddr, "none") {
 		c.RedisAddr = ""
 	}
@@ -196,6 +278,15 @@ func (c Config) problems() []problem {
 	}
 	if c.ShutdownTimeout <= 0 {
 		ps = append(ps, problem{EnvShutdownTimeout, "must be positive"})
+	}
+	if id := c.KafkaInstanceID; id != "" && (len(id) > maxInstanceIDLen || strings.IndexFunc(id, func(r rune) bool { return !validInstanceRune(r) }) >= 0) {
+		ps = append(ps, problem{EnvKafkaInstanceID, "letters, digits, '.', '_' and '-' only, at most 249 characters (none for dynamic membership)"})
+	}
+	if c.KafkaSessionTimeout != 0 && c.KafkaSessionTimeout < minSessionTimeout {
+		ps = append(ps, problem{EnvKafkaSessionTimeout, "must be at least 6s (the brokers' default group.min.session.timeout.ms)"})
+	}
+	if c.KafkaRebalanceTimeout < 0 {
+		ps = append(ps, problem{EnvKafkaRebalanceTimeout, "must not be negative"})
 	}
 	if c.ConsumerBatch < 0 {
 		ps = append(ps, problem{EnvConsumerBatch, "must not be negative (0 or 1 turns batch mode off)"})

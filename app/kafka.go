@@ -8,11 +8,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-)
 
-// DeadLetterSuffix is appended to a topic's name to name its dead-letter topic; it is
-// the consumer package's default naming.
-const DeadLetterSuffix = ".dlq"
+	"github.com/choreo-saga/choreo/consumer"
+)
 
 // EnsureTopics creates every topic in topics that does not exist yet, with partitions
 // partitions and the broker's default replication factor, through the admin API
@@ -39,11 +37,11 @@ func EnsureTopics(ctx context.Context, cl *kgo.Client, partitions int32, topics 
 }
 
 // WithDeadLetterTopics returns topics followed by the dead-letter topic of each
-// (topic + DeadLetterSuffix), for [EnsureTopics].
+// (topic + consumer.DeadLetterSuffix), for [EnsureTopics].
 func WithDeadLetterTopics(topics ...string) []string {
 	out := append([]string(nil), topics...)
 	for _, t := range topics {
-		out = append(out, t+DeadLetterSuffix)
+		out = append(out, t+consumer.DeadLetterSuffix)
 	}
 	return out
 }

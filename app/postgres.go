@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/idempotency"
 	"github.com/choreo-saga/choreo/lock"
 	"github.com/choreo-saga/choreo/outbox"
@@ -66,8 +67,10 @@ func isPgCode(err error, code string) bool {
 
 // MigrateLibrary creates the tables of the library packages a choreo service uses, in
 // the current search_path: the idempotency records (idempotency.Migrate), the lock
-// fences (lock.Migrate) and the outbox tables of o (default outbox.New()). Every step
-// is idempotent and takes its own advisory lock, so all instances may run it at start.
+// fences (lock.Migrate), the outbox tables of o (default outbox.New()) and the
+// dead-letter archive (consumer.DefaultDeadLetterTable, consumer.DeadLetterArchive). Every
+// step is idempotent and takes its own advisory lock, so all instances may run it at
+// start. db must also begin transactions, as *pgxpool.Pool, *pgx.Conn and pgx.Tx do.
 func MigrateLibrary(ctx context.Context, db Execer, o *outbox.Outbox) error {
 	if o == nil {
 		o = outbox.New()
@@ -79,6 +82,17 @@ func MigrateLibrary(ctx context.Context, db Execer, o *outbox.Outbox) error {
 		return fmt.Errorf("app: migrate: %w", err)
 	}
 	if err := o.Migrate(ctx, db); err != nil {
+		return fmt.Errorf("app: migrate: %w", err)
+	}
+	b, ok := db.(Beginner)
+	if !ok {
+		return fmt.Errorf("%w: MigrateLibrary: %T cannot begin a transaction", ErrConfig, db)
+	}
+	archive, err := consumer.NewDeadLetterArchive(b, "")
+	if err == nil {
+		err = archive.Migrate(ctx)
+	}
+	if err != nil {
 		return fmt.Errorf("app: migrate: %w", err)
 	}
 	return nil

@@ -32,6 +32,12 @@ const (
 	DefaultOutageMinDelay  = 100 * time.Millisecond
 	DefaultOutageMaxDelay  = 30 * time.Second
 	DefaultStallTimeout    = 2 * time.Minute
+	// DefaultFetchMaxWait is the kgo.FetchMaxWait the consumer sets (franz-go's own
+	// default is 5 s). A partition whose fetching was paused because its buffer was full
+	// is fetched again only once the in-flight long poll returns; a short wait keeps it
+	// from sitting idle with records waiting. A kgo.FetchMaxWait given to
+	// WithClientOptions replaces it.
+	DefaultFetchMaxWait = 250 * time.Millisecond
 )
 
 const (
@@ -57,6 +63,7 @@ type config struct {
 	meterProvider   metric.MeterProvider
 	batchMax        int
 	batch           BatchHandler
+	dlqTopic        func(source string) string // nil: no check at start
 }
 
 // Option configures a Consumer.
@@ -64,7 +71,8 @@ type Option func(*config)
 
 // WithClientOptions adds franz-go client options (TLS, SASL, fetch sizes, session timeout,
 // kgo.ConsumeResetOffset, ...). The consumer sets the group, topics, commit mode and
-// partition callbacks itself; options that override those break its guarantees.
+// partition callbacks itself; options that override those break its guarantees. It also
+// sets kgo.FetchMaxWait to DefaultFetchMaxWait; a kgo.FetchMaxWait given here wins.
 func WithClientOptions(opts ...kgo.Opt) Option {
 	return func(c *config) { c.clientOpts = append(c.clientOpts, opts...) }
 }
@@ -205,10 +213,11 @@ type Consumer struct {
 
 	started atomic.Bool
 
-	mu      sync.Mutex // guards workers and closing
-	workers map[topicPartition]*worker
-	closing bool
-	baseCtx context.Context
+	mu        sync.Mutex // guards workers, idleSince and closing
+	workers   map[topicPartition]*worker
+	idleSince time.Time // since when workers is empty; zero while it is not
+	closing   bool
+	baseCtx   context.Context
 }
 
 // New returns a consumer of topics in group, reading from the seed brokers and handing
@@ -248,6 +257,25 @@ func New(brokers []string, group string, topics []string, h Handler, opts ...Opt
 	}, nil
 }
 
+// clientOptions returns the options of the consumer's franz-go client. The user's
+// options come after the defaults they may replace (kgo applies options in order) and
+// before the ones the runtime's guarantees depend on.
+func (c *Consumer) clientOptions() []kgo.Opt {
+	opts := append([]kgo.Opt{
+		kgo.SeedBrokers(c.seeds...),
+		kgo.ConsumerGroup(c.group),
+		kgo.ConsumeTopics(c.topics...),
+		kgo.FetchMaxWait(DefaultFetchMaxWait),
+	}, c.cfg.clientOpts...)
+	return append(opts,
+		kgo.AutoCommitMarks(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsAssigned(c.assigned),
+		kgo.OnPartitionsRevoked(c.revoked),
+		kgo.OnPartitionsLost(c.lost),
+	)
+}
+
 // Run joins the group and consumes until ctx is cancelled, then shuts down gracefully:
 // it stops fetching, lets in-flight handlers finish (bounded by the shutdown timeout),
 // commits the offsets of every settled record and leaves the group. It returns nil after
@@ -257,27 +285,23 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if !c.started.CompareAndSwap(false, true) {
 		return ErrClosed
 	}
-	c.baseCtx = context.WithoutCancel(ctx)
-	opts := append([]kgo.Opt{
-		kgo.SeedBrokers(c.seeds...),
-		kgo.ConsumerGroup(c.group),
-		kgo.ConsumeTopics(c.topics...),
-	}, c.cfg.clientOpts...)
-	opts = append(opts,
-		kgo.AutoCommitMarks(),
-		kgo.BlockRebalanceOnPoll(),
-		kgo.OnPartitionsAssigned(c.assigned),
-		kgo.OnPartitionsRevoked(c.revoked),
-		kgo.OnPartitionsLost(c.lost),
-	)
+	c.baseCtx = context.WithValue(context.WithoutCancel(ctx), runtimeKey{}, c)
+	c.mu.Lock()
+	if len(c.workers) == 0 {
+		c.idleSince = time.Now()
+	}
+	c.mu.Unlock()
 	unregister, err := c.registerGauges()
 	if err != nil {
 		return err
 	}
 	defer unregister()
-	cl, err := kgo.NewClient(opts...)
+	cl, err := kgo.NewClient(c.clientOptions()...)
 	if err != nil {
 		return fmt.Errorf("consumer: new client: %w", err)
+	}
+	if err := c.checkTopics(ctx, cl); err != nil {
+		return errors.Join(err, c.shutdown(cl))
 	}
 
 	monitorDone := make(chan struct{})
@@ -395,6 +419,9 @@ func (c *Consumer) assigned(_ context.Context, cl *kgo.Client, assigned map[stri
 			go w.run()
 		}
 	}
+	if len(c.workers) > 0 {
+		c.idleSince = time.Time{}
+	}
 	c.cfg.logger.Debug("consumer: partitions assigned", slog.String("group", c.group), slog.Any("partitions", assigned))
 }
 
@@ -435,7 +462,21 @@ func (c *Consumer) take(tps map[string][]int32) []*worker {
 			}
 		}
 	}
+	if len(ws) > 0 && len(c.workers) == 0 {
+		c.idleSince = time.Now()
+	}
 	return ws
+}
+
+// Assigned returns how many partitions this member of the group holds and, when it
+// holds none, since when: the start of Run, or the revocation or loss of its last
+// partition. It is zero partitions and the zero time before Run. A member that has held
+// nothing for long while its group has lag points to a wedged group (see
+// docs/reliability.md).
+func (c *Consumer) Assigned() (partitions int, idleSince time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.workers), c.idleSince
 }
 
 func (c *Consumer) stopWorkers(ws []*worker, grace time.Duration) {
@@ -454,6 +495,9 @@ func (c *Consumer) shutdown(cl *kgo.Client) error {
 	for tp, w := range c.workers {
 		ws = append(ws, w)
 		delete(c.workers, tp)
+	}
+	if len(ws) > 0 {
+		c.idleSince = time.Now()
 	}
 	c.mu.Unlock()
 

@@ -2,11 +2,14 @@ package consumer
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -26,6 +29,14 @@ const (
 	HeaderDLQGroup     = "choreo_dlq_group"     // consumer group that gave up
 	HeaderDLQTimestamp = "choreo_dlq_timestamp" // original record timestamp, RFC 3339 (ns)
 	HeaderDLQFailedAt  = "choreo_dlq_failed_at" // when it was dead-lettered, RFC 3339 (ns)
+
+	// Headers of a bounded copy, produced when the dead-letter topic refused the whole
+	// record for its size; the full original is then in the DeadLetterArchive.
+	HeaderDLQTruncated    = "choreo_dlq_truncated"     // "true": key, value or headers are cut
+	HeaderDLQOriginalSize = "choreo_dlq_original_size" // the original value's size in bytes, decimal
+	HeaderDLQSHA256       = "choreo_dlq_sha256"        // SHA-256 of the original value, lower-case hex
+	HeaderDLQArchiveTable = "choreo_dlq_archive_table" // the archive table holding the original
+	HeaderDLQArchiveID    = "choreo_dlq_archive_id"    // the original's row id in that table, decimal
 
 	// MaxDLQErrorBytes bounds the HeaderDLQError value.
 	MaxDLQErrorBytes = 4096
@@ -70,20 +81,66 @@ type Producer interface {
 	ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.ProduceResults
 }
 
+// DeadLetterSuffix names a source topic's dead-letter topic by default: source +
+// DeadLetterSuffix.
+const DeadLetterSuffix = ".dlq"
+
+// DefaultDeadLetterValueBytes is how much of a value a bounded copy keeps by default (see
+// DeadLetterValueBytes).
+const DefaultDeadLetterValueBytes = 64 << 10
+
+// Bounds of the other parts of a bounded copy.
+const (
+	boundedKeyBytes     = 1 << 10  // the key is cut to this
+	boundedHeadersBytes = 16 << 10 // original headers are kept, in order, while they fit
+)
+
 type deadLetterConfig struct {
-	topic func(source string) string
-	now   func() time.Time
+	topic      func(source string) string
+	now        func() time.Time
+	archive    *DeadLetterArchive
+	valueBytes int
+	logger     *slog.Logger
 }
 
 // DeadLetterOption configures DeadLetter.
 type DeadLetterOption func(*deadLetterConfig)
 
 // DeadLetterTopic names the dead-letter topic of each source topic (default: source +
-// ".dlq"). The topic must exist unless the producer may auto-create topics.
+// DeadLetterSuffix). The topic must exist (see WithDeadLetterTopics); a record whose
+// dead-letter topic is missing is only settled when an archive is configured.
 func DeadLetterTopic(name func(source string) string) DeadLetterOption {
 	return func(c *deadLetterConfig) {
 		if name != nil {
 			c.topic = name
+		}
+	}
+}
+
+// DeadLetterArchiveTo makes DeadLetter settle records the dead-letter topic refuses (for
+// their size, or because it does not exist) by writing their full original to the archive
+// a first. Default: no archive; such records are not settled and the runtime hands them
+// over again, blocking their partition.
+func DeadLetterArchiveTo(a *DeadLetterArchive) DeadLetterOption {
+	return func(c *deadLetterConfig) { c.archive = a }
+}
+
+// DeadLetterValueBytes sets how many leading bytes of the value a bounded copy keeps
+// (default DefaultDeadLetterValueBytes). Values below 1 keep the default.
+func DeadLetterValueBytes(n int) DeadLetterOption {
+	return func(c *deadLetterConfig) {
+		if n > 0 {
+			c.valueBytes = n
+		}
+	}
+}
+
+// DeadLetterLogger sets the logger of the Error lines DeadLetter writes when a record
+// could only be archived (default slog.Default() when DeadLetter is called).
+func DeadLetterLogger(l *slog.Logger) DeadLetterOption {
+	return func(c *deadLetterConfig) {
+		if l != nil {
+			c.logger = l
 		}
 	}
 }
@@ -96,10 +153,30 @@ func DeadLetterTopic(name func(source string) string) DeadLetterOption {
 // unchanged, never dead-lettered. A failed produce returns an error
 // matching ErrDeadLetter (the runtime then hands the record over again); a record given
 // up because its worker is stopping is not dead-lettered.
+//
+// With an archive (DeadLetterArchiveTo), two refusals cannot block the partition:
+//
+//   - The copy is refused for its size (kerr.MessageTooLarge, from the broker or from the
+//     client before sending; kerr.RecordListTooLarge): DeadLetter writes the full
+//     original to the archive and commits, then produces a bounded copy: the key cut to
+//     1 KiB, the original headers that fit in 16 KiB, the first DeadLetterValueBytes of
+//     the value, and the HeaderDLQTruncated, HeaderDLQOriginalSize, HeaderDLQSHA256,
+//     HeaderDLQArchiveTable and HeaderDLQArchiveID headers besides the usual ones. If
+//     even the bounded copy fails, the record is still settled (the archive row is
+//     durable) and an Error line is logged.
+//   - The dead-letter topic does not exist (kerr.UnknownTopicOrPartition: deleted while
+//     running, or never created): the original is archived, the record settled and an
+//     Error line names the topic.
+//
+// The offset is committed only after the archive row or the copy exists: an archive
+// write that fails (Postgres unreachable) returns an error matching ErrDeadLetter and
+// the record is handed over again.
 func DeadLetter(p Producer, opts ...DeadLetterOption) Middleware {
 	cfg := deadLetterConfig{
-		topic: func(source string) string { return source + ".dlq" },
-		now:   time.Now,
+		topic:      func(source string) string { return source + DeadLetterSuffix },
+		now:        time.Now,
+		valueBytes: DefaultDeadLetterValueBytes,
+		logger:     slog.Default(),
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -112,14 +189,9 @@ func DeadLetter(p Producer, opts ...DeadLetterOption) Middleware {
 			}
 			rec := cfg.record(m, err)
 			if perr := p.ProduceSync(ctx, rec).FirstErr(); perr != nil {
-				return fmt.Errorf("%w: to %s: %w (handling error: %w)", ErrDeadLetter, rec.Topic, perr, err)
+				return cfg.refused(ctx, p, m, rec, err, perr)
 			}
-			m.Outcome, m.DeadLetterCause = OutcomeDeadLettered, err
-			trace.SpanFromContext(ctx).AddEvent("dead-lettered", trace.WithAttributes(
-				attribute.String("choreo.dlq.topic", rec.Topic),
-				attribute.String("choreo.dlq.reason", Reason(err)),
-				attribute.String("choreo.dlq.error", clipError(err)),
-			))
+			cfg.settled(ctx, m, rec.Topic, err)
 			return nil
 		}
 	}
@@ -147,6 +219,92 @@ func (c deadLetterConfig) record(m *Message, err error) *kgo.Record {
 		Value:   src.Value,
 		Headers: headers,
 	}
+}
+
+// settled records that m was dead-lettered to topic because of err.
+func (c deadLetterConfig) settled(ctx context.Context, m *Message, topic string, err error, attrs ...attribute.KeyValue) {
+	m.Outcome, m.DeadLetterCause = OutcomeDeadLettered, err
+	trace.SpanFromContext(ctx).AddEvent("dead-lettered", trace.WithAttributes(append([]attribute.KeyValue{
+		attribute.String("choreo.dlq.topic", topic),
+		attribute.String("choreo.dlq.reason", Reason(err)),
+		attribute.String("choreo.dlq.error", clipError(err)),
+	}, attrs...)...))
+}
+
+// refused handles a dead-letter copy rec of m that could not be produced (perr; err is
+// the handling error). A refusal for size, or a missing dead-letter topic, is settled
+// through the archive when there is one; anything else is returned, unsettled.
+func (c deadLetterConfig) refused(ctx context.Context, p Producer, m *Message, rec *kgo.Record, err, perr error) error {
+	tooLarge := errors.Is(perr, kerr.MessageTooLarge) || errors.Is(perr, kerr.RecordListTooLarge)
+	missing := errors.Is(perr, kerr.UnknownTopicOrPartition) || errors.Is(perr, kerr.UnknownTopicID)
+	if c.archive == nil || !tooLarge && !missing || ctx.Err() != nil {
+		return fmt.Errorf("%w: to %s: %w (handling error: %w)", ErrDeadLetter, rec.Topic, perr, err)
+	}
+	a, aerr := c.archive.put(ctx, m, rec.Topic, err, perr)
+	if aerr != nil {
+		// perr only as text: the archive's error decides how the failure is classified
+		// (Postgres unreachable is an outage; see the consumer's outage handling).
+		return fmt.Errorf("%w: to %s: %v; archiving the original failed: %w (handling error: %w)",
+			ErrDeadLetter, rec.Topic, perr, aerr, err)
+	}
+	archivedAttrs := []attribute.KeyValue{
+		attribute.String("choreo.dlq.archive_table", c.archive.name),
+		attribute.Int64("choreo.dlq.archive_id", a.id),
+	}
+	logAttrs := []slog.Attr{
+		slog.String("group", m.Group),
+		slog.String("topic", m.Record.Topic),
+		slog.Int("partition", int(m.Record.Partition)),
+		slog.Int64("offset", m.Record.Offset),
+		slog.String("dlq_topic", rec.Topic),
+		slog.String("archive_table", c.archive.name),
+		slog.Int64("archive_id", a.id),
+		slog.String("reason", Reason(err)),
+		slog.Any("dlq_error", perr),
+	}
+	if missing {
+		c.logger.LogAttrs(ctx, slog.LevelError, "consumer: dead-letter topic missing; record archived and settled without a dead-letter copy", logAttrs...)
+		c.settled(ctx, m, rec.Topic, err, archivedAttrs...)
+		return nil
+	}
+	b := c.bounded(m, rec, a)
+	if berr := p.ProduceSync(ctx, b).FirstErr(); berr != nil {
+		c.logger.LogAttrs(ctx, slog.LevelError, "consumer: bounded dead-letter copy failed; record archived and settled without a dead-letter copy",
+			append(logAttrs, slog.Any("copy_error", berr))...)
+	}
+	c.settled(ctx, m, rec.Topic, err, append(archivedAttrs, attribute.Bool("choreo.dlq.truncated", true))...)
+	return nil
+}
+
+// bounded returns a copy of the dead letter rec of m whose size is bounded whatever the
+// original's: see DeadLetter.
+func (c deadLetterConfig) bounded(m *Message, rec *kgo.Record, a archived) *kgo.Record {
+	src := m.Record
+	out := &kgo.Record{Topic: rec.Topic, Key: clip(src.Key, boundedKeyBytes), Value: clip(src.Value, c.valueBytes)}
+	budget := boundedHeadersBytes
+	for _, h := range src.Headers {
+		if budget -= len(h.Key) + len(h.Value); budget < 0 {
+			break
+		}
+		out.Headers = append(out.Headers, h)
+	}
+	// rec's headers after the originals are DeadLetter's own.
+	out.Headers = append(out.Headers, rec.Headers[len(src.Headers):]...)
+	out.Headers = append(out.Headers,
+		kgo.RecordHeader{Key: HeaderDLQTruncated, Value: []byte("true")},
+		kgo.RecordHeader{Key: HeaderDLQOriginalSize, Value: []byte(strconv.Itoa(len(src.Value)))},
+		kgo.RecordHeader{Key: HeaderDLQSHA256, Value: []byte(hex.EncodeToString(a.sha256[:]))},
+		kgo.RecordHeader{Key: HeaderDLQArchiveTable, Value: []byte(c.archive.name)},
+		kgo.RecordHeader{Key: HeaderDLQArchiveID, Value: []byte(strconv.FormatInt(a.id, 10))},
+	)
+	return out
+}
+
+func clip(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
 }
 
 func clipError(err error) string {

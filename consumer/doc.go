@@ -8,17 +8,26 @@
 //	router := consumer.NewRouter().
 //		Handle("order.created", charge).   // func(ctx, tx pgx.Tx, ev event.Event) error
 //		Ignore("order.viewed")
+//	archive, err := consumer.NewDeadLetterArchive(pool, "") // choreo_dead_letters
+//	err = archive.Migrate(ctx)                               // at every start
 //	h, err := consumer.Standard(consumer.StandardConfig{
 //		DB: pool, Router: router, DeadLetter: kafkaClient, Locker: locker,
-//		Name: "charge", AfterCommit: []func(){ob.Wake},
+//		Name: "charge", AfterCommit: []func(){ob.Wake}, DeadLetterArchive: archive,
 //	})
-//	c, err := consumer.New(brokers, "payment", []string{"orders.events"}, h)
+//	c, err := consumer.New(brokers, "payment", []string{"orders.events"}, h,
+//		consumer.WithDeadLetterTopics(nil)) // Run fails if orders.events.dlq is missing
 //	err = c.Run(ctx) // until ctx is cancelled; then a graceful shutdown
 //	err = errors.Join(err, locker.Wait(context.WithoutCancel(ctx))) // last lease releases
 //
 // The business handler receives the transaction explicitly. It makes its writes and
 // enqueues its outgoing events with outbox.Enqueue in that transaction, using
 // ev.CausedBy(incoming) so that they keep the saga's correlation id and name their cause.
+//
+// A dead letter the topic refuses (too large, or the topic deleted) would otherwise block
+// its partition: with a DeadLetterArchive the whole original goes to a Postgres table
+// first, a bounded copy (HeaderDLQTruncated) to the topic when it exists, and the record
+// is settled (see DeadLetter). WithDeadLetterTopics makes Run fail at start, with
+// ErrMissingTopic, when a dead-letter topic does not exist.
 //
 // # The chain
 //
@@ -90,6 +99,12 @@
 // Cancelling Run's context shuts down gracefully: fetching stops, in-flight handlers
 // finish (bounded by WithShutdownTimeout), the settled offsets are committed and the
 // member leaves the group.
+//
+// Every partition worker holds one Postgres connection while its transaction runs. When
+// Idempotent's (or StandardBatch's) DB is a *pgxpool.Pool whose MaxConns is below the
+// number of partitions the member owns, the handlers log one Warn line per such
+// assignment (through the runtime's logger; they look at most once a second) naming both
+// numbers and asking for a larger pool; they still run, queueing for connections.
 //
 // Per-partition lag (high watermark minus the offset after the last settled record) and
 // buffered records are exported as OpenTelemetry gauges (choreo.consumer.lag,

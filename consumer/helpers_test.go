@@ -42,7 +42,7 @@ func newDB(t *testing.T) *pgxpool.Pool {
 }
 
 // migrateTestDB creates newDB's schemas and tables in pool's database.
-func migrateTestDB(t *testing.T, pool *pgxpool.Pool) {
+func migrateTestDB(t testing.TB, pool *pgxpool.Pool) {
 	t.Helper()
 	ctx := context.Background()
 	if err := idempotency.Migrate(ctx, pool); err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/choreo-saga/choreo/idempotency"
+	"github.com/choreo-saga/choreo/internal/txhook"
 	"github.com/choreo-saga/choreo/lock"
 )
 
@@ -44,7 +45,9 @@ type IdempotentConfig struct {
 // transaction on DB (pgx.BeginFunc), waits for the lease if Lock is acquiring it ahead
 // (Message.AwaitLease), checks the lease's fencing token if Fence is set, claims scope "<group>/<Name>" and key = event id with the request
 // hash SHA-256(type, payload) (idempotency.Store), and then:
-//   - first time: calls h with the transaction, commits, and runs the AfterCommit hooks;
+//   - first time: calls h with the transaction, writes what h deferred to the commit
+//     (outbox.Outbox.Enqueue's rows, in one INSERT), commits, and runs the AfterCommit
+//     hooks;
 //   - duplicate: rolls back, records OutcomeDuplicate, and returns nil without calling h;
 //   - same id, different payload: fails with idempotency.ErrKeyReused (non-retryable).
 //
@@ -71,10 +74,12 @@ type transactor struct {
 	fence       bool
 	afterCommit []func()
 	h           TxHandler
+	pool        *poolCheck // warns when the pool is smaller than the assignment
 }
 
 func (cfg IdempotentConfig) resolve(h TxHandler) *transactor {
-	t := &transactor{db: cfg.DB, store: cfg.Store, name: cfg.Name, fence: cfg.Fence, afterCommit: cfg.AfterCommit, h: h}
+	t := &transactor{db: cfg.DB, store: cfg.Store, name: cfg.Name, fence: cfg.Fence, afterCommit: cfg.AfterCommit, h: h,
+		pool: newPoolCheck(cfg.DB)}
 	if t.store == nil {
 		t.store = idempotency.NewStore()
 	}
@@ -100,7 +105,9 @@ func (t *transactor) handle(ctx context.Context, m *Message) error {
 // statement (idempotency.Store.Claim for one record, ClaimAll for several: a copy of an
 // event within ms is a duplicate of it), and calls h, in order, for every event that is
 // not a duplicate, with ctxs[i] as its context (ctx when ctxs is nil); ctx carries the
-// transaction's own statements. Then it commits, marks the duplicates with
+// transaction's own statements. Each handler's context carries the transaction's
+// before-commit hooks (internal/txhook), which run after the last handler: the outbox
+// rows the handlers enqueued are written there in one INSERT. Then it commits, marks the duplicates with
 // OutcomeDuplicate and runs the AfterCommit hooks once. When every event is a duplicate
 // the transaction, which wrote nothing, is rolled back and no hook runs. An error rolls
 // everything back; it names the event whose handler failed, or the record when ms holds
@@ -111,7 +118,9 @@ func (t *transactor) run(ctx context.Context, ms []*Message, ctxs []context.Cont
 		fresh  int
 		failed = -1
 	)
+	t.pool.check(ctx)
 	err := pgx.BeginFunc(ctx, t.db, func(tx pgx.Tx) error {
+		hooks := txhook.New(tx) // writes deferred to the commit, e.g. outbox rows
 		if err := t.checkFences(ctx, tx, ms, held); err != nil {
 			return err
 		}
@@ -128,17 +137,17 @@ func (t *transactor) run(ctx context.Context, ms []*Message, ctxs []context.Cont
 			if ctxs != nil {
 				hctx = ctxs[i]
 			}
-			if err := t.h(hctx, tx, m.Event); err != nil {
+			if err := t.h(txhook.With(hctx, hooks), tx, m.Event); err != nil {
 				failed = i
 				return err
 			}
 		}
-		// Writes made once for the whole transaction (e.g. one multi-row outbox insert
-		// for a batch) belong here, after every handler and before the commit.
 		if fresh == 0 {
 			return errRollback
 		}
-		return nil
+		// Writes deferred by the handlers (outbox.Enqueue: one multi-row insert for
+		// the whole transaction), after every handler and before the commit.
+		return hooks.Run(ctx)
 	})
 	switch {
 	case err == nil || (fresh == 0 && errors.Is(err, errRollback)):

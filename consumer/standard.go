@@ -24,8 +24,16 @@ type StandardConfig struct {
 	Handler TxHandler
 	// DeadLetter publishes dead-lettered records (a *kgo.Client). Required.
 	DeadLetter Producer
-	// DeadLetterTopic names a source topic's dead-letter topic (default "<topic>.dlq").
+	// DeadLetterTopic names a source topic's dead-letter topic (default "<topic>.dlq",
+	// DeadLetterSuffix).
 	DeadLetterTopic func(source string) string
+	// DeadLetterArchive, if set, keeps the full original of records the dead-letter topic
+	// refuses (too large, or the topic is missing), so they are settled instead of
+	// blocking their partition (see DeadLetter). Migrate it first. Default: none.
+	DeadLetterArchive *DeadLetterArchive
+	// DeadLetterValueBytes bounds the value of a bounded dead-letter copy (default
+	// DefaultDeadLetterValueBytes).
+	DeadLetterValueBytes int
 	// Locker, if set, serialises handling per entity (a *lock.Locker).
 	Locker Locker
 	// LockEntity chooses the entity to lock (default Message.Subject).
@@ -100,9 +108,11 @@ func Standard(cfg StandardConfig) (Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	var dlqOpts []DeadLetterOption
-	if cfg.DeadLetterTopic != nil {
-		dlqOpts = append(dlqOpts, DeadLetterTopic(cfg.DeadLetterTopic))
+	dlqOpts := []DeadLetterOption{
+		DeadLetterTopic(cfg.DeadLetterTopic),
+		DeadLetterArchiveTo(cfg.DeadLetterArchive),
+		DeadLetterValueBytes(cfg.DeadLetterValueBytes),
+		DeadLetterLogger(cfg.Logger),
 	}
 
 	mws := []Middleware{

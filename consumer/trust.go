@@ -64,14 +64,14 @@ func (r *Router) trusted(m *Message) error {
 		want[i] = t.String()
 	}
 	return fmt.Errorf("%w: %q from source %q on topic %q (accepted: %s)", ErrUntrusted,
-		m.Event.Type, clip(m.Event.Source, maxQuoted), m.Record.Topic, strings.Join(want, "; "))
+		m.Event.Type, clipText(m.Event.Source, maxQuoted), m.Record.Topic, strings.Join(want, "; "))
 }
 
 // maxQuoted bounds untrusted text quoted in an error.
 const maxQuoted = 128
 
-// clip returns s cut to at most n bytes, marked with "…" when cut.
-func clip(s string, n int) string {
+// clipText returns s cut to at most n bytes, marked with "…" when cut.
+func clipText(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
@@ -94,7 +94,7 @@ func (r *Router) validSubject(m *Message) error {
 	}
 	if err := r.subject(m.Event.Subject); err != nil {
 		return &event.Error{Field: "subject", Kind: event.ErrInvalidHeader,
-			Detail: fmt.Sprintf("%q: %v", clip(m.Event.Subject, maxQuoted), err)}
+			Detail: fmt.Sprintf("%q: %v", clipText(m.Event.Subject, maxQuoted), err)}
 	}
 	return nil
 }

@@ -544,10 +544,24 @@ func TestInitDatabasesScript(t *testing.T) {
 
 	suffix := strings.TrimPrefix(testenv.Name(t, ""), "_")
 	services := []string{"a_" + suffix, "b_" + suffix}
+	// The cleanup opens its own connection: conn is closed when the test function
+	// returns, before cleanups run.
 	t.Cleanup(func() {
+		c, err := pgx.ConnectConfig(ctx, admin)
+		if err != nil {
+			t.Errorf("drop the script's databases: %v", err)
+			return
+		}
+		defer c.Close(ctx)
 		for _, s := range services {
-			_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{"choreo_" + s}.Sanitize()+" WITH (FORCE)")
-			_, _ = conn.Exec(ctx, "DROP ROLE IF EXISTS "+pgx.Identifier{s}.Sanitize())
+			for _, sql := range []string{
+				"DROP DATABASE IF EXISTS " + pgx.Identifier{"choreo_" + s}.Sanitize() + " WITH (FORCE)",
+				"DROP ROLE IF EXISTS " + pgx.Identifier{s}.Sanitize(),
+			} {
+				if _, err := c.Exec(ctx, sql); err != nil {
+					t.Errorf("%s: %v", sql, err)
+				}
+			}
 		}
 	})
 	run := func() {

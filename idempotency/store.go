@@ -172,18 +172,26 @@ WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM ins)`,
 		// statement's snapshot) is left to claim, like claimSQL's no-row
 		// case. The NOT EXISTS matters only when the INSERT took a key whose
 		// expired record a concurrent Sweeper deleted after that snapshot.
-		claimAllSQL: `WITH req AS (
-    SELECT key, hash, ord FROM unnest($2::text[], $3::bytea[]) WITH ORDINALITY AS r (key, hash, ord)
-), ins AS (
+		// The second branch looks each key up on its own (LATERAL ... LIMIT
+		// 1): every plan, the generic plan Postgres switches to after five
+		// executions included, is then one primary-key probe per key. With
+		// key = ANY ($2) the generic plan could scan the scope's rows.
+		claimAllSQL: `WITH ins AS (
     INSERT INTO ` + t + ` (scope, key, request_hash, expires_at)
-    SELECT $1, key, hash, now() + $4::bigint * interval '1 microsecond' FROM req ORDER BY ord
+    SELECT $1, r.key, r.hash, now() + $4::bigint * interval '1 microsecond'
+    FROM unnest($2::text[], $3::bytea[]) WITH ORDINALITY AS r (key, hash, ord) ORDER BY r.ord
     ON CONFLICT (scope, key) DO NOTHING
     RETURNING key
 )
 SELECT key, true, NULL::bytea, NULL::bytea, false FROM ins
 UNION ALL
-SELECT t.key, false, t.request_hash, t.response, t.expires_at <= now() FROM ` + t + ` AS t
-WHERE t.scope = $1 AND t.key = ANY ($2::text[]) AND NOT EXISTS (SELECT 1 FROM ins WHERE ins.key = t.key)`,
+SELECT t.key, false, t.request_hash, t.response, t.expires_at <= now()
+FROM unnest($2::text[]) AS k (key)
+CROSS JOIN LATERAL (
+    SELECT key, request_hash, response, expires_at FROM ` + t + `
+    WHERE scope = $1 AND key = k.key LIMIT 1
+) AS t
+WHERE NOT EXISTS (SELECT 1 FROM ins WHERE ins.key = k.key)`,
 		lookupSQL: `SELECT false, request_hash, response, expires_at <= now() FROM ` + t + ` WHERE scope = $1 AND key = $2`,
 		// Taking over an expired record that the Sweeper has not deleted
 		// yet. The WHERE is re-checked after waiting for a concurrent

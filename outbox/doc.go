@@ -38,7 +38,15 @@
 // a wake-up arrives during one, the next batch is read already, excluding the
 // in-flight ids by value; it is produced only after the whole batch in flight
 // was acknowledged. The relay keeps draining full batches while rows remain
-// and goes back to waiting only when a read comes back empty.
+// and goes back to waiting only when a read comes back empty. After a small
+// batch (under 64 rows) the next read waits until [BatchLinger] (default
+// 3 ms) has passed since that batch was sent, so that a steady stream of
+// single-row commits is published in fuller rounds; a row committed longer
+// than that after the last batch is read at once.
+//
+// Inside a transaction run by the consumer package, [Outbox.Enqueue] buffers
+// the rows and the consumer writes them in one multi-row INSERT just before
+// the commit (one statement for a whole batch of events).
 //
 // There is no "last published id" cursor. Every read starts at the lowest id
 // still in the table, so a row whose transaction commits after rows with

@@ -19,10 +19,6 @@ var (
 	// ErrRunning is returned by Relay.Run when the same Relay is already running.
 	ErrRunning = errors.New("outbox: relay already running")
 
-	// ErrLeadershipLost is reported (wrapped, to the logger) when the leader's
-	// database session ends; the relay then steps down and campaigns again.
-	ErrLeadershipLost = errors.New("outbox: leadership lost")
-
 	// ErrHook wraps the error returned by an AfterAck hook. Run stops with it:
 	// the rows of that batch stay in the table and are republished by the next
 	// leader.

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/internal/txhook"
 	"github.com/choreo-saga/choreo/tracing"
 )
 
@@ -91,6 +92,14 @@ func (o *Outbox) Migrate(ctx context.Context, db Execer) error {
 // Write the entity's rows before enqueueing its events, in the same
 // transaction: per-key order relies on it (see the package documentation).
 // After tx commits, call [Outbox.Wake] (or use [Outbox.InTx], which does).
+//
+// In a transaction run by the consumer package (consumer.Idempotent, Standard,
+// StandardBatch), when ctx is the handler's context and tx its transaction,
+// the rows are not inserted at once: every Enqueue of the transaction (of
+// every handler of a batch) is buffered and written in one multi-row INSERT
+// just before the commit, after all the handlers' own writes, with ids in the
+// order of the calls. Validation errors are still returned by Enqueue; an
+// insert error fails the commit.
 func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, topic string, evs ...event.Event) error {
 	if o.err != nil {
 		return o.err
@@ -113,6 +122,16 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, topic string, evs ...ev
 		}
 		keys[i], headers[i], payloads[i] = string(rec.Key), h, rec.Value
 	}
+	if hooks := txhook.For(ctx, tx); hooks != nil {
+		p := hooks.Flusher(flushKey(o.names.table), func() txhook.Flusher { return &pending{table: o.names.table} }).(*pending)
+		for range evs {
+			p.topics = append(p.topics, topic)
+		}
+		p.keys = append(p.keys, keys...)
+		p.headers = append(p.headers, headers...)
+		p.payloads = append(p.payloads, payloads...)
+		return nil
+	}
 	var err error
 	if len(evs) == 1 {
 		_, err = tx.Exec(ctx, "INSERT INTO "+o.names.table+" (topic, key, headers, payload) VALUES ($1, $2, $3::jsonb, $4)",
@@ -126,6 +145,38 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, topic string, evs ...ev
 	}
 	if err != nil {
 		return fmt.Errorf("outbox: enqueue into %s: %w", o.names.table, err)
+	}
+	return nil
+}
+
+// flushKey identifies an outbox table's buffer among a transaction's hooks: every
+// Outbox value of one table shares it, so ids follow the order of the calls.
+type flushKey string
+
+// pending are the rows enqueued into one table during a transaction run by the
+// consumer, written by Flush just before its commit.
+type pending struct {
+	table                 string
+	topics, keys, headers []string
+	payloads              [][]byte
+}
+
+// Flush inserts the pending rows in one statement, ids in the order they were enqueued.
+func (p *pending) Flush(ctx context.Context, tx pgx.Tx) error {
+	var err error
+	switch len(p.keys) {
+	case 0:
+		return nil
+	case 1:
+		_, err = tx.Exec(ctx, "INSERT INTO "+p.table+" (topic, key, headers, payload) VALUES ($1, $2, $3::jsonb, $4)",
+			p.topics[0], p.keys[0], p.headers[0], p.payloads[0])
+	default:
+		_, err = tx.Exec(ctx, "INSERT INTO "+p.table+" (topic, key, headers, payload) "+
+			"SELECT t, k, h::jsonb, p FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[]) WITH ORDINALITY AS u(t, k, h, p, n) ORDER BY n",
+			p.topics, p.keys, p.headers, p.payloads)
+	}
+	if err != nil {
+		return fmt.Errorf("outbox: enqueue %d rows into %s: %w", len(p.keys), p.table, err)
 	}
 	return nil
 }

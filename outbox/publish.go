@@ -51,6 +51,7 @@ func (r *Relay) drain(ctx context.Context, conn *pgx.Conn) error {
 		}
 		rows := next
 		if !readAhead {
+			r.lingerBeforeRead(ctx)
 			var err error
 			rows, err = r.claim(ctx, conn, acked, nil)
 			if err != nil {
@@ -63,9 +64,11 @@ func (r *Relay) drain(ctx context.Context, conn *pgx.Conn) error {
 			return nil
 		}
 
+		r.last = sent{rows: len(rows), at: time.Now()}
 		batch := r.send(ctx, rows)
 		var aheadErr error
 		if ctx.Err() == nil && (len(rows) == r.cfg.batchSize || r.wokenDuring(batch)) {
+			r.lingerBeforeRead(ctx)
 			next, aheadErr = r.claim(ctx, conn, acked, batch.ids)
 			if aheadErr == nil {
 				// An empty read-ahead leaves this batch's delete to the
@@ -151,6 +154,26 @@ func (r *Relay) wokenDuring(f *inflight) bool {
 		return false
 	case <-r.wake:
 		return true
+	}
+}
+
+// sent describes the leader's last batch: its rows and when it was sent.
+type sent struct {
+	rows int
+	at   time.Time
+}
+
+// lingerBeforeRead waits, before a read, until BatchLinger has passed since the last batch was
+// sent if that batch was small (fewer than smallBatch rows, and than the batch size):
+// rows that keep coming one commit at a time are then read together, at most one read
+// per BatchLinger, and a row waits at most BatchLinger more. A read long after the last
+// batch, as at low load, does not wait.
+func (r *Relay) lingerBeforeRead(ctx context.Context) {
+	if r.cfg.batchLinger <= 0 || r.last.rows >= min(smallBatch, r.cfg.batchSize) {
+		return
+	}
+	if d := time.Until(r.last.at.Add(r.cfg.batchLinger)); d > 0 {
+		sleep(ctx, d)
 	}
 }
 

@@ -23,6 +23,10 @@
 //	                 like Kafka's default flush policy)
 //	-log-level L     broker-internal log level: none, error, warn, info, debug (default
 //	                 warn)
+//	-member-grace D  remove a consumer-group member D after every connection it used
+//	                 closed (default 3s); a static member (group.instance.id) is kept
+//	                 for at least its session timeout so that a restart with the same
+//	                 instance id takes its partitions back without a rebalance
 //	-sasl M:U:P      require SASL and accept user U with password P over mechanism M
 //	                 (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512); repeatable (security.go)
 //	-tls-cert F, -tls-key F  serve TLS only, with this PEM certificate and key
@@ -39,6 +43,13 @@
 // A topic auto-created by a metadata request is written to the data directory only at the
 // next topic change or clean shutdown (kfake's behaviour), so after a crash it and its
 // records are gone; create topics explicitly when that matters.
+//
+// Consumer groups survive kill -9: kfake alone keeps a member that died while its
+// JoinGroup waited in a rebalance with no session timer, which wedges the group (see
+// docs/reliability.md). devkafka watches which connections speak for which group member
+// (internal/devbroker) and, when all of a member's connections have closed, sends the
+// broker a LeaveGroup for it and logs a warning naming the group and member. A member
+// that is slow or paused keeps its connections and is left alone.
 //
 // Point any Kafka client at it, for example:
 //

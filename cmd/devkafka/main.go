@@ -18,6 +18,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/choreo-saga/choreo/internal/devbroker"
 )
 
 // Exit codes.
@@ -42,6 +44,7 @@ type config struct {
 	autoCreate bool
 	sync       bool
 	logLevel   kfake.LogLevel
+	grace      time.Duration
 	security   security // -sasl, -tls-*: security.go
 }
 
@@ -62,6 +65,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&topics, "topics", "", "comma-separated `topics` to create at start if missing")
 	fs.BoolVar(&cfg.autoCreate, "auto-create", true, "allow clients to auto-create topics")
 	fs.BoolVar(&cfg.sync, "sync", false, "fsync every produced batch")
+	fs.DurationVar(&cfg.grace, "member-grace", devbroker.DefaultGrace,
+		"remove a consumer-group member this long after all its connections closed (static members: at least their session timeout)")
 	fs.StringVar(&logLevel, "log-level", "warn", "broker-internal log `level`: none, error, warn, info, debug")
 	secFlags := addSecurityFlags(fs)
 	fs.Usage = func() {
@@ -80,6 +85,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if cfg.port < 0 || cfg.port > 65535 {
 		return cfg, fmt.Errorf("-port %d out of range", cfg.port)
+	}
+	if cfg.grace <= 0 {
+		return cfg, fmt.Errorf("-member-grace must be positive, got %s", cfg.grace)
 	}
 	if cfg.partitions < 1 {
 		return cfg, fmt.Errorf("-partitions must be at least 1, got %d", cfg.partitions)
@@ -121,40 +129,27 @@ func run(args []string, stderr io.Writer, sigs <-chan os.Signal) int {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: hlevel}))
 
-	opts := []kfake.Opt{
-		kfake.Ports(cfg.port),
-		kfake.DefaultNumPartitions(cfg.partitions),
-		kfake.WithLogger(slogLogger{log: log, level: cfg.logLevel}),
-	}
-	if cfg.autoCreate {
-		opts = append(opts, kfake.AllowAutoTopicCreation())
-	}
-	opts = append(opts, cfg.security.kfake...)
 	loaded := false
 	if cfg.dataDir != "" {
 		_, statErr := os.Stat(filepath.Join(cfg.dataDir, "meta.json"))
 		loaded = statErr == nil
-		opts = append(opts, kfake.DataDir(cfg.dataDir))
-		if cfg.sync {
-			opts = append(opts, kfake.SyncWrites())
-		}
 	}
-	c, err := kfake.NewCluster(opts...)
+	b, err := startBroker(cfg, log)
 	if err != nil {
 		log.Error("devkafka: start", "err", err, "port", cfg.port, "data_dir", cfg.dataDir)
 		return exitError
 	}
-	addr := c.ListenAddrs()[0]
+	addr := b.addr()
 
 	if len(cfg.topics) > 0 {
 		seed := func() ([]string, error) { return seedTopics(addr, cfg.partitions, cfg.topics) }
 		if cfg.security.enabled() {
-			seed = func() ([]string, error) { return seedTopicsDirect(c, cfg.partitions, cfg.topics) }
+			seed = func() ([]string, error) { return seedTopicsDirect(b.c, cfg.partitions, cfg.topics) }
 		}
 		created, err := seed()
 		if err != nil {
 			log.Error("devkafka: seed topics", "err", err)
-			c.Close()
+			b.close()
 			return exitError
 		}
 		if len(created) > 0 {
@@ -172,7 +167,7 @@ func run(args []string, stderr io.Writer, sigs <-chan os.Signal) int {
 	log.Info("shutting down, persisting state (signal again to force)", "signal", sig.String())
 	done := make(chan struct{})
 	go func() {
-		c.Close()
+		b.close()
 		close(done)
 	}()
 	select {
@@ -183,6 +178,60 @@ func run(args []string, stderr io.Writer, sigs <-chan os.Signal) int {
 		log.Error("forced shutdown; state may be incomplete", "signal", sig.String())
 		return exitError
 	}
+}
+
+// broker is the running kfake cluster and the guard that removes group members whose
+// process is gone (see internal/devbroker).
+type broker struct {
+	c     *kfake.Cluster
+	guard *devbroker.Guard
+}
+
+// startBroker starts the cluster cfg describes; log receives kfake's own logs and the
+// guard's removals.
+func startBroker(cfg config, log *slog.Logger) (*broker, error) {
+	grace := cfg.grace
+	if grace <= 0 {
+		grace = devbroker.DefaultGrace
+	}
+	guard, err := devbroker.New(devbroker.WithGrace(grace), devbroker.WithLogger(log))
+	if err != nil {
+		return nil, err
+	}
+	opts := []kfake.Opt{
+		kfake.ListenFn(guard.Listen),
+		kfake.Ports(cfg.port),
+		kfake.DefaultNumPartitions(cfg.partitions),
+		kfake.WithLogger(slogLogger{log: log, level: cfg.logLevel}),
+	}
+	if cfg.autoCreate {
+		opts = append(opts, kfake.AllowAutoTopicCreation())
+	}
+	opts = append(opts, cfg.security.kfake...) // -sasl, -tls-*: security.go
+	if cfg.dataDir != "" {
+		opts = append(opts, kfake.DataDir(cfg.dataDir))
+		if cfg.sync {
+			opts = append(opts, kfake.SyncWrites())
+		}
+	}
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := guard.Start(c); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return &broker{c: c, guard: guard}, nil
+}
+
+// addr is the address the broker listens on.
+func (b *broker) addr() string { return b.c.ListenAddrs()[0] }
+
+// close stops the broker and persists its state.
+func (b *broker) close() {
+	b.guard.Close()
+	b.c.Close()
 }
 
 // seedTopics creates the topics that do not exist yet and returns their names.

@@ -21,6 +21,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/choreo-saga/choreo/internal/devbroker"
 )
 
 // buildDevkafka compiles this command into a temporary directory.
@@ -316,11 +318,12 @@ func TestParseFlags(t *testing.T) {
 		wantErr bool
 	}{
 		{name: "defaults", args: nil, want: config{port: 9092, dataDir: defaultDataDir(), partitions: 6,
-			autoCreate: true, logLevel: kfake.LogLevelWarn}},
+			autoCreate: true, logLevel: kfake.LogLevelWarn, grace: devbroker.DefaultGrace}},
 		{name: "all", args: []string{"-port", "0", "-data-dir", "/x", "-partitions", "6",
-			"-topics", " a, b,,c ", "-auto-create=false", "-sync", "-log-level", "DEBUG"},
+			"-topics", " a, b,,c ", "-auto-create=false", "-sync", "-log-level", "DEBUG", "-member-grace", "1s"},
 			want: config{port: 0, dataDir: "/x", partitions: 6, topics: []string{"a", "b", "c"},
-				sync: true, logLevel: kfake.LogLevelDebug}},
+				sync: true, logLevel: kfake.LogLevelDebug, grace: time.Second}},
+		{name: "bad grace", args: []string{"-member-grace", "0s"}, wantErr: true},
 		{name: "bad port", args: []string{"-port", "70000"}, wantErr: true},
 		{name: "bad partitions", args: []string{"-partitions", "0"}, wantErr: true},
 		{name: "bad level", args: []string{"-log-level", "loud"}, wantErr: true},

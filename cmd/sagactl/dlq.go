@@ -21,14 +21,13 @@ import (
 	"github.com/choreo-saga/choreo/event"
 )
 
-// dlqSuffix ends every dead-letter topic name (consumer.DeadLetter's default naming).
-const dlqSuffix = ".dlq"
-
 // dlqHeaders are the headers consumer.DeadLetter adds; replay strips them.
 var dlqHeaders = []string{
 	consumer.HeaderDLQReason, consumer.HeaderDLQError, consumer.HeaderDLQAttempts,
 	consumer.HeaderDLQTopic, consumer.HeaderDLQPartition, consumer.HeaderDLQOffset,
 	consumer.HeaderDLQGroup, consumer.HeaderDLQTimestamp, consumer.HeaderDLQFailedAt,
+	consumer.HeaderDLQTruncated, consumer.HeaderDLQOriginalSize, consumer.HeaderDLQSHA256,
+	consumer.HeaderDLQArchiveTable, consumer.HeaderDLQArchiveID,
 }
 
 // dlqRecord is one dead-lettered record with its DeadLetter headers decoded.
@@ -49,6 +48,14 @@ type dlqRecord struct {
 
 	EventID   string `json:"event_id,omitempty"`
 	EventType string `json:"event_type,omitempty"`
+
+	// A bounded copy (the dead-letter topic refused the whole record): the original is
+	// in the archive table's row ArchiveID.
+	Truncated    bool   `json:"truncated,omitempty"`
+	OriginalSize int64  `json:"original_size,omitempty"`
+	SHA256       string `json:"sha256,omitempty"`
+	ArchiveTable string `json:"archive_table,omitempty"`
+	ArchiveID    int64  `json:"archive_id,omitempty"`
 
 	Key     string          `json:"key"`
 	Value   json.RawMessage `json:"value,omitempty"`      // the payload when it is valid JSON
@@ -100,6 +107,16 @@ func decodeDLQ(r *kgo.Record) dlqRecord {
 			}
 		case consumer.HeaderDLQFailedAt:
 			d.FailedAt, _ = time.Parse(time.RFC3339Nano, v)
+		case consumer.HeaderDLQTruncated:
+			d.Truncated = v == "true"
+		case consumer.HeaderDLQOriginalSize:
+			d.OriginalSize, _ = strconv.ParseInt(v, 10, 64)
+		case consumer.HeaderDLQSHA256:
+			d.SHA256 = v
+		case consumer.HeaderDLQArchiveTable:
+			d.ArchiveTable = v
+		case consumer.HeaderDLQArchiveID:
+			d.ArchiveID, _ = strconv.ParseInt(v, 10, 64)
 		case event.HeaderID:
 			d.EventID = v
 		case event.HeaderType:
@@ -126,10 +143,10 @@ func (r dlqRecord) replayRecord(to string) *kgo.Record {
 
 // dlqTopic accepts a source topic or its dead-letter topic and returns the latter.
 func dlqTopic(name string) string {
-	if strings.HasSuffix(name, dlqSuffix) {
+	if strings.HasSuffix(name, consumer.DeadLetterSuffix) {
 		return name
 	}
-	return name + dlqSuffix
+	return name + consumer.DeadLetterSuffix
 }
 
 // parsePos parses "partition:offset".
@@ -401,7 +418,11 @@ func renderDLQList(w io.Writer, topic string, recs []dlqRecord) error {
 		if !r.FailedAt.IsZero() {
 			failed = r.FailedAt.UTC().Format("2006-01-02T15:04:05Z")
 		}
-		t.add(r.pos(), failed, orDash(r.Group), orDash(r.Reason), strconv.Itoa(r.Attempts),
+		reason := orDash(r.Reason)
+		if r.Truncated {
+			reason += " (truncated)"
+		}
+		t.add(r.pos(), failed, orDash(r.Group), reason, strconv.Itoa(r.Attempts),
 			orDash(r.EventType), truncate(r.Key, 40), from, truncate(orDash(r.Error), 60))
 	}
 	if err := t.render(w); err != nil {
@@ -425,14 +446,14 @@ func listDLQTopics(ctx context.Context, k *kafka, asJSON bool, w io.Writer) erro
 	}
 	var infos []dlqTopicInfo
 	for _, name := range details.Names() {
-		if !strings.HasSuffix(name, dlqSuffix) {
+		if !strings.HasSuffix(name, consumer.DeadLetterSuffix) {
 			continue
 		}
 		b, err := k.bounds(ctx, name)
 		if err != nil {
 			return err
 		}
-		info := dlqTopicInfo{Topic: name, Partitions: len(b), Origin: strings.TrimSuffix(name, dlqSuffix)}
+		info := dlqTopicInfo{Topic: name, Partitions: len(b), Origin: strings.TrimSuffix(name, consumer.DeadLetterSuffix)}
 		for _, se := range b {
 			info.Records += se[1] - se[0]
 		}
@@ -503,6 +524,10 @@ func renderDLQRecord(w io.Writer, r dlqRecord) error {
 	fmt.Fprintf(&b, "event      %s %s\n", orDash(r.EventType), orDash(r.EventID))
 	fmt.Fprintf(&b, "key        %s\n", r.Key)
 	fmt.Fprintf(&b, "error      %s\n", orDash(r.Error))
+	if r.Truncated {
+		fmt.Fprintf(&b, "truncated  this is a bounded copy; the original (%d bytes, sha256 %s) is row %d of table %s in the consuming service's database\n",
+			r.OriginalSize, orDash(r.SHA256), r.ArchiveID, orDash(r.ArchiveTable))
+	}
 	b.WriteString("headers\n")
 	for _, h := range r.Headers {
 		fmt.Fprintf(&b, "  %s: %s\n", h.Key, h.Value)
@@ -521,7 +546,10 @@ func renderDLQRecord(w io.Writer, r dlqRecord) error {
 	} else {
 		fmt.Fprintf(&b, "  %q\n", r.Text)
 	}
-	if r.OriginTopic != "" {
+	switch {
+	case r.Truncated:
+		b.WriteString("\nreplay the original from the archive (see docs/operations.md), not this copy\n")
+	case r.OriginTopic != "":
 		fmt.Fprintf(&b, "\nreplay it with: sagactl dlq replay %s %s\n", r.Topic, r.pos())
 	}
 	_, err := io.WriteString(w, b.String())
@@ -554,7 +582,9 @@ func cmdDLQReplay(ctx context.Context, args []string, std stdio) error {
        sagactl dlq replay <topic> -all [-reason R] [-group G] [flags]
 
 Produces the selected records back to the topic they were dead-lettered from, with their
-original key, value and headers (the choreo_dlq_* headers removed). Replaying is safe to
+original key, value and headers (the choreo_dlq_* headers removed). Truncated copies
+(choreo_dlq_truncated) are refused, and skipped by -all: replay their original from the
+dead-letter archive table instead. Replaying is safe to
 repeat: every consumer group records the event ids it has handled (idempotency records),
 so groups that already handled an event skip it, and only the group that failed handles
 it again. The dead-letter topic itself is not changed (Kafka logs are append-only).
@@ -601,6 +631,11 @@ Flags:`)
 	}
 	var chosen []dlqRecord
 	for _, r := range recs {
+		if *all && f.match(r) && r.Truncated {
+			fmt.Fprintf(std.err, "sagactl: skipping %s %s: a truncated copy; its original is row %d of table %s (docs/operations.md)\n",
+				topic, r.pos(), r.ArchiveID, orDash(r.ArchiveTable))
+			continue
+		}
 		if *all && f.match(r) || want[key{r.Partition, r.Offset}] {
 			chosen = append(chosen, r)
 			delete(want, key{r.Partition, r.Offset})
@@ -615,6 +650,10 @@ Flags:`)
 		return fmt.Errorf("%w: no record at %s in %s (nothing replayed)", errNotFound, strings.Join(missing, ", "), topic)
 	}
 	for _, r := range chosen {
+		if r.Truncated {
+			return fmt.Errorf("sagactl: %s %s is a truncated copy; its original is row %d of table %s: replay it from there (docs/operations.md) (nothing replayed)",
+				topic, r.pos(), r.ArchiveID, orDash(r.ArchiveTable))
+		}
 		if r.OriginTopic == "" && *to == "" {
 			return fmt.Errorf("sagactl: %s %s has no %s header; pass -to TOPIC (nothing replayed)",
 				topic, r.pos(), consumer.HeaderDLQTopic)

@@ -4,6 +4,10 @@
 // Usage:
 //
 //	sagactl order <id>                   state, transition timeline, trace id, Jaeger URL
+//	sagactl order retry-compensation <id>
+//	                                     re-send the cancellation of a CANCELLING or
+//	                                     COMPENSATION_FAILED order (the API answers 409, exit 1,
+//	                                     in any other state)
 //	sagactl stuck [-older-than 5m]       stuck orders, oldest first, with age and trace link
 //	sagactl dlq list [topic]             dead-letter topics, or one topic's records and reasons
 //	sagactl dlq show <topic> <p:o>       one dead-lettered record in full
@@ -23,13 +27,14 @@
 // read (KAFKA_SASL_MECHANISM, KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD, KAFKA_TLS,
 // KAFKA_TLS_CA_FILE, KAFKA_TLS_CERT_FILE, KAFKA_TLS_KEY_FILE, KAFKA_TLS_SERVER_NAME) or
 // the matching -kafka-sasl-* and -kafka-tls* flags. Everything sagactl prints has its
-// control characters escaped (\x1b), since reasons, keys and payloads come from outside.
+// control characters escaped (as \u001b), since reasons, keys and payloads come from outside.
 //
 // # Exit codes
 //
 //	0  success
 //	1  failure: an order or record not found, a replay that failed, a load run with
-//	   orders that could not be placed or did not settle within -wait
+//	   orders that could not be placed or did not settle within -wait, a
+//	   retry-compensation of an order that is not CANCELLING or COMPENSATION_FAILED
 //	2  usage error: unknown command, bad flag or argument
 //	3  unreachable: the order service or the Kafka broker did not answer
 //
@@ -42,6 +47,13 @@
 // time it failed. `dlq list` decodes these; positions are printed as partition:offset and
 // accepted in the same form by `dlq show` and `dlq replay`. A topic may be named by its
 // source ("orders.events") or in full ("orders.events.dlq").
+//
+// A record whose whole copy the dead-letter topic refused (too large) arrives as a bounded
+// copy: choreo_dlq_truncated is "true", the value is cut, and choreo_dlq_original_size,
+// choreo_dlq_sha256, choreo_dlq_archive_table and choreo_dlq_archive_id say where the full
+// original is (a table in the consuming service's database). `dlq list` marks it
+// "(truncated)", `dlq show` prints where the original is, and `dlq replay` refuses it
+// (-all skips it): replay the original from the archive (docs/operations.md).
 //
 // `dlq replay` produces each selected record to its origin topic (or -to) with its
 // original key, value and headers, the choreo_dlq_* headers removed, and waits for the

@@ -50,6 +50,7 @@ const usage = `sagactl: operate choreo's demo saga.
 
 Usage:
   sagactl order <id>                       an order's state, transitions, trace id and Jaeger link
+  sagactl order retry-compensation <id>    re-send the cancellation of a CANCELLING or COMPENSATION_FAILED order
   sagactl stuck [-older-than 5m]           stuck orders, oldest first
   sagactl dlq list [topic]                 dead-letter topics, or the records of one with reasons
   sagactl dlq show <topic> <partition:offset>

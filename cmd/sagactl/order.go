@@ -13,17 +13,26 @@ import (
 	"time"
 )
 
-// cmdOrder prints one order: state, timeline, trace id and Jaeger link.
+// cmdOrder prints one order: state, timeline, trace id and Jaeger link; "order
+// retry-compensation <id>" re-sends an order's cancellation instead.
 func cmdOrder(ctx context.Context, args []string, std stdio) error {
+	if len(args) > 0 && args[0] == "retry-compensation" {
+		return cmdRetryCompensation(ctx, args[1:], std)
+	}
 	var c conn
 	fs := newFlagSet("order", std, &c)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: sagactl order <id> [flags]\n\nShows an order's state, its transitions with the events that caused them, its trace id and Jaeger link.\n\nFlags:")
+		fmt.Fprintln(fs.Output(), "usage: sagactl order <id> [flags]\n       sagactl order retry-compensation <id> [flags]\n\n"+
+			"Shows an order's state, its transitions with the events that caused them, its trace id and Jaeger link.\n"+
+			"retry-compensation re-sends the cancellation of a CANCELLING or COMPENSATION_FAILED order.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
+	}
+	if len(pos) > 0 && pos[0] == "retry-compensation" { // flags came first ("sagactl -json order retry-compensation <id>")
+		return retryCompensation(ctx, c, pos[1:], std)
 	}
 	if len(pos) != 1 {
 		return fmt.Errorf("%w: order takes exactly one order id", errUsage)
@@ -42,6 +51,52 @@ func cmdOrder(ctx context.Context, args []string, std stdio) error {
 	return renderOrder(std.out, o, time.Now())
 }
 
+// cmdRetryCompensation re-sends the cancellation of an order that is CANCELLING or
+// COMPENSATION_FAILED (POST /orders/{id}/retry-compensation) and prints the order.
+func cmdRetryCompensation(ctx context.Context, args []string, std stdio) error {
+	var c conn
+	fs := newFlagSet("order retry-compensation", std, &c)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: sagactl order retry-compensation <id> [flags]\n\n"+
+			"Re-sends the cancellation (order.cancel_requested) of an order that is CANCELLING or COMPENSATION_FAILED;\n"+
+			"a COMPENSATION_FAILED order becomes CANCELLING again with a new deadline. Payment and inventory\n"+
+			"refund and release at most once per order, so a retry is always safe. Any other state: exit 1.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	return retryCompensation(ctx, c, pos, std)
+}
+
+func retryCompensation(ctx context.Context, c conn, pos []string, std stdio) error {
+	if len(pos) != 1 {
+		return fmt.Errorf("%w: order retry-compensation takes exactly one order id", errUsage)
+	}
+	api, err := newOrderAPI(c.orderURL, c.timeout)
+	if err != nil {
+		return err
+	}
+	o, err := api.RetryCompensation(ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return writeJSON(std.out, o)
+	}
+	_, err = fmt.Fprintf(std.out, "cancellation re-sent for order %s: %s, attempt %d, deadline %s\n"+
+		"follow it with: sagactl order %s\n", o.ID, o.State, o.CompensationAttempts, fmtDeadline(o.DeadlineAt), o.ID)
+	return err
+}
+
+func fmtDeadline(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
 // renderOrder writes the human view of one order.
 func renderOrder(w io.Writer, o Order, now time.Time) error {
 	var b strings.Builder
@@ -51,6 +106,9 @@ func renderOrder(w io.Writer, o Order, now time.Time) error {
 	}
 	fmt.Fprintf(&b, "order     %s\n", o.ID)
 	fmt.Fprintf(&b, "state     %s%s\n", o.State, stuck)
+	if o.CompensationAttempts > 1 {
+		fmt.Fprintf(&b, "attempts  cancellation sent %d times\n", o.CompensationAttempts)
+	}
 	if o.Reason != "" {
 		fmt.Fprintf(&b, "reason    %s\n", o.Reason)
 	}
@@ -104,6 +162,8 @@ func renderOrder(w io.Writer, o Order, now time.Time) error {
 // waiting for, from the payment and stock statuses the order service reports.
 func (o Order) waitingOn() string {
 	switch {
+	case o.State == "COMPENSATION_FAILED":
+		return "for an operator: the missing refund or release still completes it; re-send with sagactl order retry-compensation " + o.ID
 	case terminal(o.State):
 		return ""
 	case o.State == "PENDING" && (o.Payment == "" || o.Payment == "none"):

@@ -15,23 +15,25 @@ import (
 
 // Order is an order as the order service's HTTP API returns it.
 type Order struct {
-	ID         string       `json:"id"`
-	CustomerID string       `json:"customer_id"`
-	Items      []Item       `json:"items"`
-	Amount     int64        `json:"amount"`
-	State      string       `json:"state"`
-	Reason     string       `json:"reason,omitempty"`
-	Payment    string       `json:"payment_status,omitempty"`
-	Stock      string       `json:"stock_status,omitempty"`
-	CreatedAt  time.Time    `json:"created_at"`
-	UpdatedAt  time.Time    `json:"updated_at"`
-	StateSince time.Time    `json:"state_since,omitzero"`
-	DeadlineAt *time.Time   `json:"deadline_at,omitempty"`
-	TraceID    string       `json:"trace_id"`
-	JaegerURL  string       `json:"jaeger_url"`
-	Stuck      bool         `json:"stuck"`
-	AgeSeconds float64      `json:"age_seconds,omitempty"`
-	History    []Transition `json:"history,omitempty"`
+	ID         string     `json:"id"`
+	CustomerID string     `json:"customer_id"`
+	Items      []Item     `json:"items"`
+	Amount     int64      `json:"amount"`
+	State      string     `json:"state"`
+	Reason     string     `json:"reason,omitempty"`
+	Payment    string     `json:"payment_status,omitempty"`
+	Stock      string     `json:"stock_status,omitempty"`
+	CreatedAt  time.Time  `json:"created_at"`
+	UpdatedAt  time.Time  `json:"updated_at"`
+	StateSince time.Time  `json:"state_since,omitzero"`
+	DeadlineAt *time.Time `json:"deadline_at,omitempty"`
+	// CompensationAttempts counts the sends of the order's cancellation.
+	CompensationAttempts int          `json:"compensation_attempts,omitempty"`
+	TraceID              string       `json:"trace_id"`
+	JaegerURL            string       `json:"jaeger_url"`
+	Stuck                bool         `json:"stuck"`
+	AgeSeconds           float64      `json:"age_seconds,omitempty"`
+	History              []Transition `json:"history,omitempty"`
 }
 
 // Item is one line of an order.
@@ -52,7 +54,8 @@ type Transition struct {
 	At      time.Time `json:"at"`
 }
 
-// terminal reports whether state is one an order never leaves.
+// terminal reports whether state is one where the saga has stopped (an operator or a late
+// refund or release can still move a COMPENSATION_FAILED order).
 func terminal(state string) bool {
 	switch state {
 	case "CONFIRMED", "REJECTED", "CANCELLED", "COMPENSATION_FAILED":
@@ -184,6 +187,14 @@ func (a *orderAPI) Get(ctx context.Context, id string) (Order, error) {
 func (a *orderAPI) Cancel(ctx context.Context, id string) (Order, error) {
 	var o Order
 	err := a.do(ctx, http.MethodPost, "/orders/"+url.PathEscape(id)+"/cancel", nil, nil, &o)
+	return o, err
+}
+
+// RetryCompensation re-sends the cancellation of a CANCELLING or COMPENSATION_FAILED
+// order.
+func (a *orderAPI) RetryCompensation(ctx context.Context, id string) (Order, error) {
+	var o Order
+	err := a.do(ctx, http.MethodPost, "/orders/"+url.PathEscape(id)+"/retry-compensation", nil, nil, &o)
 	return o, err
 }
 

@@ -9,7 +9,9 @@ import (
 // text sagactl prints (reasons, keys, headers, payloads) comes from outside, and an ANSI
 // escape in a decline reason must not recolour, move or retitle the terminal. C0 controls
 // (but newline, tab and, with keepCR, carriage return), DEL and C1 controls are written
-// as \xNN. JSON output is unchanged: encoding/json already escapes them.
+// as \u00NN, which inside a JSON string is the same character again: -json output stays
+// valid and decodes to the same value (encoding/json escapes C0 controls itself, but not
+// DEL or C1 controls).
 type safeWriter struct {
 	w      io.Writer
 	keepCR bool // the progress bar redraws its line with \r
@@ -32,9 +34,9 @@ func (s safeWriter) Write(p []byte) (int, error) {
 		case 0:
 			out = append(out, p[i])
 		case 1:
-			out = fmt.Appendf(out, `\x%02x`, p[i])
+			out = fmt.Appendf(out, `\u%04x`, p[i])
 		case 2:
-			out = fmt.Appendf(out, `\x%02x`, p[i+1])
+			out = fmt.Appendf(out, `\u%04x`, p[i+1])
 			i++
 		}
 	}

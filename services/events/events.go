@@ -73,7 +73,17 @@ type OrderCreatedV1 struct {
 type OrderCancelRequestedV1 struct {
 	OrderID string `json:"order_id"`
 	Reason  string `json:"reason"`
+	// Attempt numbers the sends of the cancellation: 1 for the first, 2 and more when
+	// the order re-sends it because the refund or release did not arrive in time (0,
+	// from an older producer, means 1). Payment and inventory compensate at most once
+	// per order whatever the attempt, and answer a re-send again (see Resend).
+	Attempt int `json:"attempt,omitempty"`
 }
+
+// Resend reports whether p is a re-sent cancellation (Attempt > 1): its receiver
+// repeats its answer if it already gave one, since that answer may not have reached the
+// order service.
+func (p OrderCancelRequestedV1) Resend() bool { return p.Attempt > 1 }
 
 // OrderOutcomeV1 is the payload of order.confirmed, order.rejected and order.cancelled.
 type OrderOutcomeV1 struct {

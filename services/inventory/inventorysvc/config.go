@@ -16,11 +16,17 @@ const (
 	EnvReservationTTL = "INVENTORY_RESERVATION_TTL"
 	EnvSweepInterval  = "INVENTORY_SWEEP_INTERVAL"
 	EnvGroup          = "INVENTORY_GROUP"
+	// EnvReconcileInterval: the period of the reconciliation (default
+	// DefaultReconcileInterval).
+	EnvReconcileInterval = "INVENTORY_RECONCILE_INTERVAL"
+	// EnvOrphanAfter: how long a payment.authorized may wait for its order's
+	// order.created before it is reported as an orphan (default DefaultOrphanAfter).
+	EnvOrphanAfter = "INVENTORY_ORPHAN_AFTER"
 )
 
 // EnvVars lists every environment variable the inventory service reads (OTEL_* aside).
 func EnvVars() []string {
-	return append(app.EnvVars(), EnvSeed, EnvReservationTTL, EnvSweepInterval, EnvGroup)
+	return append(app.EnvVars(), EnvSeed, EnvReservationTTL, EnvSweepInterval, EnvGroup, EnvReconcileInterval, EnvOrphanAfter)
 }
 
 // Defaults.
@@ -36,6 +42,11 @@ const (
 	DefaultSweepInterval = 5 * time.Second
 	// DefaultGroup is the consumer group.
 	DefaultGroup = "inventory"
+	// DefaultReconcileInterval is the period of the reconciliation (see Reconciler).
+	DefaultReconcileInterval = 30 * time.Second
+	// DefaultOrphanAfter is how long a held payment.authorized waits for its order's
+	// announcement before the reconciliation reports it as an orphan.
+	DefaultOrphanAfter = 5 * time.Minute
 )
 
 // Stock is the seeded quantity of one SKU.
@@ -62,6 +73,16 @@ type Config struct {
 	// SweepInterval is the pause between sweeps (INVENTORY_SWEEP_INTERVAL, default
 	// DefaultSweepInterval).
 	SweepInterval time.Duration
+	// ReconcileInterval is the period of the reconciliation that releases reservations
+	// of orders that ended REJECTED or CANCELLED and reports orphans
+	// (INVENTORY_RECONCILE_INTERVAL, default DefaultReconcileInterval; 0 in a Config means
+	// the default).
+	ReconcileInterval time.Duration
+	// OrphanAfter is how long a payment.authorized for an order not announced by the
+	// order service is held before it is reported as an orphan (INVENTORY_ORPHAN_AFTER,
+	// default DefaultOrphanAfter; 0 in a Config means the default). It stays held: the
+	// order's announcement still reserves.
+	OrphanAfter time.Duration
 	// AppOptions are passed to app.New. Not read from the environment.
 	AppOptions []app.Option
 }
@@ -70,11 +91,15 @@ type Config struct {
 // app.Env.Err).
 func LoadConfig(env *app.Env) Config {
 	c := Config{
-		App:            app.LoadConfig(env, "inventory", DefaultHTTPAddr),
-		Group:          env.String(EnvGroup, DefaultGroup),
-		ReservationTTL: env.Duration(EnvReservationTTL, DefaultReservationTTL),
-		SweepInterval:  env.Duration(EnvSweepInterval, DefaultSweepInterval),
+		App:               app.LoadConfig(env, "inventory", DefaultHTTPAddr),
+		Group:             env.String(EnvGroup, DefaultGroup),
+		ReservationTTL:    env.Duration(EnvReservationTTL, DefaultReservationTTL),
+		SweepInterval:     env.Duration(EnvSweepInterval, DefaultSweepInterval),
+		ReconcileInterval: env.Duration(EnvReconcileInterval, DefaultReconcileInterval),
+		OrphanAfter:       env.Duration(EnvOrphanAfter, DefaultOrphanAfter),
 	}
+	env.Check(EnvReconcileInterval, c.ReconcileInterval > 0, "must be positive")
+	env.Check(EnvOrphanAfter, c.OrphanAfter > 0, "must be positive")
 	env.Check(EnvReservationTTL, c.ReservationTTL > 0, "must be positive")
 	env.Check(EnvSweepInterval, c.SweepInterval > 0, "must be positive")
 	st, err := ParseStock(env.String(EnvSeed, DefaultSeed))
@@ -91,6 +116,8 @@ func (c Config) Validate() error {
 	env.Check(EnvGroup, c.Group != "", "empty consumer group")
 	env.Check(EnvReservationTTL, c.ReservationTTL > 0, "must be positive")
 	env.Check(EnvSweepInterval, c.SweepInterval > 0, "must be positive")
+	env.Check(EnvReconcileInterval, c.ReconcileInterval >= 0, "must not be negative")
+	env.Check(EnvOrphanAfter, c.OrphanAfter >= 0, "must not be negative")
 	seen := make(map[string]bool, len(c.Stock))
 	for _, s := range c.Stock {
 		env.Check(EnvSeed, s.SKU != "" && s.Qty >= 0, fmt.Sprintf("sku %q: empty or negative quantity", s.SKU))

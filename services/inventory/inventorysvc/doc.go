@@ -21,6 +21,15 @@
 //     "order cancelled"), which makes payment refund. Every order's first cancel is
 //     answered by exactly one stock.released listing what was actually released (empty
 //     if nothing was held).
+//   - Re-sent cancellations (attempt > 1) release nothing more, since compensation is keyed
+//     on the order; inventory repeats its stock.released instead.
+//   - No orphan reservations: stock is taken only for orders the order service announced
+//     (order.created, recorded in inventory_orders) that have not ended REJECTED or
+//     CANCELLED. A payment.authorized that overtakes its order's announcement is held
+//     without effect and reserved when order.created arrives; the Reconciler reports one
+//     held longer than INVENTORY_ORPHAN_AFTER, and releases, through a normal
+//     stock.released, a reservation still held by an order that ended REJECTED or
+//     CANCELLED (metric inventory.reconciliations, one log line per correction).
 //   - Expiry: a Sweeper releases reservations older than the TTL that were neither
 //     confirmed nor cancelled and emits stock.released (reason "reservation expired").
 //
@@ -33,6 +42,8 @@
 //	INVENTORY_RESERVATION_TTL  how long an unconfirmed reservation holds stock (default 15m)
 //	INVENTORY_SWEEP_INTERVAL   pause between sweeps for expired reservations (default 5s)
 //	INVENTORY_GROUP            consumer group (default inventory)
+//	INVENTORY_RECONCILE_INTERVAL  period of the reconciliation (default 30s)
+//	INVENTORY_ORPHAN_AFTER     how long a payment for an unannounced order is held before it is reported (default 5m)
 //
 // Seeding inserts missing SKUs only; a restart keeps stock levels.
 package inventorysvc

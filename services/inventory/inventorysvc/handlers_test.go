@@ -110,6 +110,7 @@ func TestHandlerScenarios(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			pool := newDB(t)
 			h := newHandlers(t)
+			announce(t, pool, h, "o-1")
 			for _, s := range tc.steps {
 				var ev event.Event
 				var fn consumer.TxHandler
@@ -154,6 +155,7 @@ func TestSweeperReleasesExpired(t *testing.T) {
 	ctx := context.Background()
 	pool := newDB(t)
 	h := newHandlers(t)
+	announce(t, pool, h, "o-old", "o-new", "o-x", "o-y")
 	apptest.MustHandle(t, pool, h.PaymentAuthorized, authorized(t, "o-old", item("sku-1", 4)))
 	apptest.MustHandle(t, pool, h.PaymentAuthorized, authorized(t, "o-new", item("sku-1", 1)))
 	if _, err := pool.Exec(ctx, `UPDATE inventory_reservations SET expires_at = now() - interval '1 second' WHERE order_id = 'o-old'`); err != nil {
@@ -214,6 +216,7 @@ func TestConcurrentReservations(t *testing.T) {
 		if i%2 == 1 {
 			items = []events.Item{item("sku-2", 1), item("sku-1", 1)}
 		}
+		announce(t, pool, h, fmt.Sprintf("o-%d", i))
 		evs = append(evs, authorized(t, fmt.Sprintf("o-%d", i), items...))
 	}
 	apptest.HandleConcurrently(t, pool, h.PaymentAuthorized, evs...)

@@ -40,6 +40,19 @@ func authorized(t *testing.T, order string, items ...events.Item) event.Event {
 		OrderID: order, CustomerID: "c-1", Amount: 1_000, Items: items})
 }
 
+func created(t *testing.T, order string) event.Event {
+	return apptest.NewEvent(t, events.SourceOrder, events.OrderCreated, order, events.OrderCreatedV1{
+		OrderID: order, CustomerID: "c-1", Amount: 1_000, Items: []events.Item{item("sku-1", 1)}})
+}
+
+// announce hands h an order.created for each order, as the order service announces them.
+func announce(t *testing.T, pool *pgxpool.Pool, h *Handlers, orders ...string) {
+	t.Helper()
+	for _, o := range orders {
+		apptest.MustHandle(t, pool, h.OrderCreated, created(t, o))
+	}
+}
+
 func confirmed(t *testing.T, order string) event.Event {
 	return apptest.NewEvent(t, events.SourceOrder, events.OrderConfirmed, order, events.OrderOutcomeV1{OrderID: order})
 }

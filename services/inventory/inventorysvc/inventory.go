@@ -21,10 +21,16 @@ import (
 	"github.com/choreo-saga/choreo/services/events"
 )
 
-// ErrInvalidEvent is returned for an event whose payload cannot be handled: it does not
-// decode, or its order id is missing or differs from the subject. The error also matches
-// event.ErrMalformed, so the consumer dead-letters the event at once.
-var ErrInvalidEvent = errors.New("inventorysvc: invalid event")
+// Sentinel errors.
+var (
+	// ErrInvalidEvent is returned for an event whose payload cannot be handled: it does
+	// not decode, or its order id is missing or differs from the subject. The error also
+	// matches event.ErrMalformed, so the consumer dead-letters the event at once.
+	ErrInvalidEvent = errors.New("inventorysvc: invalid event")
+	// ErrNotAnnounced is returned (permanent: dead-lettered) for an order.created whose
+	// source is not the order service: only the order service announces orders.
+	ErrNotAnnounced = errors.New("inventorysvc: order not announced by the order service")
+)
 
 // Reservation statuses (inventory_reservations.status).
 const (
@@ -46,6 +52,11 @@ const (
 	ReasonNothingReserved  = "nothing reserved"
 	ReasonAlreadyCommitted = "already committed"
 	ReasonExpired          = "reservation expired"
+	// ReasonOrderEnded answers a payment.authorized of an order that already ended
+	// REJECTED or CANCELLED (followed by the outcome).
+	ReasonOrderEnded = "order already"
+	// ReasonReconciled prefixes the reason of a release made by the reconciliation.
+	ReasonReconciled = "reconciled"
 )
 
 // Handlers are the inventory service's business handlers (consumer.TxHandler functions).
@@ -55,12 +66,25 @@ const (
 // order.cancel_requested, inventory emits exactly one stock.released, listing the items
 // it actually released (empty if it held nothing), and remembers the cancellation: a
 // payment.authorized that arrives later (it travels on another topic, so it can) reserves
-// nothing and is answered with stock.unavailable, reason "order cancelled".
+// nothing and is answered with stock.unavailable, reason "order cancelled". A re-sent
+// cancellation (events.OrderCancelRequestedV1.Resend) releases nothing more (compensation
+// is keyed on the order, not on the event id) and repeats that stock.released, since the
+// order service may have missed it.
+//
+// Orphans (see docs/reliability.md, "Sagas that heal"): inventory takes stock only for
+// orders the order service announced (an order.created from the order service) and
+// that have not ended REJECTED or CANCELLED. A payment.authorized for an order not
+// announced yet is held, with no effect, and reserved when order.created arrives (the
+// two travel on different topics, so it can overtake it); Reconciler reports one held
+// too long as an orphan, and releases a reservation of an order that ended REJECTED or
+// CANCELLED.
 type Handlers struct {
-	outbox *outbox.Outbox
-	ttl    time.Duration
-	log    *slog.Logger
-	ops    metric.Int64Counter
+	outbox      *outbox.Outbox
+	ttl         time.Duration
+	orphanAfter time.Duration
+	log         *slog.Logger
+	ops         metric.Int64Counter
+	fixes       metric.Int64Counter
 }
 
 // NewHandlers returns the handlers for cfg, enqueueing into o. logger and mp may be nil.
@@ -72,7 +96,13 @@ func NewHandlers(o *outbox.Outbox, cfg Config, logger *slog.Logger, mp metric.Me
 		mp = noop.NewMeterProvider()
 	}
 	ops, err := mp.Meter("github.com/choreo-saga/choreo/services/inventory").Int64Counter("inventory.operations",
-		metric.WithDescription("Inventory decisions by operation (reserve, unavailable, commit, release, expire, tombstone, oversold)."))
+		metric.WithDescription("Inventory decisions by operation (reserve, unavailable, commit, release, expire, tombstone, oversold, hold_unannounced, reanswer)."))
+	if err != nil {
+		return nil, fmt.Errorf("inventorysvc: metrics: %w", err)
+	}
+	fixes, err := mp.Meter("github.com/choreo-saga/choreo/services/inventory").Int64Counter(MetricReconciliations,
+		metric.WithUnit("{correction}"),
+		metric.WithDescription("Corrections and reports of the reconciliation, by kind (release_rejected, release_cancelled, orphan_authorization)."))
 	if err != nil {
 		return nil, fmt.Errorf("inventorysvc: metrics: %w", err)
 	}
@@ -80,21 +110,98 @@ func NewHandlers(o *outbox.Outbox, cfg Config, logger *slog.Logger, mp metric.Me
 	if ttl <= 0 {
 		ttl = DefaultReservationTTL
 	}
-	return &Handlers{outbox: o, ttl: ttl, log: logger, ops: ops}, nil
+	orphan := cfg.OrphanAfter
+	if orphan <= 0 {
+		orphan = DefaultOrphanAfter
+	}
+	return &Handlers{outbox: o, ttl: ttl, orphanAfter: orphan, log: logger, ops: ops, fixes: fixes}, nil
 }
+
+// MetricReconciliations is the counter of the reconciliation's corrections, by kind.
+const MetricReconciliations = "inventory.reconciliations"
 
 // Topics are the topics the inventory service consumes.
 var Topics = []string{events.TopicOrders, events.TopicPayments}
 
-// Router routes the inventory service's events: payment.authorized, order.confirmed and
-// order.cancel_requested are handled; the saga's other types on those topics are ignored.
+// Router routes the inventory service's events: order.created, payment.authorized,
+// order.confirmed, order.rejected, order.cancelled and order.cancel_requested are
+// handled; the saga's other types on those topics are ignored.
 func (h *Handlers) Router() *consumer.Router {
 	return events.Trust(consumer.NewRouter()).
+		Handle(events.OrderCreated, h.OrderCreated).
 		Handle(events.PaymentAuthorized, h.PaymentAuthorized).
 		Handle(events.OrderConfirmed, h.OrderConfirmed).
+		Handle(events.OrderRejected, h.OrderOutcome).
+		Handle(events.OrderCancelled, h.OrderOutcome).
 		Handle(events.OrderCancelRequested, h.CancelRequested).
-		Ignore(events.OrderCreated, events.OrderRejected, events.OrderCancelled,
-			events.PaymentDeclined, events.PaymentRefunded)
+		Ignore(events.PaymentDeclined, events.PaymentRefunded)
+}
+
+// OrderCreated records that the order service announced the order, and reserves for a
+// payment.authorized that was held because it arrived first. An order.created from any
+// other source is refused with ErrNotAnnounced (dead-lettered).
+func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+	p, err := events.Decode[events.OrderCreatedV1](ev)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
+	}
+	if ev.Source != events.SourceOrder {
+		return consumer.Permanent(fmt.Errorf("%w: order.created %s from source %q", ErrNotAnnounced, ev.ID, ev.Source))
+	}
+	var (
+		heldID, heldCorrelation, outcome *string
+		heldData                         []byte
+	)
+	err = tx.QueryRow(ctx, `INSERT INTO inventory_orders (order_id, announced) VALUES ($1, true)
+		ON CONFLICT (order_id) DO UPDATE SET announced = true, updated_at = now()
+		RETURNING held_event_id, held_correlation_id, held_data, outcome`, p.OrderID).Scan(&heldID, &heldCorrelation, &heldData, &outcome)
+	if err != nil {
+		return fmt.Errorf("inventorysvc: record announced order: %w", err)
+	}
+	if heldID == nil {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `UPDATE inventory_orders SET held_event_id = NULL, held_correlation_id = NULL,
+		held_data = NULL, held_at = NULL WHERE order_id = $1`, p.OrderID); err != nil {
+		return fmt.Errorf("inventorysvc: release held payment: %w", err)
+	}
+	held := event.Event{ID: *heldID, CorrelationID: *heldCorrelation, Type: events.PaymentAuthorized,
+		Source: events.SourcePayment, Subject: p.OrderID, Data: heldData}
+	pa, err := events.Decode[events.PaymentV1](held)
+	if err != nil {
+		return consumer.Permanent(fmt.Errorf("%w: held payment: %w", ErrInvalidEvent, err))
+	}
+	h.log.InfoContext(ctx, "inventory: order announced, reserving for its held payment", slog.String("held_event_id", held.ID))
+	return h.reserve(ctx, tx, held, pa, outcome)
+}
+
+// OrderOutcome records the outcome the order service announced (order.rejected,
+// order.cancelled) for the reconciliation, which releases a reservation the order no
+// longer needs. The first outcome of an order is kept.
+func (h *Handlers) OrderOutcome(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+	p, err := events.Decode[events.OrderOutcomeV1](ev)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
+	}
+	return recordOutcome(ctx, tx, p.OrderID, ev)
+}
+
+func recordOutcome(ctx context.Context, tx pgx.Tx, id string, ev event.Event) error {
+	outcome := "CANCELLED"
+	switch ev.Type {
+	case events.OrderConfirmed:
+		outcome = "CONFIRMED"
+	case events.OrderRejected:
+		outcome = "REJECTED"
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO inventory_orders (order_id, outcome, outcome_event_id, outcome_correlation_id, checked)
+		VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (order_id) DO UPDATE SET outcome = $2, outcome_event_id = $3, outcome_correlation_id = $4,
+			checked = $5, updated_at = now()
+		WHERE inventory_orders.outcome IS NULL`, id, outcome, ev.ID, ev.CorrelationID, outcome == "CONFIRMED"); err != nil {
+		return fmt.Errorf("inventorysvc: record outcome: %w", err)
+	}
+	return nil
 }
 
 func (h *Handlers) count(ctx context.Context, op string) {
@@ -104,12 +211,52 @@ func (h *Handlers) count(ctx context.Context, op string) {
 // PaymentAuthorized reserves all of the order's items or none: it locks the SKUs' rows
 // in SKU order (no deadlocks between orders), checks every quantity, and takes the stock
 // with one conditional UPDATE (... WHERE available >= qty) in the handler's transaction.
-// It emits stock.reserved or stock.unavailable.
+// It emits stock.reserved or stock.unavailable. For an order the order service has not
+// announced yet it does nothing but hold the event until order.created (see Handlers).
 func (h *Handlers) PaymentAuthorized(ctx context.Context, tx pgx.Tx, ev event.Event) error {
 	p, err := events.Decode[events.PaymentV1](ev)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
 	}
+	// The row lock orders this handler with OrderCreated of the same order. The row of an
+	// announced order exists: one statement in the common case.
+	var (
+		announced, held bool
+		outcome         *string
+	)
+	for created := false; ; created = true {
+		err := tx.QueryRow(ctx, `SELECT announced, held_event_id IS NOT NULL, outcome FROM inventory_orders
+			WHERE order_id = $1 FOR UPDATE`, p.OrderID).Scan(&announced, &held, &outcome)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, pgx.ErrNoRows) || created {
+			return fmt.Errorf("inventorysvc: read order: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO inventory_orders (order_id) VALUES ($1) ON CONFLICT (order_id) DO NOTHING`, p.OrderID); err != nil {
+			return fmt.Errorf("inventorysvc: record order: %w", err)
+		}
+	}
+	if !announced {
+		if held {
+			h.log.InfoContext(ctx, "inventory: payment of an unannounced order already held")
+			return nil
+		}
+		if _, err := tx.Exec(ctx, `UPDATE inventory_orders SET held_event_id = $2, held_correlation_id = $3, held_data = $4,
+			held_at = now(), updated_at = now() WHERE order_id = $1`, p.OrderID, ev.ID, ev.CorrelationID, ev.Data); err != nil {
+			return fmt.Errorf("inventorysvc: hold payment: %w", err)
+		}
+		h.count(ctx, "hold_unannounced")
+		h.log.WarnContext(ctx, "inventory: payment.authorized for an order not announced by the order service; held until order.created",
+			slog.String("event_id", ev.ID))
+		return nil
+	}
+	return h.reserve(ctx, tx, ev, p, outcome)
+}
+
+// reserve is PaymentAuthorized for an announced order; ev is the payment.authorized and
+// outcome the order's announced outcome, if any.
+func (h *Handlers) reserve(ctx context.Context, tx pgx.Tx, ev event.Event, p events.PaymentV1, outcome *string) error {
 	r, found, err := lockReservation(ctx, tx, p.OrderID)
 	if err != nil {
 		return err
@@ -128,6 +275,9 @@ func (h *Handlers) PaymentAuthorized(ctx context.Context, tx pgx.Tx, ev event.Ev
 	}
 
 	items, reason := normalize(p.Items)
+	if outcome != nil && *outcome != "CONFIRMED" {
+		reason = ReasonOrderEnded + " " + *outcome // it needs no stock any more
+	}
 	if reason == "" {
 		reason, err = take(ctx, tx, items)
 		if err != nil {
@@ -161,6 +311,9 @@ func (h *Handlers) OrderConfirmed(ctx context.Context, tx pgx.Tx, ev event.Event
 	p, err := events.Decode[events.OrderOutcomeV1](ev)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
+	}
+	if err := recordOutcome(ctx, tx, p.OrderID, ev); err != nil {
+		return err
 	}
 	r, found, err := lockReservation(ctx, tx, p.OrderID)
 	if err != nil {
@@ -215,9 +368,23 @@ func (h *Handlers) CancelRequested(ctx context.Context, tx pgx.Tx, ev event.Even
 			return err
 		}
 		h.count(ctx, "tombstone")
-	case r.cancelSeen:
+	case r.cancelSeen && !p.Resend():
 		h.log.InfoContext(ctx, "inventory: cancel already answered")
 		return nil
+	case r.cancelSeen:
+		// A re-send: the order did not hear the answer; repeat it, moving no stock.
+		switch r.status {
+		case StatusReleased:
+			if released, err = reservationItems(ctx, tx, p.OrderID); err != nil {
+				return err
+			}
+			reason = ReasonCancelled
+		case StatusCommitted:
+			reason = ReasonAlreadyCommitted
+		}
+		h.count(ctx, "reanswer")
+		h.log.InfoContext(ctx, "inventory: re-sent cancel answered again", slog.String("status", r.status), slog.Int("attempt", p.Attempt))
+		return h.emit(ctx, tx, ev, events.StockReleased, events.StockV1{OrderID: p.OrderID, Items: released, Reason: reason})
 	case r.status == StatusReserved:
 		items, err := reservationItems(ctx, tx, p.OrderID)
 		if err != nil {

@@ -36,3 +36,32 @@ CREATE TABLE IF NOT EXISTS inventory_reservation_items (
     qty      bigint NOT NULL CHECK (qty > 0),
     PRIMARY KEY (order_id, sku)
 );
+
+-- What inventory knows of each order from the order service (orders.events), and the
+-- payment.authorized it holds back until then. Inventory takes stock only for orders the
+-- order service announced (order.created): a payment.authorized for an order not
+-- announced yet is held here (held_*) and reserved when order.created arrives; one held
+-- longer than INVENTORY_ORPHAN_AFTER is reported once as an orphan (orphan_reported) and
+-- never reserved unless the order is announced. outcome is the order's final state as
+-- announced (order.confirmed / order.rejected / order.cancelled); checked is false
+-- until the reconciliation has made sure a REJECTED or CANCELLED order holds no
+-- reservation.
+CREATE TABLE IF NOT EXISTS inventory_orders (
+    order_id               text PRIMARY KEY,
+    announced              boolean NOT NULL DEFAULT false,
+    outcome                text CHECK (outcome IN ('CONFIRMED', 'REJECTED', 'CANCELLED')),
+    outcome_event_id       text NOT NULL DEFAULT '',
+    outcome_correlation_id text NOT NULL DEFAULT '',
+    checked                boolean NOT NULL DEFAULT true,
+    held_event_id          text,
+    held_correlation_id    text,
+    held_data              jsonb,
+    held_at                timestamptz,
+    orphan_reported        boolean NOT NULL DEFAULT false,
+    created_at             timestamptz NOT NULL DEFAULT now(),
+    updated_at             timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS inventory_orders_unchecked
+    ON inventory_orders (updated_at) WHERE NOT checked;
+CREATE INDEX IF NOT EXISTS inventory_orders_held
+    ON inventory_orders (held_at) WHERE held_data IS NOT NULL AND NOT orphan_reported;

@@ -12,7 +12,8 @@ import (
 // SIGINT/SIGTERM arrives, unless app.WithoutSignals is in cfg.AppOptions), then shuts it
 // down gracefully (see app.App.Run). At start it creates its database if missing,
 // applies the library and inventory schemas, seeds missing SKUs and creates the saga's
-// topics; while running it also sweeps expired reservations.
+// topics; while running it also sweeps expired reservations and reconciles (see
+// Reconciler).
 func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -40,7 +41,14 @@ func setup(ctx context.Context, a *app.App, cfg Config) error {
 	}
 	sw := NewSweeper(a.Pool, h)
 	a.Go("reservation sweeper", func(ctx context.Context) error { return sw.Run(ctx, cfg.SweepInterval) })
-	a.Logger.InfoContext(ctx, "inventory: configured", "skus", len(cfg.Stock),
+	interval := cfg.ReconcileInterval
+	if interval <= 0 {
+		interval = DefaultReconcileInterval
+	}
+	rec := NewReconciler(a.Pool, h)
+	a.Go("reconciliation", func(ctx context.Context) error { return rec.Run(ctx, interval) })
+	a.Logger.InfoContext(ctx, "inventory: configured", "skus", len(cfg.Stock), "reconcile_interval", interval.String(),
+		"orphan_after", h.orphanAfter.String(),
 		"reservation_ttl", cfg.ReservationTTL.String(), "sweep_interval", cfg.SweepInterval.String())
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/choreo-saga/choreo/app"
 	"github.com/choreo-saga/choreo/app/apptest"
+	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/services/events"
@@ -70,17 +71,20 @@ func TestServiceThroughKafka(t *testing.T) {
 		rare    = ord("rare")
 		cancel  = ord("cancel")
 		early   = ord("early")
+		ghost   = ord("ghost")
 	)
 	// Phase 1: payments arrive; the early order's cancel overtakes its payment.
-	h.ProduceTwice(events.TopicOrders, cancelRequested(t, early),
-		apptest.NewEvent(t, events.SourceOrder, events.OrderCreated, confirm, events.OrderCreatedV1{OrderID: confirm})) // ignored
+	// The order service announces every order first (an unknown one is held, below).
+	h.ProduceTwice(events.TopicOrders, created(t, early), cancelRequested(t, early),
+		created(t, confirm), created(t, rare), created(t, cancel))
 	h.settled(events.TopicOrders)
 	h.ProduceTwice(events.TopicPayments,
 		authorized(t, confirm, item("sku-1", 2)),
 		authorized(t, rare, item("sku-1", 1), item("sku-rare", 1)),
 		authorized(t, cancel, item("sku-2", 3)),
 		authorized(t, early, item("sku-1", 1)),
-		apptest.NewEvent(t, events.SourcePayment, events.PaymentDeclined, rare, events.PaymentV1{OrderID: rare})) // ignored
+		apptest.NewEvent(t, events.SourcePayment, events.PaymentDeclined, rare, events.PaymentV1{OrderID: rare}), // ignored
+		authorized(t, ghost, item("sku-1", 5)))                                                                   // never announced: held, changes nothing
 	h.settled(events.TopicOrders, events.TopicPayments)
 
 	// Phase 2: the order service decides.
@@ -94,10 +98,13 @@ func TestServiceThroughKafka(t *testing.T) {
 		cancel:  "stock.reserved(;sku-2:3),stock.released(cancelled;sku-2:3)",
 		early:   "stock.released(nothing reserved;),stock.unavailable(order cancelled;sku-1:1)",
 	})
-	if dlq := h.ReadAll(events.TopicPayments + app.DeadLetterSuffix); len(dlq) != 0 {
+	if dlq := h.ReadAll(events.TopicPayments + consumer.DeadLetterSuffix); len(dlq) != 0 {
 		t.Errorf("%d records dead-lettered", len(dlq))
 	}
 	a := audit(t, h.Pool)
+	if _, ok := a.Orders[ghost]; ok || len(got[ghost]) != 0 {
+		t.Errorf("a payment for an order never announced changed inventory: %+v, emitted %v", a.Orders[ghost], got[ghost])
+	}
 	if a.Orders[confirm].Status != StatusCommitted || a.Orders[cancel].Status != StatusReleased ||
 		a.Orders[early].Status != StatusUnavailable || a.SKUs["sku-1"].Available != 8 || a.SKUs["sku-2"].Available != 5 {
 		t.Errorf("audit: %+v", a)
@@ -116,6 +123,7 @@ func TestServiceThroughKafka(t *testing.T) {
 func TestReservationExpiresInService(t *testing.T) {
 	h := startService(t, time.Millisecond)
 	o := "expire-" + testenv.Name(t, "o")
+	h.ProduceTwice(events.TopicOrders, created(t, o))
 	h.ProduceTwice(events.TopicPayments, authorized(t, o, item("sku-2", 4)))
 	apptest.WaitFor(t, "the reservation to expire", func() bool {
 		var st string

@@ -174,6 +174,47 @@ func (s *Service) Cancel(ctx context.Context, id string) (Order, error) {
 	return o, nil
 }
 
+// RetryCompensation re-sends the cancellation of an order by hand: a CANCELLING order
+// sends order.cancel_requested again now (with a new attempt deadline), a
+// COMPENSATION_FAILED one moves back to CANCELLING and sends it. Payment and inventory
+// compensate at most once per order and repeat their answer, so a retry is always safe.
+// Each retry is a history entry (command.retry_compensation). Any other state fails with
+// ErrInvalidTransition (and the current order).
+func (s *Service) RetryCompensation(ctx context.Context, id string) (Order, error) {
+	if !validID(id) {
+		return Order{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	ctx = withOrder(ctx, id)
+	o, err := s.load(ctx, s.db, id, false)
+	if err != nil {
+		return Order{}, err
+	}
+	ctx, span := s.sagaSpan(ctx, "order.retry_compensation", o)
+	var d Decision
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		cur, err := s.load(ctx, tx, id, true)
+		if err != nil {
+			return err
+		}
+		reason := fmt.Sprintf("compensation retried by hand (attempt %d; payment %s, stock %s)",
+			cur.CompensationAttempts+1, cur.Facts.PaymentStatus(), cur.Facts.StockStatus())
+		o, d, err = s.apply(ctx, tx, cur, CmdRetryCompensation, nil, reason)
+		return err
+	})
+	endSpan(span, err)
+	if errors.Is(err, ErrInvalidTransition) {
+		s.log.InfoContext(ctx, "order: compensation retry rejected", "state", string(o.State))
+		return o, err
+	}
+	if err != nil {
+		return Order{}, err
+	}
+	s.log.WarnContext(ctx, "order: compensation retried by hand", "from", string(d.From),
+		"attempt", o.CompensationAttempts)
+	s.outbox.Wake()
+	return o, nil
+}
+
 // Router returns the consumer router for the order service's topics (payments.events and
 // inventory.events): every event type on them is routed to HandleEvent.
 func (s *Service) Router() *consumer.Router {
@@ -222,7 +263,11 @@ func (s *Service) HandleEvent(ctx context.Context, tx pgx.Tx, ev event.Event) er
 	if err != nil {
 		return err
 	}
-	if d.From != d.To {
+	switch {
+	case d.From == CompensationFailed && d.To == Cancelled:
+		s.log.WarnContext(ctx, "order: failed compensation completed late", "from", string(d.From), "to", string(d.To),
+			"event_type", ev.Type, "event_id", ev.ID)
+	case d.From != d.To:
 		s.log.InfoContext(ctx, "order: transition", "from", string(d.From), "to", string(d.To),
 			"event_type", ev.Type, "event_id", ev.ID, "reason", o2.Reason)
 	}
@@ -259,10 +304,11 @@ func eventReason(ev event.Event) (string, error) {
 
 // SweepOnce handles up to SweepBatch orders past their deadline, oldest deadline first:
 // a PENDING order is cancelled (CANCELLING and order.cancel_requested, reason "saga
-// deadline exceeded"), a CANCELLING one moves to COMPENSATION_FAILED. Each order gets its
-// own transaction that re-reads and locks the row, so concurrent sweepers (one per
-// instance) and concurrent events never apply a stale decision. It returns the number of
-// orders moved.
+// deadline exceeded"); a CANCELLING one re-sends its cancellation with a longer deadline
+// while re-sends are left (Settings.CompensationRetries), and moves to
+// COMPENSATION_FAILED after that. Each order gets its own transaction that re-reads and
+// locks the row, so concurrent sweepers (one per instance) and concurrent events never
+// apply a stale decision. It returns the number of orders moved or re-sent.
 func (s *Service) SweepOnce(ctx context.Context) (int, error) {
 	rows, err := s.db.Query(ctx, `SELECT id::text FROM orders
 		WHERE state IN ('PENDING', 'CANCELLING') AND deadline_at <= now()
@@ -318,18 +364,23 @@ func (s *Service) expire(ctx context.Context, id string) (bool, error) {
 			t, reason = CmdSagaTimeout, fmt.Sprintf("saga deadline exceeded (%s)", s.cfg.SagaTimeout)
 		case Cancelling:
 			t = CmdCompensationTimeout
-			reason = fmt.Sprintf("compensation not finished within %s (payment %s, stock %s)",
-				s.cfg.CompensationTimeout, cur.Facts.PaymentStatus(), cur.Facts.StockStatus())
+			n := max(cur.CompensationAttempts, 1) // orders cancelled before the count existed
+			reason = fmt.Sprintf("compensation attempt %d of %d not finished within %s (payment %s, stock %s)",
+				n, s.cfg.CompensationRetries+1, s.cfg.attemptTimeout(n), cur.Facts.PaymentStatus(), cur.Facts.StockStatus())
 		}
 		o, d, err = s.apply(ctx, tx, cur, t, nil, reason)
-		moved = err == nil && d.From != d.To
+		moved = err == nil && (d.From != d.To || d.Emit != "")
 		return err
 	})
 	endSpan(span, err)
 	if err != nil {
 		return false, err
 	}
-	if moved {
+	switch {
+	case moved && d.From == d.To:
+		s.log.WarnContext(ctx, "order: compensation deadline passed, cancellation re-sent",
+			"attempt", o.CompensationAttempts, "deadline_at", o.DeadlineAt, "payment", o.Facts.PaymentStatus(), "stock", o.Facts.StockStatus())
+	case moved:
 		s.expired.Add(ctx, 1, metric.WithAttributes(attribute.String("state", string(d.From))))
 		level := s.log.WarnContext
 		if d.To == CompensationFailed {

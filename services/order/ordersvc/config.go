@@ -21,9 +21,14 @@ const (
 	// DefaultSagaTimeout); it must exceed the stuck threshold, so that a stuck order is
 	// visible before it is cancelled.
 	EnvSagaTimeout = "ORDER_SAGA_TIMEOUT"
-	// EnvCompensationTimeout: the deadline of a CANCELLING order before it becomes
-	// COMPENSATION_FAILED (default DefaultCompensationTimeout).
+	// EnvCompensationTimeout: the deadline of the first compensation attempt of a
+	// CANCELLING order (default DefaultCompensationTimeout); each re-send waits twice as
+	// long as the attempt before it, at most MaxCompensationBackoff times this.
 	EnvCompensationTimeout = "ORDER_COMPENSATION_TIMEOUT"
+	// EnvCompensationRetries: how many times a CANCELLING order re-sends its
+	// cancellation before it becomes COMPENSATION_FAILED (default
+	// DefaultCompensationRetries; 0 disables re-sends; at most MaxCompensationRetries).
+	EnvCompensationRetries = "ORDER_COMPENSATION_RETRIES"
 	// EnvSweepInterval: the period of the deadline sweeper and stuck gauge (default
 	// DefaultSweepInterval).
 	EnvSweepInterval = "ORDER_SWEEP_INTERVAL"
@@ -41,12 +46,15 @@ const (
 	DefaultHTTPAddr = ":8080"
 	// DefaultGroup is the default consumer group.
 	DefaultGroup = "order"
+	// MaxCompensationRetries bounds EnvCompensationRetries.
+	MaxCompensationRetries = 20
 )
 
 // EnvVars returns the names of the environment variables the order service reads
 // itself (the shared ones are app's).
 func EnvVars() []string {
-	return []string{EnvStuckAfter, EnvStuckAfterCancelling, EnvSagaTimeout, EnvCompensationTimeout, EnvSweepInterval, EnvGroup, EnvAPIToken}
+	return []string{EnvStuckAfter, EnvStuckAfterCancelling, EnvSagaTimeout, EnvCompensationTimeout, EnvCompensationRetries,
+		EnvSweepInterval, EnvGroup, EnvAPIToken}
 }
 
 // Config is the order service's configuration.
@@ -69,11 +77,18 @@ type Config struct {
 // app.Env.Err), together with those of Validate.
 func LoadConfig(env *app.Env) Config {
 	stuck := env.Duration(EnvStuckAfter, DefaultStuckAfter)
+	retries := env.Int(EnvCompensationRetries, DefaultCompensationRetries)
+	env.Check(EnvCompensationRetries, retries >= 0 && retries <= MaxCompensationRetries,
+		fmt.Sprintf("must be between 0 and %d", MaxCompensationRetries))
+	if retries == 0 {
+		retries = NoCompensationRetries
+	}
 	c := Config{
 		App: app.LoadConfig(env, "order", DefaultHTTPAddr),
 		Settings: Settings{
 			SagaTimeout:         env.Duration(EnvSagaTimeout, DefaultSagaTimeout),
 			CompensationTimeout: env.Duration(EnvCompensationTimeout, DefaultCompensationTimeout),
+			CompensationRetries: retries,
 			StuckAfter: map[State]time.Duration{
 				Pending:    stuck,
 				Cancelling: env.Duration(EnvStuckAfterCancelling, stuck),
@@ -102,6 +117,8 @@ func (c Config) problems() []problem {
 	s := c.Settings
 	check(EnvSagaTimeout, s.SagaTimeout > 0, "must be positive")
 	check(EnvCompensationTimeout, s.CompensationTimeout > 0, "must be positive")
+	check(EnvCompensationRetries, s.CompensationRetries <= MaxCompensationRetries,
+		fmt.Sprintf("must be at most %d", MaxCompensationRetries))
 	check(EnvSweepInterval, s.SweepInterval > 0, "must be positive")
 	check(EnvStuckAfter, s.StuckAfter[Pending] > 0, "must be positive")
 	check(EnvStuckAfterCancelling, s.StuckAfter[Cancelling] > 0, "must be positive")

@@ -13,6 +13,10 @@
 //	GET  /orders/{id}          200: the order with trace_id, jaeger_url, stuck and its full history
 //	POST /orders/{id}/cancel   202: PENDING -> CANCELLING (a repeated cancel is a no-op);
 //	                           409 invalid_transition once the order is CONFIRMED or REJECTED
+//	POST /orders/{id}/retry-compensation
+//	                           202: re-sends order.cancel_requested of a CANCELLING order, or
+//	                           moves a COMPENSATION_FAILED one back to CANCELLING and re-sends it;
+//	                           409 invalid_transition in any other state
 //	GET  /orders?state=PENDING&stuck=true&older_than=5m&limit=100
 //	                           200 {"orders":[...]}, oldest first, each with age_seconds
 //
@@ -29,7 +33,8 @@
 //	ORDER_STUCK_AFTER             30s  non-terminal orders longer than this in their state are stuck
 //	ORDER_STUCK_AFTER_CANCELLING  = ORDER_STUCK_AFTER
 //	ORDER_SAGA_TIMEOUT            2m   PENDING longer than this is cancelled (must exceed ORDER_STUCK_AFTER)
-//	ORDER_COMPENSATION_TIMEOUT    2m   CANCELLING longer than this becomes COMPENSATION_FAILED
+//	ORDER_COMPENSATION_TIMEOUT    30s  deadline of the first compensation attempt (doubled per attempt, at most 8x)
+//	ORDER_COMPENSATION_RETRIES    3    re-sends of the cancellation before COMPENSATION_FAILED (0 to 20)
 //	ORDER_SWEEP_INTERVAL          1s   period of the deadline sweeper and the stuck gauge
 //	ORDER_GROUP                   order  consumer group of payments.events and inventory.events
 //
@@ -48,11 +53,19 @@
 //	PENDING    + cancel | saga deadline -> CANCELLING  emits order.cancel_requested
 //	CANCELLING + payment.* / stock.*    -> CANCELLED when compensated, emits order.cancelled;
 //	                                       else stays CANCELLING (fact recorded)
-//	CANCELLING + compensation deadline  -> COMPENSATION_FAILED
+//	CANCELLING + compensation deadline  -> CANCELLING, re-sends order.cancel_requested while
+//	                                       re-sends are left; else COMPENSATION_FAILED
+//	CANCELLING | COMPENSATION_FAILED + retry-compensation
+//	                                    -> CANCELLING, re-sends order.cancel_requested
+//	COMPENSATION_FAILED + payment.* / stock.*
+//	                                    -> CANCELLED when compensated (same guard as CANCELLING),
+//	                                       emits order.cancelled; else stays (fact recorded)
 //	CANCELLING | CANCELLED + cancel     -> no-op (a repeated cancel succeeds)
 //	CONFIRMED  + payment.authorized     -> CONFIRMED   (overtaken by stock.reserved, recorded)
-//	REJECTED   + stock.unavailable      -> REJECTED    (overtaken by payment.refunded, recorded)
-//	CANCELLED  + stock.released | stock.unavailable -> CANCELLED (inventory's late answer, recorded)
+//	REJECTED   + stock.unavailable | payment.refunded | stock.released
+//	                                    -> REJECTED    (late answers, reconciliation, recorded)
+//	CANCELLED  + stock.* | payment.refunded | payment.declined
+//	                                    -> CANCELLED   (late or repeated answers, recorded)
 //
 // Events of one topic arrive in order (they are keyed by the order id), but the payment
 // and inventory topics are consumed independently, so an effect can overtake its cause
@@ -61,7 +74,7 @@
 // Every other pair is an invalid transition: it is never applied. An invalid command
 // (cancelling a CONFIRMED order) is refused with ErrInvalidTransition (HTTP 409). An
 // invalid event (an unexpected event in a terminal state, such as a reservation expiry
-// after CONFIRMED or a compensation answer after COMPENSATION_FAILED) is settled and not
+// after CONFIRMED) is settled and not
 // retried: its facts and an "ignored" history entry are written, a warning is logged
 // and MetricIgnored is counted. Each transition runs in one transaction that locks the
 // order row (SELECT ... FOR UPDATE), updates it, appends to order_history (from, to,
@@ -81,11 +94,17 @@
 // # Deadlines and stuck orders
 //
 // Each non-terminal order has a durable deadline (column deadline_at): the saga deadline
-// while PENDING (SagaTimeout), the compensation deadline while CANCELLING
-// (CompensationTimeout). RunSweeper moves expired orders every SweepInterval: PENDING to
-// CANCELLING (compensation runs as for a customer cancel), CANCELLING to
+// while PENDING (SagaTimeout), the deadline of the current compensation attempt while
+// CANCELLING (CompensationTimeout for the first send of the cancellation, doubled for each
+// next one, at most MaxCompensationBackoff times). RunSweeper handles expired orders every
+// SweepInterval: PENDING to CANCELLING (compensation runs as for a customer cancel); a
+// CANCELLING order re-sends its cancellation (a new event id, the same saga, a history
+// entry, MetricCompensationResends) up to CompensationRetries times, and then moves to
 // COMPENSATION_FAILED, which is terminal and visible (state, reason, metric, log at error
-// level), never a silent retry loop. Independently, a non-terminal order that has stayed
+// level), never a silent retry loop. Payment and inventory compensate at most once per
+// order and answer a re-send again, so re-sends are safe. COMPENSATION_FAILED still heals:
+// the late refund or release completes it to CANCELLED, and RetryCompensation (HTTP, or
+// sagactl order retry-compensation) re-drives it by hand. Independently, a non-terminal order that has stayed
 // in its state longer than StuckAfter[state] is stuck: GET /orders?stuck=true lists
 // such orders, GET /orders/{id} flags them, and MetricStuck counts them.
 //

@@ -48,10 +48,12 @@ type OrderJSON struct {
 	CreatedAt     time.Time     `json:"created_at"`
 	UpdatedAt     time.Time     `json:"updated_at"`
 	StateSince    time.Time     `json:"state_since"`
-	DeadlineAt    *time.Time    `json:"deadline_at,omitempty"`
-	Stuck         bool          `json:"stuck"`
-	TraceID       string        `json:"trace_id,omitempty"`
-	JaegerURL     string        `json:"jaeger_url,omitempty"`
+	// CompensationAttempts counts the sends of order.cancel_requested (absent before any).
+	CompensationAttempts int        `json:"compensation_attempts,omitempty"`
+	DeadlineAt           *time.Time `json:"deadline_at,omitempty"`
+	Stuck                bool       `json:"stuck"`
+	TraceID              string     `json:"trace_id,omitempty"`
+	JaegerURL            string     `json:"jaeger_url,omitempty"`
 	// AgeSeconds is set in lists.
 	AgeSeconds *float64 `json:"age_seconds,omitempty"`
 	// History is set by GET /orders/{id}.
@@ -88,7 +90,7 @@ func (s *Service) JSON(o Order) OrderJSON {
 		ID: o.ID, CustomerID: o.CustomerID, Items: o.Items, Amount: o.Amount, State: o.State,
 		Reason: o.Reason, PaymentStatus: o.Facts.PaymentStatus(), StockStatus: o.Facts.StockStatus(),
 		CreatedAt: o.CreatedAt.UTC(), UpdatedAt: o.UpdatedAt.UTC(), StateSince: o.StateSince.UTC(),
-		Stuck: o.Stuck, TraceID: o.TraceID,
+		Stuck: o.Stuck, TraceID: o.TraceID, CompensationAttempts: o.CompensationAttempts,
 	}
 	if !o.DeadlineAt.IsZero() {
 		d := o.DeadlineAt.UTC()
@@ -122,6 +124,7 @@ func (s *Service) Handler() http.Handler {
 //	POST /orders               create (Idempotency-Key honoured)      201, or 200 on a replay
 //	GET  /orders/{id}          the order with its full history         200
 //	POST /orders/{id}/cancel   request cancellation                    202
+//	POST /orders/{id}/retry-compensation  re-send the cancellation      202 (409 unless CANCELLING or COMPENSATION_FAILED)
 //	GET  /orders               list: ?state=&stuck=true&older_than=&limit=  200
 //	/                          JSON 404 not_found or 405 method_not_allowed (with Allow)
 //
@@ -132,14 +135,16 @@ func (s *Service) Register(handle func(pattern string, h http.Handler)) {
 	route("GET /orders", s.handleList)
 	route("GET /orders/{id}", s.handleGet)
 	route("POST /orders/{id}/cancel", s.handleCancel)
+	route("POST /orders/{id}/retry-compensation", s.handleRetryCompensation)
 
 	// Every path the API knows, without methods: a request that matches one of them but
 	// none of the routes above has the wrong method.
 	known := http.NewServeMux()
-	for _, p := range []string{"/orders", "/orders/{id}", "/orders/{id}/cancel"} {
+	allow := map[string]string{"/orders": "GET, POST", "/orders/{id}": "GET", "/orders/{id}/cancel": "POST",
+		"/orders/{id}/retry-compensation": "POST"}
+	for p := range allow {
 		known.HandleFunc(p, func(http.ResponseWriter, *http.Request) {})
 	}
-	allow := map[string]string{"/orders": "GET, POST", "/orders/{id}": "GET", "/orders/{id}/cancel": "POST"}
 	route("/", func(w http.ResponseWriter, r *http.Request) {
 		if _, p := known.Handler(r); p != "" {
 			w.Header().Set("Allow", allow[p])
@@ -323,6 +328,25 @@ func (s *Service) handleCancel(w http.ResponseWriter, r *http.Request) {
 	if errors.Is(err, ErrInvalidTransition) {
 		writeError(w, http.StatusConflict, CodeInvalidTransition,
 			fmt.Sprintf("order is %s; only PENDING orders can be cancelled", o.State))
+		return
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, s.JSON(o))
+}
+
+func (s *Service) handleRetryCompensation(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !validID(id) {
+		writeError(w, http.StatusNotFound, CodeNotFound, "order not found")
+		return
+	}
+	o, err := s.RetryCompensation(r.Context(), id)
+	if errors.Is(err, ErrInvalidTransition) {
+		writeError(w, http.StatusConflict, CodeInvalidTransition,
+			fmt.Sprintf("order is %s; only CANCELLING or COMPENSATION_FAILED orders can have their compensation retried", o.State))
 		return
 	}
 	if err != nil {

@@ -21,17 +21,22 @@ const (
 	MetricIgnored = "choreo.order.ignored_events"
 	// MetricDeadlines counts orders moved by their deadline, by the state they left.
 	MetricDeadlines = "choreo.order.deadlines_expired"
+	// MetricCompensationResends counts re-sent cancellations, by trigger
+	// (deadline.compensation, command.retry_compensation).
+	MetricCompensationResends = "choreo.order.compensation_resends"
 )
 
 func (s *Service) initMetrics() error {
 	m := s.mp.Meter(instrumentationName)
-	var errs [4]error
+	var errs [5]error
 	s.transitions, errs[0] = m.Int64Counter(MetricTransitions, metric.WithUnit("{transition}"),
 		metric.WithDescription("Order state changes, by from and to state."))
 	s.ignored, errs[1] = m.Int64Counter(MetricIgnored, metric.WithUnit("{event}"),
 		metric.WithDescription("Events that were invalid in the order's state and were recorded as ignored."))
 	s.expired, errs[2] = m.Int64Counter(MetricDeadlines, metric.WithUnit("{order}"),
 		metric.WithDescription("Orders moved by their saga or compensation deadline, by the state they left."))
+	s.resends, errs[4] = m.Int64Counter(MetricCompensationResends, metric.WithUnit("{event}"),
+		metric.WithDescription("Re-sent order.cancel_requested events, by trigger (compensation deadline or by hand)."))
 	_, errs[3] = m.Int64ObservableGauge(MetricStuck, metric.WithUnit("{order}"),
 		metric.WithDescription("Non-terminal orders past their state's stuck threshold, as of the last sweep."),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {

@@ -50,6 +50,7 @@ func setup(ctx context.Context, a *app.App, cfg Config) error {
 	s := svc.Settings()
 	a.Logger.InfoContext(ctx, "order: configured",
 		"saga_timeout", s.SagaTimeout.String(), "compensation_timeout", s.CompensationTimeout.String(),
+		"compensation_retries", s.CompensationRetries,
 		"stuck_after_pending", s.StuckAfter[Pending].String(), "stuck_after_cancelling", s.StuckAfter[Cancelling].String(),
 		"sweep_interval", s.SweepInterval.String())
 	return nil

@@ -38,12 +38,21 @@ func TestLoadConfig(t *testing.T) {
 		t.Fatalf("config %+v", c)
 	}
 
+	if s.CompensationRetries != ordersvc.DefaultCompensationRetries {
+		t.Fatalf("compensation retries %d, want the default", s.CompensationRetries)
+	}
+	none := app.MapEnv(map[string]string{"ORDER_COMPENSATION_RETRIES": "0"})
+	if c := ordersvc.LoadConfig(none); none.Err() != nil || c.Settings.CompensationRetries != ordersvc.NoCompensationRetries {
+		t.Fatalf("ORDER_COMPENSATION_RETRIES=0: %d, %v", c.Settings.CompensationRetries, none.Err())
+	}
+
 	bad := app.MapEnv(map[string]string{
 		"ORDER_STUCK_AFTER": "5m", "ORDER_SAGA_TIMEOUT": "1m", "ORDER_COMPENSATION_TIMEOUT": "soon",
-		"ORDER_SWEEP_INTERVAL": "0s",
+		"ORDER_SWEEP_INTERVAL": "0s", "ORDER_COMPENSATION_RETRIES": "21",
 	})
 	ordersvc.LoadConfig(bad)
-	apptest.WantConfigError(t, bad, "ORDER_SAGA_TIMEOUT", "must be longer than ORDER_STUCK_AFTER", "ORDER_COMPENSATION_TIMEOUT", "ORDER_SWEEP_INTERVAL")
+	apptest.WantConfigError(t, bad, "ORDER_SAGA_TIMEOUT", "must be longer than ORDER_STUCK_AFTER", "ORDER_COMPENSATION_TIMEOUT", "ORDER_SWEEP_INTERVAL",
+		"ORDER_COMPENSATION_RETRIES")
 }
 
 // TestRun runs the whole service (app plumbing, consumer, relay, sweeper) against real
@@ -192,5 +201,114 @@ func nextRecord(t *testing.T, cl *kgo.Client, topic string) *kgo.Record {
 				return r
 			}
 		}
+	}
+}
+
+// TestRunResendsCompensation runs the whole service with short compensation deadlines and
+// nobody answering its cancellation: the sweeper re-sends order.cancel_requested
+// ORDER_COMPENSATION_RETRIES times through the relay (same saga, new event ids), then the
+// order is COMPENSATION_FAILED; payment's late answer heals it to CANCELLED.
+func TestRunResendsCompensation(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	_, ns := testenv.Redis(t)
+	env := app.MapEnv(map[string]string{
+		"DATABASE_URL": testenv.PostgresDSN(t), "REDIS_ADDR": testenv.RedisAddr(t),
+		"KAFKA_BROKERS": strings.Join(brokers, ","), "KAFKA_PARTITIONS": "2", "ORDER_SWEEP_INTERVAL": "50ms",
+		"ORDER_COMPENSATION_TIMEOUT": "150ms", "ORDER_COMPENSATION_RETRIES": "2",
+	})
+	cfg := ordersvc.LoadConfig(env)
+	if err := env.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Settings.CompensationRetries != 2 {
+		t.Fatalf("retries %d", cfg.Settings.CompensationRetries)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.AppOptions = []app.Option{app.WithListener(ln), app.WithoutSignals(), app.WithLogOutput(io.Discard),
+		app.WithLockOptions(lock.Options{Namespace: ns})}
+	base := "http://" + ln.Addr().String()
+	svc := apptest.Start(t, base, func(ctx context.Context) error { return ordersvc.Run(ctx, cfg) })
+	t.Cleanup(func() {
+		if err := svc.Stop(); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	ctx := context.Background()
+	resp, err := http.Post(base+"/orders", "application/json", strings.NewReader(validBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o ordersvc.OrderJSON
+	if err := json.NewDecoder(resp.Body).Decode(&o); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp, err = http.Post(base+"/orders/"+o.ID+"/cancel", "application/json", nil); err != nil || resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("cancel: %v %v", resp, err)
+	}
+	resp.Body.Close()
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(events.TopicOrders),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var sends []event.Event
+	for len(sends) < 3 {
+		ev, err := event.FromRecord(nextRecord(t, cl, events.TopicOrders))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Type == events.OrderCancelRequested {
+			sends = append(sends, ev)
+		}
+	}
+	for i, ev := range sends {
+		p := apptest.DecodeData[events.OrderCancelRequestedV1](t, ev)
+		if p.Attempt != i+1 || ev.CorrelationID != o.ID || ev.Subject != o.ID || (i > 0 && ev.ID == sends[i-1].ID) {
+			t.Fatalf("send %d: %+v %+v", i+1, ev, p)
+		}
+	}
+	var g ordersvc.OrderJSON
+	apptest.WaitFor(t, "COMPENSATION_FAILED", func() bool {
+		getJSON(t, base+"/orders/"+o.ID, &g)
+		return g.State == ordersvc.CompensationFailed
+	})
+	if g.CompensationAttempts != 3 {
+		t.Fatalf("order %+v", g)
+	}
+
+	// Payment answers late (it had charged nothing): the order heals to CANCELLED.
+	declined := apptest.NewEvent(t, events.SourcePayment, events.PaymentDeclined, o.ID,
+		events.PaymentV1{OrderID: o.ID, CustomerID: "c-1", Reason: "cancelled"})
+	rec, err := event.ToRecord(events.TopicPayments, declined.CausedBy(sends[2]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ev, err := event.FromRecord(nextRecord(t, cl, events.TopicOrders))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Type == events.OrderCancelled && ev.Subject == o.ID {
+			break
+		}
+		if ev.Type == events.OrderCancelRequested {
+			t.Fatalf("a fourth cancellation was sent: %+v", ev)
+		}
+	}
+	getJSON(t, base+"/orders/"+o.ID, &g)
+	if g.State != ordersvc.Cancelled {
+		t.Fatalf("order %+v", g)
+	}
+	if metrics := apptest.Metrics(t, base); !strings.Contains(metrics, "choreo_order_compensation_resends") {
+		t.Fatalf("metrics lack choreo_order_compensation_resends")
 	}
 }

@@ -30,6 +30,14 @@ CREATE TABLE IF NOT EXISTS orders (
 );
 
 -- The deadline sweeper and the stuck gauge read only non-terminal orders.
+-- How many times the order has sent order.cancel_requested (the first send and every
+-- re-send, automatic or by hand); the compensation deadline re-sends while fewer than
+-- 1 + ORDER_COMPENSATION_RETRIES were sent. Added after the first release.
+ALTER TABLE orders ADD COLUMN IF NOT EXISTS compensation_attempts integer NOT NULL DEFAULT 0;
+-- Orders cancelled before the count existed have sent their cancellation once.
+UPDATE orders SET compensation_attempts = 1
+    WHERE compensation_attempts = 0 AND state IN ('CANCELLING', 'COMPENSATION_FAILED');
+
 CREATE INDEX IF NOT EXISTS orders_deadline_idx ON orders (deadline_at)
     WHERE state IN ('PENDING', 'CANCELLING');
 CREATE INDEX IF NOT EXISTS orders_open_since_idx ON orders (state, state_since)

@@ -42,9 +42,15 @@ type Settings struct {
 	// SagaTimeout is how long an order may stay PENDING before it is cancelled
 	// automatically (the durable saga deadline).
 	SagaTimeout time.Duration
-	// CompensationTimeout is how long an order may stay CANCELLING before it is moved to
-	// COMPENSATION_FAILED.
+	// CompensationTimeout is the deadline of the first compensation attempt: how long a
+	// CANCELLING order waits for the refund and the release after sending its
+	// cancellation. Each re-send waits twice as long as the attempt before it, at most
+	// MaxCompensationBackoff times CompensationTimeout.
 	CompensationTimeout time.Duration
+	// CompensationRetries is how many times the order re-sends its cancellation, at the
+	// deadline of each attempt, before it moves to COMPENSATION_FAILED. 0 means
+	// DefaultCompensationRetries; NoCompensationRetries fails at the first deadline.
+	CompensationRetries int
 	// StuckAfter is, per non-terminal state, how long an order may stay in it before it
 	// counts as stuck. A state missing from the map uses DefaultStuckAfter.
 	StuckAfter map[State]time.Duration
@@ -59,11 +65,30 @@ type Settings struct {
 // Defaults of Settings.
 const (
 	DefaultSagaTimeout         = 2 * time.Minute
-	DefaultCompensationTimeout = 2 * time.Minute
+	DefaultCompensationTimeout = 30 * time.Second
+	DefaultCompensationRetries = 3
 	DefaultStuckAfter          = 30 * time.Second
 	DefaultSweepInterval       = time.Second
 	DefaultSweepBatch          = 100
 )
+
+// NoCompensationRetries as Settings.CompensationRetries disables re-sends.
+const NoCompensationRetries = -1
+
+// MaxCompensationBackoff caps the growth of the compensation attempts' deadlines: no
+// attempt waits longer than this many times Settings.CompensationTimeout.
+const MaxCompensationBackoff = 8
+
+// attemptTimeout is the deadline of compensation attempt n (1 for the first send):
+// CompensationTimeout doubled for each earlier attempt, capped at MaxCompensationBackoff
+// times CompensationTimeout.
+func (s Settings) attemptTimeout(n int) time.Duration {
+	f := 1
+	for i := 1; i < n && f < MaxCompensationBackoff; i++ {
+		f *= 2
+	}
+	return s.CompensationTimeout * time.Duration(min(f, MaxCompensationBackoff))
+}
 
 func (s Settings) withDefaults() Settings {
 	if s.SagaTimeout <= 0 {
@@ -71,6 +96,12 @@ func (s Settings) withDefaults() Settings {
 	}
 	if s.CompensationTimeout <= 0 {
 		s.CompensationTimeout = DefaultCompensationTimeout
+	}
+	switch {
+	case s.CompensationRetries == 0:
+		s.CompensationRetries = DefaultCompensationRetries
+	case s.CompensationRetries < 0:
+		s.CompensationRetries = 0
 	}
 	stuck := map[State]time.Duration{}
 	for _, st := range States {
@@ -130,6 +161,7 @@ type Service struct {
 	transitions metric.Int64Counter
 	ignored     metric.Int64Counter
 	expired     metric.Int64Counter
+	resends     metric.Int64Counter
 
 	mu    sync.Mutex // guards stuck
 	stuck map[State]int64
@@ -212,11 +244,12 @@ func endSpan(span trace.Span, err error) {
 }
 
 // newEvent builds an outgoing event of the order, caused by cause if not nil.
-func newEvent(typ, orderID, reason string, cause *event.Event) (event.Event, error) {
+// attempt numbers the sends of order.cancel_requested.
+func newEvent(typ, orderID, reason string, attempt int, cause *event.Event) (event.Event, error) {
 	var data any
 	switch typ {
 	case events.OrderCancelRequested:
-		data = events.OrderCancelRequestedV1{OrderID: orderID, Reason: reason}
+		data = events.OrderCancelRequestedV1{OrderID: orderID, Reason: reason, Attempt: attempt}
 	default:
 		data = events.OrderOutcomeV1{OrderID: orderID, Reason: reason}
 	}

@@ -3,6 +3,8 @@ package ordersvc_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -184,7 +186,8 @@ func TestBadEventsFailPermanently(t *testing.T) {
 }
 
 func TestDeadlineSweep(t *testing.T) {
-	f := newFixture(t, ordersvc.Settings{SagaTimeout: time.Hour, CompensationTimeout: time.Hour})
+	f := newFixture(t, ordersvc.Settings{SagaTimeout: time.Hour, CompensationTimeout: time.Hour,
+		CompensationRetries: ordersvc.NoCompensationRetries})
 	ctx := context.Background()
 	expired, fresh, charged := f.create(t), f.create(t), f.create(t)
 	f.mustDeliver(t, charged.ID, "payment.authorized")
@@ -218,8 +221,8 @@ func TestDeadlineSweep(t *testing.T) {
 		t.Fatalf("second SweepOnce = %d, %v", n, err)
 	}
 
-	// Compensation that does not finish in time fails visibly: the refund came, the
-	// stock answer did not.
+	// Compensation that does not finish in time fails visibly (no re-sends here): the
+	// refund came, the stock answer did not.
 	f.mustDeliver(t, charged.ID, "payment.refunded")
 	f.exec(t, "UPDATE orders SET deadline_at = now() - interval '1 second' WHERE id = $1", charged.ID)
 	if n, err := f.svc.SweepOnce(ctx); err != nil || n != 1 {
@@ -227,13 +230,17 @@ func TestDeadlineSweep(t *testing.T) {
 	}
 	g := f.get(t, charged.ID)
 	if g.State != ordersvc.CompensationFailed || g.DeadlineAt != nil ||
-		g.Reason != "compensation not finished within 1h0m0s (payment refunded, stock none)" {
+		g.Reason != "compensation attempt 1 of 1 not finished within 1h0m0s (payment refunded, stock none)" {
 		t.Fatalf("compensation failed order %+v", g)
 	}
-	// The late answer is recorded but the terminal state stays.
+	// The late answer completes it: everything was undone.
 	f.mustDeliver(t, charged.ID, "stock.released")
-	if g := f.get(t, charged.ID); g.State != ordersvc.CompensationFailed || !g.History[len(g.History)-1].Ignored {
+	if g := f.get(t, charged.ID); g.State != ordersvc.Cancelled || g.History[len(g.History)-1].Ignored ||
+		g.History[len(g.History)-1].From != ordersvc.CompensationFailed {
 		t.Fatalf("after a late release: %+v", g)
+	}
+	if got := f.typesFor(t, charged.ID); got[len(got)-1] != "order.cancelled" {
+		t.Fatalf("events %v; want order.cancelled last", got)
 	}
 
 	var rm metricdata.ResourceMetrics
@@ -315,4 +322,149 @@ func idsOf(l ordersvc.ListJSON) []string {
 		ids[i] = o.ID
 	}
 	return ids
+}
+
+// TestCompensationResentThenFailed: at each compensation deadline the order re-sends its
+// cancellation (same saga, a new event id, a longer deadline, a history entry), N times,
+// and only then fails; a late refund then completes it to CANCELLED.
+func TestCompensationResentThenFailed(t *testing.T) {
+	const retries = 2
+	f := newFixture(t, ordersvc.Settings{CompensationTimeout: time.Minute, CompensationRetries: retries})
+	ctx := context.Background()
+	o := f.create(t)
+	f.mustDeliver(t, o.ID, "payment.authorized")
+	if _, err := f.svc.Cancel(ctx, o.ID); err != nil {
+		t.Fatal(err)
+	}
+	expire := func() {
+		t.Helper()
+		f.exec(t, "UPDATE orders SET deadline_at = now() - interval '1 second' WHERE id = $1", o.ID)
+		if n, err := f.svc.SweepOnce(ctx); err != nil || n != 1 {
+			t.Fatalf("SweepOnce = %d, %v; want 1", n, err)
+		}
+	}
+	// Each attempt's deadline doubles: 1m, then 2m, then 4m.
+	for attempt := 2; attempt <= retries+1; attempt++ {
+		expire()
+		g := f.get(t, o.ID)
+		last := g.History[len(g.History)-1]
+		if g.State != ordersvc.Cancelling || g.CompensationAttempts != attempt ||
+			last.CauseEventType != "deadline.compensation" || last.From != ordersvc.Cancelling || last.To != ordersvc.Cancelling ||
+			!strings.HasPrefix(last.Note, fmt.Sprintf("compensation attempt %d of %d not finished", attempt-1, retries+1)) {
+			t.Fatalf("after re-send %d: %+v", attempt-1, g)
+		}
+		want := time.Minute << (attempt - 1)
+		if left := time.Until(*g.DeadlineAt); left < want-20*time.Second || left > want+20*time.Second {
+			t.Fatalf("attempt %d deadline in %s; want about %s", attempt, left, want)
+		}
+	}
+	var sends []outboxRow
+	for _, r := range f.outbox(t) {
+		if r.Key == o.ID && r.Type == "order.cancel_requested" {
+			sends = append(sends, r)
+		}
+	}
+	if len(sends) != retries+1 {
+		t.Fatalf("%d cancellations sent; want %d", len(sends), retries+1)
+	}
+	for i, r := range sends {
+		if r.CorrelationID != o.ID || r.Payload["attempt"] != float64(i+1) || r.Payload["reason"] != "cancelled by customer" ||
+			!strings.Contains(r.TraceParent, o.TraceID) {
+			t.Fatalf("send %d: %+v", i+1, r)
+		}
+	}
+
+	// The last attempt's deadline fails the compensation.
+	expire()
+	g := f.get(t, o.ID)
+	if g.State != ordersvc.CompensationFailed || g.DeadlineAt != nil || g.CompensationAttempts != retries+1 ||
+		!strings.HasPrefix(g.Reason, "compensation attempt 3 of 3 not finished within 4m0s (payment authorized, stock none)") {
+		t.Fatalf("after the last attempt: %+v", g)
+	}
+	if n, err := f.svc.SweepOnce(ctx); err != nil || n != 0 {
+		t.Fatalf("a failed compensation was swept again: %d, %v", n, err)
+	}
+
+	// The refund and the (empty) release arrive late: CANCELLED.
+	f.mustDeliver(t, o.ID, "payment.refunded")
+	if g := f.get(t, o.ID); g.State != ordersvc.CompensationFailed {
+		t.Fatalf("half compensated: %+v", g)
+	}
+	f.mustDeliver(t, o.ID, "stock.released")
+	g = f.get(t, o.ID)
+	if g.State != ordersvc.Cancelled || g.Reason != "compensation completed late, after it had failed" {
+		t.Fatalf("after the late answers: %+v", g)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := f.reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	if n := counterSum(rm, ordersvc.MetricCompensationResends); n != retries {
+		t.Fatalf("%s = %d; want %d", ordersvc.MetricCompensationResends, n, retries)
+	}
+}
+
+// TestRetryCompensationByHand: POST /orders/{id}/retry-compensation re-sends the
+// cancellation of a CANCELLING or COMPENSATION_FAILED order (recorded in the history) and
+// answers 409 in any other state.
+func TestRetryCompensationByHand(t *testing.T) {
+	f := newFixture(t, ordersvc.Settings{CompensationTimeout: time.Minute, CompensationRetries: ordersvc.NoCompensationRetries})
+	ctx := context.Background()
+	o := f.create(t)
+	f.mustDeliver(t, o.ID, "payment.authorized")
+
+	var e ordersvc.ErrorJSON
+	if resp := f.do(t, "POST", "/orders/"+o.ID+"/retry-compensation", "", nil, &e); resp.StatusCode != http.StatusConflict ||
+		e.Error.Code != ordersvc.CodeInvalidTransition || !strings.Contains(e.Error.Message, "order is PENDING") {
+		t.Fatalf("retry of a PENDING order: %d %+v", resp.StatusCode, e)
+	}
+	if resp := f.do(t, "GET", "/orders/"+o.ID+"/retry-compensation", "", nil, nil); resp.StatusCode != http.StatusMethodNotAllowed ||
+		resp.Header.Get("Allow") != "POST" {
+		t.Fatalf("GET: %d allow %q", resp.StatusCode, resp.Header.Get("Allow"))
+	}
+	if resp := f.do(t, "POST", "/orders/01890000-0000-7000-8000-000000000000/retry-compensation", "", nil, nil); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("unknown order: %d", resp.StatusCode)
+	}
+
+	if _, err := f.svc.Cancel(ctx, o.ID); err != nil {
+		t.Fatal(err)
+	}
+	var got ordersvc.OrderJSON
+	if resp := f.do(t, "POST", "/orders/"+o.ID+"/retry-compensation", "", nil, &got); resp.StatusCode != http.StatusAccepted ||
+		got.State != ordersvc.Cancelling || got.CompensationAttempts != 2 {
+		t.Fatalf("retry while CANCELLING: %d %+v", resp.StatusCode, got)
+	}
+	// No re-sends are configured, so the next deadline fails it; by hand it goes back.
+	f.exec(t, "UPDATE orders SET deadline_at = now() - interval '1 second' WHERE id = $1", o.ID)
+	if _, err := f.svc.SweepOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if g := f.get(t, o.ID); g.State != ordersvc.CompensationFailed {
+		t.Fatalf("after the deadline: %+v", g)
+	}
+	if resp := f.do(t, "POST", "/orders/"+o.ID+"/retry-compensation", "", nil, &got); resp.StatusCode != http.StatusAccepted ||
+		got.State != ordersvc.Cancelling || got.DeadlineAt == nil || got.CompensationAttempts != 3 {
+		t.Fatalf("retry of COMPENSATION_FAILED: %d %+v", resp.StatusCode, got)
+	}
+	g := f.get(t, o.ID)
+	var retries []ordersvc.HistoryJSON
+	for _, h := range g.History {
+		if h.CauseEventType == "command.retry_compensation" {
+			retries = append(retries, h)
+		}
+	}
+	if len(retries) != 2 || retries[0].From != ordersvc.Cancelling || retries[1].From != ordersvc.CompensationFailed ||
+		retries[1].To != ordersvc.Cancelling || !strings.HasPrefix(retries[1].Note, "compensation retried by hand (attempt 3") {
+		t.Fatalf("history %+v", g.History)
+	}
+	if types := f.typesFor(t, o.ID); strings.Count(strings.Join(types, ","), "order.cancel_requested") != 3 {
+		t.Fatalf("events %v; want three cancellations", types)
+	}
+	// Completed, it is CANCELLED and a retry is refused.
+	f.mustDeliver(t, o.ID, "payment.refunded")
+	f.mustDeliver(t, o.ID, "stock.released")
+	if resp := f.do(t, "POST", "/orders/"+o.ID+"/retry-compensation", "", nil, &e); resp.StatusCode != http.StatusConflict ||
+		!strings.Contains(e.Error.Message, "order is CANCELLED") {
+		t.Fatalf("retry of a CANCELLED order: %d %+v", resp.StatusCode, e)
+	}
 }

@@ -10,7 +10,10 @@ import (
 type State string
 
 // The order states. CONFIRMED, REJECTED, CANCELLED and COMPENSATION_FAILED are terminal:
-// no trigger leads out of them and none emits an event.
+// the saga has stopped, the order has no deadline and is never stuck. The first three are
+// final: no trigger leads out of them and none emits an event. COMPENSATION_FAILED can
+// still heal: the missing refund or release arriving late completes it to CANCELLED, and
+// an operator can re-drive it to CANCELLING (command.retry_compensation).
 const (
 	// Pending: created, waiting for payment and stock.
 	Pending State = "PENDING"
@@ -23,8 +26,10 @@ const (
 	Cancelling State = "CANCELLING"
 	// Cancelled: compensation finished: nothing is charged and nothing is reserved.
 	Cancelled State = "CANCELLED"
-	// CompensationFailed: compensation did not finish before its deadline. It needs an
-	// operator; the facts (payment/stock status) say which side did not answer.
+	// CompensationFailed: compensation did not finish although the cancellation was
+	// re-sent ORDER_COMPENSATION_RETRIES times. The facts (payment/stock status) say which
+	// side did not answer; its late answer still completes the order to CANCELLED, and
+	// an operator can re-send the cancellation (POST /orders/{id}/retry-compensation).
 	CompensationFailed State = "COMPENSATION_FAILED"
 )
 
@@ -66,13 +71,18 @@ const (
 	CmdCancel Trigger = "command.cancel"
 	// CmdSagaTimeout fires when a PENDING order passes its saga deadline.
 	CmdSagaTimeout Trigger = "deadline.saga"
-	// CmdCompensationTimeout fires when a CANCELLING order passes its compensation
-	// deadline.
+	// CmdCompensationTimeout fires when a CANCELLING order passes the deadline of its
+	// current compensation attempt: it re-sends the cancellation while Facts.ResendsLeft
+	// allows, and fails the compensation otherwise.
 	CmdCompensationTimeout Trigger = "deadline.compensation"
+	// CmdRetryCompensation is POST /orders/{id}/retry-compensation: an operator re-sends
+	// the cancellation of a CANCELLING or COMPENSATION_FAILED order.
+	CmdRetryCompensation Trigger = "command.retry_compensation"
 )
 
 // Facts are what the other services have reported about an order, recorded from every
-// event whatever the state. The CANCELLING state completes on them.
+// event whatever the state, plus the order's own budget of cancellation re-sends. The
+// CANCELLING and COMPENSATION_FAILED states complete on them.
 type Facts struct {
 	PaymentAuthorized bool // payment.authorized seen: the customer was charged
 	PaymentDeclined   bool // payment.declined seen: nothing was (or will be) charged
@@ -80,6 +90,12 @@ type Facts struct {
 	StockReserved     bool // stock.reserved seen
 	StockUnavailable  bool // stock.unavailable seen: nothing was (or will be) reserved
 	StockReleased     bool // stock.released seen: the reservation was given back
+
+	// ResendsLeft is how many more times the compensation deadline may re-send
+	// order.cancel_requested before the order fails: Settings.CompensationRetries minus
+	// the re-sends so far (manual ones included). It is the order's own count, derived
+	// when the order is read, not a report of another service; Observe never changes it.
+	ResendsLeft int
 }
 
 // Observe records what trigger t says about the other services.
@@ -151,12 +167,16 @@ const (
 	Always Guard = ""
 	// WhenCompensated: Facts.Compensated.
 	WhenCompensated Guard = "compensated"
+	// WhenResendsLeft: Facts.ResendsLeft > 0.
+	WhenResendsLeft Guard = "resends_left"
 )
 
 func (g Guard) holds(f Facts) bool {
 	switch g {
 	case WhenCompensated:
 		return f.Compensated()
+	case WhenResendsLeft:
+		return f.ResendsLeft > 0
 	}
 	return true
 }
@@ -172,6 +192,9 @@ type Rule struct {
 	// Noop marks a trigger that is accepted but changes and records nothing (a repeated
 	// cancel).
 	Noop bool
+	// Else is the rule applied instead when Guard does not hold; nil means the order
+	// stays in its state and emits nothing.
+	Else *Rule
 }
 
 type ruleKey struct {
@@ -199,13 +222,32 @@ var transitions = map[ruleKey]Rule{
 	// While cancelling, in-flight events of the forward path are recorded (a late
 	// stock.reserved keeps the order here until stock.released arrives), and each
 	// settling event completes the cancellation once both sides are settled.
-	{Cancelling, OnPaymentAuthorized}:    {To: Cancelling},
-	{Cancelling, OnStockReserved}:        {To: Cancelling},
-	{Cancelling, OnPaymentDeclined}:      {To: Cancelled, Guard: WhenCompensated, Emit: events.OrderCancelled},
-	{Cancelling, OnPaymentRefunded}:      {To: Cancelled, Guard: WhenCompensated, Emit: events.OrderCancelled},
-	{Cancelling, OnStockUnavailable}:     {To: Cancelled, Guard: WhenCompensated, Emit: events.OrderCancelled},
-	{Cancelling, OnStockReleased}:        {To: Cancelled, Guard: WhenCompensated, Emit: events.OrderCancelled},
-	{Cancelling, CmdCompensationTimeout}: {To: CompensationFailed},
+	{Cancelling, OnPaymentAuthorized}: {To: Cancelling},
+	{Cancelling, OnStockReserved}:     {To: Cancelling},
+	{Cancelling, OnPaymentDeclined}:   {To: Cancelled, Guard: WhenCompensated, Emit: events.OrderCancelled},
+	{Cancelling, OnPaymentRefunded}:   {To: Cancelled, Guard: WhenCompensated, Emit: events.OrderCancelled},
+	{Cancelling, OnStockUnavailable}:  {To: Cancelled, Guard: WhenCompensated, Emit: events.OrderCancelled},
+	{Cancelling, OnStockReleased}:     {To: Cancelled, Guard: WhenCompensated, Emit: events.OrderCancelled},
+
+	// Compensation is retried before it fails: at the deadline of each attempt the order
+	// re-sends its cancellation (same saga, a new event id, a longer deadline) while
+	// re-sends are left, and only then fails. Every send is a history entry.
+	{Cancelling, CmdCompensationTimeout}: {To: Cancelling, Guard: WhenResendsLeft, Emit: events.OrderCancelRequested,
+		Else: &Rule{To: CompensationFailed}},
+	// An operator re-sends the cancellation by hand; a failed compensation is
+	// CANCELLING again, with a deadline of its own.
+	{Cancelling, CmdRetryCompensation}:         {To: Cancelling, Emit: events.OrderCancelRequested},
+	{CompensationFailed, CmdRetryCompensation}: {To: Cancelling, Emit: events.OrderCancelRequested},
+
+	// A failed compensation still heals: the missing refund or release arriving late
+	// completes it exactly as it would have completed CANCELLING (same guard), and the
+	// forward path's late facts are recorded.
+	{CompensationFailed, OnPaymentAuthorized}: {To: CompensationFailed},
+	{CompensationFailed, OnStockReserved}:     {To: CompensationFailed},
+	{CompensationFailed, OnPaymentDeclined}:   {To: Cancelled, Guard: WhenCompensated, Emit: events.OrderCancelled},
+	{CompensationFailed, OnPaymentRefunded}:   {To: Cancelled, Guard: WhenCompensated, Emit: events.OrderCancelled},
+	{CompensationFailed, OnStockUnavailable}:  {To: Cancelled, Guard: WhenCompensated, Emit: events.OrderCancelled},
+	{CompensationFailed, OnStockReleased}:     {To: Cancelled, Guard: WhenCompensated, Emit: events.OrderCancelled},
 
 	// Expected late events, recorded (not flagged) in terminal states. Payment and
 	// inventory events come from two topics, so the order sees them in any order across
@@ -219,6 +261,15 @@ var transitions = map[ruleKey]Rule{
 	{Rejected, OnStockUnavailable}:   {To: Rejected},
 	{Cancelled, OnStockReleased}:     {To: Cancelled},
 	{Cancelled, OnStockUnavailable}:  {To: Cancelled},
+	// A re-sent cancellation is answered again (payment and inventory repeat their
+	// answer without moving money or stock), possibly after the first answer completed
+	// the order.
+	{Cancelled, OnPaymentRefunded}: {To: Cancelled},
+	{Cancelled, OnPaymentDeclined}: {To: Cancelled},
+	// The reconciliations of payment and inventory give back what an order that ended
+	// without needing it still held, and say so.
+	{Rejected, OnPaymentRefunded}: {To: Rejected},
+	{Rejected, OnStockReleased}:   {To: Rejected},
 }
 
 // Lookup returns the rule for trigger t in state s, and whether one exists.
@@ -253,8 +304,12 @@ func Decide(s State, f Facts, t Trigger) (Decision, error) {
 		d.Noop = true
 		return d, nil
 	}
-	if r.Guard.holds(f) {
-		d.To, d.Emit = r.To, r.Emit
+	for !r.Guard.holds(f) {
+		if r.Else == nil {
+			return d, nil
+		}
+		r = *r.Else
 	}
+	d.To, d.Emit = r.To, r.Emit
 	return d, nil
 }

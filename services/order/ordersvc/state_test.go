@@ -6,7 +6,7 @@ import (
 )
 
 var allTriggers = []Trigger{OnPaymentAuthorized, OnPaymentDeclined, OnPaymentRefunded,
-	OnStockReserved, OnStockUnavailable, OnStockReleased, CmdCancel, CmdSagaTimeout, CmdCompensationTimeout}
+	OnStockReserved, OnStockUnavailable, OnStockReleased, CmdCancel, CmdSagaTimeout, CmdCompensationTimeout, CmdRetryCompensation}
 
 func TestDecideTable(t *testing.T) {
 	charged := Facts{PaymentAuthorized: true}
@@ -40,7 +40,18 @@ func TestDecideTable(t *testing.T) {
 		{"decline while cancelling completes (nothing charged, nothing reserved)", Cancelling, Facts{}, OnPaymentDeclined, Cancelled, "order.cancelled", false},
 		{"refund with nothing ever reserved waits for inventory's answer", Cancelling, charged, OnPaymentRefunded, Cancelling, "", false},
 		{"unavailable after refund completes", Cancelling, refunded, OnStockUnavailable, Cancelled, "order.cancelled", false},
-		{"compensation deadline fails", Cancelling, charged, CmdCompensationTimeout, CompensationFailed, "", false},
+		{"compensation deadline fails once no re-send is left", Cancelling, charged, CmdCompensationTimeout, CompensationFailed, "", false},
+		{"compensation deadline re-sends while re-sends are left", Cancelling, Facts{PaymentAuthorized: true, ResendsLeft: 1}, CmdCompensationTimeout, Cancelling, "order.cancel_requested", false},
+		{"retry by hand while cancelling re-sends", Cancelling, charged, CmdRetryCompensation, Cancelling, "order.cancel_requested", false},
+		{"retry by hand re-drives a failed compensation", CompensationFailed, charged, CmdRetryCompensation, Cancelling, "order.cancel_requested", false},
+		{"a late refund heals a failed compensation", CompensationFailed, released, OnPaymentRefunded, Cancelled, "order.cancelled", false},
+		{"a late release heals a failed compensation", CompensationFailed, Facts{PaymentAuthorized: true, StockReserved: true, PaymentRefunded: true}, OnStockReleased, Cancelled, "order.cancelled", false},
+		{"a late decline heals a failed compensation", CompensationFailed, Facts{}, OnPaymentDeclined, Cancelled, "order.cancelled", false},
+		{"half an answer keeps the compensation failed", CompensationFailed, chargedAndReserved, OnPaymentRefunded, CompensationFailed, "", false},
+		{"a late reservation is recorded in a failed compensation", CompensationFailed, charged, OnStockReserved, CompensationFailed, "", false},
+		{"a repeated refund after cancelled is recorded", Cancelled, refunded, OnPaymentRefunded, Cancelled, "", false},
+		{"a reconciliation refund after rejected is recorded", Rejected, charged, OnPaymentRefunded, Rejected, "", false},
+		{"a reconciliation release after rejected is recorded", Rejected, chargedAndReserved, OnStockReleased, Rejected, "", false},
 		{"the reservation overtook its authorization", Confirmed, Facts{StockReserved: true}, OnPaymentAuthorized, Confirmed, "", false},
 		{"the refund overtook the stock failure", Rejected, refunded, OnStockUnavailable, Rejected, "", false},
 		{"reserved before authorized confirms", Pending, Facts{}, OnStockReserved, Confirmed, "order.confirmed", false},
@@ -72,9 +83,12 @@ func TestDecideRejectsInvalidTransitions(t *testing.T) {
 		{Rejected, CmdCancel},             //
 		{CompensationFailed, CmdCancel},   //
 		{Confirmed, OnStockReleased},      // a terminal state has no exits
-		{Cancelled, OnPaymentRefunded},    //
+		{Cancelled, OnStockReserved},      //
 		{Rejected, OnStockReserved},       //
-		{CompensationFailed, OnStockReleased},
+		{CompensationFailed, CmdSagaTimeout},
+		{Pending, CmdRetryCompensation},   // nothing to compensate
+		{Confirmed, CmdRetryCompensation}, //
+		{Cancelled, CmdRetryCompensation}, // compensation finished
 	}
 	for _, tt := range invalid {
 		facts := Facts{PaymentAuthorized: true}
@@ -95,7 +109,8 @@ func TestDecideRejectsInvalidTransitions(t *testing.T) {
 }
 
 // TestTerminalStatesHaveNoExits walks every (terminal state, trigger) pair: none may
-// lead to another state or emit an event.
+// lead to another state or emit an event, except COMPENSATION_FAILED's two ways to heal:
+// to CANCELLED once compensated, and back to CANCELLING by hand.
 func TestTerminalStatesHaveNoExits(t *testing.T) {
 	for _, s := range States {
 		if !s.Terminal() {
@@ -103,9 +118,44 @@ func TestTerminalStatesHaveNoExits(t *testing.T) {
 		}
 		for _, tr := range allTriggers {
 			r, ok := Lookup(s, tr)
-			if ok && (r.To != s || r.Emit != "") {
+			if !ok || r.To == s && r.Emit == "" && r.Else == nil {
+				continue
+			}
+			heals := s == CompensationFailed &&
+				(r.To == Cancelled && r.Guard == WhenCompensated && r.Emit == "order.cancelled" && r.Else == nil ||
+					tr == CmdRetryCompensation && r.To == Cancelling)
+			if !heals {
 				t.Errorf("terminal %s has an exit on %s: %+v", s, tr, r)
 			}
+		}
+	}
+}
+
+// Every rule out of COMPENSATION_FAILED towards CANCELLED has the guard of the same
+// trigger's rule out of CANCELLING: late facts heal exactly as timely ones complete.
+func TestCompensationFailedHealsLikeCancelling(t *testing.T) {
+	for _, tr := range allTriggers {
+		r, ok := Lookup(CompensationFailed, tr)
+		if !ok || r.To != Cancelled {
+			continue
+		}
+		c, ok := Lookup(Cancelling, tr)
+		if !ok || c.To != Cancelled || c.Guard != r.Guard || c.Emit != r.Emit {
+			t.Errorf("%s: COMPENSATION_FAILED rule %+v differs from CANCELLING's %+v", tr, r, c)
+		}
+	}
+}
+
+// The compensation deadline re-sends exactly ResendsLeft times, then fails.
+func TestCompensationDeadlineIsBounded(t *testing.T) {
+	for left := 3; left >= 0; left-- {
+		d, err := Decide(Cancelling, Facts{PaymentAuthorized: true, ResendsLeft: left}, CmdCompensationTimeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resend := d.To == Cancelling && d.Emit == "order.cancel_requested"
+		if left > 0 && !resend || left == 0 && (d.To != CompensationFailed || d.Emit != "") {
+			t.Errorf("ResendsLeft %d: %+v", left, d)
 		}
 	}
 }

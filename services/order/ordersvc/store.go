@@ -38,6 +38,9 @@ type Order struct {
 	UpdatedAt       time.Time
 	// Version counts the order's updates.
 	Version int64
+	// CompensationAttempts is how many times the order sent order.cancel_requested (0
+	// before any cancellation).
+	CompensationAttempts int
 	// Stuck reports whether the order has stayed in its non-terminal state longer than
 	// its StuckAfter when it was read (database clock).
 	Stuck bool
@@ -79,7 +82,7 @@ const cmdCreate = "command.create"
 
 const orderColumns = `id::text, customer_id, items, amount, state, reason,
 	payment_authorized, payment_declined, payment_refunded, stock_reserved, stock_unavailable, stock_released,
-	state_since, deadline_at, trace_id, span_id, created_at, updated_at, version, now()`
+	state_since, deadline_at, trace_id, span_id, created_at, updated_at, version, compensation_attempts, now()`
 
 func (s *Service) scanOrder(row pgx.Row) (Order, error) {
 	var (
@@ -91,11 +94,13 @@ func (s *Service) scanOrder(row pgx.Row) (Order, error) {
 	)
 	err := row.Scan(&o.ID, &o.CustomerID, &o.Items, &o.Amount, &state, &o.Reason,
 		&f.PaymentAuthorized, &f.PaymentDeclined, &f.PaymentRefunded, &f.StockReserved, &f.StockUnavailable, &f.StockReleased,
-		&o.StateSince, &deadline, &o.TraceID, &o.SpanID, &o.CreatedAt, &o.UpdatedAt, &o.Version, &now)
+		&o.StateSince, &deadline, &o.TraceID, &o.SpanID, &o.CreatedAt, &o.UpdatedAt, &o.Version, &o.CompensationAttempts, &now)
 	if err != nil {
 		return Order{}, err
 	}
 	o.State = State(state)
+	// The first send is not a re-send.
+	f.ResendsLeft = max(0, s.cfg.CompensationRetries-max(0, o.CompensationAttempts-1))
 	if deadline != nil {
 		o.DeadlineAt = *deadline
 	}
@@ -228,44 +233,56 @@ func (s *Service) apply(ctx context.Context, tx pgx.Tx, o Order, t Trigger, caus
 	}
 
 	stored := reason
-	if d.To == Cancelled {
+	switch {
+	case d.To == Cancelled && d.From == CompensationFailed:
+		stored = "compensation completed late, after it had failed" // replaces the failure's reason
+	case d.To == Cancelled:
 		stored = "" // keep the cancellation's reason; the settling event's goes to the history
 	}
 	f := d.Facts
+	// Every send of the cancellation (the first, a re-send at the deadline, one by hand)
+	// is a compensation attempt with its own deadline.
+	send := d.Emit == events.OrderCancelRequested
+	attempt := o.CompensationAttempts + 1
 	o2, err := s.scanOrder(tx.QueryRow(ctx, `UPDATE orders SET
 		state = $2,
 		reason = CASE WHEN $3 = '' OR state = $2 THEN reason ELSE $3 END,
 		state_since = CASE WHEN state = $2 THEN state_since ELSE now() END,
-		-- The deadline follows the state: kept while the state stays, the
-		-- compensation deadline on entering CANCELLING, none in a terminal state.
-		deadline_at = CASE WHEN state = $2 THEN deadline_at
-			WHEN $2 = 'CANCELLING' THEN now() + $4::bigint * interval '1 microsecond'
+		-- The deadline follows the state: the attempt's deadline on each send of the
+		-- cancellation, kept while the state stays, none in a terminal state.
+		deadline_at = CASE WHEN $11 THEN now() + $4::bigint * interval '1 microsecond'
+			WHEN state = $2 THEN deadline_at
 			ELSE NULL END,
+		compensation_attempts = compensation_attempts + CASE WHEN $11 THEN 1 ELSE 0 END,
 		payment_authorized = $5, payment_declined = $6, payment_refunded = $7,
 		stock_reserved = $8, stock_unavailable = $9, stock_released = $10,
 		updated_at = now(), version = version + 1
 		WHERE id = $1
 		RETURNING `+orderColumns,
-		o.ID, string(d.To), stored, s.cfg.CompensationTimeout.Microseconds(),
-		f.PaymentAuthorized, f.PaymentDeclined, f.PaymentRefunded, f.StockReserved, f.StockUnavailable, f.StockReleased))
+		o.ID, string(d.To), stored, s.cfg.attemptTimeout(attempt).Microseconds(),
+		f.PaymentAuthorized, f.PaymentDeclined, f.PaymentRefunded, f.StockReserved, f.StockUnavailable, f.StockReleased,
+		send))
 	if err != nil {
 		return o, d, fmt.Errorf("ordersvc: update order %s: %w", o.ID, err)
 	}
 	note := ""
-	if d.From != d.To {
+	if d.From != d.To || send {
 		note = reason
 	}
 	if err := s.writeHistory(ctx, tx, o.ID, d.From, d.To, causeID, string(t), false, note); err != nil {
 		return o, d, err
 	}
 	if d.Emit != "" {
-		ev, err := newEvent(d.Emit, o.ID, o2.Reason, cause)
+		ev, err := newEvent(d.Emit, o.ID, o2.Reason, o2.CompensationAttempts, cause)
 		if err != nil {
 			return o, d, err
 		}
 		if err := s.outbox.Enqueue(ctx, tx, events.TopicOrders, ev); err != nil {
 			return o, d, fmt.Errorf("ordersvc: %w", err)
 		}
+	}
+	if send && o.CompensationAttempts > 0 {
+		s.resends.Add(ctx, 1, metric.WithAttributes(attribute.String("trigger", string(t))))
 	}
 	if d.From != d.To {
 		s.transitions.Add(ctx, 1, metric.WithAttributes(attribute.String("from", string(d.From)), attribute.String("to", string(d.To))))

@@ -18,11 +18,14 @@ const (
 	EnvFailureRate   = "PAYMENT_FAILURE_RATE"
 	EnvHangCustomers = "PAYMENT_HANG_CUSTOMERS"
 	EnvGroup         = "PAYMENT_GROUP"
+	// EnvReconcileInterval: the period of the reconciliation (default
+	// DefaultReconcileInterval).
+	EnvReconcileInterval = "PAYMENT_RECONCILE_INTERVAL"
 )
 
 // EnvVars lists every environment variable the payment service reads (OTEL_* aside).
 func EnvVars() []string {
-	return append(app.EnvVars(), EnvSeedCustomers, EnvLatency, EnvFailureRate, EnvHangCustomers, EnvGroup)
+	return append(app.EnvVars(), EnvSeedCustomers, EnvLatency, EnvFailureRate, EnvHangCustomers, EnvGroup, EnvReconcileInterval)
 }
 
 // Defaults.
@@ -38,6 +41,8 @@ const (
 	DefaultHangCustomers = "c-hang"
 	// DefaultGroup is the consumer group.
 	DefaultGroup = "payment"
+	// DefaultReconcileInterval is the period of the reconciliation (see Reconciler).
+	DefaultReconcileInterval = 30 * time.Second
 )
 
 // Customer is one seeded customer. Amounts are in cents.
@@ -73,6 +78,10 @@ type Config struct {
 	// (PAYMENT_HANG_CUSTOMERS, comma-separated, default DefaultHangCustomers; "none"
 	// disables).
 	HangCustomers []string
+	// ReconcileInterval is the period of the reconciliation that refunds charges of
+	// orders that ended REJECTED or CANCELLED (PAYMENT_RECONCILE_INTERVAL, default
+	// DefaultReconcileInterval; 0 in a Config means the default).
+	ReconcileInterval time.Duration
 	// Random returns a uniform number in [0, 1) for FailureRate (default
 	// math/rand/v2.Float64). Not read from the environment.
 	Random func() float64
@@ -85,12 +94,14 @@ type Config struct {
 // app.Env.Err).
 func LoadConfig(env *app.Env) Config {
 	c := Config{
-		App:           app.LoadConfig(env, "payment", DefaultHTTPAddr),
-		Group:         env.String(EnvGroup, DefaultGroup),
-		Latency:       env.Duration(EnvLatency, 0),
-		FailureRate:   env.Float64(EnvFailureRate, 0),
-		HangCustomers: env.List(EnvHangCustomers, []string{DefaultHangCustomers}),
+		App:               app.LoadConfig(env, "payment", DefaultHTTPAddr),
+		Group:             env.String(EnvGroup, DefaultGroup),
+		Latency:           env.Duration(EnvLatency, 0),
+		FailureRate:       env.Float64(EnvFailureRate, 0),
+		HangCustomers:     env.List(EnvHangCustomers, []string{DefaultHangCustomers}),
+		ReconcileInterval: env.Duration(EnvReconcileInterval, DefaultReconcileInterval),
 	}
+	env.Check(EnvReconcileInterval, c.ReconcileInterval > 0, "must be positive")
 	if len(c.HangCustomers) == 1 && strings.EqualFold(c.HangCustomers[0], "none") {
 		c.HangCustomers = nil
 	}
@@ -109,6 +120,7 @@ func (c Config) Validate() error {
 	env.Check(EnvGroup, c.Group != "", "empty consumer group")
 	env.Check(EnvFailureRate, c.FailureRate >= 0 && c.FailureRate <= 1, "must be between 0 and 1")
 	env.Check(EnvLatency, c.Latency >= 0, "must not be negative")
+	env.Check(EnvReconcileInterval, c.ReconcileInterval >= 0, "must not be negative")
 	seen := make(map[string]bool, len(c.Customers))
 	for _, cu := range c.Customers {
 		env.Check(EnvSeedCustomers, cu.ID != "" && cu.Balance >= 0 && cu.Limit >= 0,

@@ -21,6 +21,15 @@
 //     cancel, payment answers exactly once per order: payment.refunded (it had charged) or
 //     payment.declined with reason "cancelled" (it had charged nothing); if it had already
 //     declined or refunded, that earlier event was the answer and nothing more is sent.
+//   - Re-sent cancellations (attempt > 1, when the order did not hear back in time) move
+//     no money: compensation is keyed on the order, not on the event id. Payment repeats
+//     its earlier answer instead.
+//   - No orphan charges: only an order.created from the order service charges, and not
+//     for an order whose REJECTED or CANCELLED outcome is already known. The outcomes the
+//     order service announces (order.confirmed, order.rejected, order.cancelled) are
+//     recorded, and a Reconciler refunds, through a normal payment.refunded, a charge still
+//     held by an order that ended REJECTED or CANCELLED (metric payment.reconciliations,
+//     one log line per correction).
 //
 // # Configuration
 //
@@ -33,6 +42,7 @@
 //	PAYMENT_LATENCY         added gateway latency per charge (default 0)
 //	PAYMENT_FAILURE_RATE    probability of a retryable gateway failure per charge attempt (default 0)
 //	PAYMENT_GROUP           consumer group (default payment)
+//	PAYMENT_RECONCILE_INTERVAL  period of the reconciliation (default 30s)
 //
 // Seeding inserts missing customers only; a restart keeps balances.
 package paymentsvc

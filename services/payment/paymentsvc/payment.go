@@ -27,6 +27,9 @@ var (
 	// not decode, or its order id is missing or differs from the subject. The error also
 	// matches event.ErrMalformed, so the consumer dead-letters the event at once.
 	ErrInvalidEvent = errors.New("paymentsvc: invalid event")
+	// ErrNotAnnounced is returned (permanent: dead-lettered) for an order.created whose
+	// source is not the order service: only the order service announces orders.
+	ErrNotAnnounced = errors.New("paymentsvc: order not announced by the order service")
 )
 
 // Order statuses (payment_orders.status).
@@ -46,22 +49,34 @@ const (
 	ReasonInsufficientFunds = "insufficient funds"
 	ReasonCancelled         = "cancelled"
 	ReasonStockUnavailable  = "stock unavailable"
+	// ReasonReconciled prefixes the reason of a refund made by the reconciliation.
+	ReasonReconciled = "reconciled"
 )
 
 // Handlers are the payment service's business handlers (consumer.TxHandler functions).
 // Each runs inside the transaction opened by the consumer's Idempotent middleware: its
 // writes and the events it enqueues commit together, or not at all.
 //
-// Cancellation contract (what the order service relies on): for every order.cancel_requested,
-// payment emits, at most once per order and exactly once over the order's life, one of
+// Cancellation contract (what the order service relies on): for the first
+// order.cancel_requested of an order, payment emits one of
 //   - payment.refunded (reason "cancelled") if it had charged the order,
 //   - payment.declined (reason "cancelled") if it had charged nothing (held by the hang
 //     knob, or not seen yet: a tombstone then makes a later order.created charge nothing),
 //   - nothing, if it had already declined or refunded the order (that event was the answer).
 //
-// A refund happens at most once per order (stock.unavailable and a cancel never both
-// refund) and never for more than was charged; the database enforces both (one ledger row
-// per order and kind, refunded <= charged).
+// A re-sent cancellation (events.OrderCancelRequestedV1.Resend: the order did not hear
+// back in time) is answered again from the order's row: payment.refunded or
+// payment.declined repeating the earlier answer, without moving money, since that answer
+// may be what got lost. Compensation is keyed on the order, never on the event id: a
+// refund happens at most once per order (stock.unavailable, a cancel, its re-sends and
+// the reconciliation never refund twice) and never for more than was charged; the
+// database enforces both (one ledger row per order and kind, refunded <= charged).
+//
+// Orphans (see docs/reliability.md, "Sagas that heal"): payment charges only orders that
+// the order service announced, an order.created whose source is the order service and
+// whose order has no known REJECTED or CANCELLED outcome; it refunds only orders it
+// charged. It records the outcomes the order service announces (OrderOutcome), and
+// Reconciler refunds a charge still held by an order that ended REJECTED or CANCELLED.
 type Handlers struct {
 	outbox   *outbox.Outbox
 	hang     map[string]bool
@@ -71,6 +86,7 @@ type Handlers struct {
 	log      *slog.Logger
 	ops      metric.Int64Counter
 	amounts  metric.Int64Counter
+	fixes    metric.Int64Counter
 }
 
 // NewHandlers returns the handlers for cfg, enqueueing into o. logger and mp may be nil
@@ -83,7 +99,7 @@ func NewHandlers(o *outbox.Outbox, cfg Config, logger *slog.Logger, mp metric.Me
 		mp = noop.NewMeterProvider()
 	}
 	m := mp.Meter("github.com/choreo-saga/choreo/services/payment")
-	ops, err := m.Int64Counter("payment.operations", metric.WithDescription("Payment decisions by operation (charge, decline, refund, hold, tombstone)."))
+	ops, err := m.Int64Counter("payment.operations", metric.WithDescription("Payment decisions by operation (charge, decline, refund, hold, tombstone, cancel_held, reanswer)."))
 	if err != nil {
 		return nil, fmt.Errorf("paymentsvc: metrics: %w", err)
 	}
@@ -91,7 +107,13 @@ func NewHandlers(o *outbox.Outbox, cfg Config, logger *slog.Logger, mp metric.Me
 	if err != nil {
 		return nil, fmt.Errorf("paymentsvc: metrics: %w", err)
 	}
+	fixes, err := m.Int64Counter(MetricReconciliations, metric.WithUnit("{correction}"),
+		metric.WithDescription("Corrections made by the reconciliation, by kind (refund_rejected, refund_cancelled)."))
+	if err != nil {
+		return nil, fmt.Errorf("paymentsvc: metrics: %w", err)
+	}
 	h := &Handlers{
+		fixes:    fixes,
 		outbox:   o,
 		hang:     make(map[string]bool),
 		latency:  cfg.Latency,
@@ -107,16 +129,23 @@ func NewHandlers(o *outbox.Outbox, cfg Config, logger *slog.Logger, mp metric.Me
 	return h, nil
 }
 
+// MetricReconciliations is the counter of the reconciliation's corrections, by kind.
+const MetricReconciliations = "payment.reconciliations"
+
 // Router routes the payment service's events: order.created, stock.unavailable and
-// order.cancel_requested are handled; the saga's other types on the topics it reads are
-// ignored. Each type is accepted only from its producer and topic (events.Trust).
+// order.cancel_requested are handled, the outcomes that need no charge (order.rejected,
+// order.cancelled) are recorded; the saga's other types on the topics it reads are
+// ignored, order.confirmed included (a confirmed order keeps its charge, so recording it
+// would cost a transaction per order for nothing). Each type is accepted only from
+// its producer and topic (events.Trust).
 func (h *Handlers) Router() *consumer.Router {
 	return events.Trust(consumer.NewRouter()).
 		Handle(events.OrderCreated, h.OrderCreated).
 		Handle(events.StockUnavailable, h.StockUnavailable).
 		Handle(events.OrderCancelRequested, h.CancelRequested).
-		Ignore(events.OrderConfirmed, events.OrderRejected, events.OrderCancelled,
-			events.StockReserved, events.StockReleased)
+		Handle(events.OrderRejected, h.OrderOutcome).
+		Handle(events.OrderCancelled, h.OrderOutcome).
+		Ignore(events.OrderConfirmed, events.StockReserved, events.StockReleased)
 }
 
 // Topics are the topics the payment service consumes.
@@ -134,16 +163,30 @@ func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event) 
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
 	}
-	var status string
-	err = tx.QueryRow(ctx, `SELECT status FROM payment_orders WHERE order_id = $1`, p.OrderID).Scan(&status)
+	if ev.Source != events.SourceOrder {
+		return consumer.Permanent(fmt.Errorf("%w: order.created %s from source %q", ErrNotAnnounced, ev.ID, ev.Source))
+	}
+	// One round trip: the order's row, if any, and its announced outcome, if any.
+	var status, outcome *string
+	err = tx.QueryRow(ctx, `SELECT (SELECT status FROM payment_orders WHERE order_id = $1),
+		(SELECT outcome FROM payment_order_outcomes WHERE order_id = $1)`, p.OrderID).Scan(&status, &outcome)
 	switch {
-	case err == nil:
+	case err != nil:
+		return fmt.Errorf("paymentsvc: read order: %w", err)
+	case status != nil:
 		// Already decided (a redelivery under another event id) or cancelled before we
 		// saw it (tombstone): never charge twice, never charge a cancelled order.
-		h.log.InfoContext(ctx, "payment: order already known, nothing to do", slog.String("status", status))
+		h.log.InfoContext(ctx, "payment: order already known, nothing to do", slog.String("status", *status))
 		return nil
-	case !errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("paymentsvc: read order: %w", err)
+	case outcome != nil && *outcome != "CONFIRMED":
+		// The order already ended without needing a charge (its order.created comes
+		// late, e.g. replayed from a dead-letter topic): charge nothing.
+		if _, err := insertOrder(ctx, tx, p.OrderID, p.CustomerID, p.Amount, StatusCancelled, 0, "order already "+*outcome); err != nil {
+			return err
+		}
+		h.count(ctx, "tombstone")
+		h.log.WarnContext(ctx, "payment: order.created for an order that already ended, nothing charged", slog.String("outcome", *outcome))
+		return nil
 	}
 
 	if h.hang[p.CustomerID] {
@@ -271,21 +314,66 @@ func (h *Handlers) CancelRequested(ctx context.Context, tx pgx.Tx, ev event.Even
 		return h.emit(ctx, tx, ev, events.PaymentDeclined, events.PaymentV1{
 			OrderID: o.orderID, CustomerID: o.customerID, Amount: o.amount, Reason: ReasonCancelled})
 	default: // declined, refunded, cancelled: that event already answered the order
-		h.log.InfoContext(ctx, "payment: cancel needs no compensation", slog.String("status", o.status))
-		return nil
+		if !p.Resend() {
+			h.log.InfoContext(ctx, "payment: cancel needs no compensation", slog.String("status", o.status))
+			return nil
+		}
+		// A re-send: the order did not hear the answer; repeat it, moving no money.
+		typ, amount := events.PaymentDeclined, o.amount
+		if o.status == StatusRefunded {
+			typ, amount = events.PaymentRefunded, o.refunded
+		}
+		reason := o.reason
+		if reason == "" {
+			reason = ReasonCancelled
+		}
+		h.count(ctx, "reanswer")
+		h.log.InfoContext(ctx, "payment: re-sent cancel answered again", slog.String("status", o.status),
+			slog.Int("attempt", p.Attempt), slog.String("answer", typ))
+		return h.emit(ctx, tx, ev, typ, events.PaymentV1{OrderID: o.orderID, CustomerID: o.customerID, Amount: amount, Reason: reason})
 	}
 }
 
+// OrderOutcome records the outcome the order service announced for an order
+// (order.rejected or order.cancelled; order.confirmed too, though the router ignores it)
+// for the reconciliation, which
+// refunds a charge still held by an order that ended REJECTED or CANCELLED. The first
+// outcome of an order is kept; a repeated one changes nothing.
+func (h *Handlers) OrderOutcome(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+	p, err := events.Decode[events.OrderOutcomeV1](ev)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
+	}
+	outcome := outcomeOf(ev.Type)
+	if _, err := tx.Exec(ctx, `INSERT INTO payment_order_outcomes (order_id, outcome, reason, event_id, correlation_id, checked)
+		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (order_id) DO NOTHING`,
+		p.OrderID, outcome, p.Reason, ev.ID, ev.CorrelationID, outcome == "CONFIRMED"); err != nil {
+		return fmt.Errorf("paymentsvc: record outcome: %w", err)
+	}
+	return nil
+}
+
+// outcomeOf maps an order outcome event type to the order's final state.
+func outcomeOf(typ string) string {
+	switch typ {
+	case events.OrderConfirmed:
+		return "CONFIRMED"
+	case events.OrderRejected:
+		return "REJECTED"
+	}
+	return "CANCELLED"
+}
+
 type orderRow struct {
-	orderID, customerID, status string
-	amount, charged, refunded   int64
+	orderID, customerID, status, reason string
+	amount, charged, refunded           int64
 }
 
 func lockOrder(ctx context.Context, tx pgx.Tx, id string) (orderRow, bool, error) {
 	o := orderRow{orderID: id}
-	err := tx.QueryRow(ctx, `SELECT customer_id, status, amount, charged_amount, refunded_amount
+	err := tx.QueryRow(ctx, `SELECT customer_id, status, reason, amount, charged_amount, refunded_amount
 		FROM payment_orders WHERE order_id = $1 FOR UPDATE`, id).
-		Scan(&o.customerID, &o.status, &o.amount, &o.charged, &o.refunded)
+		Scan(&o.customerID, &o.status, &o.reason, &o.amount, &o.charged, &o.refunded)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return o, false, nil
 	}

@@ -38,3 +38,19 @@ CREATE TABLE IF NOT EXISTS payment_ledger (
     at          timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (order_id, kind)
 );
+
+-- The outcomes the order service announced on orders.events (order.confirmed,
+-- order.rejected, order.cancelled). An order that ended REJECTED or CANCELLED needs no
+-- charge: OrderCreated charges nothing for it, and the reconciliation refunds a charge
+-- that is still there (checked marks the rows it has looked at).
+CREATE TABLE IF NOT EXISTS payment_order_outcomes (
+    order_id       text PRIMARY KEY,
+    outcome        text NOT NULL CHECK (outcome IN ('CONFIRMED', 'REJECTED', 'CANCELLED')),
+    reason         text NOT NULL DEFAULT '',
+    event_id       text NOT NULL,
+    correlation_id text NOT NULL DEFAULT '',
+    checked        boolean NOT NULL DEFAULT false,
+    at             timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS payment_order_outcomes_unchecked
+    ON payment_order_outcomes (at) WHERE NOT checked;

@@ -11,7 +11,8 @@ import (
 // Run starts the payment service with cfg and blocks until ctx is cancelled (or SIGINT/
 // SIGTERM arrives, unless app.WithoutSignals is in cfg.AppOptions), then shuts it down
 // gracefully (see app.App.Run). At start it creates its database if missing, applies the
-// library and payment schemas, seeds missing customers and creates the saga's topics.
+// library and payment schemas, seeds missing customers and creates the saga's topics;
+// while running it also reconciles (see Reconciler).
 func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -37,7 +38,13 @@ func setup(ctx context.Context, a *app.App, cfg Config) error {
 	if err := a.Consume(app.ConsumerSpec{Group: cfg.Group, Topics: Topics, Router: h.Router(), Name: "payment"}); err != nil {
 		return fmt.Errorf("paymentsvc: %w", err)
 	}
-	a.Logger.InfoContext(ctx, "payment: configured", "customers", len(cfg.Customers), "hang_customers", cfg.HangCustomers,
+	interval := cfg.ReconcileInterval
+	if interval <= 0 {
+		interval = DefaultReconcileInterval
+	}
+	rec := NewReconciler(a.Pool, h)
+	a.Go("reconciliation", func(ctx context.Context) error { return rec.Run(ctx, interval) })
+	a.Logger.InfoContext(ctx, "payment: configured", "reconcile_interval", interval.String(), "customers", len(cfg.Customers), "hang_customers", cfg.HangCustomers,
 		"latency", cfg.Latency.String(), "failure_rate", cfg.FailureRate)
 	return nil
 }

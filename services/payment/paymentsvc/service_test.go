@@ -11,6 +11,7 @@ import (
 
 	"github.com/choreo-saga/choreo/app"
 	"github.com/choreo-saga/choreo/app/apptest"
+	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/services/events"
@@ -140,7 +141,7 @@ func TestServiceThroughKafka(t *testing.T) {
 		}
 	}
 
-	dlq := h.ReadAll(events.TopicOrders + app.DeadLetterSuffix)
+	dlq := h.ReadAll(events.TopicOrders + consumer.DeadLetterSuffix)
 	var keys []string
 	for _, r := range dlq {
 		keys = append(keys, string(r.Key))

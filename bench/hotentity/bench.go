@@ -1,0 +1,345 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/choreo-saga/choreo/bench/internal/benchutil"
+	"github.com/choreo-saga/choreo/event"
+)
+
+// modeTimeout bounds one mode's run.
+const modeTimeout = 10 * time.Minute
+
+// bench holds what every round shares: the database, Redis, the broker, the loaded input
+// topic and the workload it holds.
+type bench struct {
+	c       config
+	w       workload
+	dsn     string
+	pool    *pgxpool.Pool
+	rdb     *redis.Client
+	brokers []string
+	in      string   // input topic (and in+".dlq")
+	prefix  string   // Redis key prefix of this run
+	topics  []string // created on external brokers, deleted by close
+	log     *slog.Logger
+	closers []func()
+}
+
+func newBench(ctx context.Context, c config) (_ *bench, err error) {
+	if c.events < 1 || c.partitions < 1 || c.accounts < 1 {
+		return nil, fmt.Errorf("-events, -partitions and -accounts must be positive")
+	}
+	if err := benchutil.RequirePgbench(); err != nil {
+		return nil, err
+	}
+	b := &bench{c: c, in: "hot-in",
+		prefix: fmt.Sprintf("choreo_bench_hot_%d_%d:", os.Getpid(), time.Now().UnixNano()),
+		log:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	defer func() {
+		if err != nil {
+			b.close()
+		}
+	}()
+	if b.w, err = genWorkload(c.events, c.accounts, c.dup, c.seed); err != nil {
+		return nil, err
+	}
+	dsn, drop, err := benchutil.CreateDB(ctx, c.pg, "choreo_bench_hotentity")
+	if err != nil {
+		return nil, err
+	}
+	b.dsn = dsn
+	b.closers = append(b.closers, func() { drop() })
+	// One connection per partition worker, plus the relays' and the checks'.
+	if b.pool, err = pgxpool.New(ctx, fmt.Sprintf("%s&pool_max_conns=%d", dsn, c.partitions+4)); err != nil {
+		return nil, err
+	}
+	b.closers = append(b.closers, b.pool.Close)
+	if err := setupSchema(ctx, b.pool, c.accounts); err != nil {
+		return nil, err
+	}
+	b.rdb = redis.NewClient(&redis.Options{Addr: c.redis, PoolSize: 2 * c.partitions})
+	b.closers = append(b.closers, func() { b.rdb.Close() }, func() { b.deleteRedisKeys(context.WithoutCancel(ctx)) })
+	if err := b.rdb.Ping(ctx).Err(); err != nil {
+		return nil, fmt.Errorf("redis %s: %w", c.redis, err)
+	}
+	if c.brokers == "" {
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			return nil, err
+		}
+		b.closers = append(b.closers, cluster.Close)
+		b.brokers = cluster.ListenAddrs()
+	} else {
+		b.brokers = strings.Split(c.brokers, ",")
+		b.in = fmt.Sprintf("hot-in-%d", time.Now().UnixNano())
+		b.closers = append(b.closers, func() { b.deleteTopics(context.WithoutCancel(ctx)) })
+	}
+	if err := b.createTopics(ctx, b.in, b.in+".dlq"); err != nil {
+		return nil, err
+	}
+	if err := produce(ctx, b.brokers, b.in, b.w); err != nil {
+		return nil, fmt.Errorf("loading %s: %w", b.in, err)
+	}
+	return b, nil
+}
+
+// close releases everything newBench set up, in reverse order.
+func (b *bench) close() {
+	for _, f := range slices.Backward(b.closers) {
+		f()
+	}
+}
+
+func (b *bench) brokerKind() string {
+	if b.c.brokers == "" {
+		return "in-process kfake broker"
+	}
+	return "brokers " + b.c.brokers
+}
+
+func (b *bench) deleteRedisKeys(ctx context.Context) {
+	iter := b.rdb.Scan(ctx, 0, b.prefix+"*", 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if len(keys) > 0 {
+		b.rdb.Del(ctx, keys...)
+	}
+}
+
+func (b *bench) createTopics(ctx context.Context, topics ...string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	if b.c.brokers != "" {
+		b.topics = append(b.topics, topics...)
+	}
+	resp, err := kadm.NewClient(cl).CreateTopics(ctx, int32(b.c.partitions), 1, nil, topics...)
+	if err != nil {
+		return err
+	}
+	return resp.Error()
+}
+
+// deleteTopics deletes the topics this run created on external brokers (an in-process
+// cluster goes away with them).
+func (b *bench) deleteTopics(ctx context.Context) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...))
+	if err != nil {
+		return
+	}
+	defer cl.Close()
+	if _, err := kadm.NewClient(cl).DeleteTopics(ctx, b.topics...); err != nil {
+		b.log.Warn("deleting the benchmark's topics", "err", err)
+	}
+}
+
+// kgoOpts are the franz-go options both consumers get.
+func (b *bench) kgoOpts() []kgo.Opt {
+	opts := []kgo.Opt{kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}
+	if b.c.fetchMaxWait > 0 {
+		opts = append(opts, kgo.FetchMaxWait(b.c.fetchMaxWait))
+	}
+	return opts
+}
+
+// measured is one round of one mode.
+type measured struct {
+	perSec  float64
+	cpu     benchutil.CPUTime // per input event
+	evPerTx float64
+}
+
+// rounds runs pgbench and every mode c.repeat times, in turn, and summarises each.
+func (b *bench) rounds(ctx context.Context) ([]figures, error) {
+	names := []string{"pgbench, same transaction", "hand-written (franz-go + pgx + redislock)", "choreo"}
+	for _, n := range b.c.batches {
+		names = append(names, fmt.Sprintf("choreo/batch=%d", n))
+	}
+	all := make([][]measured, len(names))
+	for round := range max(b.c.repeat, 1) {
+		if err := resetState(ctx, b.pool); err != nil {
+			return nil, err
+		}
+		pgb, err := b.pgbench(ctx)
+		if err != nil {
+			return nil, err
+		}
+		all[0] = append(all[0], pgb)
+		for i := 1; i < len(names); i++ {
+			batch := 0
+			if i >= 3 {
+				batch = b.c.batches[i-3]
+			}
+			m, err := b.mode(ctx, names[i], i == 1, batch, round)
+			if err != nil {
+				return nil, fmt.Errorf("%s, round %d: %w", names[i], round+1, err)
+			}
+			all[i] = append(all[i], m)
+		}
+	}
+	out := make([]figures, len(names))
+	for i, ms := range all {
+		slices.SortFunc(ms, func(a, b measured) int { return cmp.Compare(a.perSec, b.perSec) })
+		med := ms[len(ms)/2]
+		out[i] = figures{
+			Mode: names[i], EventsPerSec: med.perSec, Min: ms[0].perSec, Max: ms[len(ms)-1].perSec,
+			CPUMachineUS: float64(med.cpu.Machine) / 1e3, CPUProcessUS: float64(med.cpu.Process) / 1e3,
+			EventsPerTx: med.evPerTx,
+		}
+	}
+	for i := range out {
+		out[i].VsFloor = out[i].EventsPerSec / out[1].EventsPerSec
+		out[i].VsPgbench = out[i].EventsPerSec / out[0].EventsPerSec
+	}
+	return out, nil
+}
+
+// pipeline is one mode's running pipeline.
+type pipeline interface {
+	run(ctx context.Context) error
+}
+
+// mode runs one mode over the whole input from a reset state and checks its result.
+func (b *bench) mode(ctx context.Context, name string, handWrittenMode bool, batch, round int) (measured, error) {
+	if err := resetState(ctx, b.pool); err != nil {
+		return measured{}, err
+	}
+	slug := "choreo"
+	switch {
+	case handWrittenMode:
+		slug = "hand"
+	case batch > 0:
+		slug = fmt.Sprintf("batch%d", batch)
+	}
+	out := fmt.Sprintf("hot-out-%s-%d-%d", slug, round, time.Now().UnixNano())
+	if err := b.createTopics(ctx, out); err != nil {
+		return measured{}, err
+	}
+	group := "hot-" + out
+
+	var (
+		acked    atomic.Int64
+		once     sync.Once
+		finished = make(chan time.Time, 1)
+		unique   = int64(b.w.unique)
+	)
+	onAcked := func(n int) {
+		if acked.Add(int64(n)) >= unique {
+			once.Do(func() { finished <- time.Now() })
+		}
+	}
+	var (
+		p        pipeline
+		evPerTx  = func() float64 { return 1 }
+		choreoPl *choreoPipeline
+	)
+	if handWrittenMode {
+		p = &handWritten{
+			brokers: b.brokers, group: group, in: b.in, out: out, pool: b.pool,
+			locks: redislock.New(b.rdb), prefix: b.prefix + "hw:", kgoOpts: b.kgoOpts(), log: b.log,
+			onAcked: onAcked,
+		}
+	} else {
+		choreoPl = &choreoPipeline{
+			brokers: b.brokers, group: group, in: b.in, out: out, batch: batch, pool: b.pool, rdb: b.rdb,
+			lockNS: b.prefix + "choreo:", kgoOpts: b.kgoOpts(), log: b.log, onAcked: onAcked,
+		}
+		p = choreoPl
+		evPerTx = func() float64 {
+			if t := choreoPl.txs.Load(); t > 0 {
+				return float64(choreoPl.records.Load()) / float64(t)
+			}
+			return 0
+		}
+	}
+
+	before, err := benchutil.SampleCPU()
+	if err != nil {
+		return measured{}, err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	start := time.Now()
+	go pprof.Do(runCtx, pprof.Labels("mode", name), func(ctx context.Context) { done <- p.run(ctx) })
+	var end time.Time
+	select {
+	case end = <-finished:
+	case err := <-done:
+		return measured{}, fmt.Errorf("pipeline stopped early after %d of %d output records: %v", acked.Load(), unique, err)
+	case <-time.After(modeTimeout):
+		cancel()
+		<-done
+		return measured{}, fmt.Errorf("timed out after %v with %d of %d output records", modeTimeout, acked.Load(), unique)
+	}
+	after, cpuErr := benchutil.SampleCPU()
+	cancel()
+	if err := errors.Join(<-done, cpuErr); err != nil {
+		return measured{}, err
+	}
+	if err := check(ctx, b.pool, b.brokers, b.in, out, b.w); err != nil {
+		return measured{}, err
+	}
+	return measured{
+		perSec:  float64(b.c.events) / end.Sub(start).Seconds(),
+		cpu:     after.Sub(before).Per(b.c.events),
+		evPerTx: evPerTx(),
+	}, nil
+}
+
+// pgbench runs the transaction of one event as plain SQL on the hand-written tables: the
+// dedup insert, the UPDATE on a random account of the same range and the outbox insert
+// with a record of the size the pipelines write, at one client per partition.
+func (b *bench) pgbench(ctx context.Context) (measured, error) {
+	next, err := event.New("hotentity", "account.credited", accountID(1), credit{Amount: 42})
+	if err != nil {
+		return measured{}, err
+	}
+	rec, err := event.ToRecord("hot-out", next.CausedBy(b.w.events[0]))
+	if err != nil {
+		return measured{}, err
+	}
+	headers, err := json.Marshal(rec.Headers)
+	if err != nil {
+		return measured{}, err
+	}
+	script := fmt.Sprintf(`\set aid random(1, %d)
+\set amount random(1, 100)
+\set key random(1, 1000000000000)
+BEGIN;
+INSERT INTO hw_dedup (event_id) VALUES ('pgbench-' || :client_id || '-' || :key) ON CONFLICT DO NOTHING;
+UPDATE accounts SET balance = balance + :amount WHERE id = 'acct-' || :aid;
+INSERT INTO hw_outbox (topic, key, headers, payload) VALUES ('hot-out', 'acct-' || :aid, '%s'::jsonb, '\x%s');
+COMMIT;
+`, b.c.accounts, headers, hex.EncodeToString(rec.Value))
+	r, err := benchutil.Pgbench{DSN: b.dsn, Script: script, Clients: b.c.partitions, Duration: b.c.pgbenchT}.Run(ctx)
+	if err != nil {
+		return measured{}, err
+	}
+	return measured{perSec: r.TPS, cpu: r.CPU.Per(r.Transactions), evPerTx: 1}, nil
+}

@@ -1,0 +1,210 @@
+// Command hotentity measures the library on hot entities against a hand-written pipeline
+// doing the same work, and against pgbench running the same transaction, in one run.
+//
+//	go run ./bench/hotentity [-events 20000] [-partitions 12] [-accounts 1000] [-dup 0.05] [-batch 16] [-repeat 3]
+//
+// The work, per input event: consume → lock the account (Redis) → one transaction: dedup
+// + one UPDATE of the account's balance + one outbox insert → relay the outgoing event to
+// the next topic. The input topic is loaded once with -events records on -partitions
+// partitions, keyed by -accounts accounts drawn uniformly (so an account repeats inside its
+// partition), a -dup fraction of them duplicates (an exact copy of an earlier record:
+// same id, key and payload).
+//
+// Modes, each consuming the whole input in a fresh consumer group from the same state
+// (dedup, idempotency, fence and outbox tables emptied, balances 0), timed from the start
+// of the pipeline until the relay has had every unique event's output record acknowledged:
+//
+//   - hand-written: franz-go + pgx + redislock, written the straightforward way (see
+//     handWritten): one goroutine per partition, redislock.Obtain per record, one
+//     transaction per record, marks committed by AutoCommitMarks, and a relay loop that
+//     produces up to 1000 rows, waits for the acks and deletes them. This is the floor.
+//   - choreo: consumer.Standard (Locker lock.New, Fence, AfterCommit ob.Wake; the
+//     idempotency claim is its dedup), one event per transaction, and an outbox.Relay
+//     linked with outbox.WithOutbox.
+//   - choreo/batch=N: the same with consumer.WithBatch(N, consumer.StandardBatch(cfg)).
+//
+// Both consumers get the same franz-go options where they matter: ConsumeResetOffset at
+// the start, and FetchMaxWait only when -fetch-max-wait is set (otherwise franz-go's
+// default, as a new user would run it). Both relays produce with a default kgo client
+// (idempotent, acks=all). The business SQL (the UPDATE and the outbox insert) is the same
+// in every mode.
+//
+// After each mode the run fails loudly unless every balance is the sum of its account's
+// unique events, the output topic holds exactly one record per unique input event (by
+// causation id: duplicates absorbed), and nothing was dead-lettered.
+//
+// The physical limit is pgbench running the same transaction (dedup insert, UPDATE,
+// outbox insert into the hand-written tables) at -partitions clients on random accounts of
+// the same range. Unlike the pipelines, whose accounts are partitioned by key, two pgbench
+// clients may hit one account at once.
+//
+// Each round runs pgbench, then every mode in turn; the table shows each mode's median
+// round by throughput and the min–max, the ratios to the hand-written floor and to
+// pgbench, the CPU per input event (whole machine, and this process, which also hosts the
+// in-process broker) and the mean events per transaction. -json FILE writes the figures as
+// {"hotentity": {...}}. -cpuprofile FILE profiles the whole run with the pprof label
+// mode=<mode> on every pipeline goroutine: `go tool pprof -tagfocus mode=choreo FILE`.
+//
+// It needs Postgres (-pg, default $CHOREO_TEST_POSTGRES_DSN or the local server), Redis
+// (-redis, default $CHOREO_TEST_REDIS_ADDR or 127.0.0.1:6379) and pgbench on PATH. The
+// broker is an in-process kfake cluster unless -brokers is given. It creates and drops its
+// own database and deletes its Redis keys.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"time"
+
+	"github.com/choreo-saga/choreo/bench/internal/benchutil"
+)
+
+type config struct {
+	pg, redis, brokers string
+	events             int
+	partitions         int
+	accounts           int
+	dup                float64
+	batches            []int
+	repeat             int
+	pgbenchT           time.Duration
+	fetchMaxWait       time.Duration
+	seed               uint64
+	cpuProfile         string
+	jsonOut            string
+	out                io.Writer // where the table goes
+}
+
+func main() {
+	c := config{out: os.Stdout}
+	var batches string
+	flag.StringVar(&c.pg, "pg", benchutil.DefaultPostgresDSN(), "Postgres DSN of a database allowed to CREATE DATABASE")
+	flag.StringVar(&c.redis, "redis", benchutil.DefaultRedisAddr(), "Redis address")
+	flag.StringVar(&c.brokers, "brokers", "", "Kafka seed brokers (comma-separated); default an in-process kfake cluster")
+	flag.IntVar(&c.events, "events", 20_000, "input records, duplicates included")
+	flag.IntVar(&c.partitions, "partitions", 12, "input topic partitions (= concurrency; also pgbench's clients)")
+	flag.IntVar(&c.accounts, "accounts", 1000, "distinct accounts (record keys)")
+	flag.Float64Var(&c.dup, "dup", 0.05, "fraction of the input records that are duplicates of earlier ones")
+	flag.StringVar(&batches, "batch", "16", "comma-separated batch sizes of the choreo/batch=N modes (empty: none)")
+	flag.IntVar(&c.repeat, "repeat", 3, "rounds; the table shows each mode's median round")
+	flag.DurationVar(&c.pgbenchT, "pgbench-time", 10*time.Second, "duration of each pgbench run")
+	flag.DurationVar(&c.fetchMaxWait, "fetch-max-wait", 0, "kgo.FetchMaxWait for both consumers (0: franz-go's default)")
+	flag.Uint64Var(&c.seed, "seed", 1, "seed of the workload's accounts, amounts and duplicate positions")
+	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the run (pipeline goroutines labelled mode=<mode>)")
+	flag.StringVar(&c.jsonOut, "json", "", `write the figures to this file as {"hotentity": {...}}`)
+	flag.Parse()
+	if batches != "" {
+		var err error
+		if c.batches, err = benchutil.ParseInts(batches, 1); err != nil {
+			fmt.Fprintln(os.Stderr, "bench/hotentity: -batch:", err)
+			os.Exit(2)
+		}
+	}
+	if _, err := run(context.Background(), c); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/hotentity:", err)
+		os.Exit(1)
+	}
+}
+
+// figures is one mode's (or pgbench's) row of the table and of the JSON.
+type figures struct {
+	Mode         string  `json:"mode"`
+	EventsPerSec float64 `json:"events_per_sec"` // median round (pgbench: transactions/s)
+	Min          float64 `json:"events_per_sec_min"`
+	Max          float64 `json:"events_per_sec_max"`
+	VsFloor      float64 `json:"vs_hand_written"` // EventsPerSec / the hand-written mode's
+	VsPgbench    float64 `json:"vs_pgbench"`
+	CPUMachineUS float64 `json:"cpu_per_event_machine_us"` // whole machine's busy CPU per input event
+	CPUProcessUS float64 `json:"cpu_per_event_process_us"` // this process's (pgbench: pgbench's)
+	EventsPerTx  float64 `json:"events_per_tx"`
+}
+
+// report is what a run measured; -json writes it under the key "hotentity".
+type report struct {
+	Commit       string    `json:"commit"`
+	Time         time.Time `json:"time"`
+	Events       int       `json:"events"`
+	UniqueEvents int       `json:"unique_events"`
+	Partitions   int       `json:"partitions"`
+	Accounts     int       `json:"accounts"`
+	Dup          float64   `json:"dup"`
+	Repeat       int       `json:"repeat"`
+	GOMAXPROCS   int       `json:"gomaxprocs"`
+	Broker       string    `json:"broker"`
+	Modes        []figures `json:"modes"` // pgbench first, then the hand-written floor, then choreo's
+}
+
+func run(ctx context.Context, c config) (report, error) {
+	if c.out == nil {
+		c.out = io.Discard
+	}
+	if c.cpuProfile != "" {
+		f, err := os.Create(c.cpuProfile)
+		if err != nil {
+			return report{}, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return report{}, err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	b, err := newBench(ctx, c)
+	if err != nil {
+		return report{}, err
+	}
+	defer b.close()
+	r := report{
+		Commit: commit(), Time: time.Now().UTC(), Events: c.events, UniqueEvents: b.w.unique,
+		Partitions: c.partitions, Accounts: c.accounts, Dup: c.dup, Repeat: max(c.repeat, 1),
+		GOMAXPROCS: runtime.GOMAXPROCS(0), Broker: b.brokerKind(),
+	}
+	fmt.Fprintf(c.out, "hot-entity benchmark: %d events (%d unique, %d duplicates) on %d partitions, %d accounts, GOMAXPROCS %d, %s\n",
+		c.events, b.w.unique, c.events-b.w.unique, c.partitions, c.accounts, r.GOMAXPROCS, r.Broker)
+	if r.Modes, err = b.rounds(ctx); err != nil {
+		return report{}, err
+	}
+	printTable(c.out, r)
+	if c.jsonOut != "" {
+		data, err := json.MarshalIndent(map[string]report{"hotentity": r}, "", "  ")
+		if err != nil {
+			return report{}, err
+		}
+		if err := os.WriteFile(c.jsonOut, append(data, '\n'), 0o644); err != nil {
+			return report{}, err
+		}
+	}
+	return r, nil
+}
+
+// commit is the checkout's short commit hash, with "-dirty" if it has changes; "" outside
+// a git checkout.
+func commit() string {
+	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return ""
+	}
+	h := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
+		h += "-dirty"
+	}
+	return h
+}
+
+func printTable(w io.Writer, r report) {
+	fmt.Fprintf(w, "\n| mode (%d partitions, %d accounts) | events/s (median) | min–max | vs hand-written | vs pgbench | events/tx | CPU/event: machine | of which this process |\n",
+		r.Partitions, r.Accounts)
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
+	for _, f := range r.Modes {
+		fmt.Fprintf(w, "| %s | %.0f | %.0f–%.0f | %.2f× | %.0f%% | %.1f | %.0f µs | %.0f µs |\n",
+			f.Mode, f.EventsPerSec, f.Min, f.Max, f.VsFloor, 100*f.VsPgbench, f.EventsPerTx, f.CPUMachineUS, f.CPUProcessUS)
+	}
+}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/choreo-saga/choreo/consumer"
+	"github.com/choreo-saga/choreo/internal/testenv"
+)
+
+// A record whose dead-letter copy the topic refused for its size is in the DLQ as a
+// bounded copy: list marks it, show says where the original is, replay refuses it.
+func TestDLQTruncatedCopy(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	source := testenv.Topic(t, brokers, 1)
+	dlq := source + consumer.DeadLetterSuffix
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	resp, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, map[string]*string{"max.message.bytes": kadm.StringPtr("16384")}, dlq)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive, err := consumer.NewDeadLetterArchive(testenv.Postgres(t), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := archive.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	value := make([]byte, 64<<10)
+	rand.Read(value)
+	rec := &kgo.Record{Topic: source, Key: []byte("order-1"), Value: value}
+	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	h := consumer.DeadLetter(cl, consumer.DeadLetterArchiveTo(archive), consumer.DeadLetterValueBytes(1024))(
+		func(context.Context, *consumer.Message) error {
+			return consumer.Permanent(errors.New("too big to handle"))
+		})
+	if err := h(ctx, &consumer.Message{Record: rec, Group: "payment", Attempt: 1}); err != nil {
+		t.Fatalf("DeadLetter: %v", err)
+	}
+
+	code, out, errs := sagactl(t, brokers, "dlq", "list", source)
+	if code != 0 || !strings.Contains(out, "permanent (truncated)") {
+		t.Errorf("dlq list: exit %d\n%s%s", code, out, errs)
+	}
+	code, out, errs = sagactl(t, brokers, "dlq", "show", dlq, "0:0", "-json")
+	var r dlqRecord
+	if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil {
+		t.Fatalf("dlq show -json: exit %d %v\n%s%s", code, err, out, errs)
+	}
+	if !r.Truncated || r.OriginalSize != int64(len(value)) || r.ArchiveTable != consumer.DefaultDeadLetterTable ||
+		r.ArchiveID != 1 || len(r.SHA256) != 64 {
+		t.Errorf("dlq show: %+v", r)
+	}
+	code, out, errs = sagactl(t, brokers, "dlq", "show", dlq, "0:0")
+	if code != 0 || !strings.Contains(out, "row 1 of table choreo_dead_letters") {
+		t.Errorf("dlq show: exit %d\n%s%s", code, out, errs)
+	}
+	code, _, errs = sagactl(t, brokers, "dlq", "replay", dlq, "0:0")
+	if code == 0 || !strings.Contains(errs, "truncated copy") {
+		t.Errorf("dlq replay of a truncated copy: exit %d: %s", code, errs)
+	}
+	code, out, errs = sagactl(t, brokers, "dlq", "replay", dlq, "-all")
+	if code != 0 || !strings.Contains(out, "nothing to replay") || !strings.Contains(errs, "skipping") {
+		t.Errorf("dlq replay -all: exit %d\n%s%s", code, out, errs)
+	}
+	if n := endOffsetSum(t, brokers, source); n != 1 {
+		t.Errorf("source topic holds %d records after the refused replays, want 1", n)
+	}
+}

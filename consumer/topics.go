@@ -1,0 +1,94 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// ErrMissingTopic: a topic the consumer needs does not exist; the error names it.
+var ErrMissingTopic = errors.New("consumer: missing topic")
+
+// WithDeadLetterTopics makes Run check, before it consumes anything, that the dead-letter
+// topic of every consumed topic exists, name(topic) (nil name: topic + DeadLetterSuffix,
+// DeadLetter's default). If any is missing, Run returns an error matching
+// ErrMissingTopic that names them all. While the brokers cannot be reached, Run keeps
+// asking (a Warn line says so) until its context ends. Default: no check. Use the same
+// naming as the chain's DeadLetter (StandardConfig.DeadLetterTopic).
+func WithDeadLetterTopics(name func(source string) string) Option {
+	return func(c *config) {
+		if name == nil {
+			name = func(source string) string { return source + DeadLetterSuffix }
+		}
+		c.dlqTopic = name
+	}
+}
+
+// checkTopics returns an error matching ErrMissingTopic if a dead-letter topic required by
+// WithDeadLetterTopics does not exist, asking the brokers for metadata (which never
+// creates a topic). While the brokers cannot be asked (not reachable yet) it keeps trying,
+// with a Warn line for the first failure, until ctx ends; it then returns nil and Run
+// shuts down as usual.
+func (c *Consumer) checkTopics(ctx context.Context, cl *kgo.Client) error {
+	if c.cfg.dlqTopic == nil {
+		return nil
+	}
+	var want []string
+	for _, t := range c.topics {
+		if d := c.cfg.dlqTopic(t); !slices.Contains(want, d) {
+			want = append(want, d)
+		}
+	}
+	adm := kadm.NewClient(cl)
+	var details kadm.TopicDetails
+	for delay := checkTopicsMinDelay; ; delay = min(2*delay, checkTopicsMaxDelay) {
+		var err error
+		details, err = adm.ListTopics(ctx, want...)
+		var authErr *kadm.AuthError
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return nil
+		case errors.As(err, &authErr):
+			return fmt.Errorf("consumer: check dead-letter topics: %w", err)
+		default:
+			if delay == checkTopicsMinDelay {
+				c.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "consumer: cannot check the dead-letter topics yet; retrying",
+					slog.String("group", c.group), slog.Any("topics", want), slog.Any("error", err))
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(delay):
+			}
+			continue
+		}
+		break
+	}
+	var missing []string
+	for _, t := range want {
+		// Any other error of the topic (e.g. no leader yet) means it exists.
+		if d, ok := details[t]; !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
+			missing = append(missing, t)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: dead-letter topic(s) %s of group %s do not exist; create them (app.EnsureTopics, kafka-topics.sh) before starting the consumer",
+			ErrMissingTopic, strings.Join(missing, ", "), c.group)
+	}
+	return nil
+}
+
+// Pauses between attempts of checkTopics while the brokers cannot be asked.
+const (
+	checkTopicsMinDelay = 200 * time.Millisecond
+	checkTopicsMaxDelay = 5 * time.Second
+)

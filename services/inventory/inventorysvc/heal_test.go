@@ -1,0 +1,195 @@
+package inventorysvc
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/choreo-saga/choreo/app/apptest"
+	"github.com/choreo-saga/choreo/consumer"
+	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/outbox"
+	"github.com/choreo-saga/choreo/services/events"
+)
+
+// healHandlers returns handlers with a tiny orphan delay and a metric reader.
+func healHandlers(t *testing.T) (*Handlers, *sdkmetric.ManualReader) {
+	t.Helper()
+	reader := sdkmetric.NewManualReader()
+	h, err := NewHandlers(outbox.New(), Config{ReservationTTL: time.Hour, OrphanAfter: time.Millisecond},
+		slog.New(slog.DiscardHandler), sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, reader
+}
+
+func corrections(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if s, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == MetricReconciliations {
+				for _, dp := range s.DataPoints {
+					k, _ := dp.Attributes.Value("kind")
+					kinds[k.AsString()] += dp.Value
+				}
+			}
+		}
+	}
+	return kinds
+}
+
+func outcomeEvent(t *testing.T, typ, order string) event.Event {
+	return apptest.NewEvent(t, events.SourceOrder, typ, order, events.OrderOutcomeV1{OrderID: order})
+}
+
+// A payment.authorized for an order the order service never announced changes nothing
+// in inventory: no reservation, no stock taken, no event. It is held, reported once as an
+// orphan by the reconciliation, and reserved only if the order is announced after all.
+func TestUnannouncedPaymentChangesNothing(t *testing.T) {
+	ctx := context.Background()
+	pool := newDB(t)
+	h, reader := healHandlers(t)
+	ghost := authorized(t, "o-ghost", item("sku-1", 4))
+	apptest.MustHandle(t, pool, h.PaymentAuthorized, ghost)
+	apptest.MustHandle(t, pool, h.PaymentAuthorized, authorized(t, "o-ghost", item("sku-1", 4))) // redelivered
+	a := audit(t, pool)
+	if _, ok := a.Orders["o-ghost"]; ok || a.SKUs["sku-1"].Available != 10 || len(outboxEvents(t, pool)) != 0 {
+		t.Fatalf("an unannounced order changed inventory: %+v, %d events", a, len(outboxEvents(t, pool)))
+	}
+
+	time.Sleep(5 * time.Millisecond) // past OrphanAfter
+	r := NewReconciler(pool, h)
+	if n, err := r.ReconcileOnce(ctx); err != nil || n != 1 {
+		t.Fatalf("ReconcileOnce = %d, %v; want the orphan reported", n, err)
+	}
+	if n, err := r.ReconcileOnce(ctx); err != nil || n != 0 {
+		t.Fatalf("second ReconcileOnce = %d, %v; want 0 (reported once)", n, err)
+	}
+	if k := corrections(t, reader); k["orphan_authorization"] != 1 {
+		t.Fatalf("corrections %v", k)
+	}
+	if a := audit(t, pool); a.SKUs["sku-1"].Available != 10 || len(outboxEvents(t, pool)) != 0 {
+		t.Fatalf("the reconciliation changed inventory for an orphan: %+v", a)
+	}
+
+	// Announced after all: the held payment reserves, caused by the held event.
+	announce(t, pool, h, "o-ghost")
+	got := outboxEvents(t, pool)
+	if len(got) != 1 || got[0].Type != events.StockReserved || got[0].CausationID != ghost.ID || got[0].CorrelationID != ghost.CorrelationID {
+		t.Fatalf("after the announcement: %+v", got)
+	}
+	if a := audit(t, pool); a.Orders["o-ghost"].Status != StatusReserved || a.SKUs["sku-1"].Available != 6 {
+		t.Fatalf("audit %+v", a)
+	}
+	// Only the order service announces orders.
+	forged := apptest.NewEvent(t, events.SourcePayment, events.OrderCreated, "o-f", events.OrderCreatedV1{OrderID: "o-f"})
+	if err := apptest.Handle(pool, h.OrderCreated, forged); consumer.Retryable(err) || err == nil {
+		t.Fatalf("forged order.created: %v; want a permanent error", err)
+	}
+}
+
+// The reconciliation releases a reservation held by an order that ended CANCELLED or
+// REJECTED, once, through stock.released; a confirmed order keeps its stock, and a payment
+// of an order that already ended reserves nothing.
+func TestReconciliationReleasesUnneededReservations(t *testing.T) {
+	ctx := context.Background()
+	pool := newDB(t)
+	h, reader := healHandlers(t)
+	announce(t, pool, h, "o-cancelled", "o-rejected", "o-confirmed", "o-late")
+	for _, o := range []string{"o-cancelled", "o-rejected", "o-confirmed"} {
+		apptest.MustHandle(t, pool, h.PaymentAuthorized, authorized(t, o, item("sku-1", 2)))
+	}
+	apptest.MustHandle(t, pool, h.OrderConfirmed, confirmed(t, "o-confirmed"))
+	cancelled := outcomeEvent(t, events.OrderCancelled, "o-cancelled")
+	apptest.MustHandle(t, pool, h.OrderOutcome, cancelled)
+	apptest.MustHandle(t, pool, h.OrderOutcome, outcomeEvent(t, events.OrderRejected, "o-rejected"))
+	apptest.MustHandle(t, pool, h.OrderOutcome, outcomeEvent(t, events.OrderCancelled, "o-late"))
+	if _, err := pool.Exec(ctx, `DELETE FROM choreo_outbox`); err != nil {
+		t.Fatal(err)
+	}
+	if a := audit(t, pool); a.SKUs["sku-1"].Available != 4 {
+		t.Fatalf("before: %+v", a.SKUs["sku-1"])
+	}
+
+	r := NewReconciler(pool, h)
+	if n, err := r.ReconcileOnce(ctx); err != nil || n != 2 {
+		t.Fatalf("ReconcileOnce = %d, %v; want 2", n, err)
+	}
+	if n, err := r.ReconcileOnce(ctx); err != nil || n != 0 {
+		t.Fatalf("second ReconcileOnce = %d, %v; want 0", n, err)
+	}
+	got := map[string]string{}
+	for _, ev := range outboxEvents(t, pool) {
+		p := apptest.DecodeData[events.StockV1](t, ev)
+		got[ev.Subject] = ev.Type + " " + p.Reason
+		if !slices.Equal(p.Items, []events.Item{item("sku-1", 2)}) || ev.CorrelationID != ev.Subject {
+			t.Errorf("correction %+v %+v", ev, p)
+		}
+		if ev.Subject == "o-cancelled" && ev.CausationID != cancelled.ID {
+			t.Errorf("release caused by %q, want the order.cancelled %q", ev.CausationID, cancelled.ID)
+		}
+	}
+	if len(got) != 2 || got["o-cancelled"] != events.StockReleased+" reconciled: order CANCELLED" ||
+		got["o-rejected"] != events.StockReleased+" reconciled: order REJECTED" {
+		t.Fatalf("corrections %v", got)
+	}
+	a := audit(t, pool)
+	if a.Orders["o-cancelled"].Status != StatusReleased || a.Orders["o-rejected"].Status != StatusReleased ||
+		a.Orders["o-confirmed"].Status != StatusCommitted || a.SKUs["sku-1"].Available != 8 {
+		t.Fatalf("after: %+v", a)
+	}
+	if k := corrections(t, reader); k["release_cancelled"] != 1 || k["release_rejected"] != 1 || len(k) != 2 {
+		t.Fatalf("corrections %v", k)
+	}
+
+	// A payment that arrives after its order ended CANCELLED reserves nothing.
+	apptest.MustHandle(t, pool, h.PaymentAuthorized, authorized(t, "o-late", item("sku-1", 2)))
+	evs := outboxEvents(t, pool)
+	last := evs[len(evs)-1]
+	if p := apptest.DecodeData[events.StockV1](t, last); last.Type != events.StockUnavailable || p.Reason != ReasonOrderEnded+" CANCELLED" {
+		t.Fatalf("late payment answered %s %q", last.Type, p.Reason)
+	}
+	if a := audit(t, pool); a.SKUs["sku-1"].Available != 8 {
+		t.Fatalf("late payment took stock: %+v", a.SKUs["sku-1"])
+	}
+}
+
+// A re-sent cancellation releases nothing more (compensation is keyed on the order) and
+// repeats the stock.released the order service may have missed.
+func TestResentCancelIsAnsweredAgainWithoutMovingStock(t *testing.T) {
+	pool := newDB(t)
+	h := newHandlers(t)
+	announce(t, pool, h, "o-1")
+	apptest.MustHandle(t, pool, h.PaymentAuthorized, authorized(t, "o-1", item("sku-1", 3)))
+	for attempt := 1; attempt <= 3; attempt++ {
+		apptest.MustHandle(t, pool, h.CancelRequested, apptest.NewEvent(t, events.SourceOrder, events.OrderCancelRequested, "o-1",
+			events.OrderCancelRequestedV1{OrderID: "o-1", Reason: "test", Attempt: attempt}))
+	}
+	var got []string
+	for _, ev := range outboxEvents(t, pool) {
+		p := apptest.DecodeData[events.StockV1](t, ev)
+		got = append(got, ev.Type+" "+p.Reason)
+		if ev.Type == events.StockReleased && !slices.Equal(p.Items, []events.Item{item("sku-1", 3)}) {
+			t.Errorf("released items %v", p.Items)
+		}
+	}
+	want := []string{events.StockReserved + " ", events.StockReleased + " " + ReasonCancelled,
+		events.StockReleased + " " + ReasonCancelled, events.StockReleased + " " + ReasonCancelled}
+	if !slices.Equal(got, want) {
+		t.Fatalf("emitted %q, want %q", got, want)
+	}
+	if a := audit(t, pool); a.SKUs["sku-1"].Available != 10 || a.Orders["o-1"].Status != StatusReleased {
+		t.Fatalf("audit %+v", a)
+	}
+}
