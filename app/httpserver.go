@@ -83,14 +83,15 @@ func WithHTTPLimits(l HTTPLimits) Option { return func(o *options) { o.httpLimit
 func WithAdminListener(ln net.Listener) Option { return func(o *options) { o.adminListener = ln } }
 
 // defaultAdminAddr returns the loopback address DefaultAdminPortOffset above httpAddr's
-// port, or 127.0.0.1:0 when httpAddr asks for any free port.
+// port, or 127.0.0.1:0 (any free port, see App.AdminAddr) when httpAddr asks for any
+// free port or the sum is not a port.
 func defaultAdminAddr(httpAddr string) string {
 	_, port, err := net.SplitHostPort(httpAddr)
 	if err != nil {
 		return ""
 	}
 	p, err := strconv.Atoi(port)
-	if err != nil || p == 0 {
+	if err != nil || p == 0 || p+DefaultAdminPortOffset > 65535 {
 		return "127.0.0.1:0"
 	}
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p+DefaultAdminPortOffset))
