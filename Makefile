@@ -49,16 +49,17 @@ COMPOSE := $(shell docker compose version >/dev/null 2>&1 && echo "docker compos
 
 .PHONY: up
 up: ## the full stack with Docker Compose (Kafka, Postgres, Redis, Jaeger, services)
-	$(COMPOSE) up --build -d
+	$(COMPOSE) --env-file deploy/compose.env up --build -d
 
 .PHONY: down
 down: ## stop the Compose stack
-	$(COMPOSE) down
+	$(COMPOSE) --env-file deploy/compose.env down
 
 .PHONY: compose-check
 compose-check: ## validate docker-compose.yml without a Docker engine
 	@command -v docker-compose >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null; }
-	docker-compose -f docker-compose.yml config -q
+	docker-compose --env-file deploy/compose.env -f docker-compose.yml config -q
+	! grep -nE 'PASSWORD:-|password=[^$$]' docker-compose.yml # no password literals
 	$(GO) test -count=1 ./deploy/...
 
 .PHONY: readme-check

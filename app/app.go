@@ -46,6 +46,9 @@ const ReadyTimeout = 2 * time.Second
 // ensureTopicsTimeout bounds the creation of the consumers' dead-letter topics in Run.
 const ensureTopicsTimeout = 30 * time.Second
 
+// kafkaAuthTimeout bounds New's first connection to a broker that requires SASL or TLS.
+const kafkaAuthTimeout = 15 * time.Second
+
 type options struct {
 	logger       *slog.Logger
 	logOutput    io.Writer
@@ -63,6 +66,9 @@ type options struct {
 	poolConfig   func(*pgxpool.Config)
 	redisOptions func(*redis.Options)
 	listener     net.Listener
+	// httpserver.go
+	adminListener net.Listener
+	httpLimits    HTTPLimits
 }
 
 // Option configures New.
@@ -90,9 +96,11 @@ func WithTracingOptions(opts ...tracing.Option) Option {
 // does. Default: both signals start the graceful shutdown.
 func WithoutSignals() Option { return func(o *options) { o.signals = false } }
 
-// WithKafkaOptions adds franz-go options (TLS, SASL, client id, ...) to the producer
-// client shared by the outbox relay and dead-lettering. The client must stay an
-// idempotent producer with acks=all (the defaults), or the relay refuses it.
+// WithKafkaOptions adds franz-go options (TLS, SASL, client id, ...) to every Kafka
+// client of the App: the producer shared by the outbox relay and dead-lettering, and
+// each consumer's client (before ConsumerSpec.Options). They come after the options of
+// Config.KafkaSecurity. The producer must stay an idempotent producer with acks=all (the
+// defaults), or the relay refuses it. Default: none.
 func WithKafkaOptions(opts ...kgo.Opt) Option {
 	return func(o *options) { o.kafkaOpts = append(o.kafkaOpts, opts...) }
 }
@@ -162,7 +170,8 @@ type App struct {
 	// Pool is the instrumented pool on the service's database, where New applied the
 	// library's migrations (package migrate) for Store, Outbox and the archive.
 	Pool *pgxpool.Pool
-	// Redis is the instrumented Redis client; nil when Config.RedisAddr is empty.
+	// Redis is the instrumented Redis client; nil when Config.RedisAddr and
+	// Config.RedisURL are empty.
 	Redis *redis.Client
 	// Kafka is the producer shared by the outbox relay and dead-lettering: idempotent,
 	// acks=all.
@@ -176,6 +185,7 @@ type App struct {
 	Store *idempotency.Store
 
 	opts      options
+	kafkaOpts []kgo.Opt // security and WithKafkaOptions, for every client
 	ownTel    bool
 	mux       *http.ServeMux
 	checks    []NamedCheck
@@ -189,6 +199,7 @@ type App struct {
 	ran       atomic.Bool
 	ready     chan struct{}
 	addr      atomic.Pointer[string]
+	adminAddr atomic.Pointer[string]
 	closeOnce sync.Once
 }
 
@@ -200,8 +211,10 @@ const (
 
 // New validates cfg and connects the service: telemetry (tracing.Setup), logger, the
 // database (created if missing, then the library's migrations applied for the tables of
-// Store, Outbox and the dead-letter archive, see package migrate), Redis (pinged) and
-// the Kafka producer. Nothing is served or consumed until Run. If New fails, everything
+// Store, Outbox and the dead-letter archive, see package migrate), Redis (pinged) and the
+// Kafka producer (with Config.KafkaSecurity: connected once, so that a broker refusing
+// the credentials or the certificate fails New). Nothing is served or consumed until Run.
+// If New fails, everything
 // it opened is closed again.
 func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 	o := options{signals: true, sweeper: true, ensureDB: true, logOutput: os.Stderr, entityAttr: consumer.DefaultEntityAttribute}
@@ -274,8 +287,11 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 	}
 	a.checks = append(a.checks, NamedCheck{"postgres", PostgresCheck(a.Pool)})
 
-	if cfg.RedisAddr != "" {
-		ro := &redis.Options{Addr: cfg.RedisAddr}
+	ro, err := cfg.redisOptions()
+	if err != nil {
+		return nil, err
+	}
+	if ro != nil {
 		if o.redisOptions != nil {
 			o.redisOptions(ro)
 		}
@@ -284,7 +300,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 			return nil, fmt.Errorf("app: redis: %w", err)
 		}
 		if err := a.Redis.Ping(ctx).Err(); err != nil {
-			return nil, fmt.Errorf("app: redis %s: %w", cfg.RedisAddr, err)
+			return nil, fmt.Errorf("app: redis %s: %w%s", cfg.redisTarget(), err, redisAuthHint(err))
 		}
 		lo := o.lockOpts
 		if lo.Namespace == "" {
@@ -294,9 +310,28 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 		a.checks = append(a.checks, NamedCheck{"redis", RedisCheck(a.Redis)})
 	}
 
-	kopts := append([]kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...), kgo.ClientID(cfg.Service)}, o.kafkaOpts...)
+	secOpts, err := cfg.KafkaSecurity.Options()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.KafkaSecurity.SASLMechanism == SASLPlain && !cfg.KafkaSecurity.TLS {
+		a.Logger.Warn("app: SASL PLAIN without TLS sends the Kafka password in clear text; set KAFKA_TLS=on")
+	}
+	a.kafkaOpts = append(secOpts, o.kafkaOpts...)
+	kopts := append([]kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...), kgo.ClientID(cfg.Service)}, a.kafkaOpts...)
 	if a.Kafka, err = kgo.NewClient(kopts...); err != nil {
 		return nil, fmt.Errorf("app: kafka client: %w", err)
+	}
+	if cfg.KafkaSecurity.Enabled() {
+		// A wrong password or certificate is a configuration error: report it now, not
+		// as consumers and a relay that retry forever.
+		pctx, cancel := context.WithTimeout(ctx, kafkaAuthTimeout)
+		err := a.Kafka.Ping(pctx)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("app: kafka %s: cannot connect with %s%s: %w",
+				strings.Join(cfg.KafkaBrokers, ","), cfg.KafkaSecurity, kafkaAuthHint(cfg.KafkaSecurity, err), err)
+		}
 	}
 	a.checks = append(a.checks, NamedCheck{"kafka", KafkaCheck(a.Kafka)})
 
@@ -416,6 +451,7 @@ func (a *App) Consume(spec ConsumerSpec) error {
 		dlqTopic = func(source string) string { return source + consumer.DeadLetterSuffix }
 	}
 	copts := []consumer.Option{
+		consumer.WithClientOptions(a.kafkaOpts...),
 		consumer.WithLogger(a.Logger),
 		consumer.WithMeterProvider(a.Telemetry.MeterProvider),
 		consumer.WithDeadLetterTopics(dlqTopic),
@@ -489,15 +525,42 @@ func (a *App) Addr() string {
 // Ready is closed once Run has started every component and serves HTTP.
 func (a *App) Ready() <-chan struct{} { return a.ready }
 
-// Handler returns the App's HTTP handler: /healthz, /readyz, /metrics and the routes
-// registered with Handle. Run serves it; tests may call it directly.
+// Handler returns the App's HTTP handler with every endpoint: /healthz, /readyz (with
+// each check's error), /metrics and the routes registered with Handle. Run serves it on
+// one listener only without an admin listener (see Config.AdminAddr); tests may call
+// it directly.
 func (a *App) Handler() http.Handler {
+	mux := a.adminMux()
+	mux.Handle("/", a.mux)
+	return mux
+}
+
+// adminMux serves the admin endpoints: /healthz, /readyz with details, /metrics.
+func (a *App) adminMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /healthz", HealthHandler())
 	mux.Handle("GET /readyz", ReadyHandler(ReadyTimeout, a.gate, a.checks...))
 	mux.Handle("GET /metrics", a.Telemetry.MetricsHandler())
+	return mux
+}
+
+// publicHandler serves the routes, /healthz and a /readyz that reports only the status,
+// for a public listener next to an admin one.
+func (a *App) publicHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /healthz", HealthHandler())
+	mux.Handle("GET /readyz", publicReady(ReadyHandler(ReadyTimeout, a.gate, a.checks...)))
 	mux.Handle("/", a.mux)
 	return mux
+}
+
+// AdminAddr returns the admin listener's address once Run is listening, or "" before
+// and when the admin endpoints share the public listener.
+func (a *App) AdminAddr() string {
+	if p := a.adminAddr.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 func (a *App) gate() error {
@@ -604,9 +667,28 @@ func (a *App) Run(ctx context.Context) (err error) {
 	}
 	addr := ln.Addr().String()
 	a.addr.Store(&addr)
+	limits := a.opts.httpLimits.withDefaults()
+	handler := a.Handler()
+	adminLn := a.opts.adminListener
+	if adminLn == nil && a.opts.listener == nil && a.Config.AdminAddr != "" {
+		if adminLn, err = net.Listen("tcp", a.Config.AdminAddr); err != nil {
+			ln.Close()
+			a.state.Store(stateStopping)
+			a.closeResources(context.Background())
+			return fmt.Errorf("app: listen on %s (%s): %w", a.Config.AdminAddr, EnvAdminAddr, err)
+		}
+	}
+	var admin *http.Server
+	if adminLn != nil {
+		handler = a.publicHandler()
+		admin = newServer(a.adminMux(), HTTPLimits{}.withDefaults())
+		admin.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+		aaddr := adminLn.Addr().String()
+		a.adminAddr.Store(&aaddr)
+	}
 
 	var stopping atomic.Bool
-	exits := make(chan exit, len(a.consumers)+len(a.workers)+2)
+	exits := make(chan exit, len(a.consumers)+len(a.workers)+3)
 	base := context.WithoutCancel(ctx)
 	if len(a.dlqTopics) > 0 {
 		tctx, cancel := context.WithTimeout(ctx, ensureTopicsTimeout)
@@ -621,23 +703,29 @@ func (a *App) Run(ctx context.Context) (err error) {
 	relay := a.start(base, []component{{name: "outbox relay", run: a.relay.Run, mustRun: true}}, exits, &stopping)
 	consumers := a.start(base, append(append([]component(nil), a.consumers...), a.workers...), exits, &stopping)
 
-	srv := &http.Server{
-		Handler:           a.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	srv := newServer(handler, limits)
+	srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	httpDone := make(chan struct{})
 	go func() {
 		defer close(httpDone)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !stopping.Load() {
+		if err := srv.Serve(limitConns(ln, limits.MaxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) && !stopping.Load() {
 			exits <- exit{"http server", err}
+		}
+	}()
+	adminDone := make(chan struct{})
+	go func() {
+		defer close(adminDone)
+		if admin == nil {
+			return
+		}
+		if err := admin.Serve(adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) && !stopping.Load() {
+			exits <- exit{"admin http server", err}
 		}
 	}()
 
 	a.state.Store(stateRunning)
 	close(a.ready)
-	log.Info("app: started", slog.String("http_addr", addr),
+	log.Info("app: started", slog.String("http_addr", addr), slog.String("admin_addr", a.AdminAddr()),
 		slog.Int("consumers", len(a.consumers)), slog.Int("background", len(a.workers)))
 
 	var cause error
@@ -668,6 +756,12 @@ func (a *App) Run(ctx context.Context) (err error) {
 			return fmt.Errorf("app: http shutdown: %w", err)
 		}
 		<-httpDone
+		if admin != nil {
+			if err := admin.Shutdown(sctx); err != nil {
+				return fmt.Errorf("app: admin http shutdown: %w", err)
+			}
+		}
+		<-adminDone
 		return nil
 	})
 	step("consumers", func() error { return consumers.stop(sctx) })

@@ -34,9 +34,9 @@ const (
 // EnvVars lists the variables [LoadConfig] reads (OTEL_* aside: see tracing.Setup), for
 // deployment manifests and their tests.
 func EnvVars() []string {
-	return []string{EnvDatabaseURL, EnvDatabaseConns, EnvRedisAddr, EnvKafkaBrokers, EnvKafkaPartitions,
-		EnvHTTPAddr, EnvLogLevel, EnvJaegerUIURL, EnvShutdownTimeout, EnvConsumerBatch,
-		EnvKafkaInstanceID, EnvKafkaSessionTimeout, EnvKafkaRebalanceTimeout}
+	return append([]string{EnvDatabaseURL, EnvDatabaseConns, EnvRedisAddr, EnvRedisURL, EnvRedisTLSCAFile, EnvKafkaBrokers, EnvKafkaPartitions,
+		EnvHTTPAddr, EnvAdminAddr, EnvLogLevel, EnvJaegerUIURL, EnvShutdownTimeout, EnvConsumerBatch,
+		EnvKafkaInstanceID, EnvKafkaSessionTimeout, EnvKafkaRebalanceTimeout}, kafkaSecurityVars()...)
 }
 
 // Defaults of [LoadConfig].
@@ -86,15 +86,32 @@ type Config struct {
 	// DefaultRedisAddr). Empty (REDIS_ADDR=none) runs without Redis and without locks:
 	// the Postgres transaction alone guards correctness.
 	RedisAddr string
+	// RedisURL is the Redis server as a URL (REDIS_URL):
+	// redis://[user:password@]host[:port][/db], or rediss:// for TLS. It wins over
+	// RedisAddr, which is a shorthand for redis://RedisAddr/0 without password; set only
+	// one of the two variables. It is never printed with its credentials.
+	RedisURL string
+	// RedisTLSCAFile is a PEM file of the CAs that sign the Redis server's certificate
+	// with a rediss:// RedisURL (REDIS_TLS_CA_FILE; default the system's roots).
+	RedisTLSCAFile string
 	// KafkaBrokers are the seed brokers (KAFKA_BROKERS, comma-separated; default
 	// DefaultKafkaBrokers).
 	KafkaBrokers []string
 	// KafkaPartitions is the partition count of topics created at start
 	// (KAFKA_PARTITIONS; default DefaultKafkaPartitions). Existing topics are left alone.
 	KafkaPartitions int32
+	// KafkaSecurity is the SASL and TLS setting of every Kafka client of the service
+	// (KAFKA_SASL_*, KAFKA_TLS*; see [LoadKafkaSecurity]; default plaintext, no SASL).
+	KafkaSecurity KafkaSecurity
 	// HTTPAddr is the listen address of the HTTP server with /healthz, /readyz, /metrics
 	// and the service's own routes (HTTP_ADDR; the default is the service's).
 	HTTPAddr string
+	// AdminAddr is the listen address of the admin endpoints /healthz, /readyz (with
+	// each check's error) and /metrics (ADMIN_ADDR; default loopback, HTTP_ADDR's port +
+	// DefaultAdminPortOffset, e.g. 127.0.0.1:9080; none or empty: they stay on HTTPAddr).
+	// With an admin listener, HTTPAddr serves /healthz, a /readyz without details and the
+	// service's routes, never /metrics.
+	AdminAddr string
 	// LogLevel is the minimum level logged (LOG_LEVEL; default info).
 	LogLevel slog.Level
 	// JaegerUIURL is the base URL of the trace UI, for links to a saga's trace
@@ -179,15 +196,22 @@ func LoadConfig(env *Env, service, defaultHTTPAddr string) Config {
 		Service:         service,
 		DatabaseURL:     env.String(EnvDatabaseURL, DefaultDatabaseURL(service)),
 		RedisAddr:       env.String(EnvRedisAddr, DefaultRedisAddr),
+		RedisURL:        env.String(EnvRedisURL, ""),
+		RedisTLSCAFile:  env.String(EnvRedisTLSCAFile, ""),
 		KafkaBrokers:    env.List(EnvKafkaBrokers, []string{DefaultKafkaBrokers}),
 		KafkaPartitions: int32(env.Int(EnvKafkaPartitions, DefaultKafkaPartitions)),
+		KafkaSecurity:   readKafkaSecurity(env),
 		HTTPAddr:        env.String(EnvHTTPAddr, defaultHTTPAddr),
+		AdminAddr:       env.String(EnvAdminAddr, defaultAdminAddr(env.String(EnvHTTPAddr, defaultHTTPAddr))),
 		LogLevel:        env.Level(EnvLogLevel, slog.LevelInfo),
 		JaegerUIURL:     env.String(EnvJaegerUIURL, DefaultJaegerUIURL),
 		ShutdownTimeout: env.Duration(EnvShutdownTimeout, DefaultShutdownTimeout),
 		ConsumerBatch:   env.Int(EnvConsumerBatch, DefaultConsumerBatch),
 	}
 	c.DatabaseMaxConns = int32(env.Int(EnvDatabaseConns, int(4*c.KafkaPartitions+4)))
+	if strings.EqualFold(c.AdminAddr, "none") {
+		c.AdminAddr = ""
+	}
 	hostname, _ := os.Hostname()
 	c.KafkaInstanceID = env.String(EnvKafkaInstanceID, defaultInstanceID(service, hostname, c.HTTPAddr))
 	if strings.EqualFold(c.KafkaInstanceID, "none") {
@@ -196,6 +220,12 @@ func LoadConfig(env *Env, service, defaultHTTPAddr string) Config {
 	c.KafkaSessionTimeout = env.Duration(EnvKafkaSessionTimeout, DefaultKafkaSessionTimeout)
 	c.KafkaRebalanceTimeout = env.Duration(EnvKafkaRebalanceTimeout, DefaultKafkaRebalanceTimeout)
 	if strings.EqualFold(c.RedisAddr, "none") {
+		c.RedisAddr = ""
+	}
+	if c.RedisURL != "" {
+		if _, set := env.raw(EnvRedisAddr); set {
+			env.Fail(EnvRedisAddr, "set only one of "+EnvRedisURL+" and "+EnvRedisAddr)
+		}
 		c.RedisAddr = ""
 	}
 	for _, err := range c.problems() {
@@ -219,11 +249,12 @@ func (c Config) problems() []problem {
 	if c.DatabaseMaxConns < 0 {
 		ps = append(ps, problem{EnvDatabaseConns, "must not be negative (0 keeps the pgx default)"})
 	}
-	if c.RedisAddr != "" {
+	if c.RedisAddr != "" && c.RedisURL == "" {
 		if _, _, err := net.SplitHostPort(c.RedisAddr); err != nil {
-			ps = append(ps, problem{EnvRedisAddr, "not host:port (use none to run without Redis)"})
+			ps = append(ps, problem{EnvRedisAddr, "not host:port (use none to run without Redis, or " + EnvRedisURL + ")"})
 		}
 	}
+	ps = append(ps, c.redisProblems()...)
 	if len(c.KafkaBrokers) == 0 {
 		ps = append(ps, problem{EnvKafkaBrokers, "no seed brokers"})
 	}
@@ -235,8 +266,12 @@ func (c Config) problems() []problem {
 	if c.KafkaPartitions < 1 {
 		ps = append(ps, problem{EnvKafkaPartitions, "must be at least 1"})
 	}
+	ps = append(ps, c.KafkaSecurity.problems()...)
 	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 		ps = append(ps, problem{EnvHTTPAddr, "not [host]:port"})
+	}
+	if _, _, err := net.SplitHostPort(c.AdminAddr); c.AdminAddr != "" && err != nil {
+		ps = append(ps, problem{EnvAdminAddr, "not [host]:port (or none)"})
 	}
 	if u, err := url.Parse(c.JaegerUIURL); c.JaegerUIURL != "" && (err != nil || u.Scheme == "" || u.Host == "") {
 		ps = append(ps, problem{EnvJaegerUIURL, "not an absolute URL"})

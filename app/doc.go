@@ -12,9 +12,13 @@
 //	DATABASE_URL        the service's own database (default postgres://postgres@127.0.0.1:5432/choreo_<service>)
 //	DATABASE_MAX_CONNS  Postgres pool size (default 4×KAFKA_PARTITIONS+4; pool_max_conns in the URL wins)
 //	REDIS_ADDR          Redis for per-entity locks (default 127.0.0.1:6379; "none" runs without locks)
+//	REDIS_URL           Redis as redis://user:password@host:port/db or rediss:// (instead of REDIS_ADDR)
+//	REDIS_TLS_CA_FILE   CAs of the Redis server's certificate, with rediss://
 //	KAFKA_BROKERS       seed brokers, comma-separated (default 127.0.0.1:9092)
 //	KAFKA_PARTITIONS    partitions of topics created at start (default 6)
-//	HTTP_ADDR           /healthz, /readyz, /metrics and the service's routes
+//	KAFKA_SASL_*, KAFKA_TLS*  SASL and TLS of every Kafka client ([LoadKafkaSecurity])
+//	HTTP_ADDR           the service's routes, /healthz and a /readyz without details
+//	ADMIN_ADDR          /healthz, /readyz with details and /metrics (default loopback, HTTP port+1000)
 //	LOG_LEVEL           debug, info, warn, error (default info)
 //	JAEGER_UI_URL       base URL for trace links (default http://localhost:16686)
 //	SHUTDOWN_TIMEOUT    bound of the graceful shutdown (default 30s)

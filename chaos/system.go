@@ -299,6 +299,7 @@ func (s *System) newInstance(svc string, i int) (*proc, error) {
 		"KAFKA_PARTITIONS=" + strconv.Itoa(s.opts.Partitions),
 		"KAFKA_INSTANCE_ID=" + name,
 		"HTTP_ADDR=" + addr,
+		"ADMIN_ADDR=127.0.0.1:0", // the default (HTTP port + 1000) may be taken on a machine of free ports
 		"LOG_LEVEL=info",
 		"SHUTDOWN_TIMEOUT=5s",
 		"PAYMENT_HANG_CUSTOMERS=none",

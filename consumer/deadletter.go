@@ -46,6 +46,7 @@ const (
 const (
 	ReasonMalformed        = "malformed"         // event.ErrMalformed: undecodable or invalid
 	ReasonUnknownType      = "unknown_type"      // ErrUnknownType
+	ReasonUntrusted        = "untrusted"         // ErrUntrusted: wrong source or topic (Router.Trust)
 	ReasonKeyReused        = "key_reused"        // idempotency.ErrKeyReused
 	ReasonPanic            = "panic"             // ErrPanic
 	ReasonRetriesExhausted = "retries_exhausted" // ErrRetriesExhausted
@@ -62,6 +63,8 @@ func Reason(err error) string {
 		return ReasonMalformed
 	case errors.Is(err, ErrUnknownType):
 		return ReasonUnknownType
+	case errors.Is(err, ErrUntrusted):
+		return ReasonUntrusted
 	case errors.Is(err, idempotency.ErrKeyReused):
 		return ReasonKeyReused
 	case errors.Is(err, ErrPanic):

@@ -12,6 +12,10 @@ var (
 	// ErrUnknownType: no handler is registered for the event's type and the type is not
 	// ignored. Non-retryable: the event goes to the dead-letter topic.
 	ErrUnknownType = errors.New("consumer: unknown event type")
+	// ErrUntrusted: the event's type is declared with Router.Trust and its source or topic
+	// matches none of the declared ones. Non-retryable: the event goes to the dead-letter
+	// topic (reason "untrusted") and is never applied.
+	ErrUntrusted = errors.New("consumer: untrusted event source or topic")
 	// ErrPanic: a handler panicked. The error carries the panic value and stack.
 	// Non-retryable: a panic is a bug that a retry would repeat.
 	ErrPanic = errors.New("consumer: handler panicked")
@@ -47,7 +51,7 @@ func Permanent(err error) error {
 
 // Retryable is the default classification used by Retry. An error is non-retryable when
 // it was marked with Permanent or matches event.ErrMalformed, idempotency.ErrKeyReused,
-// idempotency.ErrInvalidKey, ErrUnknownType or ErrPanic; every other error, including
+// idempotency.ErrInvalidKey, ErrUnknownType, ErrUntrusted or ErrPanic; every other error, including
 // lock.ErrNotObtained and lock.ErrLost, is retryable. (Retry stops on its own when its
 // context is cancelled, whatever the classification.)
 func Retryable(err error) bool {
@@ -61,6 +65,7 @@ func Retryable(err error) bool {
 		errors.Is(err, idempotency.ErrKeyReused),
 		errors.Is(err, idempotency.ErrInvalidKey),
 		errors.Is(err, ErrUnknownType),
+		errors.Is(err, ErrUntrusted),
 		errors.Is(err, ErrPanic):
 		return false
 	}

@@ -16,8 +16,10 @@ import (
 // ErrUnknownType, which is non-retryable (the event is dead-lettered). Register every
 // route before the consumer runs; a Router is then safe for concurrent use.
 type Router struct {
-	routes map[string]TxHandler
-	ignore map[string]bool
+	routes  map[string]TxHandler
+	ignore  map[string]bool
+	trust   map[string][]trustRule     // see Trust (trust.go)
+	subject func(subject string) error // see Subjects (trust.go)
 }
 
 // NewRouter returns an empty Router.
@@ -57,8 +59,9 @@ func (r *Router) Types() []string {
 	return slices.Sorted(maps.Keys(r.routes))
 }
 
-// Filter is the Middleware half of the router: it settles ignored types with
-// OutcomeIgnored and fails unknown types with ErrUnknownType, before the handlers it
+// Filter is the Middleware half of the router: it fails events that break a Trust rule
+// with ErrUntrusted, settles ignored types with OutcomeIgnored and fails unknown types
+// with ErrUnknownType, before the handlers it
 // wraps (lock, transaction) run. It needs a decoded message (see Decode).
 func (r *Router) Filter() Middleware {
 	return func(next Handler) Handler {
@@ -71,11 +74,18 @@ func (r *Router) Filter() Middleware {
 	}
 }
 
-// filter reports whether m's event type is routed. If it is not, an ignored type is
-// settled with OutcomeIgnored (nil error) and any other type fails with unknownType.
+// filter reports whether m's event type is routed. An event that breaks a Trust rule
+// fails with ErrUntrusted; an ignored type is settled with OutcomeIgnored (nil error)
+// and any other unrouted type fails with unknownType.
 // Filter and StandardBatch both call it.
 func (r *Router) filter(m *Message) (bool, error) {
 	typ := m.Event.Type
+	if err := r.trusted(m); err != nil {
+		return false, err
+	}
+	if err := r.validSubject(m); err != nil {
+		return false, err
+	}
 	switch {
 	case r.routes[typ] != nil:
 		return true, nil

@@ -58,7 +58,7 @@ var otelVars = []string{
 // requiredVars must be set on every service: their defaults point at 127.0.0.1 or at no
 // exporter, which is wrong inside a container.
 var requiredVars = []string{
-	app.EnvDatabaseURL, app.EnvRedisAddr, app.EnvKafkaBrokers, app.EnvHTTPAddr, app.EnvJaegerUIURL,
+	app.EnvDatabaseURL, app.EnvRedisURL, app.EnvKafkaBrokers, app.EnvHTTPAddr, app.EnvJaegerUIURL,
 	tracing.EnvOTLPEndpoint, tracing.EnvServiceName,
 }
 
@@ -81,7 +81,30 @@ type composeService struct {
 		Test []string `yaml:"test"`
 	} `yaml:"healthcheck"`
 	Entrypoint []string `yaml:"entrypoint"`
+	Command    []string `yaml:"command"`
 	Restart    string   `yaml:"restart"`
+}
+
+// readEnvFile reads KEY=value lines of a Compose env file (# comments, blank lines).
+func readEnvFile(t *testing.T, path string) map[string]string {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[string]string)
+	for line := range strings.Lines(string(raw)) {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			t.Fatalf("%s: %q is not KEY=value", path, line)
+		}
+		out[k] = v
+	}
+	return out
 }
 
 type composeBuild struct {
@@ -91,18 +114,27 @@ type composeBuild struct {
 }
 
 // interpolation matches ${VAR}, ${VAR:-default} and ${VAR-default}.
-var interpolation = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}`)
+var interpolation = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?[-?]([^}]*))?\}`)
 
-// loadCompose reads docker-compose.yml the way Compose does with an empty environment:
-// variables take their defaults, YAML anchors and merge keys are resolved.
+// loadCompose reads docker-compose.yml the way Compose does with deploy/compose.env as
+// its env file and an otherwise empty environment: variables take the file's values or
+// their defaults, YAML anchors and merge keys are resolved.
 func loadCompose(t *testing.T) composeFile {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(root, "docker-compose.yml"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	envFile := readEnvFile(t, filepath.Join(root, "deploy", "compose.env"))
 	raw = interpolation.ReplaceAllFunc(raw, func(m []byte) []byte {
-		return interpolation.FindSubmatch(m)[2]
+		sm := interpolation.FindSubmatch(m)
+		if v, ok := envFile[string(sm[1])]; ok {
+			return []byte(v)
+		}
+		if bytes.Contains(m, []byte(":?")) {
+			t.Fatalf("docker-compose.yml requires %s, which deploy/compose.env does not set", sm[1])
+		}
+		return sm[2]
 	})
 	var f composeFile
 	if err := yaml.Unmarshal(raw, &f); err != nil {
@@ -243,8 +275,10 @@ func TestComposeAppServices(t *testing.T) {
 			if !slices.Contains(dbServices, name) {
 				t.Errorf("postgres CHOREO_SERVICES %q does not create %s's database", dbServices, name)
 			}
-			if h, p := hostPort(t, cfg.RedisAddr); h != "redis" || p != "6379" {
-				t.Errorf("REDIS_ADDR %s, want redis:6379", cfg.RedisAddr)
+			if ru, err := url.Parse(cfg.RedisURL); err != nil || ru.Host != "redis:6379" {
+				t.Errorf("REDIS_URL does not point at redis:6379 (%v)", err)
+			} else if pw, _ := ru.User.Password(); pw == "" || !slices.Contains(f.service(t, "redis").Command, pw) {
+				t.Errorf("REDIS_URL password does not match redis' --requirepass")
 			}
 			if len(cfg.KafkaBrokers) == 0 || cfg.KafkaBrokers[0] != internalKafka {
 				t.Errorf("KAFKA_BROKERS %v, want kafka's inter-broker listener %s", cfg.KafkaBrokers, internalKafka)

@@ -27,6 +27,10 @@
 //	                 closed (default 3s); a static member (group.instance.id) is kept
 //	                 for at least its session timeout so that a restart with the same
 //	                 instance id takes its partitions back without a rebalance
+//	-sasl M:U:P      require SASL and accept user U with password P over mechanism M
+//	                 (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512); repeatable (security.go)
+//	-tls-cert F, -tls-key F  serve TLS only, with this PEM certificate and key
+//	-tls-client-ca F require client certificates signed by these CAs (mutual TLS)
 //
 // devkafka logs (log/slog text on stderr) the address it listens on, the data directory
 // and whether existing state was loaded. On SIGINT or SIGTERM it stops accepting

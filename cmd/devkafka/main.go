@@ -45,6 +45,7 @@ type config struct {
 	sync       bool
 	logLevel   kfake.LogLevel
 	grace      time.Duration
+	security   security // -sasl, -tls-*: security.go
 }
 
 // defaultDataDir is where state lives unless -data-dir says otherwise.
@@ -67,11 +68,16 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&cfg.grace, "member-grace", devbroker.DefaultGrace,
 		"remove a consumer-group member this long after all its connections closed (static members: at least their session timeout)")
 	fs.StringVar(&logLevel, "log-level", "warn", "broker-internal log `level`: none, error, warn, info, debug")
+	secFlags := addSecurityFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: devkafka [flags]\n\nA Kafka-protocol broker for local runs (kfake), persisted to -data-dir.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	var err error
+	if cfg.security, err = secFlags.build(); err != nil {
 		return cfg, err
 	}
 	if fs.NArg() > 0 {
@@ -136,7 +142,11 @@ func run(args []string, stderr io.Writer, sigs <-chan os.Signal) int {
 	addr := b.addr()
 
 	if len(cfg.topics) > 0 {
-		created, err := seedTopics(addr, cfg.partitions, cfg.topics)
+		seed := func() ([]string, error) { return seedTopics(addr, cfg.partitions, cfg.topics) }
+		if cfg.security.enabled() {
+			seed = func() ([]string, error) { return seedTopicsDirect(b.c, cfg.partitions, cfg.topics) }
+		}
+		created, err := seed()
 		if err != nil {
 			log.Error("devkafka: seed topics", "err", err)
 			b.close()
@@ -151,7 +161,7 @@ func run(args []string, stderr io.Writer, sigs <-chan os.Signal) int {
 		persist = cfg.dataDir
 	}
 	log.Info("devkafka listening", "addr", addr, "data_dir", persist, "state_loaded", loaded,
-		"auto_create", cfg.autoCreate, "partitions", cfg.partitions)
+		"auto_create", cfg.autoCreate, "partitions", cfg.partitions, "security", cfg.security.describe())
 
 	sig := <-sigs
 	log.Info("shutting down, persisting state (signal again to force)", "signal", sig.String())
@@ -197,6 +207,7 @@ func startBroker(cfg config, log *slog.Logger) (*broker, error) {
 	if cfg.autoCreate {
 		opts = append(opts, kfake.AllowAutoTopicCreation())
 	}
+	opts = append(opts, cfg.security.kfake...) // -sasl, -tls-*: security.go
 	if cfg.dataDir != "" {
 		opts = append(opts, kfake.DataDir(cfg.dataDir))
 		if cfg.sync {

@@ -162,7 +162,7 @@ func parsePos(s string) (int32, int64, error) {
 
 // kafka is a connected client plus its admin view.
 type kafka struct {
-	brokers []string
+	opts    []kgo.Opt // seed brokers, dial timeout and security of every client
 	cl      *kgo.Client
 	adm     *kadm.Client
 	timeout time.Duration
@@ -180,7 +180,11 @@ func dialKafka(ctx context.Context, c conn) (*kafka, error) {
 	if len(brokers) == 0 {
 		return nil, fmt.Errorf("%w: -brokers is empty", errUsage)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DialTimeout(c.timeout))
+	opts, sec, err := c.clientOptions(brokers)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("sagactl: kafka client: %w", err)
 	}
@@ -191,10 +195,11 @@ func dialKafka(ctx context.Context, c conn) (*kafka, error) {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("sagactl: kafka: %w", ctx.Err())
 		}
-		return nil, fmt.Errorf("%w: kafka at %s: %w (is the broker running? set -brokers or KAFKA_BROKERS)",
-			errUnreachable, strings.Join(brokers, ","), err)
+		return nil, fmt.Errorf("%w: kafka at %s (%s): %w (is the broker running? set -brokers or KAFKA_BROKERS; "+
+			"a broker refusing the credentials closes the connection: check -kafka-sasl-* and -kafka-tls*)",
+			errUnreachable, strings.Join(brokers, ","), sec, err)
 	}
-	return &kafka{brokers: brokers, cl: cl, adm: kadm.NewClient(cl), timeout: c.timeout}, nil
+	return &kafka{opts: opts, cl: cl, adm: kadm.NewClient(cl), timeout: c.timeout}, nil
 }
 
 func (k *kafka) close() { k.cl.Close() }
@@ -245,8 +250,8 @@ func (k *kafka) read(ctx context.Context, topic string, from map[int32]int64, en
 	if len(offsets) == 0 {
 		return nil, nil
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.brokers...), kgo.DialTimeout(k.timeout),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets}))
+	cl, err := kgo.NewClient(append(append([]kgo.Opt(nil), k.opts...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets}))...)
 	if err != nil {
 		return nil, fmt.Errorf("sagactl: kafka client: %w", err)
 	}

@@ -26,6 +26,13 @@
 // the positional arguments, and these connection flags also before the command's name
 // ("sagactl --order-url http://127.0.0.1:18080 load -n 200").
 //
+// Security: -order-token (environment ORDER_API_TOKEN) is sent as a bearer token to an
+// order API that requires one. Kafka SASL and TLS come from the variables the services
+// read (KAFKA_SASL_MECHANISM, KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD, KAFKA_TLS,
+// KAFKA_TLS_CA_FILE, KAFKA_TLS_CERT_FILE, KAFKA_TLS_KEY_FILE, KAFKA_TLS_SERVER_NAME) or
+// the matching -kafka-sasl-* and -kafka-tls* flags. Everything sagactl prints has its
+// control characters escaped (as \u001b), since reasons, keys and payloads come from outside.
+//
 // # Exit codes
 //
 //	0  success

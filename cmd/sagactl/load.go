@@ -166,7 +166,7 @@ func cmdLoad(ctx context.Context, args []string, std stdio) error {
 	if err != nil {
 		return err
 	}
-	api, err := newOrderAPI(c.orderURL, c.timeout)
+	api, err := c.orderAPI()
 	if err != nil {
 		return err
 	}

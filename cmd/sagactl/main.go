@@ -59,13 +59,16 @@ Usage:
   sagactl migrate [-database-url URL]      apply the library's table migrations, print the versions
 
 Connection flags (every command; before or after its name): -order-url (env ORDER_URL, default ` + defaultOrderURL + `),
--brokers (env KAFKA_BROKERS, default ` + defaultBrokers + `), -timeout, -json.
+-brokers (env KAFKA_BROKERS, default ` + defaultBrokers + `), -timeout, -json, and Kafka security:
+-kafka-sasl-mechanism, -kafka-sasl-username, -kafka-sasl-password, -kafka-tls, -kafka-tls-ca-file,
+-kafka-tls-cert-file, -kafka-tls-key-file, -kafka-tls-server-name (env KAFKA_SASL_*, KAFKA_TLS*, as the services).
 Run "sagactl <command> -h" for a command's flags.
 
 Exit codes: 0 ok, 1 failure, 2 usage error, 3 service, broker or database unreachable.
 `
 
 func run(ctx context.Context, args []string, std stdio) int {
+	std.out, std.err = safeWriter{w: std.out}, safeWriter{w: std.err, keepCR: true} // safeout.go
 	args, err := hoistGlobalFlags(args, std)
 	if err != nil {
 		fmt.Fprintf(std.err, "sagactl: %s\n", strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
@@ -144,6 +147,9 @@ type conn struct {
 	brokers  string
 	timeout  time.Duration
 	json     bool
+	kafkaSec kafkaSecFlags
+	// orderToken is the order API's bearer token (-order-token, env ORDER_API_TOKEN).
+	orderToken string
 }
 
 func newFlagSet(name string, std stdio, c *conn) *flag.FlagSet {
@@ -160,6 +166,9 @@ func newFlagSet(name string, std stdio, c *conn) *flag.FlagSet {
 	fs.StringVar(&c.brokers, "brokers", brokers, "comma-separated Kafka seed `brokers` (env KAFKA_BROKERS)")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "per-request timeout")
 	fs.BoolVar(&c.json, "json", false, "print JSON instead of tables")
+	c.kafkaSec = addKafkaSecFlags(fs, std.getenv)
+	fs.StringVar(&c.orderToken, "order-token", std.getenv("ORDER_API_TOKEN"),
+		"bearer `token` of the order API (env ORDER_API_TOKEN; prefer the environment: flags show in ps)")
 	return fs
 }
 

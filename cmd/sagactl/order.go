@@ -37,7 +37,7 @@ func cmdOrder(ctx context.Context, args []string, std stdio) error {
 	if len(pos) != 1 {
 		return fmt.Errorf("%w: order takes exactly one order id", errUsage)
 	}
-	api, err := newOrderAPI(c.orderURL, c.timeout)
+	api, err := c.orderAPI()
 	if err != nil {
 		return err
 	}
@@ -218,7 +218,7 @@ func cmdStuck(ctx context.Context, args []string, std stdio) error {
 	if *olderThan < 0 || *limit < 1 {
 		return fmt.Errorf("%w: -older-than must be >= 0 and -limit >= 1", errUsage)
 	}
-	api, err := newOrderAPI(c.orderURL, c.timeout)
+	api, err := c.orderAPI()
 	if err != nil {
 		return err
 	}

@@ -129,8 +129,19 @@ func (e *apiError) Unwrap() error {
 
 // orderAPI is a client of the order service's HTTP API.
 type orderAPI struct {
-	base string
-	http *http.Client
+	base  string
+	http  *http.Client
+	token string // bearer token, if the API requires one
+}
+
+// orderAPI returns the order API client of c: its URL, timeout and token.
+func (c conn) orderAPI() (*orderAPI, error) {
+	a, err := newOrderAPI(c.orderURL, c.timeout)
+	if err != nil {
+		return nil, err
+	}
+	a.token = c.orderToken
+	return a, nil
 }
 
 func newOrderAPI(base string, timeout time.Duration) (*orderAPI, error) {
@@ -220,6 +231,9 @@ func (a *orderAPI) do(ctx context.Context, method, path string, h http.Header, b
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
+	if a.token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.token)
+	}
 	resp, err := a.http.Do(req)
 	if err != nil {
 		if ctx.Err() == nil && isConnError(err) {

@@ -76,8 +76,9 @@ func (r *loadRun) startWatch(ctx context.Context, k *kafka) (stop func(), err er
 			from[t][p] = kgo.NewOffset().At(o.Offset)
 		}
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.brokers...), kgo.DialTimeout(k.timeout),
-		kgo.ConsumePartitions(from), kgo.FetchMaxWait(250*time.Millisecond))
+	// k.opts: the seed brokers, dial timeout and security settings every sagactl client uses.
+	cl, err := kgo.NewClient(append(append([]kgo.Opt(nil), k.opts...),
+		kgo.ConsumePartitions(from), kgo.FetchMaxWait(250*time.Millisecond))...)
 	if err != nil {
 		return nil, fmt.Errorf("sagactl: kafka client: %w", err)
 	}

@@ -30,7 +30,8 @@ func (p StockV1) Subject() string { return p.OrderID }
 
 // Decode returns ev's payload as a T, after checking that it names the event's subject as
 // its order. A payload that does not unmarshal into a T, or whose order id is empty or
-// differs from ev.Subject, can never be handled: the error matches event.ErrInvalidPayload
+// differs from ev.Subject, or a string field past its bound (MaxIDBytes, MaxReasonBytes,
+// MaxItems), can never be handled: the error matches event.ErrInvalidPayload
 // and event.ErrMalformed, so a consumer dead-letters the event at once (reason
 // "malformed"). Handlers wrap it with their own sentinel:
 //
@@ -45,7 +46,10 @@ func Decode[T Payload](ev event.Event) (T, error) {
 	}
 	if id := p.Subject(); id == "" || id != ev.Subject {
 		return zero, fmt.Errorf("%s: %w", ev.Type, &event.Error{Field: "data", Kind: event.ErrInvalidPayload,
-			Detail: fmt.Sprintf("order_id %q is not the subject %q", id, ev.Subject)})
+			Detail: fmt.Sprintf("order_id %q is not the subject %q", clip(id), clip(ev.Subject))})
+	}
+	if err := checkBounds(p); err != nil {
+		return zero, boundsError(ev.Type, err)
 	}
 	return p, nil
 }

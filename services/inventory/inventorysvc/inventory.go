@@ -127,7 +127,7 @@ var Topics = []string{events.TopicOrders, events.TopicPayments}
 // order.confirmed, order.rejected, order.cancelled and order.cancel_requested are
 // handled; the saga's other types on those topics are ignored.
 func (h *Handlers) Router() *consumer.Router {
-	return consumer.NewRouter().
+	return events.Trust(consumer.NewRouter()).
 		Handle(events.OrderCreated, h.OrderCreated).
 		Handle(events.PaymentAuthorized, h.PaymentAuthorized).
 		Handle(events.OrderConfirmed, h.OrderConfirmed).

@@ -218,7 +218,7 @@ func (s *Service) RetryCompensation(ctx context.Context, id string) (Order, erro
 // Router returns the consumer router for the order service's topics (payments.events and
 // inventory.events): every event type on them is routed to HandleEvent.
 func (s *Service) Router() *consumer.Router {
-	r := consumer.NewRouter()
+	r := events.Trust(consumer.NewRouter())
 	for _, t := range []Trigger{OnPaymentAuthorized, OnPaymentDeclined, OnPaymentRefunded,
 		OnStockReserved, OnStockUnavailable, OnStockReleased} {
 		r.Handle(string(t), s.HandleEvent)

@@ -34,6 +34,10 @@ const (
 	EnvSweepInterval = "ORDER_SWEEP_INTERVAL"
 	// EnvGroup: the Kafka consumer group (default DefaultGroup).
 	EnvGroup = "ORDER_GROUP"
+	// EnvAPIToken: a bearer token the order API requires in "Authorization: Bearer
+	// <token>" (default none: the API is open). /healthz, /readyz and /metrics do not
+	// need it.
+	EnvAPIToken = "ORDER_API_TOKEN"
 )
 
 // Defaults of Config.
@@ -50,7 +54,7 @@ const (
 // itself (the shared ones are app's).
 func EnvVars() []string {
 	return []string{EnvStuckAfter, EnvStuckAfterCancelling, EnvSagaTimeout, EnvCompensationTimeout, EnvCompensationRetries,
-		EnvSweepInterval, EnvGroup}
+		EnvSweepInterval, EnvGroup, EnvAPIToken}
 }
 
 // Config is the order service's configuration.
@@ -62,6 +66,8 @@ type Config struct {
 	Settings Settings
 	// Group is the consumer group of the payment and inventory topics.
 	Group string
+	// APIToken, if set, is the bearer token the order API requires (ORDER_API_TOKEN).
+	APIToken string
 	// AppOptions are passed to app.New (e.g. app.WithListener, app.WithoutSignals in
 	// tests). Not read from the environment.
 	AppOptions []app.Option
@@ -89,7 +95,8 @@ func LoadConfig(env *app.Env) Config {
 			},
 			SweepInterval: env.Duration(EnvSweepInterval, DefaultSweepInterval),
 		},
-		Group: env.String(EnvGroup, DefaultGroup),
+		Group:    env.String(EnvGroup, DefaultGroup),
+		APIToken: env.String(EnvAPIToken, ""),
 	}
 	c.Settings.JaegerUIURL = c.App.JaegerUIURL
 	for _, p := range c.problems() {

@@ -3,6 +3,7 @@ package ordersvc
 import (
 	"context"
 	"fmt"
+	"net/http"
 
 	"github.com/choreo-saga/choreo/app"
 	"github.com/choreo-saga/choreo/services/events"
@@ -41,7 +42,7 @@ func setup(ctx context.Context, a *app.App, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	svc.Register(a.Handle)
+	svc.Register(func(pattern string, h http.Handler) { a.Handle(pattern, app.RequireBearer(cfg.APIToken, h)) })
 	if err := a.Consume(app.ConsumerSpec{Group: cfg.Group, Topics: Topics, Router: svc.Router(), Name: "order"}); err != nil {
 		return fmt.Errorf("ordersvc: %w", err)
 	}

@@ -136,9 +136,10 @@ const MetricReconciliations = "payment.reconciliations"
 // order.cancel_requested are handled, the outcomes that need no charge (order.rejected,
 // order.cancelled) are recorded; the saga's other types on the topics it reads are
 // ignored, order.confirmed included (a confirmed order keeps its charge, so recording it
-// would cost a transaction per order for nothing).
+// would cost a transaction per order for nothing). Each type is accepted only from
+// its producer and topic (events.Trust).
 func (h *Handlers) Router() *consumer.Router {
-	return consumer.NewRouter().
+	return events.Trust(consumer.NewRouter()).
 		Handle(events.OrderCreated, h.OrderCreated).
 		Handle(events.StockUnavailable, h.StockUnavailable).
 		Handle(events.OrderCancelRequested, h.CancelRequested).

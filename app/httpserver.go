@@ -1,0 +1,203 @@
+package app
+
+import (
+	"crypto/subtle"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Name of the admin listener's variable of [LoadConfig].
+const EnvAdminAddr = "ADMIN_ADDR"
+
+// Defaults of [HTTPLimits], the bounds of the public HTTP server.
+const (
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultReadTimeout       = 30 * time.Second
+	DefaultRequestTimeout    = 30 * time.Second
+	DefaultWriteTimeout      = 45 * time.Second
+	DefaultIdleTimeout       = 2 * time.Minute
+	DefaultMaxHeaderBytes    = 64 << 10
+	DefaultMaxConns          = 1024
+	// DefaultAdminPortOffset is added to HTTP_ADDR's port to make the default
+	// ADMIN_ADDR: 127.0.0.1:9080 for HTTP_ADDR :8080.
+	DefaultAdminPortOffset = 1000
+)
+
+// HTTPLimits bound what one client can hold of the public HTTP server. A zero field
+// takes its default.
+type HTTPLimits struct {
+	// ReadHeaderTimeout bounds reading a request's headers (default
+	// DefaultReadHeaderTimeout).
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds reading a whole request, body included (default
+	// DefaultReadTimeout): a client that sends its body slowly is cut off.
+	ReadTimeout time.Duration
+	// RequestTimeout is each request's deadline: its context is cancelled then and the
+	// client gets 503 (default DefaultRequestTimeout).
+	RequestTimeout time.Duration
+	// WriteTimeout bounds writing a response, from the end of the request's headers
+	// (default DefaultWriteTimeout).
+	WriteTimeout time.Duration
+	// IdleTimeout closes idle keep-alive connections (default DefaultIdleTimeout).
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds a request's headers; larger ones get 431 (default
+	// DefaultMaxHeaderBytes).
+	MaxHeaderBytes int
+	// MaxConns caps the open connections; more wait in the kernel's accept queue
+	// (default DefaultMaxConns).
+	MaxConns int
+}
+
+func (l HTTPLimits) withDefaults() HTTPLimits {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&l.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	def(&l.ReadTimeout, DefaultReadTimeout)
+	def(&l.RequestTimeout, DefaultRequestTimeout)
+	def(&l.WriteTimeout, DefaultWriteTimeout)
+	def(&l.IdleTimeout, DefaultIdleTimeout)
+	if l.MaxHeaderBytes <= 0 {
+		l.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if l.MaxConns <= 0 {
+		l.MaxConns = DefaultMaxConns
+	}
+	return l
+}
+
+// WithHTTPLimits sets the bounds of the public HTTP server. Default: HTTPLimits{} (every
+// field at its default).
+func WithHTTPLimits(l HTTPLimits) Option { return func(o *options) { o.httpLimits = l } }
+
+// WithAdminListener makes Run serve the admin endpoints (/healthz, /readyz with each
+// check's error, /metrics) on ln instead of listening on Config.AdminAddr. Run closes it.
+// With WithListener and without WithAdminListener, the admin endpoints are served on the
+// WithListener listener (tests).
+func WithAdminListener(ln net.Listener) Option { return func(o *options) { o.adminListener = ln } }
+
+// defaultAdminAddr returns the loopback address DefaultAdminPortOffset above httpAddr's
+// port, or 127.0.0.1:0 (any free port, see App.AdminAddr) when httpAddr asks for any
+// free port or the sum is not a port.
+func defaultAdminAddr(httpAddr string) string {
+	_, port, err := net.SplitHostPort(httpAddr)
+	if err != nil {
+		return ""
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p == 0 || p+DefaultAdminPortOffset > 65535 {
+		return "127.0.0.1:0"
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p+DefaultAdminPortOffset))
+}
+
+// newServer returns an HTTP server for h with the limits l.
+func newServer(h http.Handler, l HTTPLimits) *http.Server {
+	return &http.Server{
+		Handler:           http.TimeoutHandler(h, l.RequestTimeout, `{"error":{"code":"timeout","message":"request timed out"}}`),
+		ReadHeaderTimeout: l.ReadHeaderTimeout,
+		ReadTimeout:       l.ReadTimeout,
+		WriteTimeout:      l.WriteTimeout,
+		IdleTimeout:       l.IdleTimeout,
+		MaxHeaderBytes:    l.MaxHeaderBytes,
+	}
+}
+
+// limitListener accepts at most n connections at a time; Accept waits for one to close.
+type limitListener struct {
+	net.Listener
+	sem chan struct{}
+}
+
+func limitConns(ln net.Listener, n int) net.Listener {
+	return &limitListener{Listener: ln, sem: make(chan struct{}, n)}
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	l.sem <- struct{}{}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.sem
+		return nil, err
+	}
+	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
+}
+
+type limitConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}
+
+// publicReady wraps a /readyz handler for the public listener: it keeps the status code
+// and drops the checks' errors, which name hosts, users and databases.
+func publicReady(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := &statusOnly{header: http.Header{}}
+		h.ServeHTTP(rec, r)
+		code := rec.code
+		if code == 0 {
+			code = http.StatusOK
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(code)
+		if code == http.StatusOK {
+			_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+		} else {
+			_, _ = w.Write([]byte(`{"status":"unavailable"}` + "\n"))
+		}
+	})
+}
+
+// statusOnly is a ResponseWriter that keeps only the status code.
+type statusOnly struct {
+	header http.Header
+	code   int
+}
+
+func (s *statusOnly) Header() http.Header { return s.header }
+func (s *statusOnly) Write(p []byte) (int, error) {
+	if s.code == 0 {
+		s.code = http.StatusOK
+	}
+	return len(p), nil
+}
+func (s *statusOnly) WriteHeader(code int) {
+	if s.code == 0 {
+		s.code = code
+	}
+}
+
+// RequireBearer returns h behind a bearer token: a request without the header
+// "Authorization: Bearer <token>" gets 401 and never reaches h. The comparison takes
+// the same time whatever the token sent. An empty token returns h unchanged.
+func RequireBearer(token string, h http.Handler) http.Handler {
+	if token == "" {
+		return h
+	}
+	want := []byte(token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="choreo"`)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write([]byte(`{"error":{"code":"unauthorized","message":"a valid bearer token is required"}}` + "\n"))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}

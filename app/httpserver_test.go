@@ -1,0 +1,208 @@
+package app_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/app/apptest"
+	"github.com/choreo-saga/choreo/internal/testenv"
+	"github.com/choreo-saga/choreo/lock"
+)
+
+// runHTTPApp runs an App listening on HTTP_ADDR and ADMIN_ADDR (both 127.0.0.1:0) with
+// limits, and a POST /echo route reading its body and a GET /slow route that waits for
+// its deadline. It returns the public and admin base URLs.
+func runHTTPApp(t *testing.T, limits app.HTTPLimits) (string, string) {
+	t.Helper()
+	_, ns := testenv.Redis(t)
+	env := app.MapEnv(map[string]string{
+		app.EnvDatabaseURL: freshDSN(t), app.EnvRedisAddr: testenv.RedisAddr(t),
+		app.EnvKafkaBrokers: strings.Join(testenv.KafkaCluster(t).ListenAddrs(), ","),
+		app.EnvHTTPAddr:     "127.0.0.1:0",
+	})
+	cfg := app.LoadConfig(env, "widget", ":8080")
+	if err := env.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.AdminAddr != "127.0.0.1:0" {
+		t.Fatalf("default AdminAddr %q for HTTP_ADDR 127.0.0.1:0", cfg.AdminAddr)
+	}
+	a, err := app.New(context.Background(), cfg, app.WithoutSignals(), app.WithLogOutput(io.Discard),
+		app.WithLockOptions(lock.Options{Namespace: ns}), app.WithHTTPLimits(limits))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.HandleFunc("POST /echo", func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, "read: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		_, _ = w.Write(b)
+	})
+	a.HandleFunc("GET /slow", func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	select {
+	case <-a.Ready():
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+	}
+	base := "http://" + a.Addr()
+	apptest.WaitReady(t, base)
+	return base, "http://" + a.AdminAddr()
+}
+
+// TestAdminListener: /metrics and the details of /readyz are served only on the admin
+// listener; the public one answers /healthz and /readyz with the status alone.
+func TestAdminListener(t *testing.T) {
+	base, admin := runHTTPApp(t, app.HTTPLimits{})
+	if code, _ := get(t, base+"/metrics"); code != http.StatusNotFound {
+		t.Errorf("public /metrics: %d, want 404", code)
+	}
+	code, body := get(t, base+"/readyz")
+	if code != http.StatusOK || strings.TrimSpace(body) != `{"status":"ok"}` {
+		t.Errorf("public /readyz: %d %s", code, body)
+	}
+	if code, _ := get(t, base+"/healthz"); code != http.StatusOK {
+		t.Errorf("public /healthz: %d", code)
+	}
+	if code, body := get(t, admin+"/metrics"); code != http.StatusOK || !strings.Contains(body, "# TYPE") {
+		t.Errorf("admin /metrics: %d", code)
+	}
+	code, body = get(t, admin+"/readyz")
+	var ready struct{ Checks map[string]string }
+	if err := json.Unmarshal([]byte(body), &ready); code != http.StatusOK || err != nil || ready.Checks["postgres"] != "ok" {
+		t.Errorf("admin /readyz: %d %s", code, body)
+	}
+	if code, _ := get(t, admin+"/echo"); code != http.StatusNotFound {
+		t.Errorf("admin serves the routes: %d", code)
+	}
+}
+
+// readClosed reads from c until the server closes it, and returns what it read; it
+// fails t if that takes longer than within.
+func readClosed(t *testing.T, c net.Conn, within time.Duration) string {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(within))
+	b, err := io.ReadAll(c)
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("connection still open after %v (read %q)", within, b)
+	}
+	return string(b)
+}
+
+// TestHTTPLimits: a client that stops in its headers or its body is cut off, oversized
+// headers get 431, a request past its deadline gets 503, and connections beyond MaxConns
+// wait until one closes.
+func TestHTTPLimits(t *testing.T) {
+	limits := app.HTTPLimits{ReadHeaderTimeout: 300 * time.Millisecond, ReadTimeout: 600 * time.Millisecond,
+		RequestTimeout: 400 * time.Millisecond, WriteTimeout: time.Second, MaxHeaderBytes: 4 << 10, MaxConns: 3}
+	base, _ := runHTTPApp(t, limits)
+	host := strings.TrimPrefix(base, "http://")
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+
+	slowHeaders := dial()
+	_, _ = io.WriteString(slowHeaders, "GET /healthz HTTP/1.1\r\nHost: x\r\n")
+	readClosed(t, slowHeaders, 10*time.Second)
+
+	slowBody := dial()
+	_, _ = io.WriteString(slowBody, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789")
+	if got := readClosed(t, slowBody, 10*time.Second); strings.Contains(got, "200 OK") {
+		t.Errorf("slow body answered %q", got)
+	}
+
+	req, _ := http.NewRequest("GET", base+"/healthz", nil)
+	req.Header.Set("X-Big", strings.Repeat("a", 8<<10))
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else if resp.Body.Close(); resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("oversized headers: %d, want 431", resp.StatusCode)
+	}
+
+	start := time.Now()
+	if code, _ := get(t, base+"/slow"); code != http.StatusServiceUnavailable {
+		t.Errorf("request past its deadline: %d, want 503", code)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("deadline took %v", d)
+	}
+
+}
+
+// TestHTTPMaxConns: with MaxConns 1, a connection holding the slot (its request body
+// unfinished) keeps a second one from being served until it closes.
+func TestHTTPMaxConns(t *testing.T) {
+	base, _ := runHTTPApp(t, app.HTTPLimits{MaxConns: 1})
+	host := strings.TrimPrefix(base, "http://")
+	holder, err := net.Dial("tcp", host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	_, _ = io.WriteString(holder, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n")
+	second, err := net.Dial("tcp", host) // the kernel completes the handshake; Go does not accept it
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	_, _ = io.WriteString(second, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+	_ = second.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if n, err := second.Read(make([]byte, 1)); n > 0 || err == nil {
+		t.Fatal("second connection served while the first held the only slot")
+	}
+	holder.Close()
+	_ = second.SetReadDeadline(time.Now().Add(30 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(second), nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("second connection after the slot freed: %v", err)
+	}
+	resp.Body.Close()
+}
+
+func TestRequireBearer(t *testing.T) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	h := app.RequireBearer("t0ken", ok)
+	for _, tc := range []struct {
+		auth string
+		want int
+	}{{"", 401}, {"Bearer wrong", 401}, {"Bearer t0ken2", 401}, {"Basic t0ken", 401}, {"t0ken", 401}, {"Bearer t0ken", 204}} {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", "/orders", nil)
+		if tc.auth != "" {
+			req.Header.Set("Authorization", tc.auth)
+		}
+		h.ServeHTTP(rec, req)
+		if rec.Code != tc.want || (tc.want == 401 && rec.Header().Get("WWW-Authenticate") == "") {
+			t.Errorf("Authorization %q: %d, want %d", tc.auth, rec.Code, tc.want)
+		}
+	}
+	if app.RequireBearer("", ok) == nil {
+		t.Error("RequireBearer with no token returned nil")
+	}
+}

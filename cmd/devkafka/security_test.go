@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/internal/testenv"
+)
+
+const devSecret = "dev-S3cret"
+
+func pingWith(t *testing.T, addr string, s app.KafkaSecurity) error {
+	t.Helper()
+	opts, err := s.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(append(opts, kgo.SeedBrokers(addr))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	return cl.Ping(ctx)
+}
+
+// TestSecurityFlags builds a broker from -sasl and -tls-* flags, in process: it accepts
+// each configured user over mutual TLS with a CA generated for the test, and refuses a
+// wrong password, an unknown user, a client without certificate and a plaintext client.
+func TestSecurityFlags(t *testing.T) {
+	f := testenv.TestTLS(t)
+	cfg, err := parseFlags([]string{"-sasl", "scram-sha-256:order:" + devSecret, "-sasl", "PLAIN:ops:" + devSecret + "2",
+		"-tls-cert", f.ServerCertFile, "-tls-key", f.ServerKeyFile, "-tls-client-ca", f.CAFile}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cfg.security.describe(); strings.Contains(d, devSecret) || !strings.Contains(d, "SCRAM-SHA-256:order") || !strings.Contains(d, "mutual TLS") {
+		t.Errorf("describe = %q", d)
+	}
+	c := testenv.KafkaCluster(t, cfg.security.kfake...)
+	created, err := seedTopicsDirect(c, 2, []string{"orders.events", "orders.events"})
+	if err != nil || len(created) != 1 {
+		t.Fatalf("seed: %v %v", created, err)
+	}
+	addr := c.ListenAddrs()[0]
+	good := app.KafkaSecurity{SASLMechanism: app.SASLScramSHA256, SASLUsername: "order", SASLPassword: devSecret,
+		TLS: true, TLSCAFile: f.CAFile, TLSCertFile: f.ClientCertFile, TLSKeyFile: f.ClientKeyFile}
+	if err := pingWith(t, addr, good); err != nil {
+		t.Fatalf("right password refused: %v", err)
+	}
+	ops := good
+	ops.SASLMechanism, ops.SASLUsername, ops.SASLPassword = app.SASLPlain, "ops", devSecret+"2"
+	if err := pingWith(t, addr, ops); err != nil {
+		t.Fatalf("second user refused: %v", err)
+	}
+	for name, s := range map[string]app.KafkaSecurity{
+		"wrong password": func() app.KafkaSecurity { s := good; s.SASLPassword = "nope"; return s }(),
+		"unknown user":   func() app.KafkaSecurity { s := good; s.SASLUsername = "mallory"; return s }(),
+		"no client cert": func() app.KafkaSecurity { s := good; s.TLSCertFile, s.TLSKeyFile = "", ""; return s }(),
+		"plaintext":      {SASLMechanism: app.SASLScramSHA256, SASLUsername: "order", SASLPassword: devSecret},
+	} {
+		if err := pingWith(t, addr, s); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+
+	for _, bad := range [][]string{
+		{"-sasl", "order:" + devSecret},
+		{"-sasl", "GSSAPI:order:" + devSecret},
+		{"-tls-cert", f.ServerCertFile},
+		{"-tls-client-ca", f.CAFile},
+		{"-tls-cert", f.ServerCertFile, "-tls-key", f.ClientKeyFile},
+	} {
+		if _, err := parseFlags(bad, io.Discard); err == nil {
+			t.Errorf("%q accepted", bad)
+		} else if strings.Contains(err.Error(), devSecret) {
+			t.Errorf("%q: error shows the password: %v", bad, err)
+		}
+	}
+}
+
+// TestSecureBinary runs the devkafka binary with SCRAM over TLS and -topics: it seeds
+// the topics without client credentials of its own, logs no password, and serves a
+// client with the right settings.
+func TestSecureBinary(t *testing.T) {
+	f := testenv.TestTLS(t)
+	bin := buildDevkafka(t)
+	p := start(t, bin, "-port", "0", "-data-dir", "", "-topics", "payments.events",
+		"-sasl", "SCRAM-SHA-512:payment:"+devSecret, "-tls-cert", f.ServerCertFile, "-tls-key", f.ServerKeyFile)
+	s := app.KafkaSecurity{SASLMechanism: app.SASLScramSHA512, SASLUsername: "payment", SASLPassword: devSecret,
+		TLS: true, TLSCAFile: f.CAFile}
+	opts, err := s.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(append(opts, kgo.SeedBrokers(p.addr))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	topics, err := kadm.NewClient(cl).ListTopics(ctx, "payments.events")
+	if err != nil || !topics.Has("payments.events") {
+		t.Fatalf("seeded topic missing: %v %v", topics, err)
+	}
+	s.SASLPassword = "wrong"
+	if err := pingWith(t, p.addr, s); err == nil {
+		t.Error("wrong password accepted")
+	}
+	if code := p.stop(t); code != 0 {
+		t.Errorf("exit %d", code)
+	}
+	if out := p.output(); strings.Contains(out, devSecret) || !strings.Contains(out, "SCRAM-SHA-512:payment") {
+		t.Errorf("log shows the password or not the user:\n%s", out)
+	}
+}

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/choreo-saga/choreo/app"
+)
+
+// kafkaSecFlags are the -kafka-sasl-* and -kafka-tls* flags. Each defaults to the
+// environment variable the services read (app.LoadKafkaSecurity), so sagactl and the
+// services share one configuration.
+type kafkaSecFlags map[string]*string
+
+// kafkaSecFlagNames maps each flag to its environment variable.
+var kafkaSecFlagNames = []struct{ flag, env, usage string }{
+	{"kafka-sasl-mechanism", app.EnvKafkaSASLMechanism, "Kafka SASL `mechanism`: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"},
+	{"kafka-sasl-username", app.EnvKafkaSASLUsername, "Kafka SASL `user`"},
+	{"kafka-sasl-password", app.EnvKafkaSASLPassword, "Kafka SASL `password` (prefer the environment: flags show in ps)"},
+	{"kafka-tls", app.EnvKafkaTLS, "dial Kafka with TLS: `on` or off"},
+	{"kafka-tls-ca-file", app.EnvKafkaTLSCAFile, "PEM `file` of the CAs of the brokers' certificates"},
+	{"kafka-tls-cert-file", app.EnvKafkaTLSCertFile, "PEM client certificate `file` (mutual TLS)"},
+	{"kafka-tls-key-file", app.EnvKafkaTLSKeyFile, "PEM client key `file` (mutual TLS)"},
+	{"kafka-tls-server-name", app.EnvKafkaTLSServerName, "`name` expected in the brokers' certificates"},
+}
+
+func addKafkaSecFlags(fs *flag.FlagSet, getenv func(string) string) kafkaSecFlags {
+	f := make(kafkaSecFlags)
+	for _, n := range kafkaSecFlagNames {
+		f[n.env] = fs.String(n.flag, getenv(n.env), n.usage+" (env "+n.env+")")
+	}
+	return f
+}
+
+// security validates the flags as app.LoadKafkaSecurity does the variables.
+func (f kafkaSecFlags) security() (app.KafkaSecurity, error) {
+	vals := make(map[string]string, len(f))
+	for k, v := range f {
+		vals[k] = *v
+	}
+	env := app.MapEnv(vals)
+	s := app.LoadKafkaSecurity(env)
+	if err := env.Err(); err != nil {
+		return s, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	return s, nil
+}
+
+// clientOptions returns the options every Kafka client of sagactl starts from.
+func (c conn) clientOptions(brokers []string) ([]kgo.Opt, app.KafkaSecurity, error) {
+	s, err := c.kafkaSec.security()
+	if err != nil {
+		return nil, s, err
+	}
+	opts, err := s.Options()
+	if err != nil {
+		return nil, s, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	return append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.DialTimeout(c.timeout)}, opts...), s, nil
+}
