@@ -142,25 +142,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest, key string) (o 
 // changes nothing and succeeds; any other state fails with ErrInvalidTransition (and
 // the current order). The work runs in a span of the saga's trace, linked to the caller's.
 func (s *Service) Cancel(ctx context.Context, id string) (Order, error) {
-	if !validID(id) {
-		return Order{}, fmt.Errorf("%w: %s", ErrNotFound, id)
-	}
-	ctx = withOrder(ctx, id)
-	o, err := s.load(ctx, s.db, id, false)
-	if err != nil {
-		return Order{}, err
-	}
-	ctx, span := s.sagaSpan(ctx, "order.cancel", o)
-	var d Decision
-	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		cur, err := s.load(ctx, tx, id, true)
-		if err != nil {
-			return err
-		}
-		o, d, err = s.apply(ctx, tx, cur, CmdCancel, nil, "cancelled by customer")
-		return err
-	})
-	endSpan(span, err)
+	ctx, o, d, err := s.command(ctx, id, "order.cancel", CmdCancel, func(Order) string { return "cancelled by customer" })
 	if errors.Is(err, ErrInvalidTransition) {
 		s.log.InfoContext(ctx, "order: cancel rejected", "state", string(o.State))
 		return o, err
@@ -181,27 +163,10 @@ func (s *Service) Cancel(ctx context.Context, id string) (Order, error) {
 // Each retry is a history entry (command.retry_compensation). Any other state fails with
 // ErrInvalidTransition (and the current order).
 func (s *Service) RetryCompensation(ctx context.Context, id string) (Order, error) {
-	if !validID(id) {
-		return Order{}, fmt.Errorf("%w: %s", ErrNotFound, id)
-	}
-	ctx = withOrder(ctx, id)
-	o, err := s.load(ctx, s.db, id, false)
-	if err != nil {
-		return Order{}, err
-	}
-	ctx, span := s.sagaSpan(ctx, "order.retry_compensation", o)
-	var d Decision
-	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		cur, err := s.load(ctx, tx, id, true)
-		if err != nil {
-			return err
-		}
-		reason := fmt.Sprintf("compensation retried by hand (attempt %d; payment %s, stock %s)",
+	ctx, o, d, err := s.command(ctx, id, "order.retry_compensation", CmdRetryCompensation, func(cur Order) string {
+		return fmt.Sprintf("compensation retried by hand (attempt %d; payment %s, stock %s)",
 			cur.CompensationAttempts+1, cur.Facts.PaymentStatus(), cur.Facts.StockStatus())
-		o, d, err = s.apply(ctx, tx, cur, CmdRetryCompensation, nil, reason)
-		return err
 	})
-	endSpan(span, err)
 	if errors.Is(err, ErrInvalidTransition) {
 		s.log.InfoContext(ctx, "order: compensation retry rejected", "state", string(o.State))
 		return o, err
@@ -213,6 +178,34 @@ func (s *Service) RetryCompensation(ctx context.Context, id string) (Order, erro
 		"attempt", o.CompensationAttempts)
 	s.outbox.Wake()
 	return o, nil
+}
+
+// command applies a customer's or operator's command to order id in a transaction of its
+// own, in a span of the saga's trace (linked to the caller's); reason gives the history
+// entry's reason from the locked current order. It returns the context with that span,
+// the order after the command (the current one when the transition is refused, with
+// ErrInvalidTransition) and the decision.
+func (s *Service) command(ctx context.Context, id, spanName string, cmd Trigger, reason func(cur Order) string) (context.Context, Order, Decision, error) {
+	if !validID(id) {
+		return ctx, Order{}, Decision{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	ctx = withOrder(ctx, id)
+	o, err := s.load(ctx, s.db, id, false)
+	if err != nil {
+		return ctx, Order{}, Decision{}, err
+	}
+	ctx, span := s.sagaSpan(ctx, spanName, o)
+	var d Decision
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		cur, err := s.load(ctx, tx, id, true)
+		if err != nil {
+			return err
+		}
+		o, d, err = s.apply(ctx, tx, cur, cmd, nil, reason(cur))
+		return err
+	})
+	endSpan(span, err)
+	return ctx, o, d, err
 }
 
 // Router returns the consumer router for the order service's topics (payments.events and
