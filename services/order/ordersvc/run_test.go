@@ -68,19 +68,7 @@ func TestRun(t *testing.T) {
 	if err := env.Err(); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.AppOptions = []app.Option{app.WithListener(ln), app.WithoutSignals(), app.WithLogOutput(io.Discard),
-		app.WithLockOptions(lock.Options{Namespace: ns})}
-	base := "http://" + ln.Addr().String()
-	svc := apptest.Start(t, base, func(ctx context.Context) error { return ordersvc.Run(ctx, cfg) })
-	t.Cleanup(func() {
-		if err := svc.Stop(); err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	base := runService(t, cfg, ns)
 	ctx := context.Background()
 
 	// Place an order: order.created reaches Kafka through the relay.
@@ -223,19 +211,7 @@ func TestRunResendsCompensation(t *testing.T) {
 	if cfg.Settings.CompensationRetries != 2 {
 		t.Fatalf("retries %d", cfg.Settings.CompensationRetries)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.AppOptions = []app.Option{app.WithListener(ln), app.WithoutSignals(), app.WithLogOutput(io.Discard),
-		app.WithLockOptions(lock.Options{Namespace: ns})}
-	base := "http://" + ln.Addr().String()
-	svc := apptest.Start(t, base, func(ctx context.Context) error { return ordersvc.Run(ctx, cfg) })
-	t.Cleanup(func() {
-		if err := svc.Stop(); err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	base := runService(t, cfg, ns)
 	ctx := context.Background()
 	resp, err := http.Post(base+"/orders", "application/json", strings.NewReader(validBody))
 	if err != nil {
@@ -311,4 +287,24 @@ func TestRunResendsCompensation(t *testing.T) {
 	if metrics := apptest.Metrics(t, base); !strings.Contains(metrics, "choreo_order_compensation_resends") {
 		t.Fatalf("metrics lack choreo_order_compensation_resends")
 	}
+}
+
+// runService runs the order service with cfg on a free loopback port, its locks under the
+// Redis namespace ns, until the test ends; it returns the API's base URL.
+func runService(t *testing.T, cfg ordersvc.Config, ns string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.AppOptions = []app.Option{app.WithListener(ln), app.WithoutSignals(), app.WithLogOutput(io.Discard),
+		app.WithLockOptions(lock.Options{Namespace: ns})}
+	base := "http://" + ln.Addr().String()
+	svc := apptest.Start(t, base, func(ctx context.Context) error { return ordersvc.Run(ctx, cfg) })
+	t.Cleanup(func() {
+		if err := svc.Stop(); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return base
 }

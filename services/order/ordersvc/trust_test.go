@@ -3,8 +3,6 @@ package ordersvc_test
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -16,7 +14,6 @@ import (
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/internal/testenv"
-	"github.com/choreo-saga/choreo/lock"
 	"github.com/choreo-saga/choreo/services/events"
 	"github.com/choreo-saga/choreo/services/order/ordersvc"
 )
@@ -38,19 +35,7 @@ func TestForgedEventsAreUntrusted(t *testing.T) {
 	if err := env.Err(); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.AppOptions = []app.Option{app.WithListener(ln), app.WithoutSignals(), app.WithLogOutput(io.Discard),
-		app.WithLockOptions(lock.Options{Namespace: ns})}
-	base := "http://" + ln.Addr().String()
-	svc := apptest.Start(t, base, func(ctx context.Context) error { return ordersvc.Run(ctx, cfg) })
-	t.Cleanup(func() {
-		if err := svc.Stop(); err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	base := runService(t, cfg, ns)
 
 	// ORDER_API_TOKEN: the API needs the token, /healthz does not.
 	resp, err := http.Post(base+"/orders", "application/json", strings.NewReader(validBody))
