@@ -77,7 +77,7 @@ demo: services ## run the saga on this machine: broker, three services, a batch 
 
 # The console's browser test is a module of its own (cmd/sagactl/browsertest), so its
 # chromedp dependency stays out of go.mod.
-CONSOLE_TEST := cd cmd/sagactl/browsertest && $(GO) test -count=1 -timeout 5m ./...
+CONSOLE_TEST := $(GO) -C cmd/sagactl/browsertest test -count=1 -timeout 5m ./...
 
 .PHONY: console-test
 console-test: services ## sagactl console in headless Chromium against the demo saga (installs chromium if missing)
@@ -87,4 +87,4 @@ console-test: services ## sagactl console in headless Chromium against the demo 
 .PHONY: console-screenshots
 console-screenshots: services ## regenerate docs/console-*.png with the console's browser test
 	@scripts/ensure-chromium.sh
-	CONSOLE_SCREENSHOTS=$(CURDIR)/docs $(CONSOLE_TEST)
+	CONSOLE_SCREENSHOTS=$(CURDIR)/docs $(CONSOLE_TEST) -v -run TestConsoleInChromium
