@@ -50,9 +50,13 @@ func fakeOrderAPI(t *testing.T, cancels *atomic.Int32) *httptest.Server {
 	return srv
 }
 
-func newTestConsole(t *testing.T, orderURL string) http.Handler {
+func newTestConsole(t *testing.T, orderURL string, brokers ...string) http.Handler {
 	t.Helper()
-	c := conn{orderURL: orderURL, brokers: "127.0.0.1:1", timeout: 2 * time.Second, kafkaSec: kafkaSecFlags{}}
+	b := "127.0.0.1:1"
+	if len(brokers) > 0 {
+		b = strings.Join(brokers, ",")
+	}
+	c := conn{orderURL: orderURL, brokers: b, timeout: 10 * time.Second, kafkaSec: kafkaSecFlags{}}
 	s, err := newConsole(c, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -116,9 +120,7 @@ func TestConsoleCSRF(t *testing.T) {
 	if cookie == nil || !cookie.HttpOnly || cookie.SameSite != http.SameSiteStrictMode {
 		t.Fatalf("csrf cookie %+v", cookie)
 	}
-	body := page.Body.String()
-	i := strings.Index(body, `name="csrf" value="`)
-	token, _, _ := strings.Cut(body[i+len(`name="csrf" value="`):], `"`)
+	token := formValues(page.Body.String(), "csrf")[0]
 
 	post := func(form url.Values, c *http.Cookie, hdr map[string]string) int {
 		req := httptest.NewRequest(http.MethodPost, "http://127.0.0.1:8090/orders/o-1/cancel", strings.NewReader(form.Encode()))
@@ -229,5 +231,83 @@ func TestBuildTimeline(t *testing.T) {
 	}
 	if tl.Steps[2].X <= tl.Steps[1].X || tl.Width < tl.Steps[2].X {
 		t.Errorf("layout %+v", tl)
+	}
+}
+
+// formValues returns the values of the hidden inputs called name in an HTML page.
+func formValues(body, name string) []string {
+	var out []string
+	marker := `name="` + name + `" value="`
+	for {
+		i := strings.Index(body, marker)
+		if i < 0 {
+			return out
+		}
+		body = body[i+len(marker):]
+		v, _, _ := strings.Cut(body, `"`)
+		out = append(out, strings.ReplaceAll(v, "&#43;", "+"))
+	}
+}
+
+func consolePost(t *testing.T, h http.Handler, path string, form url.Values, cookie *http.Cookie) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodPost, "http://127.0.0.1:8090"+path, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.AddCookie(cookie)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+// TestConsoleReplay replays dead letters the library's DeadLetter middleware wrote, from
+// the dead-letter page: a filtered set as a dry run first (nothing produced), then the
+// confirmation, which produces exactly the records the dry run listed.
+func TestConsoleReplay(t *testing.T) {
+	f := newDLQFixture(t)
+	h := newTestConsole(t, "http://127.0.0.1:1", f.brokers...)
+	list := consoleGet(t, h, "/dlq?topic="+url.QueryEscape(f.dlq)+"&reason=permanent")
+	if list.Code != http.StatusOK {
+		t.Fatalf("dlq page: %d %s", list.Code, list.Body)
+	}
+	var cookie *http.Cookie
+	for _, c := range list.Result().Cookies() {
+		if c.Name == csrfCookie {
+			cookie = c
+		}
+	}
+	body := list.Body.String()
+	if n := strings.Count(body, `name="rec" value=`); n != 2 || !strings.Contains(body, "2 record(s) match") {
+		t.Fatalf("dlq page lists %d records, want the 2 permanent ones:\n%s", n, body)
+	}
+	token := formValues(body, "csrf")[0]
+
+	dry := consolePost(t, h, "/dlq/replay", url.Values{"csrf": {token}, "all": {"1"}, "topic": {f.dlq},
+		"reason": {"permanent"}, "mode": {"preview"}}, cookie)
+	refs := formValues(dry.Body.String(), "rec")
+	if dry.Code != http.StatusOK || len(refs) != 2 || !strings.Contains(dry.Body.String(), `id="dry-run-note"`) {
+		t.Fatalf("dry run: %d, refs %v\n%s", dry.Code, refs, dry.Body)
+	}
+	if n := endOffsetSum(t, f.brokers, f.source); n != 3 {
+		t.Fatalf("the dry run produced: %s has %d records, want 3", f.source, n)
+	}
+	// Only confirmations name their records: a replay of "all" is refused.
+	if rec := consolePost(t, h, "/dlq/replay", url.Values{"csrf": {token}, "all": {"1"}, "mode": {"replay"}}, cookie); rec.Code != http.StatusBadRequest {
+		t.Errorf("replay of all without a dry run: status %d", rec.Code)
+	}
+	done := consolePost(t, h, "/dlq/replay", url.Values{"csrf": {token}, "rec": refs, "mode": {"replay"}}, cookie)
+	if done.Code != http.StatusOK || !strings.Contains(done.Body.String(), "2 record(s) produced") {
+		t.Fatalf("replay: %d\n%s", done.Code, done.Body)
+	}
+	if n := endOffsetSum(t, f.brokers, f.source); n != 5 {
+		t.Fatalf("%s has %d records after the replay, want 5", f.source, n)
+	}
+
+	_, pos, _ := strings.Cut(refs[0], "|")
+	rec := consoleGet(t, h, "/dlq/record?topic="+url.QueryEscape(f.dlq)+"&pos="+url.QueryEscape(pos))
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "choreo_dlq_reason") || !strings.Contains(rec.Body.String(), `id="payload"`) {
+		t.Errorf("record page: %d\n%s", rec.Code, rec.Body)
+	}
+	if rec := consoleGet(t, h, "/dlq/record?topic="+url.QueryEscape(f.dlq)+"&pos=0:999"); rec.Code != http.StatusNotFound {
+		t.Errorf("record past the end: status %d", rec.Code)
 	}
 }
