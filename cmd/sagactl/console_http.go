@@ -41,8 +41,7 @@ var consoleTemplates = map[string]*template.Template{}
 
 func init() {
 	funcs := template.FuncMap{
-		"dur":   humanDuration,
-		"since": func(t time.Time) string { return humanDuration(time.Since(t)) },
+		"dur": humanDuration,
 		"ts": func(t time.Time) string {
 			if t.IsZero() {
 				return "-"
