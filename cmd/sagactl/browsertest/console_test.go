@@ -340,7 +340,8 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 // order.created is dead-lettered, and then uses the console as an operator would: the
 // overview lists the held (stuck) order, its page draws the timeline and links its
 // trace, and the dead letter is replayed from the dead-letter page (dry run, then
-// confirmation), after which the order is charged and CONFIRMED.
+// confirmation), after which the order is charged and CONFIRMED. Last, the held order is
+// cancelled with its page's button.
 func TestConsoleInChromium(t *testing.T) {
 	ctx := browser(t)
 	s := startStack(t)
@@ -454,6 +455,17 @@ func TestConsoleInChromium(t *testing.T) {
 		t.Fatalf("order page of %s says %s", broken.ID, state)
 	}
 	screenshot(t, ctx, "console-order-replayed.png")
+
+	// The cancel button of the held order: a POST with the page's CSRF token.
+	step(t, ctx, "cancel the held order",
+		chromedp.Navigate(base+"/orders/"+held.ID),
+		chromedp.Click(css(`#cancel-button`)),
+		chromedp.WaitVisible(css(`#notice`)),
+	)
+	if note := get(t, ctx, "cancel notice", chromedp.Text(css(`#notice`))); !strings.Contains(note, "cancellation requested") {
+		t.Fatalf("cancel said %q", note)
+	}
+	waitOrder(t, s, held.ID, time.Minute, "CANCELLED", func(o order) bool { return o.State == "CANCELLED" })
 }
 
 // dlqHas reports whether the console's dead-letter page lists a record keyed by id.
