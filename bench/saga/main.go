@@ -14,6 +14,7 @@
 //	go run ./bench/saga                                  # 50,100,200,400,800 orders/s, 20 s each
 //	go run ./bench/saga -rates 100,400 -duration 10s -instances 2
 //	go run ./bench/saga -rates 400 -profile-dir /tmp/prof # also a 10 s CPU profile per service
+//	go run ./bench/saga -rates 100 -env CONSUMER_BATCH=1  # a service setting changed
 package main
 
 import (
@@ -23,6 +24,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -42,7 +44,21 @@ type config struct {
 	profileDir  string
 	profileRate int
 	seed        uint64
+	env         []string
 	log         io.Writer
+}
+
+// envFlags collects repeated -env KEY=VALUE flags.
+type envFlags []string
+
+func (e *envFlags) String() string { return fmt.Sprint(*e) }
+
+func (e *envFlags) Set(v string) error {
+	if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
+		return fmt.Errorf("want KEY=VALUE, got %q", v)
+	}
+	*e = append(*e, v)
+	return nil
 }
 
 func main() {
@@ -78,9 +94,12 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.profileDir, "profile-dir", "", "if set, run the services with PPROF=1 and save a 10 s CPU profile of each into this `dir` during -profile-rate")
 	fs.IntVar(&c.profileRate, "profile-rate", 0, "the offered rate during which the profiles are taken (default: the highest)")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the orders' customers, SKUs and amounts")
+	var env envFlags
+	fs.Var(&env, "env", "extra `KEY=VALUE` for every service process (repeatable), e.g. -env CONSUMER_BATCH=1")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
+	c.env = env
 	var err error
 	if c.rates, err = benchutil.ParseInts(*rates, 1); err != nil {
 		return c, err

@@ -20,6 +20,7 @@ type results struct {
 	CPUs            int                `json:"cpus"`
 	LoadAvgBefore   [3]float64         `json:"load_average_before"`
 	LoadAvgAfter    [3]float64         `json:"load_average_after"`
+	Env             []string           `json:"extra_env,omitempty"`
 	Instances       int                `json:"instances_per_service"`
 	Partitions      int                `json:"partitions"`
 	DurationSeconds float64            `json:"seconds_per_rate"`
@@ -134,6 +135,9 @@ func printResults(w io.Writer, r *results) {
 	idle := []string{}
 	for _, g := range groups {
 		idle = append(idle, fmt.Sprintf("%s %.1f MiB", g, r.IdleRSSMiB[g]))
+	}
+	if len(r.Env) > 0 {
+		fmt.Fprintf(w, "services run with %s\n", strings.Join(r.Env, " "))
 	}
 	fmt.Fprintf(w, "RSS when idle: %s\n\n", strings.Join(idle, ", "))
 

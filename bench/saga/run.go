@@ -26,7 +26,7 @@ var serviceNames = []string{"order", "payment", "inventory"}
 // an error when a step fails).
 func run(ctx context.Context, cfg config) (*results, error) {
 	res := &results{Date: time.Now().UTC().Format(time.RFC3339), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
-		Instances: cfg.instances, Partitions: cfg.partitions, DurationSeconds: cfg.duration.Seconds(),
+		Env: cfg.env, Instances: cfg.instances, Partitions: cfg.partitions, DurationSeconds: cfg.duration.Seconds(),
 		DrainSeconds: cfg.drain.Seconds(), Seed: cfg.seed, IdleRSSMiB: map[string]float64{}}
 	res.Commit, res.Dirty = gitCommit(ctx)
 	res.LoadAvgBefore, _ = loadAverage()
@@ -40,6 +40,7 @@ func run(ctx context.Context, cfg config) (*results, error) {
 	if cfg.profileDir != "" {
 		env = append(env, "PPROF=1")
 	}
+	env = append(env, cfg.env...)
 	logf("building the binaries and starting devkafka, redis and %d instance(s) of each service", cfg.instances)
 	sys, err := chaos.Start(ctx, chaos.Options{
 		Instances:   cfg.instances,
