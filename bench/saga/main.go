@@ -15,10 +15,12 @@
 //	go run ./bench/saga -rates 100,400 -duration 10s -instances 2
 //	go run ./bench/saga -rates 400 -profile-dir /tmp/prof # also a 10 s CPU profile per service
 //	go run ./bench/saga -rates 100 -env CONSUMER_BATCH=1  # a service setting changed
+//	go run ./bench/saga -replot bench/results.json        # tables and plot of an earlier run
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -45,6 +47,7 @@ type config struct {
 	profileRate int
 	seed        uint64
 	env         []string
+	replot      string
 	log         io.Writer
 }
 
@@ -70,6 +73,14 @@ func main() {
 		os.Exit(2)
 	}
 	cfg.log = os.Stderr
+	if cfg.replot != "" {
+		err := replot(cfg)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "saga:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	res, err := run(ctx, cfg)
 	if res != nil {
 		printResults(os.Stdout, res)
@@ -94,6 +105,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.profileDir, "profile-dir", "", "if set, run the services with PPROF=1 and save a 10 s CPU profile of each into this `dir` during -profile-rate")
 	fs.IntVar(&c.profileRate, "profile-rate", 0, "the offered rate during which the profiles are taken (default: the highest)")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the orders' customers, SKUs and amounts")
+	fs.StringVar(&c.replot, "replot", "", "run nothing: read the results `file` of an earlier run, print its tables and write -svg")
 	var env envFlags
 	fs.Var(&env, "env", "extra `KEY=VALUE` for every service process (repeatable), e.g. -env CONSUMER_BATCH=1")
 	if err := fs.Parse(args); err != nil {
@@ -116,4 +128,21 @@ func parseFlags(args []string) (config, error) {
 		}
 	}
 	return c, nil
+}
+
+// replot prints the tables of an earlier run's results and draws its plot again.
+func replot(cfg config) error {
+	b, err := os.ReadFile(cfg.replot)
+	if err != nil {
+		return err
+	}
+	var res results
+	if err := json.Unmarshal(b, &res); err != nil {
+		return fmt.Errorf("%s: %w", cfg.replot, err)
+	}
+	printResults(os.Stdout, &res)
+	if cfg.svgPath == "" {
+		return nil
+	}
+	return os.WriteFile(cfg.svgPath, plotSVG(&res), 0o644)
 }

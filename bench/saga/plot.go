@@ -25,10 +25,15 @@ type series struct {
 }
 
 func plotSVG(r *results) []byte {
-	var xs, conf, p50, p95, p99 []float64
+	// Rates none of whose orders settled within the drain have no latency to plot.
+	var xs, lxs, conf, p50, p95, p99 []float64
 	for _, rr := range r.Rates {
 		xs = append(xs, float64(rr.Offered))
 		conf = append(conf, rr.ConfirmedPerSec)
+		if rr.LatencyN == 0 {
+			continue
+		}
+		lxs = append(lxs, float64(rr.Offered))
 		p50 = append(p50, max(rr.P50ms, 0.1))
 		p95 = append(p95, max(rr.P95ms, 0.1))
 		p99 = append(p99, max(rr.P99ms, 0.1))
@@ -58,17 +63,17 @@ func plotSVG(r *results) []byte {
 			lo, hi = math.Min(lo, v), math.Max(hi, v)
 		}
 	}
-	if len(xs) == 0 {
+	if len(lxs) == 0 {
 		lo, hi = 1, 10
 	}
 	right := panel{x0: marginL + panelW + marginR + 10 + marginL, y0: marginT, xmax: xmax,
 		ymin: math.Pow(10, math.Floor(math.Log10(lo))), ymax: math.Pow(10, math.Ceil(math.Log10(hi*1.0001))),
-		title: "POST to terminal event latency (ms, log)", ylabel: "ms"}
+		title: "POST to terminal event latency (ms, log; settled orders only)", ylabel: "ms"}
 	right.axes(&b, true)
 	right.lines(&b, true, []series{
-		{name: "p50", color: "#2ca02c", xs: xs, ys: p50},
-		{name: "p95", color: "#ff7f0e", xs: xs, ys: p95},
-		{name: "p99", color: "#d62728", xs: xs, ys: p99},
+		{name: "p50", color: "#2ca02c", xs: lxs, ys: p50},
+		{name: "p95", color: "#ff7f0e", xs: lxs, ys: p95},
+		{name: "p99", color: "#d62728", xs: lxs, ys: p99},
 	})
 	b.WriteString("</svg>\n")
 	return b.Bytes()

@@ -41,20 +41,24 @@ type results struct {
 
 // rateResult is one offered rate.
 type rateResult struct {
-	Offered             int                     `json:"offered_per_sec"`
-	Sent                int                     `json:"sent"`
-	SentPerSec          float64                 `json:"sent_per_sec"`
-	Late                int                     `json:"sent_late"` // sent more than 10 ms after their due time
-	MaxLagMs            float64                 `json:"max_lag_ms"`
-	PostErrors          int                     `json:"post_errors"`
-	FirstError          string                  `json:"first_error,omitempty"`
-	ConfirmedPerSec     float64                 `json:"confirmed_per_sec"` // order.confirmed read during the window, any order
-	Confirmed           int                     `json:"confirmed"`         // of this rate's orders, after the drain
-	Rejected            int                     `json:"rejected"`
-	Cancelled           int                     `json:"cancelled"`
-	Unsettled           int                     `json:"unsettled"` // of this rate's orders, after the drain
-	DrainSeconds        float64                 `json:"drain_seconds"`
-	P50ms               float64                 `json:"p50_ms"` // due time of the POST to the terminal event read from Kafka
+	Offered         int     `json:"offered_per_sec"`
+	Sent            int     `json:"sent"`
+	SentPerSec      float64 `json:"sent_per_sec"`
+	Late            int     `json:"sent_late"` // sent more than 10 ms after their due time
+	MaxLagMs        float64 `json:"max_lag_ms"`
+	PostErrors      int     `json:"post_errors"`
+	FirstError      string  `json:"first_error,omitempty"`
+	ConfirmedPerSec float64 `json:"confirmed_per_sec"` // order.confirmed read during the window, any order
+	Confirmed       int     `json:"confirmed"`         // of this rate's orders, after the drain
+	Rejected        int     `json:"rejected"`
+	Cancelled       int     `json:"cancelled"`
+	Unsettled       int     `json:"unsettled"` // of this rate's orders, after the drain
+	DrainSeconds    float64 `json:"drain_seconds"`
+	// P50ms … P99ms: from the POST's due time to its terminal event read from Kafka,
+	// over the LatencyN orders that settled within the drain (a lower bound when some
+	// did not; all zero when none did).
+	LatencyN            int                     `json:"latency_n"`
+	P50ms               float64                 `json:"p50_ms"`
 	P95ms               float64                 `json:"p95_ms"`
 	P99ms               float64                 `json:"p99_ms"`
 	GeneratorCPUPercent float64                 `json:"generator_cpu_percent"` // of one core
@@ -149,8 +153,14 @@ func printResults(w io.Writer, r *results) {
 	head += "pg CPU% o/p/i\tgen CPU%\tmachine%\tload1\t"
 	fmt.Fprintln(tw, head)
 	for _, rr := range r.Rates {
+		p50, p95, p99 := ms(rr.P50ms), ms(rr.P95ms), ms(rr.P99ms)
+		if rr.LatencyN == 0 {
+			p50, p95, p99 = "-", "-", "-"
+		} else if rr.Unsettled > 0 {
+			p50, p95, p99 = ">"+p50, ">"+p95, ">"+p99
+		}
 		line := fmt.Sprintf("%d\t%.0f\t%.1f\t%s\t%s\t%s\t%d\t", rr.Offered, rr.SentPerSec, rr.ConfirmedPerSec,
-			ms(rr.P50ms), ms(rr.P95ms), ms(rr.P99ms), rr.Unsettled)
+			p50, p95, p99, rr.Unsettled)
 		for _, g := range groups {
 			s := rr.Services[g]
 			line += fmt.Sprintf("%.0f%%/%.0fM\t", s.CPUPercent, s.MaxRSSMiB)
@@ -161,6 +171,7 @@ func printResults(w io.Writer, r *results) {
 		fmt.Fprintln(tw, line)
 	}
 	tw.Flush()
+	fmt.Fprintln(w, "latency: POST due time to the terminal event on orders.events; \">\" = some orders did not settle within the drain (a lower bound), \"-\" = none did")
 	fmt.Fprintf(w, "\nsaturation: peak %.1f confirmed/s at %d/s offered", r.PeakConfirmedPerSec, r.PeakAtOffered)
 	if r.AboveSaturationMinRatio > 0 || !r.NoCollapse {
 		verdict := "holds (>= 90% of the peak)"

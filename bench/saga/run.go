@@ -210,6 +210,7 @@ func runRate(ctx context.Context, cfg config, rate int, gen *generator, w *watch
 		}
 	}
 	slices.Sort(lat)
+	r.LatencyN = len(lat)
 	r.P50ms = benchutil.Percentile(lat, 0.50).Seconds() * 1000
 	r.P95ms = benchutil.Percentile(lat, 0.95).Seconds() * 1000
 	r.P99ms = benchutil.Percentile(lat, 0.99).Seconds() * 1000
