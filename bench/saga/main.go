@@ -37,6 +37,7 @@ import (
 type config struct {
 	rates       []int
 	duration    time.Duration
+	warmup      time.Duration
 	drain       time.Duration
 	instances   int
 	partitions  int
@@ -96,6 +97,7 @@ func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("saga", flag.ContinueOnError)
 	rates := fs.String("rates", "50,100,200,400,800", "offered `rates` in orders/s, comma-separated, run in this order")
 	fs.DurationVar(&c.duration, "duration", 20*time.Second, "how long each rate is offered")
+	fs.DurationVar(&c.warmup, "warmup", 5*time.Second, "before the first rate, offer 20 orders/s (or the first rate if lower) for this long, unmeasured: pools, prepared statements and consumer groups settle (0: none)")
 	fs.DurationVar(&c.drain, "drain", 30*time.Second, "after each rate, wait at most this long for its orders to settle")
 	fs.IntVar(&c.instances, "instances", 1, "processes of each service")
 	fs.IntVar(&c.partitions, "partitions", 6, "partitions of every topic (make demo: 6)")
@@ -117,8 +119,8 @@ func parseFlags(args []string) (config, error) {
 		return c, err
 	}
 	switch {
-	case c.duration <= 0 || c.drain < 0:
-		return c, fmt.Errorf("-duration must be > 0 and -drain >= 0")
+	case c.duration <= 0 || c.drain < 0 || c.warmup < 0:
+		return c, fmt.Errorf("-duration must be > 0, -drain and -warmup >= 0")
 	case c.instances < 1 || c.partitions < 1 || c.maxInFlight < 1:
 		return c, fmt.Errorf("-instances, -partitions and -max-in-flight must be >= 1")
 	}

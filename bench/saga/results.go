@@ -25,6 +25,7 @@ type results struct {
 	Partitions      int                `json:"partitions"`
 	DurationSeconds float64            `json:"seconds_per_rate"`
 	DrainSeconds    float64            `json:"drain_bound_seconds"`
+	WarmupSeconds   float64            `json:"warmup_seconds"`
 	Seed            uint64             `json:"seed"`
 	IdleRSSMiB      map[string]float64 `json:"idle_rss_mib"`
 	Rates           []rateResult       `json:"rates"`

@@ -92,6 +92,17 @@ func run(ctx context.Context, cfg config) (*results, error) {
 	defer stopWatch()
 	gen := newGenerator(urls, cfg.maxInFlight, 20, 100, cfg.seed)
 
+	if cfg.warmup > 0 {
+		wrate := min(20, cfg.rates[0])
+		logf("warming up: %d orders/s for %s (not measured)", wrate, cfg.warmup)
+		b := gen.run(ctx, float64(wrate), cfg.warmup)
+		deadline := time.Now().Add(cfg.drain)
+		for unsettled(b, w) > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
+			time.Sleep(200 * time.Millisecond)
+		}
+		res.WarmupSeconds = cfg.warmup.Seconds()
+	}
+
 	var samplerOnce sync.Once
 	for _, rate := range cfg.rates {
 		if ctx.Err() != nil {
