@@ -1,7 +1,9 @@
 -- inventory service schema (idempotent; applied at every start under an advisory lock).
 
--- Stock per SKU. Conservation, per SKU:
---   initial_qty = available + Σ qty of reservations in status reserved or committed.
+-- Stock per SKU. available is stock not spread over the SKU's shards yet (seeded, or left
+-- by an older version); the service spreads it at every start. Conservation, per SKU:
+--   initial_qty = available + Σ inventory_stock_shards.available
+--                 + Σ qty of reservations in status reserved or committed.
 CREATE TABLE IF NOT EXISTS inventory_stock (
     sku         text PRIMARY KEY,
     initial_qty bigint NOT NULL CHECK (initial_qty >= 0),
@@ -65,3 +67,14 @@ CREATE INDEX IF NOT EXISTS inventory_orders_unchecked
     ON inventory_orders (updated_at) WHERE NOT checked;
 CREATE INDEX IF NOT EXISTS inventory_orders_held
     ON inventory_orders (held_at) WHERE held_data IS NOT NULL AND NOT orphan_reported;
+
+-- The available stock of an SKU, split over StockShards rows so that concurrent
+-- reservations rarely lock the same row (see stock.go, "Stock moves", and
+-- docs/architecture.md, "Hot rows"). A transaction takes from the shard its first order
+-- hashes to, then from the next ones; releases go back to that shard.
+CREATE TABLE IF NOT EXISTS inventory_stock_shards (
+    sku       text NOT NULL REFERENCES inventory_stock (sku),
+    shard     int NOT NULL CHECK (shard >= 0),
+    available bigint NOT NULL CHECK (available >= 0),
+    PRIMARY KEY (sku, shard)
+);
