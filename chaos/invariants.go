@@ -274,10 +274,11 @@ func (c *checker) payments(ctx context.Context, orders map[string]order) error {
 	return nil
 }
 
-// stock: per SKU, initial = available + held by reservations that hold stock (reserved
+// stock: per SKU, initial = available (not spread yet + in the SKU's shards) + held by reservations that hold stock (reserved
 // or committed); and only confirmed orders hold stock, each of them.
 func (c *checker) stock(ctx context.Context, orders map[string]order) error {
-	rows, err := c.pools["inventory"].Query(ctx, `SELECT s.sku, s.initial_qty, s.available,
+	rows, err := c.pools["inventory"].Query(ctx, `SELECT s.sku, s.initial_qty,
+		s.available + coalesce((SELECT sum(sh.available) FROM inventory_stock_shards sh WHERE sh.sku = s.sku), 0),
 		coalesce((SELECT sum(i.qty) FROM inventory_reservation_items i JOIN inventory_reservations r USING (order_id)
 			WHERE i.sku = s.sku AND r.status IN ('reserved', 'committed')), 0)
 		FROM inventory_stock s ORDER BY s.sku`)

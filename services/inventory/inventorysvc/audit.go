@@ -10,7 +10,7 @@ import (
 // SKUAudit is the state of one SKU.
 type SKUAudit struct {
 	Initial   int64
-	Available int64
+	Available int64 // not spread yet plus in the shards (see StockShards)
 	Reserved  int64 // held by reservations in status reserved
 	Committed int64 // sold to confirmed orders
 }
@@ -47,7 +47,8 @@ func TakeAudit(ctx context.Context, db interface {
 }) (Audit, error) {
 	a := Audit{SKUs: map[string]SKUAudit{}, Orders: map[string]OrderAudit{}}
 	err := pgx.BeginTxFunc(ctx, db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT s.sku, s.initial_qty, s.available,
+		rows, err := tx.Query(ctx, `SELECT s.sku, s.initial_qty,
+				s.available + coalesce((SELECT sum(sh.available) FROM inventory_stock_shards sh WHERE sh.sku = s.sku), 0)::bigint,
 				coalesce(sum(i.qty) FILTER (WHERE r.status = 'reserved'), 0)::bigint,
 				coalesce(sum(i.qty) FILTER (WHERE r.status = 'committed'), 0)::bigint
 			FROM inventory_stock s

@@ -208,9 +208,11 @@ func (h *Handlers) count(ctx context.Context, op string) {
 	h.ops.Add(ctx, 1, metric.WithAttributes(attribute.String("op", op)))
 }
 
-// PaymentAuthorized reserves all of the order's items or none: it locks the SKUs' rows
-// in SKU order (no deadlocks between orders), checks every quantity, and takes the stock
-// with one conditional UPDATE (... WHERE available >= qty) in the handler's transaction.
+// PaymentAuthorized reserves all of the order's items or none: it checks every
+// quantity and takes the stock in the handler's transaction, with one conditional UPDATE
+// (available stays >= 0) on rows locked in SKU order; in the consumer's transactions that
+// UPDATE is the last statement before COMMIT, for the changes of the whole batch (see
+// take and "Stock moves" in stock.go).
 // It emits stock.reserved or stock.unavailable. For an order the order service has not
 // announced yet it does nothing but hold the event until order.created (see Handlers).
 func (h *Handlers) PaymentAuthorized(ctx context.Context, tx pgx.Tx, ev event.Event) error {
@@ -279,7 +281,7 @@ func (h *Handlers) reserve(ctx context.Context, tx pgx.Tx, ev event.Event, p eve
 		reason = ReasonOrderEnded + " " + *outcome // it needs no stock any more
 	}
 	if reason == "" {
-		reason, err = take(ctx, tx, items)
+		reason, err = take(ctx, tx, p.OrderID, items)
 		if err != nil {
 			return err
 		}
@@ -331,7 +333,7 @@ func (h *Handlers) OrderConfirmed(ctx context.Context, tx pgx.Tx, ev event.Event
 		if err != nil {
 			return err
 		}
-		reason, err := take(ctx, tx, items)
+		reason, err := take(ctx, tx, p.OrderID, items)
 		if err != nil {
 			return err
 		}
@@ -341,6 +343,7 @@ func (h *Handlers) OrderConfirmed(ctx context.Context, tx pgx.Tx, ev event.Event
 				slog.String("reason", reason))
 			return nil
 		}
+		deferApply(ctx, tx, pending(ctx, tx))
 		h.count(ctx, "commit")
 		return setStatus(ctx, tx, p.OrderID, StatusCommitted, "re-reserved after expiry")
 	default:
@@ -390,7 +393,7 @@ func (h *Handlers) CancelRequested(ctx context.Context, tx pgx.Tx, ev event.Even
 		if err != nil {
 			return err
 		}
-		if err := give(ctx, tx, items); err != nil {
+		if err := give(ctx, tx, p.OrderID, items); err != nil {
 			return err
 		}
 		if err := setStatus(ctx, tx, p.OrderID, StatusReleased, ReasonCancelled); err != nil {
@@ -436,73 +439,6 @@ func split(items []events.Item) ([]string, []int64) {
 		skus[i], qtys[i] = it.SKU, int64(it.Qty)
 	}
 	return skus, qtys
-}
-
-// lockStock locks the rows of skus (sorted) in SKU order and returns their availability.
-func lockStock(ctx context.Context, tx pgx.Tx, skus []string) (map[string]int64, error) {
-	rows, err := tx.Query(ctx, `SELECT sku, available FROM inventory_stock WHERE sku = ANY($1) ORDER BY sku FOR UPDATE`, skus)
-	if err != nil {
-		return nil, fmt.Errorf("inventorysvc: lock stock: %w", err)
-	}
-	avail := make(map[string]int64, len(skus))
-	for rows.Next() {
-		var sku string
-		var n int64
-		if err := rows.Scan(&sku, &n); err != nil {
-			return nil, fmt.Errorf("inventorysvc: lock stock: %w", err)
-		}
-		avail[sku] = n
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("inventorysvc: lock stock: %w", err)
-	}
-	return avail, nil
-}
-
-// take removes items (normalized) from stock, all or nothing. It returns a reason
-// when the stock is not there (and changes nothing).
-func take(ctx context.Context, tx pgx.Tx, items []events.Item) (string, error) {
-	skus, qtys := split(items)
-	avail, err := lockStock(ctx, tx, skus)
-	if err != nil {
-		return "", err
-	}
-	for _, it := range items {
-		n, ok := avail[it.SKU]
-		switch {
-		case !ok:
-			return ReasonUnknownSKU + " " + it.SKU, nil
-		case n < int64(it.Qty):
-			return ReasonInsufficient + " for " + it.SKU, nil
-		}
-	}
-	tag, err := tx.Exec(ctx, `UPDATE inventory_stock s SET available = s.available - r.qty
-		FROM unnest($1::text[], $2::bigint[]) AS r(sku, qty)
-		WHERE s.sku = r.sku AND s.available >= r.qty`, skus, qtys)
-	if err != nil {
-		return "", fmt.Errorf("inventorysvc: reserve: %w", err)
-	}
-	if int(tag.RowsAffected()) != len(items) {
-		// Impossible while the rows are locked; fail loudly rather than reserve partially.
-		return "", fmt.Errorf("inventorysvc: reserve: updated %d of %d skus", tag.RowsAffected(), len(items))
-	}
-	return "", nil
-}
-
-// give returns items to stock.
-func give(ctx context.Context, tx pgx.Tx, items []events.Item) error {
-	if len(items) == 0 {
-		return nil
-	}
-	skus, qtys := split(items)
-	if _, err := lockStock(ctx, tx, skus); err != nil {
-		return err
-	}
-	if _, err := tx.Exec(ctx, `UPDATE inventory_stock s SET available = s.available + r.qty
-		FROM unnest($1::text[], $2::bigint[]) AS r(sku, qty) WHERE s.sku = r.sku`, skus, qtys); err != nil {
-		return fmt.Errorf("inventorysvc: release: %w", err)
-	}
-	return nil
 }
 
 type reservation struct {
@@ -578,7 +514,11 @@ func (h *Handlers) emit(ctx context.Context, tx pgx.Tx, cause event.Event, typ s
 	if cause.ID != "" {
 		ev = ev.CausedBy(cause)
 	}
-	return h.outbox.Enqueue(ctx, tx, events.TopicInventory, ev)
+	if err := h.outbox.Enqueue(ctx, tx, events.TopicInventory, ev); err != nil {
+		return err
+	}
+	deferApply(ctx, tx, pending(ctx, tx)) // stock last, after the outbox rows
+	return nil
 }
 
 func nonNil(items []events.Item) []events.Item {
@@ -589,7 +529,8 @@ func nonNil(items []events.Item) []events.Item {
 }
 
 // Seed inserts SKUs that do not exist yet; existing rows are left alone, so a restart
-// never creates stock out of nothing.
+// never creates stock out of nothing. Then it spreads the stock not spread yet over the
+// SKUs' shards (see StockShards): this also upgrades a database of an older version.
 func Seed(ctx context.Context, db app.Execer, stock []Stock) error {
 	if len(stock) == 0 {
 		return nil
@@ -603,5 +544,5 @@ func Seed(ctx context.Context, db app.Execer, stock []Stock) error {
 		SELECT sku, q, q FROM unnest($1::text[], $2::bigint[]) AS s(sku, q) ON CONFLICT (sku) DO NOTHING`, skus, qtys); err != nil {
 		return fmt.Errorf("inventorysvc: seed stock: %w", err)
 	}
-	return nil
+	return spreadStock(ctx, db)
 }

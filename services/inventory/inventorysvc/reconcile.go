@@ -151,7 +151,7 @@ func (r *Reconciler) correct(ctx context.Context, id string) (bool, error) {
 			if err != nil {
 				return err
 			}
-			if err := give(ctx, tx, items); err != nil {
+			if err := give(ctx, tx, id, items); err != nil {
 				return err
 			}
 			reason := ReasonReconciled + ": order " + *outcome

@@ -1,7 +1,9 @@
 -- inventory service schema (idempotent; applied at every start under an advisory lock).
 
--- Stock per SKU. Conservation, per SKU:
---   initial_qty = available + Σ qty of reservations in status reserved or committed.
+-- Stock per SKU. available is stock not spread over the SKU's shards yet (seeded, or left
+-- by an older version); the service spreads it at every start. Conservation, per SKU:
+--   initial_qty = available + Σ inventory_stock_shards.available
+--                 + Σ qty of reservations in status reserved or committed.
 CREATE TABLE IF NOT EXISTS inventory_stock (
     sku         text PRIMARY KEY,
     initial_qty bigint NOT NULL CHECK (initial_qty >= 0),
@@ -26,8 +28,16 @@ CREATE TABLE IF NOT EXISTS inventory_reservations (
     updated_at  timestamptz NOT NULL DEFAULT now()
 );
 
-CREATE INDEX IF NOT EXISTS inventory_reservations_expiry
-    ON inventory_reservations (expires_at) WHERE status = 'reserved';
+-- Indexes are created only when missing, checked by name first: CREATE INDEX IF NOT
+-- EXISTS locks its table (SHARE) before it looks, and at a restart next to a running
+-- instance, locking inventory_reservations then inventory_orders that way deadlocked with
+-- handlers that write inventory_orders then inventory_reservations.
+DO $$ BEGIN
+    IF to_regclass('inventory_reservations_expiry') IS NULL THEN
+        CREATE INDEX inventory_reservations_expiry
+            ON inventory_reservations (expires_at) WHERE status = 'reserved';
+    END IF;
+END $$;
 
 -- The items a reservation holds (or held), one row per SKU.
 CREATE TABLE IF NOT EXISTS inventory_reservation_items (
@@ -61,7 +71,24 @@ CREATE TABLE IF NOT EXISTS inventory_orders (
     created_at             timestamptz NOT NULL DEFAULT now(),
     updated_at             timestamptz NOT NULL DEFAULT now()
 );
-CREATE INDEX IF NOT EXISTS inventory_orders_unchecked
-    ON inventory_orders (updated_at) WHERE NOT checked;
-CREATE INDEX IF NOT EXISTS inventory_orders_held
-    ON inventory_orders (held_at) WHERE held_data IS NOT NULL AND NOT orphan_reported;
+DO $$ BEGIN
+    IF to_regclass('inventory_orders_unchecked') IS NULL THEN
+        CREATE INDEX inventory_orders_unchecked
+            ON inventory_orders (updated_at) WHERE NOT checked;
+    END IF;
+    IF to_regclass('inventory_orders_held') IS NULL THEN
+        CREATE INDEX inventory_orders_held
+            ON inventory_orders (held_at) WHERE held_data IS NOT NULL AND NOT orphan_reported;
+    END IF;
+END $$;
+
+-- The available stock of an SKU, split over StockShards rows so that concurrent
+-- reservations rarely lock the same row (see stock.go, "Stock moves", and
+-- docs/architecture.md, "Hot rows"). A transaction takes from the shard its first order
+-- hashes to, then from the next ones; releases go back to that shard.
+CREATE TABLE IF NOT EXISTS inventory_stock_shards (
+    sku       text NOT NULL REFERENCES inventory_stock (sku),
+    shard     int NOT NULL CHECK (shard >= 0),
+    available bigint NOT NULL CHECK (available >= 0),
+    PRIMARY KEY (sku, shard)
+);

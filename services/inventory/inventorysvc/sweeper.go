@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/internal/txhook"
 	"github.com/choreo-saga/choreo/outbox"
 	"github.com/choreo-saga/choreo/services/events"
 )
@@ -48,6 +49,10 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (int, error) {
 func (s *Sweeper) sweepBatch(ctx context.Context) (int, error) {
 	n := 0
 	err := s.handlers.outbox.InTx(ctx, s.db, func(ctx context.Context, tx pgx.Tx) error {
+		// The batch's stock returns are summed per SKU and applied at the end, in SKU
+		// order, as the consumer's transactions do (see "Stock moves" in stock.go).
+		hooks := txhook.New(tx)
+		ctx = txhook.With(ctx, hooks)
 		rows, err := tx.Query(ctx, `SELECT order_id FROM inventory_reservations
 			WHERE status = 'reserved' AND expires_at < now()
 			ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED`, s.batch)
@@ -63,7 +68,7 @@ func (s *Sweeper) sweepBatch(ctx context.Context) (int, error) {
 			if err != nil {
 				return err
 			}
-			if err := give(ctx, tx, items); err != nil {
+			if err := give(ctx, tx, id, items); err != nil {
 				return err
 			}
 			if err := setStatus(ctx, tx, id, StatusExpired, ReasonExpired); err != nil {
@@ -76,7 +81,7 @@ func (s *Sweeper) sweepBatch(ctx context.Context) (int, error) {
 			s.handlers.count(ctx, "expire")
 		}
 		n = len(ids)
-		return nil
+		return hooks.Run(ctx)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("inventorysvc: sweep: %w", err)

@@ -46,6 +46,9 @@ const (
 	DefaultHTTPAddr = ":8080"
 	// DefaultGroup is the default consumer group.
 	DefaultGroup = "order"
+	// DefaultAPIConns is added to the shared default pool size (app.EnvDatabaseConns) for
+	// the order API's requests, when DATABASE_MAX_CONNS is not set.
+	DefaultAPIConns = 32
 	// MaxCompensationRetries bounds EnvCompensationRetries.
 	MaxCompensationRetries = 20
 )
@@ -97,6 +100,11 @@ func LoadConfig(env *app.Env) Config {
 		},
 		Group:    env.String(EnvGroup, DefaultGroup),
 		APIToken: env.String(EnvAPIToken, ""),
+	}
+	if env.String(app.EnvDatabaseConns, "") == "" && c.App.DatabaseMaxConns > 0 {
+		// The shared default sizes the pool for the consumers; the order API's POSTs each
+		// hold a connection too (measured: at 300 POST/s they queued for the pool).
+		c.App.DatabaseMaxConns += DefaultAPIConns
 	}
 	c.Settings.JaegerUIURL = c.App.JaegerUIURL
 	for _, p := range c.problems() {

@@ -170,17 +170,16 @@ func (s *Service) insert(ctx context.Context, tx pgx.Tx, id string, req CreateRe
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		traceID, spanID = sc.TraceID().String(), sc.SpanID().String()
 	}
-	o, err := s.scanOrder(tx.QueryRow(ctx, `INSERT INTO orders
-		(id, customer_id, items, amount, state, deadline_at, trace_id, span_id)
+	// The order and its creation history entry in one statement (one round trip).
+	o, err := s.scanOrder(tx.QueryRow(ctx, `WITH h AS (
+			INSERT INTO order_history (order_id, from_state, to_state, cause_event_type) VALUES ($1, '', $5, $9)
+		)
+		INSERT INTO orders (id, customer_id, items, amount, state, deadline_at, trace_id, span_id)
 		VALUES ($1, $2, $3, $4, $5, now() + $6::bigint * interval '1 microsecond', $7, $8)
 		RETURNING `+orderColumns,
-		id, req.CustomerID, req.Items, req.Amount, string(Pending), s.cfg.SagaTimeout.Microseconds(), traceID, spanID))
+		id, req.CustomerID, req.Items, req.Amount, string(Pending), s.cfg.SagaTimeout.Microseconds(), traceID, spanID, cmdCreate))
 	if err != nil {
 		return Order{}, fmt.Errorf("ordersvc: insert order: %w", err)
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO order_history (order_id, from_state, to_state, cause_event_type)
-		VALUES ($1, '', $2, $3)`, id, string(Pending), cmdCreate); err != nil {
-		return Order{}, fmt.Errorf("ordersvc: insert history: %w", err)
 	}
 	ev, err := event.New(events.SourceOrder, events.OrderCreated, id, events.OrderCreatedV1{
 		OrderID: id, CustomerID: req.CustomerID, Items: req.Items, Amount: req.Amount,
@@ -244,7 +243,16 @@ func (s *Service) apply(ctx context.Context, tx pgx.Tx, o Order, t Trigger, caus
 	// is a compensation attempt with its own deadline.
 	send := d.Emit == events.OrderCancelRequested
 	attempt := o.CompensationAttempts + 1
-	o2, err := s.scanOrder(tx.QueryRow(ctx, `UPDATE orders SET
+	note := ""
+	if d.From != d.To || send {
+		note = reason
+	}
+	// The order's update and its history entry in one statement (one round trip).
+	o2, err := s.scanOrder(tx.QueryRow(ctx, `WITH h AS (
+			INSERT INTO order_history (order_id, from_state, to_state, cause_event_id, cause_event_type, ignored, note)
+			VALUES ($1, $12, $2, $13, $14, false, $15)
+		)
+		UPDATE orders SET
 		state = $2,
 		reason = CASE WHEN $3 = '' OR state = $2 THEN reason ELSE $3 END,
 		state_since = CASE WHEN state = $2 THEN state_since ELSE now() END,
@@ -261,16 +269,9 @@ func (s *Service) apply(ctx context.Context, tx pgx.Tx, o Order, t Trigger, caus
 		RETURNING `+orderColumns,
 		o.ID, string(d.To), stored, s.cfg.attemptTimeout(attempt).Microseconds(),
 		f.PaymentAuthorized, f.PaymentDeclined, f.PaymentRefunded, f.StockReserved, f.StockUnavailable, f.StockReleased,
-		send))
+		send, string(d.From), causeID, string(t), note))
 	if err != nil {
 		return o, d, fmt.Errorf("ordersvc: update order %s: %w", o.ID, err)
-	}
-	note := ""
-	if d.From != d.To || send {
-		note = reason
-	}
-	if err := s.writeHistory(ctx, tx, o.ID, d.From, d.To, causeID, string(t), false, note); err != nil {
-		return o, d, err
 	}
 	if d.Emit != "" {
 		ev, err := newEvent(d.Emit, o.ID, o2.Reason, o2.CompensationAttempts, cause)

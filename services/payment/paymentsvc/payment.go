@@ -214,19 +214,17 @@ func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event) 
 	}
 
 	reason := ""
-	var balance, limit int64
-	err = tx.QueryRow(ctx, `SELECT balance, charge_limit FROM payment_customers WHERE id = $1 FOR UPDATE`, p.CustomerID).
-		Scan(&balance, &limit)
+	c, known, err := readCustomer(ctx, tx, p.CustomerID) // see "Balance moves" in balance.go
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		reason = ReasonUnknownCustomer
 	case err != nil:
-		return fmt.Errorf("paymentsvc: read customer: %w", err)
+		return err
+	case !known:
+		reason = ReasonUnknownCustomer
 	case p.Amount <= 0:
 		reason = ReasonInvalidAmount
-	case p.Amount > limit:
+	case p.Amount > c.limit:
 		reason = ReasonOverLimit
-	case p.Amount > balance:
+	case p.Amount > c.balance:
 		reason = ReasonInsufficientFunds
 	}
 
@@ -244,7 +242,7 @@ func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event) 
 	if err != nil || !inserted {
 		return err
 	}
-	if _, err := tx.Exec(ctx, `UPDATE payment_customers SET balance = balance - $2 WHERE id = $1`, p.CustomerID, p.Amount); err != nil {
+	if err := changeBalance(ctx, tx, p.CustomerID, -p.Amount); err != nil {
 		return fmt.Errorf("paymentsvc: debit: %w", err)
 	}
 	if err := ledger(ctx, tx, p.OrderID, "charge", p.CustomerID, p.Amount, ev.ID); err != nil {
@@ -387,7 +385,7 @@ func lockOrder(ctx context.Context, tx pgx.Tx, id string) (orderRow, bool, error
 func (h *Handlers) refund(ctx context.Context, tx pgx.Tx, cause event.Event, o orderRow, reason string) error {
 	amount := o.charged - o.refunded
 	if amount > 0 {
-		if _, err := tx.Exec(ctx, `UPDATE payment_customers SET balance = balance + $2 WHERE id = $1`, o.customerID, amount); err != nil {
+		if err := changeBalance(ctx, tx, o.customerID, amount); err != nil {
 			return fmt.Errorf("paymentsvc: credit: %w", err)
 		}
 		if err := ledger(ctx, tx, o.orderID, "refund", o.customerID, amount, cause.ID); err != nil {
@@ -429,7 +427,11 @@ func (h *Handlers) emit(ctx context.Context, tx pgx.Tx, cause event.Event, typ s
 	if err != nil {
 		return consumer.Permanent(fmt.Errorf("paymentsvc: build %s: %w", typ, err))
 	}
-	return h.outbox.Enqueue(ctx, tx, events.TopicPayments, ev.CausedBy(cause))
+	if err := h.outbox.Enqueue(ctx, tx, events.TopicPayments, ev.CausedBy(cause)); err != nil {
+		return err
+	}
+	deferBalances(ctx, tx) // balances last, after the outbox rows
+	return nil
 }
 
 // Seed inserts customers that do not exist yet; existing rows (and their balances) are

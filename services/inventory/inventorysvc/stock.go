@@ -1,0 +1,296 @@
+package inventorysvc
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/internal/txhook"
+	"github.com/choreo-saga/choreo/services/events"
+)
+
+// StockShards is how many rows (inventory_stock_shards) hold the available stock of one
+// SKU. See "Stock moves" below and docs/architecture.md, "Hot rows".
+const StockShards = 16
+
+// ErrStockChanged is returned (wrapped with a serialization failure, SQLSTATE 40001, so
+// the consumer retries the record until it goes through, never dead-letters it) when the
+// stock a transaction decided on was taken by a concurrent one before its commit. The
+// retry reads the new levels and decides again.
+var ErrStockChanged = errors.New("inventorysvc: stock changed concurrently")
+
+// Stock moves. Every order of an SKU changes that SKU's stock: with one row per SKU, a
+// row lock held from a handler's first statement to the commit serialised every
+// transaction of that SKU (through the commit's disk flush), and a batch that locked
+// the SKUs of its orders one order after the other locked them in no global order, so two
+// batches could deadlock (a one-second wait for the deadlock detector each time).
+//
+// So the available stock of an SKU is split over StockShards rows of
+// inventory_stock_shards (plus inventory_stock.available, stock not spread yet, which
+// Seed spreads at every start). A transaction prefers one shard, chosen by the hash of
+// the first order it moves stock for: a reservation takes from that shard and, when it
+// has too little, from the next ones; a release goes back to it. Two transactions of
+// different partitions therefore rarely touch the same row.
+//
+// And in a transaction run by the consumer (txhook in the context), stock is never
+// locked while the handlers run: take reads the shards without a lock, decides with them
+// less what the transaction has already taken, and records the change; the changes of
+// every handler of the transaction are summed per shard and applied once, by one
+// conditional UPDATE (available + change >= 0) after the rows are locked in (SKU, shard)
+// order, as the last statements before COMMIT (after the outbox rows). The lock is held
+// for that UPDATE and the commit only, and all transactions lock in one order. If the
+// UPDATE finds less stock than the decisions assumed (a concurrent transaction took it
+// after the read), the transaction fails with ErrStockChanged, a serialization failure:
+// nothing was written, the record is retried and decides again. Outside such a
+// transaction (the reconciliation, tests calling a handler directly) the SKUs' shards
+// are locked first and changed at once.
+//
+// Conservation, per SKU: initial_qty = inventory_stock.available + Σ shards' available +
+// Σ qty of reservations in status reserved or committed (TakeAudit, Audit.Conserved).
+
+type shardKey struct {
+	sku   string
+	shard int32
+}
+
+type stockKey struct{}   // the transaction's pending changes
+type stockApply struct{} // their flush, added after the first outbox row
+
+// pendingStock is a transaction's stock changes not yet applied. Its own Flush does
+// nothing: stockFlush, added after the outbox's flusher, applies them, so the stock rows
+// are locked by the very last statements of the transaction.
+type pendingStock struct {
+	shard int32              // the preferred shard; -1 until the first order
+	read  map[shardKey]int64 // available as first read in the transaction
+	known map[string]bool    // SKUs read (those with no shard are unknown)
+	delta map[shardKey]int64 // the transaction's net change
+}
+
+func newPending() *pendingStock {
+	return &pendingStock{shard: -1, read: map[shardKey]int64{}, known: map[string]bool{}, delta: map[shardKey]int64{}}
+}
+
+func (p *pendingStock) Flush(context.Context, pgx.Tx) error { return nil }
+
+type stockFlush struct{ p *pendingStock }
+
+func (f stockFlush) Flush(ctx context.Context, tx pgx.Tx) error {
+	return applyDeltas(ctx, tx, f.p.delta)
+}
+
+// pending returns the pending changes of the consumer's transaction tx, or nil when ctx
+// carries no hooks for tx.
+func pending(ctx context.Context, tx pgx.Tx) *pendingStock {
+	hooks := txhook.For(ctx, tx)
+	if hooks == nil {
+		return nil
+	}
+	return hooks.Flusher(stockKey{}, func() txhook.Flusher { return newPending() }).(*pendingStock)
+}
+
+// deferApply makes sure the pending changes are applied before the commit; call it after
+// the handler enqueued its event, so that they come after the outbox rows.
+func deferApply(ctx context.Context, tx pgx.Tx, p *pendingStock) {
+	if p == nil {
+		return
+	}
+	if hooks := txhook.For(ctx, tx); hooks != nil {
+		hooks.Flusher(stockApply{}, func() txhook.Flusher { return stockFlush{p} })
+	}
+}
+
+// prefer fixes the transaction's preferred shard from orderID, if it is not fixed yet.
+func (p *pendingStock) prefer(orderID string) {
+	if p.shard < 0 {
+		h := fnv.New32a()
+		h.Write([]byte(orderID))
+		p.shard = int32(h.Sum32() % StockShards)
+	}
+}
+
+// applyDeltas locks the changed shards' rows in (SKU, shard) order and applies delta with
+// one conditional UPDATE, in one round trip.
+func applyDeltas(ctx context.Context, tx pgx.Tx, delta map[shardKey]int64) error {
+	keys := make([]shardKey, 0, len(delta))
+	for k, d := range delta {
+		if d != 0 {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	slices.SortFunc(keys, func(a, b shardKey) int { return cmp.Or(cmp.Compare(a.sku, b.sku), cmp.Compare(a.shard, b.shard)) })
+	skus := make([]string, len(keys))
+	shards := make([]int32, len(keys))
+	ds := make([]int64, len(keys))
+	for i, k := range keys {
+		skus[i], shards[i], ds[i] = k.sku, k.shard, delta[k]
+	}
+	// FOR NO KEY UPDATE, the lock the UPDATE takes: it does not block the key-share locks of
+	// foreign keys (nothing references a shard, but keep the weakest lock that works).
+	b := &pgx.Batch{}
+	b.Queue(`SELECT 1 FROM inventory_stock_shards
+		WHERE (sku, shard) IN (SELECT * FROM unnest($1::text[], $2::int[]))
+		ORDER BY sku, shard FOR NO KEY UPDATE`, skus, shards)
+	b.Queue(`UPDATE inventory_stock_shards s SET available = s.available + r.d
+		FROM unnest($1::text[], $2::int[], $3::bigint[]) AS r(sku, shard, d)
+		WHERE s.sku = r.sku AND s.shard = r.shard AND s.available + r.d >= 0`, skus, shards, ds)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return fmt.Errorf("inventorysvc: lock stock: %w", err)
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return fmt.Errorf("inventorysvc: apply stock changes: %w", err)
+	}
+	if int(tag.RowsAffected()) != len(keys) {
+		return fmt.Errorf("%w: %d of %d stock shards had the stock this transaction decided on: %w", ErrStockChanged,
+			tag.RowsAffected(), len(keys), &pgconn.PgError{Code: "40001", Severity: "ERROR",
+				Message: "stock changed since it was read"})
+	}
+	return br.Close()
+}
+
+// load reads the shards of skus that the transaction has not read yet; lock locks them
+// (in (SKU, shard) order) as it reads.
+func (p *pendingStock) load(ctx context.Context, tx pgx.Tx, skus []string, lock bool) error {
+	var missing []string
+	for _, sku := range skus {
+		if !p.known[sku] {
+			missing = append(missing, sku)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	q := `SELECT sku, shard, available FROM inventory_stock_shards WHERE sku = ANY($1)`
+	if lock {
+		q += ` ORDER BY sku, shard FOR NO KEY UPDATE`
+	}
+	rows, err := tx.Query(ctx, q, missing)
+	if err != nil {
+		return fmt.Errorf("inventorysvc: read stock: %w", err)
+	}
+	var (
+		k shardKey
+		n int64
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&k.sku, &k.shard, &n}, func() error { p.read[k] = n; return nil }); err != nil {
+		return fmt.Errorf("inventorysvc: read stock: %w", err)
+	}
+	for _, sku := range missing {
+		p.known[sku] = true
+	}
+	return nil
+}
+
+// available returns the shards' stock of sku as the transaction sees it, and whether
+// the SKU exists.
+func (p *pendingStock) available(sku string) (levels [StockShards]int64, total int64, ok bool) {
+	for i := range int32(StockShards) {
+		k := shardKey{sku, i}
+		n, found := p.read[k]
+		if !found {
+			continue
+		}
+		ok = true
+		levels[i] = n + p.delta[k]
+		total += levels[i]
+	}
+	return levels, total, ok
+}
+
+// take removes items (normalized) of orderID from stock, all or nothing. It returns a
+// reason when the stock is not there (and changes nothing). See "Stock moves" above.
+func take(ctx context.Context, tx pgx.Tx, orderID string, items []events.Item) (string, error) {
+	skus, _ := split(items)
+	p := pending(ctx, tx)
+	deferred := p != nil
+	if !deferred {
+		p = newPending()
+	}
+	p.prefer(orderID)
+	if err := p.load(ctx, tx, skus, !deferred); err != nil {
+		return "", err
+	}
+	for _, it := range items {
+		_, total, ok := p.available(it.SKU)
+		switch {
+		case !ok:
+			return ReasonUnknownSKU + " " + it.SKU, nil
+		case total < int64(it.Qty):
+			return ReasonInsufficient + " for " + it.SKU, nil
+		}
+	}
+	for _, it := range items {
+		levels, _, _ := p.available(it.SKU)
+		need := int64(it.Qty)
+		for j := range int32(StockShards) {
+			s := (p.shard + j) % StockShards
+			if t := min(need, levels[s]); t > 0 {
+				p.delta[shardKey{it.SKU, s}] -= t
+				need -= t
+			}
+			if need == 0 {
+				break
+			}
+		}
+	}
+	if deferred {
+		return "", nil
+	}
+	return "", applyDeltas(ctx, tx, p.delta)
+}
+
+// give returns items of orderID to stock (at the end of the transaction when it is the
+// consumer's; see "Stock moves" above).
+func give(ctx context.Context, tx pgx.Tx, orderID string, items []events.Item) error {
+	if len(items) == 0 {
+		return nil
+	}
+	p := pending(ctx, tx)
+	deferred := p != nil
+	if !deferred {
+		p = newPending()
+	}
+	p.prefer(orderID)
+	for _, it := range items {
+		p.delta[shardKey{it.SKU, p.shard}] += int64(it.Qty)
+	}
+	if deferred {
+		return nil
+	}
+	return applyDeltas(ctx, tx, p.delta)
+}
+
+// spreadStock creates the StockShards shard rows of every SKU that lacks them and moves
+// the stock not spread yet (inventory_stock.available: seeded stock, or stock an older
+// version of the service left there) evenly into the shards. Each statement is atomic
+// and a second run finds nothing to move.
+func spreadStock(ctx context.Context, db app.Execer) error {
+	if _, err := db.Exec(ctx, `INSERT INTO inventory_stock_shards (sku, shard, available)
+		SELECT s.sku, g.shard, 0 FROM inventory_stock s CROSS JOIN generate_series(0, $1::int - 1) AS g(shard)
+		ON CONFLICT (sku, shard) DO NOTHING`, StockShards); err != nil {
+		return fmt.Errorf("inventorysvc: create stock shards: %w", err)
+	}
+	if _, err := db.Exec(ctx, `WITH old AS (
+			SELECT sku, available FROM inventory_stock WHERE available > 0 ORDER BY sku FOR NO KEY UPDATE
+		), moved AS (
+			UPDATE inventory_stock s SET available = 0 FROM old WHERE s.sku = old.sku RETURNING old.sku, old.available
+		)
+		UPDATE inventory_stock_shards sh
+		SET available = sh.available + m.available / $1::int + CASE WHEN sh.shard < m.available % $1::int THEN 1 ELSE 0 END
+		FROM moved m WHERE sh.sku = m.sku AND sh.shard < $1::int`, StockShards); err != nil {
+		return fmt.Errorf("inventorysvc: spread stock: %w", err)
+	}
+	return nil
+}

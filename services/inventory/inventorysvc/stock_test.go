@@ -1,0 +1,113 @@
+package inventorysvc
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/choreo-saga/choreo/app/apptest"
+	"github.com/choreo-saga/choreo/consumer"
+	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/internal/txhook"
+)
+
+// inBatch runs the handlers for evs in one transaction with before-commit hooks, as the
+// consumer's batch mode does, and commits; before runs after the handlers and before
+// the hooks (the deferred stock changes) when non-nil.
+func inBatch(pool *pgxpool.Pool, h func(context.Context, pgx.Tx, event.Event) error, before func(), evs ...event.Event) error {
+	ctx := context.Background()
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		hooks := txhook.New(tx)
+		hctx := txhook.With(ctx, hooks)
+		for _, ev := range evs {
+			if err := h(hctx, tx, ev); err != nil {
+				return err
+			}
+		}
+		if before != nil {
+			before()
+		}
+		return hooks.Run(ctx)
+	})
+}
+
+// In a consumer transaction the orders of a batch see each other's takes before
+// anything is written, and the summed change is applied at the end.
+func TestBatchTakesSeeEachOther(t *testing.T) {
+	pool := newDB(t)
+	h := newHandlers(t)
+	announce(t, pool, h, "o-1", "o-2", "o-3")
+	err := inBatch(pool, h.PaymentAuthorized, nil,
+		authorized(t, "o-1", item("sku-2", 2)), authorized(t, "o-2", item("sku-2", 2)), authorized(t, "o-3", item("sku-2", 2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := audit(t, pool)
+	if a.Orders["o-1"].Status != StatusReserved || a.Orders["o-2"].Status != StatusReserved || a.Orders["o-3"].Status != StatusUnavailable {
+		t.Fatalf("orders: %+v", a.Orders)
+	}
+	if a.SKUs["sku-2"].Available != 1 || a.SKUs["sku-2"].Reserved != 4 {
+		t.Fatalf("sku-2: %+v", a.SKUs["sku-2"])
+	}
+	// A release in a batch goes back, too.
+	if err := inBatch(pool, h.CancelRequested, nil, cancelRequested(t, "o-1")); err != nil {
+		t.Fatal(err)
+	}
+	if a := audit(t, pool); a.SKUs["sku-2"].Available != 3 || a.Orders["o-1"].Status != StatusReleased {
+		t.Fatalf("after release: %+v %+v", a.SKUs["sku-2"], a.Orders["o-1"])
+	}
+}
+
+// A batch whose stock was taken by a concurrent transaction between its read and its
+// commit fails as a serialization failure (retried as an outage, never dead-lettered)
+// and writes nothing; handled again, it decides on the new level.
+func TestBatchStockConflictIsRetried(t *testing.T) {
+	pool := newDB(t)
+	h := newHandlers(t)
+	announce(t, pool, h, "o-1", "o-2")
+	err := inBatch(pool, h.PaymentAuthorized, func() {
+		apptest.MustHandle(t, pool, h.PaymentAuthorized, authorized(t, "o-2", item("sku-2", 5)))
+	}, authorized(t, "o-1", item("sku-2", 5)))
+	if !errors.Is(err, ErrStockChanged) || !consumer.IsOutage(err) {
+		t.Fatalf("err = %v, want ErrStockChanged, an outage", err)
+	}
+	if a := audit(t, pool); a.Orders["o-1"].Status != "" || a.Orders["o-2"].Status != StatusReserved {
+		t.Fatalf("orders: %+v", a.Orders)
+	}
+	if err := inBatch(pool, h.PaymentAuthorized, nil, authorized(t, "o-1", item("sku-2", 5))); err != nil {
+		t.Fatal(err)
+	}
+	if a := audit(t, pool); a.Orders["o-1"].Status != StatusUnavailable || a.SKUs["sku-2"].Available != 0 {
+		t.Fatalf("after retry: %+v %+v", a.Orders["o-1"], a.SKUs["sku-2"])
+	}
+}
+
+// A database of a version without shards (stock in inventory_stock.available) is
+// upgraded at start: Seed spreads the stock over the shards, conserved, once.
+func TestSeedSpreadsOldStock(t *testing.T) {
+	pool := newDB(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `UPDATE inventory_stock SET available = available + 37, initial_qty = initial_qty + 37 WHERE sku = 'sku-1'`); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := Seed(ctx, pool, testStock); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var left, shards, rows int64
+	if err := pool.QueryRow(ctx, `SELECT (SELECT available FROM inventory_stock WHERE sku = 'sku-1'),
+		(SELECT sum(available) FROM inventory_stock_shards WHERE sku = 'sku-1'),
+		(SELECT count(*) FROM inventory_stock_shards WHERE sku = 'sku-1')`).Scan(&left, &shards, &rows); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 || shards != 47 || rows != StockShards {
+		t.Fatalf("sku-1: %d not spread, %d in %d shards; want 0, 47 in %d", left, shards, rows, StockShards)
+	}
+	if a := audit(t, pool); a.SKUs["sku-1"].Available != 47 {
+		t.Fatalf("sku-1: %+v", a.SKUs["sku-1"])
+	}
+}

@@ -1,0 +1,153 @@
+package paymentsvc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/choreo-saga/choreo/internal/txhook"
+)
+
+// ErrBalanceChanged is returned (wrapped with a serialization failure, SQLSTATE 40001, so
+// the consumer retries the record until it goes through, never dead-letters it) when a
+// customer's balance a transaction decided on was spent by a concurrent one before its
+// commit. The retry reads the new balance and decides again.
+var ErrBalanceChanged = errors.New("paymentsvc: balance changed concurrently")
+
+// Balance moves. A customer's row in payment_customers is changed by every charge and
+// refund of that customer; locked from the handler's first statement to the commit, it
+// serialises the customer's transactions, and a batch that locked its customers one
+// order after the other locked them in no global order, so two batches could deadlock.
+//
+// In a transaction run by the consumer (txhook in the context) a charge therefore reads
+// the balance without a lock and decides with it less what the transaction already
+// charged; every handler's debits and credits are summed per customer and applied once,
+// by one conditional UPDATE (balance + change >= 0) after the rows are locked in id
+// order, as the last statements before COMMIT (after the outbox rows). If the balance
+// went below what the decisions assumed, the transaction fails with ErrBalanceChanged (a
+// serialization failure) and the record is retried. Elsewhere (the reconciliation,
+// tests calling a handler directly) the row is locked and changed at once.
+
+type balanceKey struct{}   // the transaction's pending changes
+type balanceApply struct{} // their flush, added after the first outbox row
+
+type customerRow struct{ balance, limit int64 }
+
+// pendingBalances is a transaction's balance changes not yet applied; balanceFlush,
+// added after the outbox's flusher, applies them.
+type pendingBalances struct {
+	read  map[string]customerRow // as first read in the transaction
+	delta map[string]int64
+}
+
+func (p *pendingBalances) Flush(context.Context, pgx.Tx) error { return nil }
+
+type balanceFlush struct{ p *pendingBalances }
+
+func (f balanceFlush) Flush(ctx context.Context, tx pgx.Tx) error {
+	return applyBalances(ctx, tx, f.p.delta)
+}
+
+func pendingFor(ctx context.Context, tx pgx.Tx) *pendingBalances {
+	hooks := txhook.For(ctx, tx)
+	if hooks == nil {
+		return nil
+	}
+	return hooks.Flusher(balanceKey{}, func() txhook.Flusher {
+		return &pendingBalances{read: map[string]customerRow{}, delta: map[string]int64{}}
+	}).(*pendingBalances)
+}
+
+// deferBalances makes sure the pending changes are applied before the commit; called
+// after the handler enqueued its event, so that they come after the outbox rows.
+func deferBalances(ctx context.Context, tx pgx.Tx) {
+	if hooks := txhook.For(ctx, tx); hooks != nil {
+		p := pendingFor(ctx, tx)
+		hooks.Flusher(balanceApply{}, func() txhook.Flusher { return balanceFlush{p} })
+	}
+}
+
+// readCustomer returns the customer's balance (as this transaction will leave it) and
+// charge limit; with no consumer transaction it locks the row. found is false for an
+// unknown customer.
+func readCustomer(ctx context.Context, tx pgx.Tx, id string) (c customerRow, found bool, err error) {
+	p := pendingFor(ctx, tx)
+	if p != nil {
+		if c, ok := p.read[id]; ok {
+			c.balance += p.delta[id]
+			return c, true, nil
+		}
+	}
+	q := `SELECT balance, charge_limit FROM payment_customers WHERE id = $1`
+	if p == nil {
+		q += ` FOR UPDATE`
+	}
+	err = tx.QueryRow(ctx, q, id).Scan(&c.balance, &c.limit)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return c, false, nil
+	case err != nil:
+		return c, false, fmt.Errorf("paymentsvc: read customer: %w", err)
+	}
+	if p != nil {
+		p.read[id] = c
+		c.balance += p.delta[id]
+	}
+	return c, true, nil
+}
+
+// changeBalance adds d to the customer's balance: at the end of the transaction when it
+// is the consumer's, at once otherwise.
+func changeBalance(ctx context.Context, tx pgx.Tx, id string, d int64) error {
+	if p := pendingFor(ctx, tx); p != nil {
+		p.delta[id] += d
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `UPDATE payment_customers SET balance = balance + $2 WHERE id = $1`, id, d); err != nil {
+		return fmt.Errorf("paymentsvc: change balance: %w", err)
+	}
+	return nil
+}
+
+// applyBalances locks the changed customers' rows in id order and applies delta with one
+// conditional UPDATE, in one round trip.
+func applyBalances(ctx context.Context, tx pgx.Tx, delta map[string]int64) error {
+	ids := make([]string, 0, len(delta))
+	for id, d := range delta {
+		if d != 0 {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	slices.Sort(ids)
+	ds := make([]int64, len(ids))
+	for i, id := range ids {
+		ds[i] = delta[id]
+	}
+	b := &pgx.Batch{}
+	b.Queue(`SELECT 1 FROM payment_customers WHERE id = ANY($1) ORDER BY id FOR UPDATE`, ids)
+	b.Queue(`UPDATE payment_customers c SET balance = c.balance + r.d
+		FROM unnest($1::text[], $2::bigint[]) AS r(id, d)
+		WHERE c.id = r.id AND c.balance + r.d >= 0`, ids, ds)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return fmt.Errorf("paymentsvc: lock customers: %w", err)
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return fmt.Errorf("paymentsvc: apply balance changes: %w", err)
+	}
+	if int(tag.RowsAffected()) != len(ids) {
+		return fmt.Errorf("%w: %d of %d customers had the balance this transaction decided on: %w", ErrBalanceChanged,
+			tag.RowsAffected(), len(ids), &pgconn.PgError{Code: "40001", Severity: "ERROR",
+				Message: "balance changed since it was read"})
+	}
+	return br.Close()
+}
