@@ -42,8 +42,8 @@ type IdempotentConfig struct {
 }
 
 // Idempotent is the innermost handler of the chain. For each message it opens a
-// transaction on DB (pgx.BeginFunc), waits for the lease if Lock is acquiring it ahead
-// (Message.AwaitLease), checks the lease's fencing token if Fence is set, claims scope "<group>/<Name>" and key = event id with the request
+// transaction on DB (pgx.BeginFunc), checks the fencing token of the lease Lock holds if
+// Fence is set, claims scope "<group>/<Name>" and key = event id with the request
 // hash SHA-256(type, payload) (idempotency.Store), and then:
 //   - first time: calls h with the transaction, writes what h deferred to the commit
 //     (outbox.Outbox.Enqueue's rows, in one INSERT), commits, and runs the AfterCommit
@@ -98,8 +98,8 @@ func (t *transactor) handle(ctx context.Context, m *Message) error {
 }
 
 // run claims and handles ms, decoded records of one group in offset order, in one
-// transaction on t.db. In the transaction it waits for the leases being acquired ahead
-// (Message.AwaitLease), checks the fencing token of each distinct lease once, in entity
+// transaction on t.db. In the transaction it checks the fencing token of each distinct
+// lease once, in entity
 // order (if fence; held lists them sorted by entity when the caller knows them, else they
 // are collected from ms), claims every event's key under the scope "<group>/<name>" in one
 // statement (idempotency.Store.Claim for one record, ClaimAll for several: a copy of an
@@ -175,22 +175,16 @@ func handleErr(m *Message, err error) error {
 	return fmt.Errorf("consumer: handle %s %s: %w", m.Event.Type, m.Event.ID, err)
 }
 
-// checkFences waits for the leases of ms being acquired ahead and, if t.fence, checks
-// each distinct lease's fencing token once, in entity order: those of held, or if held
+// checkFences, if t.fence, checks each distinct lease's fencing token once, in entity order: those of held, or if held
 // is nil, those the messages hold.
 func (t *transactor) checkFences(ctx context.Context, tx pgx.Tx, ms []*Message, held []*lock.Lease) error {
-	for _, m := range ms {
-		if err := m.AwaitLease(ctx); err != nil {
-			return err
-		}
-	}
 	if !t.fence {
 		return nil
 	}
 	if held == nil {
 		for _, m := range ms {
-			if m.Lease != nil && !slices.Contains(held, m.Lease) {
-				held = append(held, m.Lease)
+			if m.lease != nil && !slices.Contains(held, m.lease) {
+				held = append(held, m.lease)
 			}
 		}
 		slices.SortFunc(held, func(a, b *lock.Lease) int { return strings.Compare(a.Entity(), b.Entity()) })

@@ -106,7 +106,7 @@ func TestIdempotentFence(t *testing.T) {
 	pool := newDB(t)
 	rdb, ns := testenv.Redis(t)
 	ctx := context.Background()
-	locker := lock.New(rdb, lock.Options{Namespace: ns, TTL: time.Minute, RefreshEvery: -1})
+	locker := newLocker(t, rdb, lock.WithNamespace(ns), lock.WithTTL(time.Minute), lock.WithoutWatchdog())
 	stale, err := locker.Acquire(ctx, "k")
 	if err != nil {
 		t.Fatal(err)
@@ -127,12 +127,12 @@ func TestIdempotentFence(t *testing.T) {
 	}
 	h := Idempotent(IdempotentConfig{DB: pool, Fence: true}, applySeq)
 	m1 := decoded(t, "k", 1)
-	m1.Lease = fresh
+	m1.lease = fresh
 	if err := h(ctx, m1); err != nil {
 		t.Fatal(err)
 	}
 	m2 := decoded(t, "k", 2)
-	m2.Lease = stale
+	m2.lease = stale
 	if err := h(ctx, m2); !errors.Is(err, lock.ErrStaleToken) {
 		t.Fatalf("stale holder: %v, want lock.ErrStaleToken", err)
 	}

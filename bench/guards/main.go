@@ -416,7 +416,10 @@ func (b *redisBench) goBare(ctx context.Context, clients int, d time.Duration) (
 // goLocker is Locker.Acquire + Lease.Release: 2 round trips (one script obtains the
 // lock and its fencing token, one releases).
 func (b *redisBench) goLocker(ctx context.Context, clients int, d time.Duration) (result, error) {
-	locker := lock.New(b.client, lock.Options{Namespace: b.ns + "lock:", Retry: lock.NoRetry()})
+	locker, err := lock.New(b.client, lock.WithNamespace(b.ns+"lock:"), lock.WithoutRetry())
+	if err != nil {
+		return result{}, err
+	}
 	op := func(ctx context.Context, worker int) error {
 		lease, err := locker.Acquire(ctx, "entity-"+strconv.Itoa(worker))
 		if err != nil {

@@ -302,7 +302,7 @@ func endToEnd(ctx context.Context, c config) (float64, error) {
 		Group:     "payment",
 		Customers: cs,
 		AppOptions: []app.Option{app.WithListener(ln), app.WithoutSignals(), app.WithLogOutput(io.Discard),
-			app.WithLockOptions(lock.Options{Namespace: fmt.Sprintf("bench-%d:", time.Now().UnixNano())})},
+			app.WithLockOptions(lock.WithNamespace(fmt.Sprintf("bench-%d:", time.Now().UnixNano())))},
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)

@@ -88,7 +88,10 @@ func run(ctx context.Context, cfg Config) (err error) {
 
 	// The consumer: the standard chain (tracing, metrics, logs, dead letters, retries,
 	// per-order Redis lease with fencing, idempotency) around the business handler.
-	locker := lock.New(d.rdb, lock.Options{Namespace: cfg.LockNamespace})
+	locker, err := lock.New(d.rdb, lock.WithNamespace(cfg.LockNamespace))
+	if err != nil {
+		return err
+	}
 	sched := &scheduler{outbox: ob, topic: cfg.ShippingTopic}
 	router := consumer.NewRouter().
 		Handle(typeOrderConfirmed, sched.schedule).
