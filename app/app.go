@@ -279,7 +279,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 	}
 	a.Store = o.store
 	if a.Store == nil {
-		a.Store = idempotency.NewStore()
+		if a.Store, err = idempotency.NewStore(); err != nil {
+			return nil, fmt.Errorf("app: %w", err)
+		}
 	}
 	// The tables of the store, outbox and archive the App uses, whatever their names.
 	err = migrate.Up(ctx, a.Pool, migrate.IdempotencyTable(a.Store.TableName()),
@@ -344,7 +346,10 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 		outbox.EntityAttribute(o.entityAttr),
 	}, o.relayOpts...)...)
 	if o.sweeper {
-		sw := idempotency.NewSweeper(a.Pool, idempotency.WithTable(a.Store.TableName()))
+		sw, err := idempotency.NewSweeper(a.Pool, idempotency.WithTable(a.Store.TableName()))
+		if err != nil {
+			return nil, fmt.Errorf("app: %w", err)
+		}
 		a.workers = append(a.workers, component{name: "idempotency sweeper", run: sw.Run, mustRun: true})
 	}
 	return a, nil

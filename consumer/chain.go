@@ -73,13 +73,16 @@ func (cfg *StandardConfig) resolve() (*chain, error) {
 	if cfg.Router != nil {
 		h = cfg.Router.Route
 	}
-	c.tx = IdempotentConfig{
+	c.tx, err = IdempotentConfig{
 		DB:          cfg.DB,
 		Store:       cfg.Store,
 		Name:        cfg.Name,
 		Fence:       cfg.Fence && cfg.Locker != nil,
 		AfterCommit: cfg.AfterCommit,
 	}.resolve(h)
+	if err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 

@@ -303,3 +303,13 @@ func newLocker(t testing.TB, client redislock.RedisClient, opts ...lock.Option) 
 	}
 	return l
 }
+
+// idempotent is Idempotent that fails the test on an error.
+func idempotent(t testing.TB, cfg IdempotentConfig, h TxHandler) Handler {
+	t.Helper()
+	ih, err := Idempotent(cfg, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ih
+}

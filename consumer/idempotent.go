@@ -55,11 +55,17 @@ type IdempotentConfig struct {
 // Retry and DeadLetter can classify it. Store.Complete is not called: a consumer has no
 // response to replay, and skipping it saves a statement per event. The message must be
 // decoded (Decode).
-func Idempotent(cfg IdempotentConfig, h TxHandler) Handler {
+//
+// A nil DB or handler is an error matching ErrInvalidConfig.
+func Idempotent(cfg IdempotentConfig, h TxHandler) (Handler, error) {
 	if cfg.DB == nil || h == nil {
-		panic("consumer: Idempotent needs a DB and a handler")
+		return nil, fmt.Errorf("%w: Idempotent needs a DB and a handler", ErrInvalidConfig)
 	}
-	return cfg.resolve(h).handle
+	t, err := cfg.resolve(h)
+	if err != nil {
+		return nil, err
+	}
+	return t.handle, nil
 }
 
 // defaultHandlerName is the default IdempotentConfig.Name and StandardConfig.Name.
@@ -77,16 +83,19 @@ type transactor struct {
 	pool        *poolCheck // warns when the pool is smaller than the assignment
 }
 
-func (cfg IdempotentConfig) resolve(h TxHandler) *transactor {
+func (cfg IdempotentConfig) resolve(h TxHandler) (*transactor, error) {
 	t := &transactor{db: cfg.DB, store: cfg.Store, name: cfg.Name, fence: cfg.Fence, afterCommit: cfg.AfterCommit, h: h,
 		pool: newPoolCheck(cfg.DB)}
 	if t.store == nil {
-		t.store = idempotency.NewStore()
+		var err error
+		if t.store, err = idempotency.NewStore(); err != nil {
+			return nil, err
+		}
 	}
 	if t.name == "" {
 		t.name = defaultHandlerName
 	}
-	return t
+	return t, nil
 }
 
 // handle is the Idempotent handler.

@@ -39,7 +39,7 @@ var (
 	// record for the key, i.e. Claim was not called first.
 	ErrNotClaimed = errors.New("idempotency: key not claimed")
 
-	// ErrInvalidOption is returned (or, from NewStore, panicked with) for an
+	// ErrInvalidOption is returned by NewStore, NewSweeper and Migrate for an
 	// invalid option value.
 	ErrInvalidOption = errors.New("idempotency: invalid option")
 )
@@ -138,13 +138,12 @@ type Claim struct {
 	Response []byte
 }
 
-// NewStore returns a Store. It panics if an option is invalid (a
-// programming error, like a negative retention); Migrate reports the same
-// problems as errors.
-func NewStore(opts ...Option) *Store {
+// NewStore returns a Store configured by opts (WithTable, WithRetention). An
+// invalid option is an error wrapping ErrInvalidOption.
+func NewStore(opts ...Option) (*Store, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
-		panic(err)
+		return nil, err
 	}
 	t := cfg.table.Quoted()
 	return &Store{
@@ -203,7 +202,7 @@ SET request_hash = $3, response = NULL, created_at = now(),
     expires_at = now() + $4::bigint * interval '1 microsecond'
 WHERE scope = $1 AND key = $2 AND expires_at <= now()`,
 		doneSQL: `UPDATE ` + t + ` SET response = $3 WHERE scope = $1 AND key = $2`,
-	}
+	}, nil
 }
 
 // TableName returns the name of the store's table as given to WithTable

@@ -245,7 +245,11 @@ func newPGBench(ctx context.Context, adminDSN string, maxClients int, syncCommit
 	if u, err := url.Parse(adminDSN); err != nil || u.Scheme == "" {
 		return nil, fmt.Errorf("-pg must be a postgres:// URL, got %q", adminDSN)
 	}
-	b := &pgBench{run: randomHex(4), store: idempotency.NewStore()}
+	store, err := idempotency.NewStore()
+	if err != nil {
+		return nil, err
+	}
+	b := &pgBench{run: randomHex(4), store: store}
 	dsn, drop, err := benchutil.CreateDB(ctx, adminDSN, "choreo_bench_guards")
 	if err != nil {
 		return nil, err

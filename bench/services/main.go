@@ -119,7 +119,10 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
-	store := idempotency.NewStore()
+	store, err := idempotency.NewStore()
+	if err != nil {
+		return err
+	}
 
 	var rows []row
 	for _, w := range c.workers {

@@ -123,11 +123,14 @@ func run(ctx context.Context, cfg Config) (err error) {
 
 	// Expired idempotency records (default retention 7 days) are deleted in batches;
 	// every instance may run a sweeper.
-	sweeper := idempotency.NewSweeper(d.pool, idempotency.WithSweepHook(func(n int64, err error) {
+	sweeper, err := idempotency.NewSweeper(d.pool, idempotency.WithSweepHook(func(n int64, err error) {
 		if err != nil {
 			log.Warn("shipping: idempotency sweep failed", "error", err)
 		}
 	}))
+	if err != nil {
+		return err
+	}
 
 	ln := cfg.Listener
 	if ln == nil {
