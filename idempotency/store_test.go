@@ -561,7 +561,7 @@ func TestHash(t *testing.T) {
 func TestClaimInSavepoint(t *testing.T) {
 	pool := setup(t)
 	ctx := context.Background()
-	store := newStore(t, idempotency.WithRetention(36 * time.Hour))
+	store := newStore(t, idempotency.WithRetention(36*time.Hour))
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		sp, err := tx.Begin(ctx)
 		if err != nil {
