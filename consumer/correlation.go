@@ -7,10 +7,6 @@ import (
 	"github.com/choreo-saga/choreo/tracing"
 )
 
-// DefaultEntityAttribute is the span attribute and log key that names the entity id when
-// none is configured (Correlate, StandardConfig.EntityAttribute).
-const DefaultEntityAttribute = "entity.id"
-
 // Correlate puts the record's saga correlation id (header ce_correlationid) and entity
 // id (ce_subject, else the record key) into the context with tracing.WithCorrelationID and
 // tracing.WithEntity(entityAttr, id), and adds them to the current span

@@ -81,10 +81,6 @@ type Producer interface {
 	ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.ProduceResults
 }
 
-// DeadLetterSuffix names a source topic's dead-letter topic by default: source +
-// DeadLetterSuffix. WithDeadLetterTopics names them otherwise.
-const DeadLetterSuffix = ".dlq"
-
 // deadLetterTopicOf returns the dead-letter topic of source: the one WithDeadLetterTopics
 // names, or source + DeadLetterSuffix.
 func (m *Message) deadLetterTopicOf(source string) string {
@@ -93,10 +89,6 @@ func (m *Message) deadLetterTopicOf(source string) string {
 	}
 	return source + DeadLetterSuffix
 }
-
-// DefaultDeadLetterValueBytes is how much of a value a bounded copy keeps by default (see
-// DeadLetterValueBytes).
-const DefaultDeadLetterValueBytes = 64 << 10
 
 // Bounds of the other parts of a bounded copy.
 const (

@@ -108,7 +108,7 @@ func TestReason(t *testing.T) {
 		{fmt.Errorf("d: %w", event.ErrMalformed), ReasonMalformed},
 		{ErrUnknownType, ReasonUnknownType},
 		{idempotency.ErrKeyReused, ReasonKeyReused},
-		{&PanicError{Value: 1}, ReasonPanic},
+		{&panicError{value: 1}, ReasonPanic},
 		{Permanent(errors.New("x")), ReasonPermanent},
 		{errors.New("x"), ReasonFailed},
 	}

@@ -38,7 +38,7 @@
 //
 // What each part does:
 //
-//   - Recover turns panics into *PanicError. Outermost it protects the runtime; just inside
+//   - Recover turns panics into errors matching ErrPanic. Outermost it protects the runtime; just inside
 //     Retry it makes a panicking handler's event non-retryable, so it is dead-lettered.
 //   - Tracing continues the producer's trace (W3C headers) in a consumer span with the
 //     OpenTelemetry messaging attributes; Correlate adds the saga's correlation id and

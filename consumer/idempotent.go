@@ -17,15 +17,10 @@ import (
 // errRollback makes pgx.BeginFunc roll back a duplicate's transaction, which wrote nothing.
 var errRollback = errors.New("consumer: rollback")
 
-// Beginner starts a transaction; *pgxpool.Pool and *pgx.Conn satisfy it.
-type Beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
-
 // IdempotentConfig configures Idempotent.
 type IdempotentConfig struct {
 	// DB opens the transactions. Required.
-	DB Beginner
+	DB idempotency.Beginner
 	// Store records idempotency keys (default idempotency.NewStore()).
 	Store *idempotency.Store
 	// Name identifies the handler within its consumer group: the idempotency scope of a
@@ -74,7 +69,7 @@ const defaultHandlerName = "handler"
 // transactor is Idempotent's configuration with its defaults applied: the transaction in
 // which one record (Idempotent) or a batch (StandardBatch) is claimed and handled.
 type transactor struct {
-	db          Beginner
+	db          idempotency.Beginner
 	store       *idempotency.Store
 	name        string
 	fence       bool

@@ -202,7 +202,7 @@ func realErrors(t *testing.T) (outages, others map[string]error) {
 	others["permanent"] = Permanent(errors.New("validation failed"))
 	others["malformed"] = fmt.Errorf("decode: %w", event.ErrMalformed)
 	others["key reused"] = fmt.Errorf("claim: %w", idempotency.ErrKeyReused)
-	others["panic"] = &PanicError{Value: "boom"}
+	others["panic"] = &panicError{value: "boom"}
 	others["context cancelled"] = fmt.Errorf("query: %w", context.Canceled)
 	outages["ErrOutage declared by a handler"] = fmt.Errorf("call the bank: %w", ErrOutage)
 	return outages, others

@@ -10,18 +10,6 @@ import (
 	"github.com/choreo-saga/choreo/lock"
 )
 
-// Defaults of RetryConfig. With them a failing record is retried for up to a minute: the
-// backoff bound doubles from 100ms to its 5s cap (reached before the 7th attempt), and
-// attempts go on, about 2.5s apart on average, until the next one would start more than
-// a minute after the first. There is no count limit by default, so the minute is the
-// budget that actually applies.
-const (
-	DefaultRetryMaxAttempts = 0 // no count limit: DefaultRetryMaxElapsed bounds the retries
-	DefaultRetryBaseDelay   = 100 * time.Millisecond
-	DefaultRetryMaxDelay    = 5 * time.Second
-	DefaultRetryMaxElapsed  = time.Minute
-)
-
 // RetryConfig configures Retry. The zero value is usable: every zero field takes its
 // default.
 type RetryConfig struct {

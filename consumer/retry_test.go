@@ -29,7 +29,7 @@ func TestRetryable(t *testing.T) {
 		{fmt.Errorf("claim: %w", idempotency.ErrKeyReused), false},
 		{idempotency.ErrInvalidKey, false},
 		{fmt.Errorf("%w: x", ErrUnknownType), false},
-		{&PanicError{Value: "boom"}, false},
+		{&panicError{value: "boom"}, false},
 		{nil, false},
 	}
 	for _, tt := range tests {

@@ -17,7 +17,7 @@ import (
 // required; every other zero field takes the default of the middleware it configures.
 type StandardConfig struct {
 	// DB opens the handlers' transactions (a *pgxpool.Pool). Required.
-	DB Beginner
+	DB idempotency.Beginner
 	// Router routes events by type. Set Router or Handler.
 	Router *Router
 	// Handler handles every event. Set Router or Handler.

@@ -14,9 +14,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// ErrMissingTopic: a topic the consumer needs does not exist; the error names it.
-var ErrMissingTopic = errors.New("consumer: missing topic")
-
 // WithDeadLetterTopics is the one place that names dead-letter topics: DeadLetter (in
 // Standard and StandardBatch too) sends a record of topic t to name(t) (nil name: t +
 // DeadLetterSuffix, the default without this option), and Run checks, before it consumes
