@@ -39,6 +39,9 @@ var (
 
 	// ErrInvalidEntity is returned for an empty entity.
 	ErrInvalidEntity = errors.New("lock: invalid entity")
+
+	// ErrInvalidOption is returned by New for an option whose value is out of range.
+	ErrInvalidOption = errors.New("lock: invalid option")
 )
 
 // Locker hands out per-entity leases backed by Redis locks. It is safe for

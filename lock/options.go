@@ -1,7 +1,6 @@
 package lock
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -25,9 +24,6 @@ const (
 	// after its last acquisition (WithFenceRetention).
 	DefaultFenceRetention = 24 * time.Hour
 )
-
-// ErrInvalidOption is returned by New for an option whose value is out of range.
-var ErrInvalidOption = errors.New("lock: invalid option")
 
 // config is the Locker's configuration, every default applied.
 type config struct {
