@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/choreo-saga/choreo/idempotency"
+	"github.com/choreo-saga/choreo/internal/fence"
 	"github.com/choreo-saga/choreo/internal/txhook"
 	"github.com/choreo-saga/choreo/lock"
 )
@@ -125,11 +126,18 @@ func (t *transactor) run(ctx context.Context, ms []*Message, ctxs []context.Cont
 	t.pool.check(ctx)
 	err := pgx.BeginFunc(ctx, t.db, func(tx pgx.Tx) error {
 		hooks := txhook.New(tx) // writes deferred to the commit, e.g. outbox rows
-		if err := t.checkFences(ctx, tx, ms, held); err != nil {
+		cctx := ctx
+		if lease := ms[0].lease; len(ms) == 1 && t.fence && lease != nil {
+			// One record: its fence check leads the claim in one round trip.
+			if err := lease.Err(); err != nil {
+				return err
+			}
+			cctx = txhook.WithLeading(ctx, fenceStmt(lease))
+		} else if err := t.checkFences(ctx, tx, ms, held); err != nil {
 			return err
 		}
 		var err error
-		if dup, err = t.claim(ctx, tx, ms); err != nil {
+		if dup, err = t.claim(cctx, tx, ms); err != nil {
 			return err
 		}
 		for i, m := range ms {
@@ -199,6 +207,21 @@ func (t *transactor) checkFences(ctx context.Context, tx pgx.Tx, ms []*Message, 
 		}
 	}
 	return nil
+}
+
+// fenceStmt is lease.CheckFence as a statement that leads the idempotency claim
+// (txhook.WithLeading): same SQL, same errors.
+func fenceStmt(lease *lock.Lease) txhook.Stmt {
+	return txhook.Stmt{SQL: fence.CheckSQL, Args: []any{lease.Key(), lease.Token()}, Row: func(row pgx.Row) error {
+		stale, err := fence.Scan(row)
+		switch {
+		case stale:
+			return fmt.Errorf("%w: %q token %d", lock.ErrStaleToken, lease.Key(), lease.Token())
+		case err != nil:
+			return fmt.Errorf("lock: check fence %q: %w", lease.Key(), err)
+		}
+		return nil
+	}}
 }
 
 // claim claims the events of ms and reports which are duplicates.

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/choreo-saga/choreo/internal/sqlname"
+	"github.com/choreo-saga/choreo/internal/txhook"
 )
 
 // DefaultRetention is how long a record guards its key when no
@@ -271,13 +272,18 @@ func (s *Store) claim(ctx context.Context, tx pgx.Tx, scope, key string, request
 	// the record under us (took over or deleted an expired record); then the
 	// next pass sees the new state. Three passes are plenty: every retry
 	// means another transaction made progress on this key.
+	leading := txhook.Leading(ctx) // sent with the first claimSQL only
 	for range 3 {
 		r := seen
 		seen = nil
 		if r == nil {
 			r = new(record)
-			err := tx.QueryRow(ctx, s.claimSQL, scope, key, requestHash, retention).
-				Scan(&r.claimed, &r.stored, &r.response, &r.expired)
+			err := s.queryClaim(ctx, tx, leading, r, scope, key, requestHash, retention)
+			var lerr leadingError
+			if errors.As(err, &lerr) {
+				return Claim{}, lerr.err
+			}
+			leading = nil
 			if errors.Is(err, pgx.ErrNoRows) {
 				// We waited for a concurrent claim of this key that committed.
 				err = tx.QueryRow(ctx, s.lookupSQL, scope, key).Scan(&r.claimed, &r.stored, &r.response, &r.expired)
@@ -308,6 +314,44 @@ func (s *Store) claim(ctx context.Context, tx pgx.Tx, scope, key string, request
 		return Claim{Duplicate: true, Response: r.response}, nil
 	}
 	return Claim{}, fmt.Errorf("idempotency: claim %s/%s: record kept changing under concurrent claims; retry", scope, key)
+}
+
+// leadingError is the error of a statement the caller asked to lead the claim
+// (txhook.WithLeading); Claim returns it as it is.
+type leadingError struct{ err error }
+
+func (e leadingError) Error() string { return e.err.Error() }
+
+// queryClaim runs claimSQL into r. With leading statements it sends them and
+// claimSQL in one pgx batch (one round trip) and reports the first leading
+// statement's error as a leadingError.
+func (s *Store) queryClaim(ctx context.Context, tx pgx.Tx, leading []txhook.Stmt, r *record, args ...any) error {
+	if len(leading) == 0 {
+		return tx.QueryRow(ctx, s.claimSQL, args...).Scan(&r.claimed, &r.stored, &r.response, &r.expired)
+	}
+	b := &pgx.Batch{}
+	var lerr, cerr error
+	for _, st := range leading {
+		b.Queue(st.SQL, st.Args...).QueryRow(func(row pgx.Row) error {
+			if err := st.Row(row); err != nil && lerr == nil {
+				lerr = err
+			}
+			return nil
+		})
+	}
+	b.Queue(s.claimSQL, args...).QueryRow(func(row pgx.Row) error {
+		cerr = row.Scan(&r.claimed, &r.stored, &r.response, &r.expired)
+		return nil
+	})
+	err := tx.SendBatch(ctx, b).Close()
+	switch {
+	case lerr != nil:
+		return leadingError{lerr}
+	case cerr != nil:
+		return cerr
+	default:
+		return err
+	}
 }
 
 func errKeyReused(scope, key string) error {
