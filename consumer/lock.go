@@ -47,14 +47,16 @@ func Lock(l Locker, entity func(m *Message) string) Middleware {
 				return fmt.Errorf("consumer: lock %q: %w", entity, err)
 			}
 			m.lease = lease
+			defer func() { // also when a handler panics (Recover sits outside Lock)
+				m.lease = nil
+				lease.ReleaseInBackground()
+			}()
 			// The lease's context ends with ctx or when the lease is lost, and keeps
 			// ctx's values (span, correlation id, the worker's stop signal).
 			err = next(lease.Context(), m)
-			m.lease = nil
-			if err != nil && ctx.Err() == nil && lease.Context().Err() != nil && lease.Err() != nil {
+			if err != nil && ctx.Err() == nil && lease.Err() != nil {
 				err = fmt.Errorf("consumer: lock %q: %w: %w", entity, lock.ErrLost, err)
 			}
-			lease.ReleaseInBackground()
 			return err
 		}
 	}
