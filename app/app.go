@@ -57,7 +57,7 @@ type options struct {
 	signals      bool
 	kafkaOpts    []kgo.Opt
 	outbox       *outbox.Outbox
-	lockOpts     lock.Options
+	lockOpts     []lock.Option
 	relayOpts    []outbox.RelayOption
 	entityAttr   string
 	sweeper      bool
@@ -109,9 +109,11 @@ func WithKafkaOptions(opts ...kgo.Opt) Option {
 // Notifier on the pool, so a Wake reaches a relay leading in another instance too.
 func WithOutbox(ob *outbox.Outbox) Option { return func(o *options) { o.outbox = ob } }
 
-// WithLockOptions sets the options of the Redis locker. Default: the lock package's
-// defaults with Namespace "choreo:lock:<service>:".
-func WithLockOptions(lo lock.Options) Option { return func(o *options) { o.lockOpts = lo } }
+// WithLockOptions adds options of the Redis locker. Default: the lock package's
+// defaults with the namespace "choreo:lock:<service>:".
+func WithLockOptions(opts ...lock.Option) Option {
+	return func(o *options) { o.lockOpts = append(o.lockOpts, opts...) }
+}
 
 // WithRelayOptions adds outbox relay options (batch size, poll interval, ...).
 func WithRelayOptions(opts ...outbox.RelayOption) Option {
@@ -277,7 +279,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 	}
 	a.Store = o.store
 	if a.Store == nil {
-		a.Store = idempotency.NewStore()
+		if a.Store, err = idempotency.NewStore(); err != nil {
+			return nil, fmt.Errorf("app: %w", err)
+		}
 	}
 	// The tables of the store, outbox and archive the App uses, whatever their names.
 	err = migrate.Up(ctx, a.Pool, migrate.IdempotencyTable(a.Store.TableName()),
@@ -302,11 +306,10 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 		if err := a.Redis.Ping(ctx).Err(); err != nil {
 			return nil, fmt.Errorf("app: redis %s: %w%s", cfg.redisTarget(), err, redisAuthHint(err))
 		}
-		lo := o.lockOpts
-		if lo.Namespace == "" {
-			lo.Namespace = lock.DefaultNamespace + cfg.Service + ":"
+		lo := append([]lock.Option{lock.WithNamespace(lock.DefaultNamespace + cfg.Service + ":")}, o.lockOpts...)
+		if a.Locker, err = lock.New(a.Redis, lo...); err != nil {
+			return nil, fmt.Errorf("app: %w", err)
 		}
-		a.Locker = lock.New(a.Redis, lo)
 		a.checks = append(a.checks, NamedCheck{"redis", RedisCheck(a.Redis)})
 	}
 
@@ -343,7 +346,10 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 		outbox.EntityAttribute(o.entityAttr),
 	}, o.relayOpts...)...)
 	if o.sweeper {
-		sw := idempotency.NewSweeper(a.Pool, idempotency.WithTable(a.Store.TableName()))
+		sw, err := idempotency.NewSweeper(a.Pool, idempotency.WithTable(a.Store.TableName()))
+		if err != nil {
+			return nil, fmt.Errorf("app: %w", err)
+		}
 		a.workers = append(a.workers, component{name: "idempotency sweeper", run: sw.Run, mustRun: true})
 	}
 	return a, nil
@@ -395,8 +401,8 @@ type ConsumerSpec struct {
 	// Name is the handler name in the idempotency scope "<group>/<Name>" (default
 	// "handler").
 	Name string
-	// Retry is the in-place retry policy (zero value: consumer.RetryPolicy defaults).
-	Retry consumer.RetryPolicy
+	// Retry is the in-place retry policy (zero value: consumer.RetryConfig defaults).
+	Retry consumer.RetryConfig
 	// Configure, if set, adjusts the standard chain's configuration last.
 	Configure func(*consumer.StandardConfig)
 	// Options are extra runtime options (buffering, timeouts, client options).
@@ -446,15 +452,11 @@ func (a *App) Consume(spec ConsumerSpec) error {
 	if err != nil {
 		return fmt.Errorf("app: consumer %s: %w", spec.Group, err)
 	}
-	dlqTopic := sc.DeadLetterTopic
-	if dlqTopic == nil {
-		dlqTopic = func(source string) string { return source + consumer.DeadLetterSuffix }
-	}
 	copts := []consumer.Option{
 		consumer.WithClientOptions(a.kafkaOpts...),
 		consumer.WithLogger(a.Logger),
 		consumer.WithMeterProvider(a.Telemetry.MeterProvider),
-		consumer.WithDeadLetterTopics(dlqTopic),
+		consumer.WithDeadLetterTopics(nil),
 	}
 	if a.Config.ConsumerBatch > 1 {
 		bh, err := consumer.StandardBatch(sc)
@@ -477,7 +479,7 @@ func (a *App) Consume(spec ConsumerSpec) error {
 	copts = append(copts, consumer.WithClientOptions(kopts...))
 	copts = append(copts, spec.Options...)
 	for _, t := range spec.Topics {
-		a.dlqTopics = append(a.dlqTopics, dlqTopic(t))
+		a.dlqTopics = append(a.dlqTopics, t+consumer.DeadLetterSuffix)
 	}
 	c, err := consumer.New(a.Config.KafkaBrokers, spec.Group, spec.Topics, h, copts...)
 	if err != nil {

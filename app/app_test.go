@@ -189,7 +189,7 @@ func newTestAppSignals(t *testing.T, opts ...app.Option) *testApp {
 	logs := &apptest.LogBuffer{}
 	a, err := app.New(context.Background(), cfg, append([]app.Option{
 		app.WithListener(ln), app.WithLogOutput(logs),
-		app.WithLockOptions(lock.Options{Namespace: ns}), app.WithEntityAttribute("widget.id"),
+		app.WithLockOptions(lock.WithNamespace(ns)), app.WithEntityAttribute("widget.id"),
 	}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -479,7 +479,7 @@ func TestServe(t *testing.T) {
 		app.EnvKafkaBrokers: strings.Join(testenv.KafkaCluster(t).ListenAddrs(), ","),
 	})
 	cfg := app.LoadConfig(env, "widget", "127.0.0.1:0")
-	opts := []app.Option{app.WithoutSignals(), app.WithLogOutput(io.Discard), app.WithLockOptions(lock.Options{Namespace: ns})}
+	opts := []app.Option{app.WithoutSignals(), app.WithLogOutput(io.Discard), app.WithLockOptions(lock.WithNamespace(ns))}
 	ctx := context.Background()
 
 	var kept *app.App

@@ -37,7 +37,7 @@ func runHTTPApp(t *testing.T, limits app.HTTPLimits) (string, string) {
 		t.Fatalf("default AdminAddr %q for HTTP_ADDR 127.0.0.1:0", cfg.AdminAddr)
 	}
 	a, err := app.New(context.Background(), cfg, app.WithoutSignals(), app.WithLogOutput(io.Discard),
-		app.WithLockOptions(lock.Options{Namespace: ns}), app.WithHTTPLimits(limits))
+		app.WithLockOptions(lock.WithNamespace(ns)), app.WithHTTPLimits(limits))
 	if err != nil {
 		t.Fatal(err)
 	}

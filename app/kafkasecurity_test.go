@@ -197,7 +197,7 @@ func TestAppKafkaSecurity(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, err := app.New(ctx, load(), app.WithLogOutput(logs), app.WithoutSignals(), app.WithListener(ln),
-		app.WithLockOptions(lock.Options{Namespace: rdbNS}))
+		app.WithLockOptions(lock.WithNamespace(rdbNS)))
 	if err != nil {
 		t.Fatalf("New with the right password: %v", err)
 	}

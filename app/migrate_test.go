@@ -15,7 +15,11 @@ import (
 // and migrates the outbox it was given.
 func TestCustomIdempotencyStoreMigratedAndSwept(t *testing.T) {
 	ctx := context.Background()
-	a := newTestApp(t, app.WithIdempotencyStore(idempotency.NewStore(idempotency.WithTable("x"))),
+	store, err := idempotency.NewStore(idempotency.WithTable("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newTestApp(t, app.WithIdempotencyStore(store),
 		app.WithOutbox(outbox.New(outbox.Table("x_out"))))
 	exists := func(table string) bool {
 		var ok bool

@@ -9,13 +9,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/choreo-saga/choreo/idempotency"
 	"github.com/choreo-saga/choreo/internal/migrate"
 	"github.com/choreo-saga/choreo/internal/sqlname"
 )
-
-// DefaultDeadLetterTable is the archive table of NewDeadLetterArchive when no table name
-// is given. It is created in the first schema of the connection's search_path.
-const DefaultDeadLetterTable = "choreo_dead_letters"
 
 // DeadLetterArchive is a Postgres table holding the full original of every record that
 // DeadLetter could not copy whole to its dead-letter topic: refused for its size, or
@@ -25,7 +22,7 @@ const DefaultDeadLetterTable = "choreo_dead_letters"
 // DeadLetterArchiveTo (or StandardConfig.DeadLetterArchive). It is safe for concurrent
 // use.
 type DeadLetterArchive struct {
-	db     Beginner
+	db     idempotency.Beginner
 	table  sqlname.Name
 	name   string // as given
 	quoted string // table.Quoted()
@@ -36,7 +33,7 @@ type DeadLetterArchive struct {
 // ("billing.dead_letters"); its parts are quoted, so they are case-sensitive. An empty
 // part, a part longer than 63 bytes or more than one dot is an error matching
 // ErrInvalidConfig.
-func NewDeadLetterArchive(db Beginner, table string) (*DeadLetterArchive, error) {
+func NewDeadLetterArchive(db idempotency.Beginner, table string) (*DeadLetterArchive, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: dead-letter archive: nil database", ErrInvalidConfig)
 	}

@@ -222,7 +222,7 @@ func TestDeadLetterArchiveOversize(t *testing.T) {
 			return applySeq(ctx, tx, ev)
 		},
 		Logger: slog.New(slog.NewJSONHandler(&log, nil)),
-		Retry:  RetryPolicy{BaseDelay: time.Millisecond, MaxDelay: 10 * time.Millisecond},
+		Retry:  RetryConfig{BaseDelay: time.Millisecond, MaxDelay: 10 * time.Millisecond},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -285,11 +285,11 @@ func TestDeadLetterBoundedCopyRefused(t *testing.T) {
 	orig := readTopic(t, brokers, src, 1)[0]
 
 	var log syncLog
-	mw := DeadLetter(producer, DeadLetterTopic(func(string) string { return dlq }), DeadLetterArchiveTo(archive),
+	mw := DeadLetter(producer, DeadLetterArchiveTo(archive),
 		DeadLetterLogger(slog.New(slog.NewJSONHandler(&log, nil))))
 	cause := Permanent(errors.New("bad"))
 	for range 2 {
-		m := &Message{Record: orig, Group: "g", Attempt: 3}
+		m := &Message{Record: orig, Group: "g", Attempt: 3, deadLetterTopic: func(string) string { return dlq }}
 		if err := mw(func(context.Context, *Message) error { return cause })(context.Background(), m); err != nil {
 			t.Fatalf("DeadLetter returned %v; the record is archived", err)
 		}
@@ -369,7 +369,7 @@ func TestDeadLetterTopicDeletedAtRunTime(t *testing.T) {
 			return applySeq(ctx, tx, ev)
 		},
 		Logger: slog.New(slog.NewJSONHandler(&log, nil)),
-		Retry:  RetryPolicy{BaseDelay: time.Millisecond, MaxDelay: 10 * time.Millisecond},
+		Retry:  RetryConfig{BaseDelay: time.Millisecond, MaxDelay: 10 * time.Millisecond},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -453,8 +453,8 @@ func TestDeadLetterArchiveUnreachable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw := DeadLetter(producer, DeadLetterTopic(func(string) string { return dlq }), DeadLetterArchiveTo(archive))
-	m := &Message{Record: orig, Group: "g"}
+	mw := DeadLetter(producer, DeadLetterArchiveTo(archive))
+	m := &Message{Record: orig, Group: "g", deadLetterTopic: func(string) string { return dlq }}
 	cause := Permanent(errors.New("bad"))
 	err = mw(func(context.Context, *Message) error { return cause })(context.Background(), m)
 	// The broker's refusal is named but not wrapped: the archive's error (a connect error,

@@ -51,7 +51,7 @@ func (c *chain) batch(ctx context.Context, ms []*Message) (err error) {
 	defer func() {
 		if err != nil { // the records go to the one-at-a-time chain as they came
 			for _, m := range ms {
-				m.Outcome, m.Lease = "", nil
+				m.Outcome, m.lease = "", nil
 			}
 		}
 	}()
@@ -79,7 +79,7 @@ func (c *chain) batch(ctx context.Context, ms []*Message) (err error) {
 	if c.locker != nil && len(work) > 0 {
 		entities := make([]string, len(work))
 		for i, m := range work {
-			entities[i] = c.lock.entity(m)
+			entities[i] = c.lockEntity(m)
 		}
 		var cancel context.CancelFunc
 		lctx, cancel = context.WithCancel(ctx)
@@ -87,7 +87,7 @@ func (c *chain) batch(ctx context.Context, ms []*Message) (err error) {
 		if held, err = acquireLeases(ctx, c.locker, entities, cancel); err != nil {
 			return err
 		}
-		defer held.release(ctx, false)
+		defer held.release(ctx)
 		held.assign(work, entities)
 	}
 
@@ -129,7 +129,7 @@ func (c *chain) batch(ctx context.Context, ms []*Message) (err error) {
 	for i, m := range ms {
 		c.ins.record(ctxs[i], m, nil, elapsed)
 		logRecord(ctxs[i], c.logger, m, nil, elapsed)
-		m.Lease = nil
+		m.lease = nil
 	}
 	return nil
 }

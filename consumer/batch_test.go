@@ -218,8 +218,8 @@ func TestStandardBatchRepeatedEntities(t *testing.T) {
 		t.Errorf("AcquireAll calls: entities %v, leases %v; want one call, %d entities, 2 leases", l.asked, l.leases, len(recs))
 	}
 	for _, m := range ms {
-		if m.outcome(nil) != OutcomeHandled || m.Lease != nil {
-			t.Errorf("offset %d: outcome %q, lease %v after the batch", m.Record.Offset, m.outcome(nil), m.Lease)
+		if m.outcome(nil) != OutcomeHandled || m.lease != nil {
+			t.Errorf("offset %d: outcome %q, lease %v after the batch", m.Record.Offset, m.outcome(nil), m.lease)
 		}
 	}
 	if n := commits.Load(); n != 1 {

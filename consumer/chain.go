@@ -13,7 +13,7 @@ import (
 // concern has one implementation that both paths use:
 //
 //   - span: tracing.Kafka.StartProcess, then finishSpan (Tracing);
-//   - correlation: withCorrelation (CorrelationID);
+//   - correlation: withCorrelation (Correlate);
 //   - metrics: instruments.record (Metrics);
 //   - log line: logRecord (Logging);
 //   - decoding: decode (Decode);
@@ -30,7 +30,7 @@ type chain struct {
 	decode     Decoder
 	router     *Router // nil when the config has a Handler
 	locker     Locker  // nil: no lock
-	lock       lockConfig
+	lockEntity func(m *Message) string
 	tx         *transactor
 }
 
@@ -54,7 +54,7 @@ func (cfg *StandardConfig) resolve() (*chain, error) {
 		logger:     cfg.Logger,
 		router:     cfg.Router,
 		locker:     cfg.Locker,
-		lock:       lockConfig{entity: cfg.LockEntity, ahead: true},
+		lockEntity: cfg.LockEntity,
 	}
 	if c.entityAttr == "" {
 		c.entityAttr = DefaultEntityAttribute
@@ -66,20 +66,23 @@ func (cfg *StandardConfig) resolve() (*chain, error) {
 	if cfg.Decoder != nil {
 		c.decode = validated(cfg.Decoder)
 	}
-	if c.lock.entity == nil {
-		c.lock.entity = (*Message).Subject
+	if c.lockEntity == nil {
+		c.lockEntity = (*Message).Subject
 	}
 	h := cfg.Handler
 	if cfg.Router != nil {
 		h = cfg.Router.Route
 	}
-	c.tx = IdempotentConfig{
+	c.tx, err = IdempotentConfig{
 		DB:          cfg.DB,
 		Store:       cfg.Store,
 		Name:        cfg.Name,
 		Fence:       cfg.Fence && cfg.Locker != nil,
 		AfterCommit: cfg.AfterCommit,
 	}.resolve(h)
+	if err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 

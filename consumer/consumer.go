@@ -21,7 +21,7 @@ import (
 	"github.com/choreo-saga/choreo/internal/backoff"
 )
 
-// Defaults of the runtime options.
+// Defaults: of the runtime options, of the middleware and of RetryConfig.
 const (
 	DefaultMaxBuffered     = 256
 	DefaultMaxPollRecords  = 1000
@@ -38,6 +38,29 @@ const (
 	// from sitting idle with records waiting. A kgo.FetchMaxWait given to
 	// WithClientOptions replaces it.
 	DefaultFetchMaxWait = 250 * time.Millisecond
+
+	// DeadLetterSuffix names a source topic's dead-letter topic by default: source +
+	// DeadLetterSuffix. WithDeadLetterTopics names them otherwise.
+	DeadLetterSuffix = ".dlq"
+	// DefaultDeadLetterValueBytes is how much of a value a bounded dead-letter copy keeps
+	// by default (see DeadLetterValueBytes).
+	DefaultDeadLetterValueBytes = 64 << 10
+	// DefaultDeadLetterTable is the archive table of NewDeadLetterArchive when no table
+	// name is given. It is created in the first schema of the connection's search_path.
+	DefaultDeadLetterTable = "choreo_dead_letters"
+	// DefaultEntityAttribute is the span attribute and log key that names the entity id
+	// when none is configured (Correlate, StandardConfig.EntityAttribute).
+	DefaultEntityAttribute = "entity.id"
+
+	// Defaults of RetryConfig. With them a failing record is retried for up to a minute: the
+	// backoff bound doubles from 100ms to its 5s cap (reached before the 7th attempt), and
+	// attempts go on, about 2.5s apart on average, until the next one would start more than
+	// a minute after the first. There is no count limit by default, so the minute is the
+	// budget that actually applies.
+	DefaultRetryMaxAttempts = 0 // no count limit: DefaultRetryMaxElapsed bounds the retries
+	DefaultRetryBaseDelay   = 100 * time.Millisecond
+	DefaultRetryMaxDelay    = 5 * time.Second
+	DefaultRetryMaxElapsed  = time.Minute
 )
 
 const (

@@ -212,7 +212,7 @@ func TestConsumerShutdownMidBatch(t *testing.T) {
 	total := len(ks) * perKey
 	produce(t, newProducer(t, brokers), seqEvents(t, topic, ks, perKey)...)
 
-	h := Chain(Idempotent(IdempotentConfig{DB: pool, Name: "seq"}, applySeq), Decode())
+	h := Chain(idempotent(t, IdempotentConfig{DB: pool, Name: "seq"}, applySeq), Decode())
 	var slow atomic.Bool
 	slow.Store(true)
 	handler := func(ctx context.Context, m *Message) error {

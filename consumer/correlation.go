@@ -7,17 +7,13 @@ import (
 	"github.com/choreo-saga/choreo/tracing"
 )
 
-// DefaultEntityAttribute is the span attribute and log key that names the entity id when
-// none is configured (CorrelationID, StandardConfig.EntityAttribute).
-const DefaultEntityAttribute = "entity.id"
-
-// CorrelationID puts the record's saga correlation id (header ce_correlationid) and entity
+// Correlate puts the record's saga correlation id (header ce_correlationid) and entity
 // id (ce_subject, else the record key) into the context with tracing.WithCorrelationID and
 // tracing.WithEntity(entityAttr, id), and adds them to the current span
 // (tracing.AnnotateSpan), so that spans, logs (Logging) and outgoing events
 // (outbox.Enqueue) of this handling carry them. entityAttr names the entity attribute,
 // e.g. "order.id"; empty means DefaultEntityAttribute. Place it inside Tracing.
-func CorrelationID(entityAttr string) Middleware {
+func Correlate(entityAttr string) Middleware {
 	if entityAttr == "" {
 		entityAttr = DefaultEntityAttribute
 	}
@@ -28,7 +24,7 @@ func CorrelationID(entityAttr string) Middleware {
 	}
 }
 
-// withCorrelation is CorrelationID for one message; StandardBatch calls it per record.
+// withCorrelation is Correlate for one message; StandardBatch calls it per record.
 func withCorrelation(ctx context.Context, m *Message, entityAttr string) context.Context {
 	if id := m.Header(event.HeaderCorrelationID); id != "" {
 		ctx = tracing.WithCorrelationID(ctx, id)

@@ -81,13 +81,14 @@ type Producer interface {
 	ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.ProduceResults
 }
 
-// DeadLetterSuffix names a source topic's dead-letter topic by default: source +
-// DeadLetterSuffix.
-const DeadLetterSuffix = ".dlq"
-
-// DefaultDeadLetterValueBytes is how much of a value a bounded copy keeps by default (see
-// DeadLetterValueBytes).
-const DefaultDeadLetterValueBytes = 64 << 10
+// deadLetterTopicOf returns the dead-letter topic of source: the one WithDeadLetterTopics
+// names, or source + DeadLetterSuffix.
+func (m *Message) deadLetterTopicOf(source string) string {
+	if m.deadLetterTopic != nil {
+		return m.deadLetterTopic(source)
+	}
+	return source + DeadLetterSuffix
+}
 
 // Bounds of the other parts of a bounded copy.
 const (
@@ -96,7 +97,6 @@ const (
 )
 
 type deadLetterConfig struct {
-	topic      func(source string) string
 	now        func() time.Time
 	archive    *DeadLetterArchive
 	valueBytes int
@@ -105,17 +105,6 @@ type deadLetterConfig struct {
 
 // DeadLetterOption configures DeadLetter.
 type DeadLetterOption func(*deadLetterConfig)
-
-// DeadLetterTopic names the dead-letter topic of each source topic (default: source +
-// DeadLetterSuffix). The topic must exist (see WithDeadLetterTopics); a record whose
-// dead-letter topic is missing is only settled when an archive is configured.
-func DeadLetterTopic(name func(source string) string) DeadLetterOption {
-	return func(c *deadLetterConfig) {
-		if name != nil {
-			c.topic = name
-		}
-	}
-}
 
 // DeadLetterArchiveTo makes DeadLetter settle records the dead-letter topic refuses (for
 // their size, or because it does not exist) by writing their full original to the archive
@@ -173,7 +162,6 @@ func DeadLetterLogger(l *slog.Logger) DeadLetterOption {
 // the record is handed over again.
 func DeadLetter(p Producer, opts ...DeadLetterOption) Middleware {
 	cfg := deadLetterConfig{
-		topic:      func(source string) string { return source + DeadLetterSuffix },
 		now:        time.Now,
 		valueBytes: DefaultDeadLetterValueBytes,
 		logger:     slog.Default(),
@@ -214,7 +202,7 @@ func (c deadLetterConfig) record(m *Message, err error) *kgo.Record {
 		kgo.RecordHeader{Key: HeaderDLQFailedAt, Value: []byte(c.now().UTC().Format(time.RFC3339Nano))},
 	)
 	return &kgo.Record{
-		Topic:   c.topic(src.Topic),
+		Topic:   m.deadLetterTopicOf(src.Topic),
 		Key:     src.Key,
 		Value:   src.Value,
 		Headers: headers,

@@ -22,14 +22,14 @@ func TestDeadLetter(t *testing.T) {
 	produce(t, producer, eventRecord(t, src, "test.step", "k", seqPayload{Seq: 1}))
 	orig := readTopic(t, brokers, src, 1)[0]
 
-	mw := DeadLetter(producer, DeadLetterTopic(func(s string) string {
+	mw := DeadLetter(producer)
+	cause := fmt.Errorf("validate: %w", Permanent(errors.New("amount must be positive")))
+	m := &Message{Record: orig, Group: "payments", Attempt: 1, deadLetterTopic: func(s string) string {
 		if s != src {
-			t.Errorf("DeadLetterTopic got %q", s)
+			t.Errorf("dead-letter topic of %q asked", s)
 		}
 		return dlq
-	}))
-	cause := fmt.Errorf("validate: %w", Permanent(errors.New("amount must be positive")))
-	m := &Message{Record: orig, Group: "payments", Attempt: 1}
+	}}
 	if err := mw(func(context.Context, *Message) error { return cause })(context.Background(), m); err != nil {
 		t.Fatalf("DeadLetter returned %v after dead-lettering", err)
 	}
@@ -108,7 +108,7 @@ func TestReason(t *testing.T) {
 		{fmt.Errorf("d: %w", event.ErrMalformed), ReasonMalformed},
 		{ErrUnknownType, ReasonUnknownType},
 		{idempotency.ErrKeyReused, ReasonKeyReused},
-		{&PanicError{Value: 1}, ReasonPanic},
+		{&panicError{value: 1}, ReasonPanic},
 		{Permanent(errors.New("x")), ReasonPermanent},
 		{errors.New("x"), ReasonFailed},
 	}

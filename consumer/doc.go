@@ -33,15 +33,15 @@
 //
 // Standard wires, outermost first:
 //
-//	Recover → Tracing → CorrelationID → Metrics → Logging → DeadLetter → Retry →
+//	Recover → Tracing → Correlate → Metrics → Logging → DeadLetter → Retry →
 //	Recover → Decode → Router.Filter → Lock → Idempotent → handler(ctx, tx, event)
 //
 // What each part does:
 //
-//   - Recover turns panics into *PanicError. Outermost it protects the runtime; just inside
+//   - Recover turns panics into errors matching ErrPanic. Outermost it protects the runtime; just inside
 //     Retry it makes a panicking handler's event non-retryable, so it is dead-lettered.
 //   - Tracing continues the producer's trace (W3C headers) in a consumer span with the
-//     OpenTelemetry messaging attributes; CorrelationID adds the saga's correlation id and
+//     OpenTelemetry messaging attributes; Correlate adds the saga's correlation id and
 //     entity id to the context, the span and the logs.
 //   - Metrics and Logging report every record's duration, attempts and Outcome.
 //   - DeadLetter settles records that cannot be handled: it produces them, with their
@@ -61,10 +61,9 @@
 //   - Decode turns the record into an event.Event; the router's filter settles ignored
 //     types and rejects unknown ones before any lock or transaction.
 //   - Lock holds the entity's Redis lease (package lock) while the transaction runs, to
-//     avoid contention; it is not the correctness guard. In Standard it acquires the
-//     lease ahead (AcquireAhead: the Redis round trip overlaps BEGIN, and Idempotent
-//     waits for the lease before its claim), and it releases the lease in the
-//     background after the transaction; call the Locker's Wait before exiting.
+//     avoid contention; it is not the correctness guard. It acquires the lease on the
+//     handling goroutine before the transaction and releases it in the background
+//     after; call the Locker's Wait before exiting.
 //   - Idempotent is the correctness guard: in one Postgres transaction it claims the
 //     event id under the scope "<group>/<name>" with a SHA-256 of type and payload
 //     (package idempotency), optionally checks the lease's fencing token, runs the
@@ -151,7 +150,7 @@
 // StandardBatch is not a second implementation of the chain: it resolves its
 // StandardConfig exactly as Standard does (every default applied once) and runs the same
 // parts for each record of a batch: decoding, the router's filter, the consumer span,
-// CorrelationID's context, the metrics and the log line. Only the leases (one per
+// Correlate's context, the metrics and the log line. Only the leases (one per
 // distinct entity of the batch), the idempotency claims and the commit are shared.
 //
 // # Why hand-written parts

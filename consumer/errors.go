@@ -32,6 +32,8 @@ var (
 	// handler may wrap it to declare a failure of its own dependency an outage; the
 	// error of Consumer.Health wraps it while a partition is in an outage.
 	ErrOutage = errors.New("consumer: outage")
+	// ErrMissingTopic: a topic the consumer needs does not exist; the error names it.
+	ErrMissingTopic = errors.New("consumer: missing topic")
 )
 
 type permanentError struct{ err error }

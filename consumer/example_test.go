@@ -68,7 +68,10 @@ func ExampleStandard() {
 			return ob.Enqueue(ctx, tx, "payments.events", next.CausedBy(ev))
 		}).
 		Ignore("order.viewed")
-	locker := lock.New(rdb, lock.Options{Namespace: "example:" + exampleID() + ":"}) // per-entity leases
+	locker, err := lock.New(rdb, lock.WithNamespace("example:"+exampleID()+":")) // per-entity leases
+	if err != nil {
+		panic(err)
+	}
 	h, err := consumer.Standard(consumer.StandardConfig{
 		DB: pool, Router: router, DeadLetter: producer, Name: "charge",
 		Locker: locker, AfterCommit: []func(){ob.Wake}, EntityAttribute: "order.id",

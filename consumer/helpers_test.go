@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bsm/redislock"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -291,4 +292,24 @@ func decodeSeq(t testing.TB, rec *kgo.Record) (string, int) {
 		t.Errorf("decode %s: %v", rec.Value, err)
 	}
 	return string(rec.Key), p.Seq
+}
+
+// newLocker is lock.New that fails the test on an error.
+func newLocker(t testing.TB, client redislock.RedisClient, opts ...lock.Option) *lock.Locker {
+	t.Helper()
+	l, err := lock.New(client, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// idempotent is Idempotent that fails the test on an error.
+func idempotent(t testing.TB, cfg IdempotentConfig, h TxHandler) Handler {
+	t.Helper()
+	ih, err := Idempotent(cfg, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ih
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/choreo-saga/choreo/idempotency"
+	"github.com/choreo-saga/choreo/internal/fence"
 	"github.com/choreo-saga/choreo/internal/txhook"
 	"github.com/choreo-saga/choreo/lock"
 )
@@ -17,15 +18,10 @@ import (
 // errRollback makes pgx.BeginFunc roll back a duplicate's transaction, which wrote nothing.
 var errRollback = errors.New("consumer: rollback")
 
-// Beginner starts a transaction; *pgxpool.Pool and *pgx.Conn satisfy it.
-type Beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
-
 // IdempotentConfig configures Idempotent.
 type IdempotentConfig struct {
 	// DB opens the transactions. Required.
-	DB Beginner
+	DB idempotency.Beginner
 	// Store records idempotency keys (default idempotency.NewStore()).
 	Store *idempotency.Store
 	// Name identifies the handler within its consumer group: the idempotency scope of a
@@ -42,8 +38,8 @@ type IdempotentConfig struct {
 }
 
 // Idempotent is the innermost handler of the chain. For each message it opens a
-// transaction on DB (pgx.BeginFunc), waits for the lease if Lock is acquiring it ahead
-// (Message.AwaitLease), checks the lease's fencing token if Fence is set, claims scope "<group>/<Name>" and key = event id with the request
+// transaction on DB (pgx.BeginFunc), checks the fencing token of the lease Lock holds if
+// Fence is set, claims scope "<group>/<Name>" and key = event id with the request
 // hash SHA-256(type, payload) (idempotency.Store), and then:
 //   - first time: calls h with the transaction, writes what h deferred to the commit
 //     (outbox.Outbox.Enqueue's rows, in one INSERT), commits, and runs the AfterCommit
@@ -55,11 +51,17 @@ type IdempotentConfig struct {
 // Retry and DeadLetter can classify it. Store.Complete is not called: a consumer has no
 // response to replay, and skipping it saves a statement per event. The message must be
 // decoded (Decode).
-func Idempotent(cfg IdempotentConfig, h TxHandler) Handler {
+//
+// A nil DB or handler is an error matching ErrInvalidConfig.
+func Idempotent(cfg IdempotentConfig, h TxHandler) (Handler, error) {
 	if cfg.DB == nil || h == nil {
-		panic("consumer: Idempotent needs a DB and a handler")
+		return nil, fmt.Errorf("%w: Idempotent needs a DB and a handler", ErrInvalidConfig)
 	}
-	return cfg.resolve(h).handle
+	t, err := cfg.resolve(h)
+	if err != nil {
+		return nil, err
+	}
+	return t.handle, nil
 }
 
 // defaultHandlerName is the default IdempotentConfig.Name and StandardConfig.Name.
@@ -68,7 +70,7 @@ const defaultHandlerName = "handler"
 // transactor is Idempotent's configuration with its defaults applied: the transaction in
 // which one record (Idempotent) or a batch (StandardBatch) is claimed and handled.
 type transactor struct {
-	db          Beginner
+	db          idempotency.Beginner
 	store       *idempotency.Store
 	name        string
 	fence       bool
@@ -77,16 +79,19 @@ type transactor struct {
 	pool        *poolCheck // warns when the pool is smaller than the assignment
 }
 
-func (cfg IdempotentConfig) resolve(h TxHandler) *transactor {
+func (cfg IdempotentConfig) resolve(h TxHandler) (*transactor, error) {
 	t := &transactor{db: cfg.DB, store: cfg.Store, name: cfg.Name, fence: cfg.Fence, afterCommit: cfg.AfterCommit, h: h,
 		pool: newPoolCheck(cfg.DB)}
 	if t.store == nil {
-		t.store = idempotency.NewStore()
+		var err error
+		if t.store, err = idempotency.NewStore(); err != nil {
+			return nil, err
+		}
 	}
 	if t.name == "" {
 		t.name = defaultHandlerName
 	}
-	return t
+	return t, nil
 }
 
 // handle is the Idempotent handler.
@@ -98,8 +103,8 @@ func (t *transactor) handle(ctx context.Context, m *Message) error {
 }
 
 // run claims and handles ms, decoded records of one group in offset order, in one
-// transaction on t.db. In the transaction it waits for the leases being acquired ahead
-// (Message.AwaitLease), checks the fencing token of each distinct lease once, in entity
+// transaction on t.db. In the transaction it checks the fencing token of each distinct
+// lease once, in entity
 // order (if fence; held lists them sorted by entity when the caller knows them, else they
 // are collected from ms), claims every event's key under the scope "<group>/<name>" in one
 // statement (idempotency.Store.Claim for one record, ClaimAll for several: a copy of an
@@ -121,11 +126,18 @@ func (t *transactor) run(ctx context.Context, ms []*Message, ctxs []context.Cont
 	t.pool.check(ctx)
 	err := pgx.BeginFunc(ctx, t.db, func(tx pgx.Tx) error {
 		hooks := txhook.New(tx) // writes deferred to the commit, e.g. outbox rows
-		if err := t.checkFences(ctx, tx, ms, held); err != nil {
+		cctx := ctx
+		if lease := ms[0].lease; len(ms) == 1 && t.fence && lease != nil {
+			// One record: its fence check leads the claim in one round trip.
+			if err := lease.Err(); err != nil {
+				return err
+			}
+			cctx = txhook.WithLeading(ctx, fenceStmt(lease))
+		} else if err := t.checkFences(ctx, tx, ms, held); err != nil {
 			return err
 		}
 		var err error
-		if dup, err = t.claim(ctx, tx, ms); err != nil {
+		if dup, err = t.claim(cctx, tx, ms); err != nil {
 			return err
 		}
 		for i, m := range ms {
@@ -175,22 +187,16 @@ func handleErr(m *Message, err error) error {
 	return fmt.Errorf("consumer: handle %s %s: %w", m.Event.Type, m.Event.ID, err)
 }
 
-// checkFences waits for the leases of ms being acquired ahead and, if t.fence, checks
-// each distinct lease's fencing token once, in entity order: those of held, or if held
+// checkFences, if t.fence, checks each distinct lease's fencing token once, in entity order: those of held, or if held
 // is nil, those the messages hold.
 func (t *transactor) checkFences(ctx context.Context, tx pgx.Tx, ms []*Message, held []*lock.Lease) error {
-	for _, m := range ms {
-		if err := m.AwaitLease(ctx); err != nil {
-			return err
-		}
-	}
 	if !t.fence {
 		return nil
 	}
 	if held == nil {
 		for _, m := range ms {
-			if m.Lease != nil && !slices.Contains(held, m.Lease) {
-				held = append(held, m.Lease)
+			if m.lease != nil && !slices.Contains(held, m.lease) {
+				held = append(held, m.lease)
 			}
 		}
 		slices.SortFunc(held, func(a, b *lock.Lease) int { return strings.Compare(a.Entity(), b.Entity()) })
@@ -201,6 +207,21 @@ func (t *transactor) checkFences(ctx context.Context, tx pgx.Tx, ms []*Message, 
 		}
 	}
 	return nil
+}
+
+// fenceStmt is lease.CheckFence as a statement that leads the idempotency claim
+// (txhook.WithLeading): same SQL, same errors.
+func fenceStmt(lease *lock.Lease) txhook.Stmt {
+	return txhook.Stmt{SQL: fence.CheckSQL, Args: []any{lease.Key(), lease.Token()}, Row: func(row pgx.Row) error {
+		stale, err := fence.Scan(row)
+		switch {
+		case stale:
+			return fmt.Errorf("%w: %q token %d", lock.ErrStaleToken, lease.Key(), lease.Token())
+		case err != nil:
+			return fmt.Errorf("lock: check fence %q: %w", lease.Key(), err)
+		}
+		return nil
+	}}
 }
 
 // claim claims the events of ms and reports which are duplicates.

@@ -27,7 +27,7 @@ func TestIdempotent(t *testing.T) {
 	pool := newDB(t)
 	ctx := context.Background()
 	var calls, woken int
-	h := Idempotent(IdempotentConfig{DB: pool, Name: "seq", AfterCommit: []func(){func() { woken++ }}},
+	h := idempotent(t, IdempotentConfig{DB: pool, Name: "seq", AfterCommit: []func(){func() { woken++ }}},
 		func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
 			calls++
 			return applySeq(ctx, tx, ev)
@@ -60,7 +60,7 @@ func TestIdempotent(t *testing.T) {
 	}
 
 	// Another handler name is another scope: it handles the same event once too.
-	other := Idempotent(IdempotentConfig{DB: pool, Name: "audit"}, func(context.Context, pgx.Tx, event.Event) error { calls++; return nil })
+	other := idempotent(t, IdempotentConfig{DB: pool, Name: "audit"}, func(context.Context, pgx.Tx, event.Event) error { calls++; return nil })
 	if err := other(ctx, &Message{Group: "g", Event: m.Event, Decoded: true}); err != nil || calls != 2 {
 		t.Fatalf("other scope: err %v calls %d", err, calls)
 	}
@@ -72,7 +72,7 @@ func TestIdempotentRollsBackOnError(t *testing.T) {
 	ctx := context.Background()
 	fail := true
 	boom := errors.New("boom")
-	h := Idempotent(IdempotentConfig{DB: pool}, func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+	h := idempotent(t, IdempotentConfig{DB: pool}, func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
 		if err := applySeq(ctx, tx, ev); err != nil {
 			return err
 		}
@@ -106,7 +106,7 @@ func TestIdempotentFence(t *testing.T) {
 	pool := newDB(t)
 	rdb, ns := testenv.Redis(t)
 	ctx := context.Background()
-	locker := lock.New(rdb, lock.Options{Namespace: ns, TTL: time.Minute, RefreshEvery: -1})
+	locker := newLocker(t, rdb, lock.WithNamespace(ns), lock.WithTTL(time.Minute), lock.WithoutWatchdog())
 	stale, err := locker.Acquire(ctx, "k")
 	if err != nil {
 		t.Fatal(err)
@@ -125,14 +125,14 @@ func TestIdempotentFence(t *testing.T) {
 	if fresh.Token() <= stale.Token() {
 		t.Fatalf("tokens %d then %d are not increasing", stale.Token(), fresh.Token())
 	}
-	h := Idempotent(IdempotentConfig{DB: pool, Fence: true}, applySeq)
+	h := idempotent(t, IdempotentConfig{DB: pool, Fence: true}, applySeq)
 	m1 := decoded(t, "k", 1)
-	m1.Lease = fresh
+	m1.lease = fresh
 	if err := h(ctx, m1); err != nil {
 		t.Fatal(err)
 	}
 	m2 := decoded(t, "k", 2)
-	m2.Lease = stale
+	m2.lease = stale
 	if err := h(ctx, m2); !errors.Is(err, lock.ErrStaleToken) {
 		t.Fatalf("stale holder: %v, want lock.ErrStaleToken", err)
 	}

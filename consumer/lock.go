@@ -17,102 +17,53 @@ type Locker interface {
 	AcquireAll(ctx context.Context, entities []string) ([]*lock.Lease, error)
 }
 
-type lockConfig struct {
-	entity func(m *Message) string
-	ahead  bool
-}
-
-// LockOption configures Lock.
-type LockOption func(*lockConfig)
-
-// LockEntity chooses the entity to lock for a message (default Message.Subject: the
-// event's subject, i.e. the record key). Returning "" skips locking for that message.
-func LockEntity(f func(m *Message) string) LockOption {
-	return func(c *lockConfig) {
-		if f != nil {
-			c.entity = f
-		}
-	}
-}
-
-// AcquireAhead makes Lock call the next handler while the lease is still being acquired,
-// so that the acquisition's round trip to Redis overlaps the next handler's first step
-// (for Idempotent, opening the transaction). The next handler must call
-// Message.AwaitLease before it does anything that needs the lock; Idempotent does so right
-// after BEGIN, before the fence check and the idempotency claim. Standard uses it.
-func AcquireAhead() LockOption {
-	return func(c *lockConfig) { c.ahead = true }
-}
-
 // Lock serialises the handling of one entity across partitions, topics and instances
 // with a Redis lease (package lock): it acquires the entity's lease, runs the handlers it
-// wraps with the lease's context (cancelled if the lease is lost) and m.Lease set, and
-// releases the lease in the background (lock.Lease.ReleaseInBackground: the record does
-// not wait for that round trip; the Locker's next Acquire of the entity does, and
-// lock.Locker.Wait before exiting lets the last releases reach Redis). A lease that cannot be obtained fails with lock.ErrNotObtained and
-// a lease lost mid-handling with lock.ErrLost; both are retryable. The lock is for
-// contention, not correctness: the transaction (Idempotent, with Fence) is the guard.
-func Lock(l Locker, opts ...LockOption) Middleware {
-	cfg := lockConfig{entity: (*Message).Subject}
-	for _, o := range opts {
-		o(&cfg)
+// wraps with the lease's context (cancelled if the lease is lost) and the lease attached
+// to the message (Idempotent checks its fencing token), and releases the lease in the
+// background (the record does not wait for that round trip; the Locker's next Acquire of
+// the entity does, and lock.Locker.Wait before exiting lets the last releases reach
+// Redis). A lease that cannot be obtained fails with lock.ErrNotObtained and a lease lost
+// mid-handling with lock.ErrLost; both are retryable. The lock is for contention, not
+// correctness: the transaction (Idempotent, with Fence) is the guard.
+//
+// entity chooses the entity to lock for a message; nil means Message.Subject (the event's
+// subject, i.e. the record key). Returning "" skips locking for that message.
+//
+// The lease is acquired on the goroutine that handles the message, before the inner
+// handlers run: no goroutine per record, and nothing else ever touches the message.
+func Lock(l Locker, entity func(m *Message) string) Middleware {
+	if entity == nil {
+		entity = (*Message).Subject
 	}
-	return locked(l, cfg)
-}
-
-// locked is Lock with its options applied.
-func locked(l Locker, cfg lockConfig) Middleware {
 	return func(next Handler) Handler {
 		return func(ctx context.Context, m *Message) error {
-			entity := cfg.entity(m)
+			entity := entity(m)
 			if entity == "" {
 				return next(ctx, m)
 			}
-			// The handlers' context ends with ctx or when the lease is lost, and keeps
-			// ctx's values (span, correlation id, the worker's stop signal).
-			lctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			var (
-				ls  *leases
-				err error
-			)
-			defer func() { // runs after the acquisition ended, whatever happened
-				if ls != nil {
-					m.Lease = nil
-					ls.release(ctx, true)
-				}
-			}()
-			acquire := func() {
-				if ls, err = acquireLeases(ctx, l, []string{entity}, cancel); err == nil {
-					m.Lease = ls.held[0]
-				}
-			}
-			if !cfg.ahead {
-				if acquire(); err != nil {
-					return err
-				}
-				return ls.lost(ctx, next(lctx, m))
-			}
-			ready := make(chan struct{})
-			m.leaseReady = ready
-			go func() {
-				defer close(ready)
-				acquire()
-				m.leaseErr = err
-			}()
-			defer func() { <-ready; m.leaseReady, m.leaseErr = nil, nil }()
-			nerr := next(lctx, m)
-			<-ready
+			lease, err := l.Acquire(ctx, entity)
 			if err != nil {
-				return err
+				return fmt.Errorf("consumer: lock %q: %w", entity, err)
 			}
-			return ls.lost(ctx, nerr)
+			m.lease = lease
+			defer func() { // also when a handler panics (Recover sits outside Lock)
+				m.lease = nil
+				lease.ReleaseInBackground()
+			}()
+			// The lease's context ends with ctx or when the lease is lost, and keeps
+			// ctx's values (span, correlation id, the worker's stop signal).
+			err = next(lease.Context(), m)
+			if err != nil && ctx.Err() == nil && lease.Err() != nil {
+				err = fmt.Errorf("consumer: lock %q: %w: %w", entity, lock.ErrLost, err)
+			}
+			return err
 		}
 	}
 }
 
-// leases are the leases one handling holds: one per distinct entity of its records (one
-// record under Lock, a whole batch in StandardBatch, where an entity may repeat).
+// leases are the leases a batch holds: one per distinct entity of its records (an entity
+// may repeat within a batch).
 type leases struct {
 	held  []*lock.Lease // sorted by entity
 	stops []func() bool // stop cancelling the handlers' context when a lease is lost
@@ -157,7 +108,7 @@ func (ls *leases) assign(ms []*Message, entities []string) {
 		byEntity[lease.Entity()] = lease
 	}
 	for i, m := range ms {
-		m.Lease = byEntity[entities[i]]
+		m.lease = byEntity[entities[i]]
 	}
 }
 
@@ -175,17 +126,11 @@ func (ls *leases) lost(ctx context.Context, err error) error {
 	return err
 }
 
-// release gives the leases back: in the background (lock.Lease.ReleaseInBackground),
-// or together in one round trip (lock.ReleaseAll), waiting at most releaseTimeout.
-func (ls *leases) release(ctx context.Context, background bool) {
+// release gives the leases back together in one round trip (lock.ReleaseAll), waiting
+// at most releaseTimeout.
+func (ls *leases) release(ctx context.Context) {
 	for _, stop := range ls.stops {
 		stop()
-	}
-	if background {
-		for _, lease := range ls.held {
-			lease.ReleaseInBackground()
-		}
-		return
 	}
 	if len(ls.held) == 0 {
 		return

@@ -12,7 +12,7 @@ import (
 // ignored, at Warn when it was dead-lettered and at Error when the handler failed (at
 // Debug when it failed with an outage, which the runtime logs once per partition). Each
 // line carries the group, topic, partition, offset, key, event type, outcome, attempts,
-// duration, the saga's correlation id (from the context; see CorrelationID) and the
+// duration, the saga's correlation id (from the context; see Correlate) and the
 // error. A nil logger means slog.Default().
 func Logging(l *slog.Logger) Middleware {
 	if l == nil {

@@ -25,36 +25,19 @@ type Message struct {
 	// Attempt is the 1-based number of the current attempt, maintained by Retry. It is 0
 	// when no Retry middleware is in the chain.
 	Attempt int
-	// Lease is the per-entity lock held while the inner handlers run, set by Lock. With
-	// Lock's AcquireAhead option it is set once AwaitLease returns nil.
-	Lease *lock.Lease
 	// DeadLetterCause is the error that made DeadLetter dead-letter the record.
 	DeadLetterCause error
 	// Outcome says how handling ended when the handler returned nil; inner middlewares
 	// set it (see the Outcome constants) and outer ones (Metrics, Logging) report it.
 	Outcome Outcome
 
-	// leaseReady, set by Lock with AcquireAhead, is closed when the lease acquisition
-	// ended; leaseErr is its error.
-	leaseReady chan struct{}
-	leaseErr   error
-}
-
-// AwaitLease waits until the lease that Lock is acquiring ahead (AcquireAhead) is held,
-// and returns the acquisition's error (wrapping lock.ErrNotObtained, for one) or ctx's.
-// Without AcquireAhead, or with no Lock in the chain, it returns nil at once. A handler
-// behind Lock with AcquireAhead calls it before its first write under the lock;
-// Idempotent does so right after opening its transaction.
-func (m *Message) AwaitLease(ctx context.Context) error {
-	if m.leaseReady == nil {
-		return nil
-	}
-	select {
-	case <-m.leaseReady:
-		return m.leaseErr
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	// lease is the per-entity lease Lock holds while the inner handlers run; Idempotent
+	// checks its fencing token. Lock sets and clears it on the goroutine that handles the
+	// message, so it needs no synchronisation.
+	lease *lock.Lease
+	// deadLetterTopic names a source topic's dead-letter topic; the runtime sets it from
+	// WithDeadLetterTopics. nil: source + DeadLetterSuffix.
+	deadLetterTopic func(source string) string
 }
 
 // Subject returns the entity the message is about: the decoded event's subject, or the

@@ -231,7 +231,7 @@ func newOutageEnv(t *testing.T) *outageEnv {
 			dlq:      testenv.Topic(t, brokers, 1),
 			group:    testenv.Name(t, "g"),
 			pool:     pool,
-			locker:   lock.New(rdb, lock.Options{Namespace: ns, MaxWait: 2 * time.Second}),
+			locker:   newLocker(t, rdb, lock.WithNamespace(ns), lock.WithMaxWait(2*time.Second)),
 			producer: newProducer(t, brokers),
 		},
 		direct:  direct,
@@ -248,9 +248,9 @@ func (e *outageEnv) start(t *testing.T, batch bool, opts ...Option) *Consumer {
 	t.Helper()
 	logger := slog.New(e.logs)
 	cfg := StandardConfig{
-		DB: e.pool, DeadLetter: e.producer, DeadLetterTopic: func(string) string { return e.dlq },
+		DB: e.pool, DeadLetter: e.producer,
 		Locker: e.locker, Fence: true, Name: "seq", Handler: applySeq, Logger: logger,
-		Retry: RetryPolicy{BaseDelay: time.Millisecond, MaxDelay: 20 * time.Millisecond, MaxElapsed: 2 * time.Second},
+		Retry: RetryConfig{BaseDelay: time.Millisecond, MaxDelay: 20 * time.Millisecond, MaxElapsed: 2 * time.Second},
 	}
 	h, err := Standard(cfg)
 	if err != nil {

@@ -132,7 +132,7 @@ func realErrors(t *testing.T) (outages, others map[string]error) {
 	// A lease's fence checked in a database without the fence table: a deployment error,
 	// wrapped by lock.Lease.CheckFence.
 	rdb, ns := testenv.Redis(t)
-	locker := lock.New(rdb, lock.Options{Namespace: ns, MaxWait: 50 * time.Millisecond, Retry: lock.FullJitter(time.Millisecond, 5*time.Millisecond)})
+	locker := newLocker(t, rdb, lock.WithNamespace(ns), lock.WithMaxWait(50*time.Millisecond), lock.WithRetryBackoff(time.Millisecond, 5*time.Millisecond))
 	lease, err := locker.Acquire(ctx, "e1")
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +149,7 @@ func realErrors(t *testing.T) (outages, others map[string]error) {
 	downRedis := redis.NewClient(&redis.Options{Addr: down, MaxRetries: -1, DialTimeout: time.Second})
 	t.Cleanup(func() { downRedis.Close() })
 	outages["redis ping refused"] = must("redis down", downRedis.Ping(ctx).Err())
-	downLocker := lock.New(downRedis, lock.Options{Namespace: ns})
+	downLocker := newLocker(t, downRedis, lock.WithNamespace(ns))
 	_, err = downLocker.Acquire(ctx, "e2")
 	outages["lock Acquire, redis down"] = must("acquire down", err)
 	_, err = downLocker.AcquireAll(ctx, []string{"e2", "e3"})
@@ -202,7 +202,7 @@ func realErrors(t *testing.T) (outages, others map[string]error) {
 	others["permanent"] = Permanent(errors.New("validation failed"))
 	others["malformed"] = fmt.Errorf("decode: %w", event.ErrMalformed)
 	others["key reused"] = fmt.Errorf("claim: %w", idempotency.ErrKeyReused)
-	others["panic"] = &PanicError{Value: "boom"}
+	others["panic"] = &panicError{value: "boom"}
 	others["context cancelled"] = fmt.Errorf("query: %w", context.Canceled)
 	outages["ErrOutage declared by a handler"] = fmt.Errorf("call the bank: %w", ErrOutage)
 	return outages, others
@@ -331,8 +331,8 @@ func TestOutageNeverDeadLettered(t *testing.T) {
 	h := Chain(func(context.Context, *Message) error {
 		calls++
 		return outage
-	}, DeadLetter(producer, DeadLetterTopic(func(string) string { return dlq })), Retry(RetryPolicy{MaxAttempts: 3}))
-	m := &Message{Record: &kgo.Record{Topic: "src", Value: []byte("v")}, Group: "g"}
+	}, DeadLetter(producer), Retry(RetryConfig{MaxAttempts: 3}))
+	m := &Message{Record: &kgo.Record{Topic: "src", Value: []byte("v")}, Group: "g", deadLetterTopic: func(string) string { return dlq }}
 	if err := h(context.Background(), m); err != outage {
 		t.Fatalf("chain returned %v, want the outage unchanged", err)
 	}
@@ -344,8 +344,8 @@ func TestOutageNeverDeadLettered(t *testing.T) {
 	}
 	// The same chain still dead-letters a record's own failure.
 	h = Chain(func(context.Context, *Message) error { return Permanent(errors.New("bad amount")) },
-		DeadLetter(producer, DeadLetterTopic(func(string) string { return dlq })), Retry(RetryPolicy{MaxAttempts: 3}))
-	if err := h(context.Background(), &Message{Record: &kgo.Record{Topic: "src", Value: []byte("v")}, Group: "g"}); err != nil {
+		DeadLetter(producer), Retry(RetryConfig{MaxAttempts: 3}))
+	if err := h(context.Background(), &Message{Record: &kgo.Record{Topic: "src", Value: []byte("v")}, Group: "g", deadLetterTopic: func(string) string { return dlq }}); err != nil {
 		t.Fatalf("permanent failure: %v, want dead-lettered", err)
 	}
 	if n := endOffsets(t, brokers, dlq)[0]; n != 1 {

@@ -75,7 +75,7 @@ func TestOutboxRowsWrittenOncePerTransaction(t *testing.T) {
 		}
 		return nil
 	}
-	std := StandardConfig{DB: pool, DeadLetter: newProducer(t, brokers), Name: "flush", Handler: handler, Retry: RetryPolicy{MaxAttempts: 1}}
+	std := StandardConfig{DB: pool, DeadLetter: newProducer(t, brokers), Name: "flush", Handler: handler, Retry: RetryConfig{MaxAttempts: 1}}
 	single, err := Standard(std)
 	if err != nil {
 		t.Fatal(err)
@@ -205,7 +205,7 @@ func TestOutboxRowsWrittenOncePerTransaction(t *testing.T) {
 		return errors.New("roll back")
 	}
 	_ = ob.InTx(ctx, pool, visible)
-	other := StandardConfig{DB: pool, DeadLetter: std.DeadLetter, Name: "other", Retry: RetryPolicy{MaxAttempts: 1},
+	other := StandardConfig{DB: pool, DeadLetter: std.DeadLetter, Name: "other", Retry: RetryConfig{MaxAttempts: 1},
 		Handler: func(ctx context.Context, _ pgx.Tx, _ event.Event) error {
 			_ = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return visible(ctx, tx) })
 			return nil

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/choreo-saga/choreo/idempotency"
 )
 
 // poolCheckInterval is how often a handler chain looks again at how many partitions its
@@ -40,7 +42,7 @@ type poolCheck struct {
 }
 
 // newPoolCheck returns the check for db, or nil (no check) when db is not a pgxpool.
-func newPoolCheck(db Beginner) *poolCheck {
+func newPoolCheck(db idempotency.Beginner) *poolCheck {
 	p, ok := db.(*pgxpool.Pool)
 	if !ok || p == nil {
 		return nil

@@ -6,29 +6,28 @@ import (
 	"runtime/debug"
 )
 
-// PanicError is the error Recover returns for a panic. It matches ErrPanic with errors.Is
-// and, when the panic value was an error, that error too.
-type PanicError struct {
-	// Value is what the handler passed to panic.
-	Value any
-	// Stack is the goroutine's stack at the panic.
-	Stack []byte
+// panicError is the error Recover returns for a panic. It matches ErrPanic with errors.Is
+// and, when the panic value was an error, that error too; its text holds the panic value
+// and the stack.
+type panicError struct {
+	value any    // what the handler passed to panic
+	stack []byte // the goroutine's stack at the panic
 }
 
 // Error returns ErrPanic's text, the panic value and the stack.
-func (e *PanicError) Error() string {
-	return fmt.Sprintf("%v: %v\n%s", ErrPanic, e.Value, e.Stack)
+func (e *panicError) Error() string {
+	return fmt.Sprintf("%v: %v\n%s", ErrPanic, e.value, e.stack)
 }
 
 // Unwrap lets errors.Is match ErrPanic and, if the panic value is an error, that error.
-func (e *PanicError) Unwrap() []error {
-	if err, ok := e.Value.(error); ok {
+func (e *panicError) Unwrap() []error {
+	if err, ok := e.value.(error); ok {
 		return []error{ErrPanic, err}
 	}
 	return []error{ErrPanic}
 }
 
-// Recover turns a panic in the handlers it wraps into a *PanicError (non-retryable, see
+// Recover turns a panic in the handlers it wraps into an error matching ErrPanic (non-retryable, see
 // Retryable), so that one bad event cannot crash the process. Standard uses it twice:
 // outermost, to guard the runtime, and just inside Retry, so that a panicking business
 // handler sends its event to the dead-letter topic instead of blocking the partition.
@@ -41,10 +40,10 @@ func Recover() Middleware {
 	}
 }
 
-// recoverPanic, deferred, turns a panic into a *PanicError in *err. Recover and
+// recoverPanic, deferred, turns a panic into a *panicError in *err. Recover and
 // StandardBatch both defer it.
 func recoverPanic(err *error) {
 	if v := recover(); v != nil {
-		*err = &PanicError{Value: v, Stack: debug.Stack()}
+		*err = &panicError{value: v, stack: debug.Stack()}
 	}
 }

@@ -20,12 +20,12 @@ func TestRecover(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := Recover()(func(context.Context, *Message) error { panic(tt.value) })(context.Background(), &Message{})
-			var pe *PanicError
+			var pe *panicError
 			if !errors.As(err, &pe) || !errors.Is(err, ErrPanic) || !errors.Is(err, tt.wantIs) {
-				t.Fatalf("error %v is not a PanicError matching %v", err, tt.wantIs)
+				t.Fatalf("error %v is not a panicError matching %v", err, tt.wantIs)
 			}
-			if pe.Value != tt.value || !strings.Contains(string(pe.Stack), "recover_test.go") {
-				t.Errorf("panic value %v, stack %q", pe.Value, pe.Stack)
+			if pe.value != tt.value || !strings.Contains(string(pe.stack), "recover_test.go") {
+				t.Errorf("panic value %v, stack %q", pe.value, pe.stack)
 			}
 			if Retryable(err) {
 				t.Error("a panic is classified retryable")

@@ -10,21 +10,9 @@ import (
 	"github.com/choreo-saga/choreo/lock"
 )
 
-// Defaults of RetryPolicy. With them a failing record is retried for up to a minute: the
-// backoff bound doubles from 100ms to its 5s cap (reached before the 7th attempt), and
-// attempts go on, about 2.5s apart on average, until the next one would start more than
-// a minute after the first. There is no count limit by default, so the minute is the
-// budget that actually applies.
-const (
-	DefaultRetryMaxAttempts = 0 // no count limit: DefaultRetryMaxElapsed bounds the retries
-	DefaultRetryBaseDelay   = 100 * time.Millisecond
-	DefaultRetryMaxDelay    = 5 * time.Second
-	DefaultRetryMaxElapsed  = time.Minute
-)
-
-// RetryPolicy configures Retry. The zero value is usable: every zero field takes its
+// RetryConfig configures Retry. The zero value is usable: every zero field takes its
 // default.
-type RetryPolicy struct {
+type RetryConfig struct {
 	// MaxAttempts bounds the attempts, the first included; 0 or less sets no count limit,
 	// so that MaxElapsed alone bounds the retries (default DefaultRetryMaxAttempts, 0).
 	MaxAttempts int
@@ -43,7 +31,7 @@ type RetryPolicy struct {
 	OnRetry func(ctx context.Context, m *Message, err error, delay time.Duration)
 }
 
-func (p RetryPolicy) withDefaults() RetryPolicy {
+func (p RetryConfig) withDefaults() RetryConfig {
 	if p.BaseDelay <= 0 {
 		p.BaseDelay = DefaultRetryBaseDelay
 	}
@@ -79,7 +67,7 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 // outage ends (see the package documentation). The sleep ends early when ctx is
 // cancelled or the partition's worker stops; the record is then left unsettled, never
 // dead-lettered.
-func Retry(p RetryPolicy) Middleware {
+func Retry(p RetryConfig) Middleware {
 	p = p.withDefaults()
 	bo := backoff.Policy{Base: p.BaseDelay, Max: p.MaxDelay}
 	return func(next Handler) Handler {

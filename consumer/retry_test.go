@@ -29,7 +29,7 @@ func TestRetryable(t *testing.T) {
 		{fmt.Errorf("claim: %w", idempotency.ErrKeyReused), false},
 		{idempotency.ErrInvalidKey, false},
 		{fmt.Errorf("%w: x", ErrUnknownType), false},
-		{&PanicError{Value: "boom"}, false},
+		{&panicError{value: "boom"}, false},
 		{nil, false},
 	}
 	for _, tt := range tests {
@@ -51,7 +51,7 @@ func TestRetry(t *testing.T) {
 	tests := []struct {
 		name         string
 		errs         []error // returned by successive attempts; nil after the list
-		policy       RetryPolicy
+		policy       RetryConfig
 		wantAttempts int
 		wantErr      error // nil: success
 		exhausted    bool
@@ -65,17 +65,17 @@ func TestRetry(t *testing.T) {
 		{name: "outage returned at once", errs: []error{transient, fmt.Errorf("db: %w", ErrOutage)}, wantAttempts: 2, wantErr: ErrOutage},
 		{
 			name: "no count limit by default: the elapsed time bounds it", errs: slices.Repeat([]error{transient}, 40),
-			policy: RetryPolicy{MaxElapsed: time.Hour}, wantAttempts: 41,
+			policy: RetryConfig{MaxElapsed: time.Hour}, wantAttempts: 41,
 		},
 		{
 			// Contention outlasting the budget is waited out like an outage, never
 			// dead-lettered: the error matches ErrOutage, not ErrRetriesExhausted.
 			name: "lock not obtained until attempts run out", errs: []error{lock.ErrNotObtained, lock.ErrNotObtained, lock.ErrNotObtained},
-			policy: RetryPolicy{MaxAttempts: 3}, wantAttempts: 3, wantErr: ErrOutage, exhausted: false,
+			policy: RetryConfig{MaxAttempts: 3}, wantAttempts: 3, wantErr: ErrOutage, exhausted: false,
 		},
 		{
 			name: "elapsed time runs out", errs: []error{transient, transient},
-			policy:       RetryPolicy{MaxElapsed: time.Nanosecond},
+			policy:       RetryConfig{MaxElapsed: time.Nanosecond},
 			wantAttempts: 1, wantErr: transient, exhausted: true,
 		},
 	}
@@ -117,7 +117,7 @@ func TestRetryStopsWithWorker(t *testing.T) {
 	stop := make(chan struct{})
 	ctx := context.WithValue(context.Background(), stopKey{}, stop)
 	var calls int
-	h := Retry(RetryPolicy{BaseDelay: time.Hour, MaxDelay: time.Hour, MaxElapsed: 2 * time.Hour})(
+	h := Retry(RetryConfig{BaseDelay: time.Hour, MaxDelay: time.Hour, MaxElapsed: 2 * time.Hour})(
 		func(context.Context, *Message) error {
 			calls++
 			if calls == 1 {
@@ -131,7 +131,7 @@ func TestRetryStopsWithWorker(t *testing.T) {
 	}
 	cctx, cancel := context.WithCancel(context.Background())
 	calls = 0
-	err = Retry(RetryPolicy{BaseDelay: time.Hour, MaxDelay: time.Hour, MaxElapsed: 2 * time.Hour})(func(context.Context, *Message) error {
+	err = Retry(RetryConfig{BaseDelay: time.Hour, MaxDelay: time.Hour, MaxElapsed: 2 * time.Hour})(func(context.Context, *Message) error {
 		calls++
 		cancel()
 		return errors.New("transient")
@@ -147,13 +147,13 @@ func TestRetryStopsWithWorker(t *testing.T) {
 func TestLockContentionOutlastingBudgetIsWaitedOut(t *testing.T) {
 	e := newChainEnv(t, 1)
 	rdb, ns := testenv.Redis(t)
-	e.locker = lock.New(rdb, lock.Options{Namespace: ns, MaxWait: 50 * time.Millisecond})
-	other := lock.New(rdb, lock.Options{Namespace: ns})
+	e.locker = newLocker(t, rdb, lock.WithNamespace(ns), lock.WithMaxWait(50*time.Millisecond))
+	other := newLocker(t, rdb, lock.WithNamespace(ns))
 	held, err := other.Acquire(context.Background(), "k")
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := e.standard(t, StandardConfig{Retry: RetryPolicy{BaseDelay: time.Millisecond, MaxDelay: 10 * time.Millisecond, MaxElapsed: 200 * time.Millisecond}})
+	h := e.standard(t, StandardConfig{Retry: RetryConfig{BaseDelay: time.Millisecond, MaxDelay: 10 * time.Millisecond, MaxElapsed: 200 * time.Millisecond}})
 	c := e.consumer(t, h, WithOutageBackoff(10*time.Millisecond, 100*time.Millisecond))
 	produce(t, e.producer, eventRecord(t, e.topic, "test.step", "k", seqPayload{Seq: 1}))
 	start(t, c)

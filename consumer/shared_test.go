@@ -89,10 +89,10 @@ func TestStandardBatchSharesStandardParts(t *testing.T) {
 		return err
 	}
 	base := StandardConfig{
-		DB: e.pool, DeadLetter: e.producer, DeadLetterTopic: func(string) string { return e.dlq },
+		DB: e.pool, DeadLetter: e.producer,
 		Router: NewRouter().Handle("test.step", insert).Ignore("test.noise"),
 		Locker: e.locker, Fence: true, EntityAttribute: "order.id", Propagator: prop,
-		Retry: RetryPolicy{MaxAttempts: 1},
+		Retry: RetryConfig{MaxAttempts: 1},
 	}
 	singleCfg, batchCfg := base, base
 	singleCfg.Name, batchCfg.Name = "single", "batch" // each path claims the events once
@@ -121,7 +121,7 @@ func TestStandardBatchSharesStandardParts(t *testing.T) {
 		return record(eventRecord(t, e.topic, "test.step", key, seqPayload{Seq: 1}))
 	}
 	ctx := context.Background()
-	msg := func(r *kgo.Record) *Message { return &Message{Record: r, Group: e.group} }
+	msg := func(r *kgo.Record) *Message { return &Message{Record: r, Group: e.group, deadLetterTopic: e.dlqOf} }
 
 	// Handled, and ignored, records: same span attributes, log fields and metric attributes.
 	rec, noise, other := step("o-1"), record(eventRecord(t, e.topic, "test.noise", "o-2", nil)), step("o-3")

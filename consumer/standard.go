@@ -17,16 +17,13 @@ import (
 // required; every other zero field takes the default of the middleware it configures.
 type StandardConfig struct {
 	// DB opens the handlers' transactions (a *pgxpool.Pool). Required.
-	DB Beginner
+	DB idempotency.Beginner
 	// Router routes events by type. Set Router or Handler.
 	Router *Router
 	// Handler handles every event. Set Router or Handler.
 	Handler TxHandler
 	// DeadLetter publishes dead-lettered records (a *kgo.Client). Required.
 	DeadLetter Producer
-	// DeadLetterTopic names a source topic's dead-letter topic (default "<topic>.dlq",
-	// DeadLetterSuffix).
-	DeadLetterTopic func(source string) string
 	// DeadLetterArchive, if set, keeps the full original of records the dead-letter topic
 	// refuses (too large, or the topic is missing), so they are settled instead of
 	// blocking their partition (see DeadLetter). Migrate it first. Default: none.
@@ -47,8 +44,8 @@ type StandardConfig struct {
 	Name string
 	// AfterCommit functions run after each commit, e.g. outbox.Outbox.Wake.
 	AfterCommit []func()
-	// Retry is the retry policy (zero value: the RetryPolicy defaults).
-	Retry RetryPolicy
+	// Retry is the retry policy (zero value: the RetryConfig defaults).
+	Retry RetryConfig
 	// Decode options, e.g. event.MaxPayloadBytes, for the default decoder.
 	Decode []event.DecodeOption
 	// Decoder turns records into events (default event.FromRecord with the Decode
@@ -90,15 +87,13 @@ func (cfg *StandardConfig) tracingOptions() []tracing.InstrumentOption {
 
 // Standard returns the chain every choreo consumer runs, outermost first:
 //
-//	Recover → Tracing → CorrelationID → Metrics → Logging → DeadLetter → Retry →
+//	Recover → Tracing → Correlate → Metrics → Logging → DeadLetter → Retry →
 //	Recover → Decode → Router.Filter → Lock → Idempotent → business handler(ctx, tx, event)
 //
 // DeadLetter sits outside Retry because only the outcome of all attempts decides whether
 // a record is dead-lettered; Decode, the router's filter and the inner Recover sit inside
 // both, so undecodable records, unknown types and panics are dead-lettered at once
-// instead of blocking the partition. Lock sits inside Retry, so "not obtained" backs off;
-// it acquires the lease ahead (AcquireAhead), so the Redis round trip overlaps
-// Idempotent's BEGIN.
+// instead of blocking the partition. Lock sits inside Retry, so "not obtained" backs off.
 //
 // The configuration is resolved once, every default applied, and StandardBatch resolves
 // it the same way and runs the same parts, so both paths decode, filter,
@@ -109,7 +104,6 @@ func Standard(cfg StandardConfig) (Handler, error) {
 		return nil, err
 	}
 	dlqOpts := []DeadLetterOption{
-		DeadLetterTopic(cfg.DeadLetterTopic),
 		DeadLetterArchiveTo(cfg.DeadLetterArchive),
 		DeadLetterValueBytes(cfg.DeadLetterValueBytes),
 		DeadLetterLogger(cfg.Logger),
@@ -118,7 +112,7 @@ func Standard(cfg StandardConfig) (Handler, error) {
 	mws := []Middleware{
 		Recover(),
 		traced(c.kafka),
-		CorrelationID(c.entityAttr),
+		Correlate(c.entityAttr),
 		c.ins.middleware(),
 		Logging(c.logger),
 		DeadLetter(cfg.DeadLetter, dlqOpts...),
@@ -130,7 +124,7 @@ func Standard(cfg StandardConfig) (Handler, error) {
 		mws = append(mws, c.router.Filter())
 	}
 	if c.locker != nil {
-		mws = append(mws, locked(c.locker, c.lock))
+		mws = append(mws, Lock(c.locker, c.lockEntity))
 	}
 	return Chain(c.tx.handle, mws...), nil
 }

@@ -36,8 +36,8 @@ func BenchmarkStandardOneEvent(b *testing.B) {
 		b.Fatal(err)
 	}
 	cfg := StandardConfig{
-		DB: pool, DeadLetter: new(kgo.Client), Locker: lock.New(rdb, lock.Options{Namespace: ns}), Fence: true,
-		Name: "bench", AfterCommit: []func(){ob.Wake}, Retry: RetryPolicy{MaxAttempts: 1},
+		DB: pool, DeadLetter: new(kgo.Client), Locker: newLocker(b, rdb, lock.WithNamespace(ns)), Fence: true,
+		Name: "bench", AfterCommit: []func(){ob.Wake}, Retry: RetryConfig{MaxAttempts: 1},
 		TracerProvider: tracenoop.NewTracerProvider(), MeterProvider: metricnoop.NewMeterProvider(),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		Handler: func(ctx context.Context, tx pgx.Tx, ev event.Event) error {

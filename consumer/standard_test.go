@@ -41,7 +41,7 @@ func newChainEnv(t *testing.T, partitions int32) *chainEnv {
 		dlq:      testenv.Topic(t, brokers, 1),
 		group:    testenv.Name(t, "g"),
 		pool:     newDB(t),
-		locker:   lock.New(rdb, lock.Options{Namespace: ns}),
+		locker:   newLocker(t, rdb, lock.WithNamespace(ns)),
 		producer: newProducer(t, brokers),
 	}
 }
@@ -50,7 +50,6 @@ func (e *chainEnv) standard(t *testing.T, cfg StandardConfig) Handler {
 	t.Helper()
 	cfg.DB = e.pool
 	cfg.DeadLetter = e.producer
-	cfg.DeadLetterTopic = func(string) string { return e.dlq }
 	cfg.Locker = e.locker
 	cfg.Fence = true
 	if cfg.Name == "" {
@@ -72,12 +71,16 @@ func (e *chainEnv) standard(t *testing.T, cfg StandardConfig) Handler {
 
 func (e *chainEnv) consumer(t *testing.T, h Handler, opts ...Option) *Consumer {
 	t.Helper()
-	c, err := New(e.brokers, e.group, []string{e.topic}, h, append([]Option{fastGroup()}, opts...)...)
+	c, err := New(e.brokers, e.group, []string{e.topic}, h,
+		append([]Option{fastGroup(), WithDeadLetterTopics(e.dlqOf)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
 }
+
+// dlqOf names every topic's dead-letter topic: e.dlq.
+func (e *chainEnv) dlqOf(string) string { return e.dlq }
 
 func (e *chainEnv) effects(t *testing.T) int {
 	return count(t, e.pool, `SELECT count(*) FROM effects`)
@@ -257,7 +260,7 @@ func TestStandardRetryRecoversOnThirdAttempt(t *testing.T) {
 	var mu sync.Mutex
 	var delays []time.Duration
 	var attempts []int
-	policy := RetryPolicy{
+	policy := RetryConfig{
 		MaxAttempts: 5, BaseDelay: 2 * time.Millisecond, MaxDelay: 50 * time.Millisecond,
 		OnRetry: func(_ context.Context, m *Message, _ error, d time.Duration) {
 			mu.Lock()
@@ -305,7 +308,7 @@ func TestStandardRetriesExhausted(t *testing.T) {
 		}
 		return nil
 	}
-	start(t, e.consumer(t, e.standard(t, StandardConfig{Handler: failing, Retry: RetryPolicy{MaxAttempts: 3, BaseDelay: time.Millisecond, MaxDelay: 2 * time.Millisecond}})))
+	start(t, e.consumer(t, e.standard(t, StandardConfig{Handler: failing, Retry: RetryConfig{MaxAttempts: 3, BaseDelay: time.Millisecond, MaxDelay: 2 * time.Millisecond}})))
 	e.waitCommitted(t)
 	d := readTopic(t, e.brokers, e.dlq, 1)[0]
 	if header(d, HeaderDLQReason) != ReasonRetriesExhausted || header(d, HeaderDLQAttempts) != "3" {

@@ -14,15 +14,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// ErrMissingTopic: a topic the consumer needs does not exist; the error names it.
-var ErrMissingTopic = errors.New("consumer: missing topic")
-
-// WithDeadLetterTopics makes Run check, before it consumes anything, that the dead-letter
-// topic of every consumed topic exists, name(topic) (nil name: topic + DeadLetterSuffix,
-// DeadLetter's default). If any is missing, Run returns an error matching
-// ErrMissingTopic that names them all. While the brokers cannot be reached, Run keeps
-// asking (a Warn line says so) until its context ends. Default: no check. Use the same
-// naming as the chain's DeadLetter (StandardConfig.DeadLetterTopic).
+// WithDeadLetterTopics is the one place that names dead-letter topics: DeadLetter (in
+// Standard and StandardBatch too) sends a record of topic t to name(t) (nil name: t +
+// DeadLetterSuffix, the default without this option), and Run checks, before it consumes
+// anything, that the dead-letter topic of every consumed topic exists. If any is missing,
+// Run returns an error matching ErrMissingTopic that names them all. While the brokers
+// cannot be reached, Run keeps asking (a Warn line says so) until its context ends.
+// Default: t + DeadLetterSuffix, not checked at start.
 func WithDeadLetterTopics(name func(source string) string) Option {
 	return func(c *config) {
 		if name == nil {

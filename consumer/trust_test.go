@@ -29,7 +29,7 @@ func TestTrust(t *testing.T) {
 	}
 	standard := e.standard(t, StandardConfig{Router: router(), Name: "single"})
 	bcfg := StandardConfig{Router: router(), Name: "batch", DB: e.pool, DeadLetter: e.producer,
-		DeadLetterTopic: func(string) string { return e.dlq }, Locker: e.locker, Fence: true}
+		Locker: e.locker, Fence: true}
 	batch, err := StandardBatch(bcfg)
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +46,7 @@ func TestTrust(t *testing.T) {
 		return r
 	}
 	ctx := context.Background()
-	msg := func(r *kgo.Record) *Message { return &Message{Record: r, Group: e.group} }
+	msg := func(r *kgo.Record) *Message { return &Message{Record: r, Group: e.group, deadLetterTopic: e.dlqOf} }
 
 	evil := rec("evil", e.topic, "payment.authorized", "o-evil")
 	wrongTopic := rec("payment", "stock.elsewhere", "payment.authorized", "o-topic")

@@ -180,7 +180,7 @@ func (w *worker) settled(r *kgo.Record) {
 func (w *worker) handleBatch(rs []*kgo.Record) bool {
 	ms := make([]*Message, len(rs))
 	for i, r := range rs {
-		ms[i] = &Message{Record: r, Group: w.c.group}
+		ms[i] = &Message{Record: r, Group: w.c.group, deadLetterTopic: w.c.cfg.dlqTopic}
 	}
 	err := w.c.cfg.batch(w.ctx, ms)
 	if err == nil {
@@ -202,7 +202,7 @@ func (w *worker) handleBatch(rs []*kgo.Record) bool {
 func (w *worker) handle(r *kgo.Record) bool {
 	var failures, outages int
 	for {
-		err := w.c.h(w.ctx, &Message{Record: r, Group: w.c.group})
+		err := w.c.h(w.ctx, &Message{Record: r, Group: w.c.group, deadLetterTopic: w.c.cfg.dlqTopic})
 		if err == nil {
 			w.outageOver(r)
 			return true

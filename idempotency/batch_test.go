@@ -89,7 +89,7 @@ func req(key string, hash []byte) idempotency.Request {
 func TestClaimAllOutcomes(t *testing.T) {
 	pool, counter := setupCounted(t, "")
 	ctx := context.Background()
-	store := idempotency.NewStore()
+	store := newStore(t)
 	h1, h2 := idempotency.Hash([]byte("one")), idempotency.Hash([]byte("two"))
 	commitRecord(t, pool, store, "s", "done-with-response", h1, []byte("r1"))
 	commitRecord(t, pool, store, "s", "done-without-response", h2, nil)
@@ -198,7 +198,7 @@ func TestClaimAllOutcomes(t *testing.T) {
 func TestClaimAllErrors(t *testing.T) {
 	pool, counter := setupCounted(t, "")
 	ctx := context.Background()
-	store := idempotency.NewStore()
+	store := newStore(t)
 	h1, h2 := idempotency.Hash([]byte("one")), idempotency.Hash([]byte("two"))
 	commitRecord(t, pool, store, "s", "k1", h1, nil)
 	commitRecord(t, pool, store, "s", "k2", h1, nil)
@@ -263,7 +263,7 @@ func TestClaimAllTakesOverExpired(t *testing.T) {
 		('s', 'live', 'h', 'live response', now() + interval '1 hour')`); err != nil {
 		t.Fatal(err)
 	}
-	store := idempotency.NewStore(idempotency.WithTable("billing.idem"))
+	store := newStore(t, idempotency.WithTable("billing.idem"))
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -304,7 +304,7 @@ func TestClaimAllOverlappingSetsDoNotDeadlock(t *testing.T) {
 		t.Run(fmt.Sprintf("holder commits %v", commitHolder), func(t *testing.T) {
 			pool := setup(t)
 			ctx := context.Background()
-			store := idempotency.NewStore()
+			store := newStore(t)
 			hash := []byte("h")
 			keys := []string{"a", "b", "m", "y", "z"}
 			var asc, desc []idempotency.Request
@@ -394,7 +394,7 @@ func TestClaimAllOverlappingSetsDoNotDeadlock(t *testing.T) {
 func TestClaimAllConcurrentExactlyOnce(t *testing.T) {
 	pool := setupWide(t, 20)
 	ctx := context.Background()
-	store := idempotency.NewStore()
+	store := newStore(t)
 	const workers, nkeys = 50, 16
 	keys := make([]string, nkeys)
 	for i := range keys {
@@ -492,7 +492,7 @@ func TestClaimAllConcurrentExactlyOnce(t *testing.T) {
 func TestClaimAllMatchesClaim(t *testing.T) {
 	pool := setup(t)
 	ctx := context.Background()
-	store := idempotency.NewStore()
+	store := newStore(t)
 	hashes := [][]byte{nil, []byte("h1"), []byte("h2")}
 	if _, err := pool.Exec(ctx, `INSERT INTO choreo_idempotency (scope, key, request_hash, response, expires_at) VALUES
 		('s', 'live-h1', 'h1', 'r', now() + interval '1 hour'),
@@ -603,7 +603,7 @@ func benchmarkClaims(b *testing.B, claim func(ctx context.Context, store *idempo
 	if err := idempotency.Migrate(ctx, pool); err != nil {
 		b.Fatal(err)
 	}
-	store := idempotency.NewStore()
+	store := newStore(b)
 	const batch = 16
 	batchOf := func(prefix string) []idempotency.Request {
 		reqs := make([]idempotency.Request, batch)

@@ -51,7 +51,10 @@ func ExampleStore_Claim() {
 	if err := idempotency.Migrate(ctx, pool); err != nil {
 		panic(err)
 	}
-	store := idempotency.NewStore()
+	store, err := idempotency.NewStore()
+	if err != nil {
+		panic(err)
+	}
 
 	handle := func(eventID, orderID string, payload []byte) error {
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -72,7 +75,7 @@ func ExampleStore_Claim() {
 	payload := []byte(`{"order":"o-1","amount":42}`)
 	_ = handle("ev-1", "o-1", payload)
 	_ = handle("ev-1", "o-1", payload) // Kafka redelivers
-	err := handle("ev-1", "o-1", []byte(`{"order":"o-1","amount":99}`))
+	err = handle("ev-1", "o-1", []byte(`{"order":"o-1","amount":99}`))
 	fmt.Println(errors.Is(err, idempotency.ErrKeyReused))
 	// Output:
 	// charged o-1
@@ -89,7 +92,10 @@ func ExampleStore_Do() {
 	if err := idempotency.Migrate(ctx, pool); err != nil {
 		panic(err)
 	}
-	store := idempotency.NewStore()
+	store, err := idempotency.NewStore()
+	if err != nil {
+		panic(err)
+	}
 
 	body := []byte(`{"order":"o-7","amount":10}`)
 	for range 2 {
@@ -118,7 +124,10 @@ func ExampleSweeper() {
 	_, _ = pool.Exec(ctx, `INSERT INTO choreo_idempotency (scope, key, request_hash, expires_at)
 		SELECT 'payment', 'ev-' || i, '', now() - interval '1 day' FROM generate_series(1, 2500) AS i`)
 
-	sweeper := idempotency.NewSweeper(pool, idempotency.WithBatchSize(1000))
+	sweeper, err := idempotency.NewSweeper(pool, idempotency.WithBatchSize(1000))
+	if err != nil {
+		panic(err)
+	}
 	n, err := sweeper.SweepOnce(ctx) // in a service: go sweeper.Run(ctx)
 	fmt.Println(n, err)
 	// Output:

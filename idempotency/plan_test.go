@@ -20,7 +20,10 @@ func TestClaimAllGenericPlanProbesThePrimaryKey(t *testing.T) {
 	if err := Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	s := NewStore()
+	s, err := NewStore()
+	if err != nil {
+		t.Fatal(err)
+	}
 	table := s.table.Quoted()
 	fill := func(from, to int) {
 		t.Helper()

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/choreo-saga/choreo/internal/sqlname"
+	"github.com/choreo-saga/choreo/internal/txhook"
 )
 
 // DefaultRetention is how long a record guards its key when no
@@ -39,7 +40,7 @@ var (
 	// record for the key, i.e. Claim was not called first.
 	ErrNotClaimed = errors.New("idempotency: key not claimed")
 
-	// ErrInvalidOption is returned (or, from NewStore, panicked with) for an
+	// ErrInvalidOption is returned by NewStore, NewSweeper and Migrate for an
 	// invalid option value.
 	ErrInvalidOption = errors.New("idempotency: invalid option")
 )
@@ -138,13 +139,12 @@ type Claim struct {
 	Response []byte
 }
 
-// NewStore returns a Store. It panics if an option is invalid (a
-// programming error, like a negative retention); Migrate reports the same
-// problems as errors.
-func NewStore(opts ...Option) *Store {
+// NewStore returns a Store configured by opts (WithTable, WithRetention). An
+// invalid option is an error wrapping ErrInvalidOption.
+func NewStore(opts ...Option) (*Store, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
-		panic(err)
+		return nil, err
 	}
 	t := cfg.table.Quoted()
 	return &Store{
@@ -203,7 +203,7 @@ SET request_hash = $3, response = NULL, created_at = now(),
     expires_at = now() + $4::bigint * interval '1 microsecond'
 WHERE scope = $1 AND key = $2 AND expires_at <= now()`,
 		doneSQL: `UPDATE ` + t + ` SET response = $3 WHERE scope = $1 AND key = $2`,
-	}
+	}, nil
 }
 
 // TableName returns the name of the store's table as given to WithTable
@@ -272,13 +272,18 @@ func (s *Store) claim(ctx context.Context, tx pgx.Tx, scope, key string, request
 	// the record under us (took over or deleted an expired record); then the
 	// next pass sees the new state. Three passes are plenty: every retry
 	// means another transaction made progress on this key.
+	leading := txhook.Leading(ctx) // sent with the first claimSQL only
 	for range 3 {
 		r := seen
 		seen = nil
 		if r == nil {
 			r = new(record)
-			err := tx.QueryRow(ctx, s.claimSQL, scope, key, requestHash, retention).
-				Scan(&r.claimed, &r.stored, &r.response, &r.expired)
+			err := s.queryClaim(ctx, tx, leading, r, scope, key, requestHash, retention)
+			var lerr leadingError
+			if errors.As(err, &lerr) {
+				return Claim{}, lerr.err
+			}
+			leading = nil
 			if errors.Is(err, pgx.ErrNoRows) {
 				// We waited for a concurrent claim of this key that committed.
 				err = tx.QueryRow(ctx, s.lookupSQL, scope, key).Scan(&r.claimed, &r.stored, &r.response, &r.expired)
@@ -309,6 +314,44 @@ func (s *Store) claim(ctx context.Context, tx pgx.Tx, scope, key string, request
 		return Claim{Duplicate: true, Response: r.response}, nil
 	}
 	return Claim{}, fmt.Errorf("idempotency: claim %s/%s: record kept changing under concurrent claims; retry", scope, key)
+}
+
+// leadingError is the error of a statement the caller asked to lead the claim
+// (txhook.WithLeading); Claim returns it as it is.
+type leadingError struct{ err error }
+
+func (e leadingError) Error() string { return e.err.Error() }
+
+// queryClaim runs claimSQL into r. With leading statements it sends them and
+// claimSQL in one pgx batch (one round trip) and reports the first leading
+// statement's error as a leadingError.
+func (s *Store) queryClaim(ctx context.Context, tx pgx.Tx, leading []txhook.Stmt, r *record, args ...any) error {
+	if len(leading) == 0 {
+		return tx.QueryRow(ctx, s.claimSQL, args...).Scan(&r.claimed, &r.stored, &r.response, &r.expired)
+	}
+	b := &pgx.Batch{}
+	var lerr, cerr error
+	for _, st := range leading {
+		b.Queue(st.SQL, st.Args...).QueryRow(func(row pgx.Row) error {
+			if err := st.Row(row); err != nil && lerr == nil {
+				lerr = err
+			}
+			return nil
+		})
+	}
+	b.Queue(s.claimSQL, args...).QueryRow(func(row pgx.Row) error {
+		cerr = row.Scan(&r.claimed, &r.stored, &r.response, &r.expired)
+		return nil
+	})
+	err := tx.SendBatch(ctx, b).Close()
+	switch {
+	case lerr != nil:
+		return leadingError{lerr}
+	case cerr != nil:
+		return cerr
+	default:
+		return err
+	}
 }
 
 func errKeyReused(scope, key string) error {

@@ -94,7 +94,7 @@ func TestMigrateIsIdempotentUnderConcurrency(t *testing.T) {
 			if err := idempotency.Migrate(ctx, pool, idempotency.WithTable(table)); err != nil {
 				t.Fatalf("repeated Migrate: %v", err)
 			}
-			store := idempotency.NewStore(idempotency.WithTable(table))
+			store := newStore(t, idempotency.WithTable(table))
 			_, dup, err := store.Do(ctx, pool, "s", "k", nil, func(context.Context, pgx.Tx) ([]byte, error) { return nil, nil })
 			if err != nil || dup {
 				t.Fatalf("Do on migrated table: dup=%v err=%v", dup, err)
@@ -122,7 +122,7 @@ func TestMigrateIsIdempotentUnderConcurrency(t *testing.T) {
 func TestClaimOutcomes(t *testing.T) {
 	pool := setup(t)
 	ctx := context.Background()
-	store := idempotency.NewStore()
+	store := newStore(t)
 	h1 := idempotency.Hash([]byte("order.created"), []byte(`{"id":1}`))
 	h2 := idempotency.Hash([]byte("order.created"), []byte(`{"id":2}`))
 
@@ -191,7 +191,7 @@ func TestClaimOutcomes(t *testing.T) {
 func TestInvalidKeys(t *testing.T) {
 	pool := setup(t)
 	ctx := context.Background()
-	store := idempotency.NewStore()
+	store := newStore(t)
 	long := strings.Repeat("k", idempotency.MaxKeyBytes+1)
 	// 85 three-byte runes = 255 bytes: the limit is bytes, not characters.
 	maxMultibyte := strings.Repeat("€", 85)
@@ -239,7 +239,7 @@ func TestCompleteWithoutClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	err = idempotency.NewStore().Complete(ctx, tx, "s", "never-claimed", []byte("x"))
+	err = newStore(t).Complete(ctx, tx, "s", "never-claimed", []byte("x"))
 	if !errors.Is(err, idempotency.ErrNotClaimed) {
 		t.Fatalf("Complete = %v, want ErrNotClaimed", err)
 	}
@@ -253,7 +253,7 @@ func TestConcurrentSameKeyExactlyOnce(t *testing.T) {
 	// half of a shared server's max_connections.
 	pool := setupWide(t, 20)
 	ctx := context.Background()
-	store := idempotency.NewStore()
+	store := newStore(t)
 	hash := idempotency.Hash([]byte("payload"))
 
 	const workers = 50
@@ -324,7 +324,7 @@ func TestConcurrentClaimWaitsForWinner(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			pool := setup(t)
 			ctx := context.Background()
-			store := idempotency.NewStore()
+			store := newStore(t)
 
 			first, err := pool.Begin(ctx)
 			if err != nil {
@@ -406,7 +406,7 @@ func waitForLockWait(t *testing.T, pool *pgxpool.Pool, pid uint32) {
 func TestDo(t *testing.T) {
 	pool := setup(t)
 	ctx := context.Background()
-	store := idempotency.NewStore()
+	store := newStore(t)
 	boom := errors.New("boom")
 
 	var calls int
@@ -447,7 +447,7 @@ func TestDo(t *testing.T) {
 func TestExpiredRecordNoLongerGuards(t *testing.T) {
 	pool := setup(t)
 	ctx := context.Background()
-	store := idempotency.NewStore(idempotency.WithRetention(time.Microsecond))
+	store := newStore(t, idempotency.WithRetention(time.Microsecond))
 	run := func(hash string) (bool, error) {
 		_, dup, err := store.Do(ctx, pool, "s", "k", []byte(hash), func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
 			return []byte(hash), effect(ctx, tx, "k")
@@ -472,7 +472,7 @@ func TestExpiredRecordNoLongerGuards(t *testing.T) {
 	if string(hash) != "b" {
 		t.Fatalf("stored hash = %q, want the new claim's", hash)
 	}
-	if got := idempotency.NewStore().Retention(); got != idempotency.DefaultRetention {
+	if got := newStore(t).Retention(); got != idempotency.DefaultRetention {
 		t.Fatalf("default retention = %v", got)
 	}
 }
@@ -486,7 +486,7 @@ func TestConcurrentTakeoverOfExpiredRecord(t *testing.T) {
 		VALUES ('s', 'k', 'old', now() - interval '1 second')`); err != nil {
 		t.Fatal(err)
 	}
-	store := idempotency.NewStore()
+	store := newStore(t)
 	var (
 		wg        sync.WaitGroup
 		ran, dups atomic.Int64
@@ -514,7 +514,7 @@ func TestConcurrentTakeoverOfExpiredRecord(t *testing.T) {
 	}
 }
 
-func TestInvalidOptionsPanic(t *testing.T) {
+func TestInvalidOptionsAreErrors(t *testing.T) {
 	for name, opt := range map[string]idempotency.Option{
 		"retention": idempotency.WithRetention(0),
 		"table":     idempotency.WithTable(""),
@@ -522,13 +522,12 @@ func TestInvalidOptionsPanic(t *testing.T) {
 		"interval":  idempotency.WithSweepInterval(0),
 	} {
 		t.Run(name, func(t *testing.T) {
-			defer func() {
-				err, _ := recover().(error)
-				if !errors.Is(err, idempotency.ErrInvalidOption) {
-					t.Fatalf("recovered %v, want ErrInvalidOption", err)
-				}
-			}()
-			idempotency.NewSweeper(nil, opt)
+			if _, err := idempotency.NewSweeper(nil, opt); !errors.Is(err, idempotency.ErrInvalidOption) {
+				t.Fatalf("NewSweeper: %v, want ErrInvalidOption", err)
+			}
+			if _, err := idempotency.NewStore(opt); name != "batch" && name != "interval" && !errors.Is(err, idempotency.ErrInvalidOption) {
+				t.Fatalf("NewStore: %v, want ErrInvalidOption", err)
+			}
 		})
 	}
 }
@@ -562,7 +561,7 @@ func TestHash(t *testing.T) {
 func TestClaimInSavepoint(t *testing.T) {
 	pool := setup(t)
 	ctx := context.Background()
-	store := idempotency.NewStore(idempotency.WithRetention(36 * time.Hour))
+	store := newStore(t, idempotency.WithRetention(36*time.Hour))
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		sp, err := tx.Begin(ctx)
 		if err != nil {
@@ -601,8 +600,28 @@ func TestClaimErrorsAreWrapped(t *testing.T) {
 	}
 	defer tx.Rollback(context.Background())
 	cancel()
-	_, err = idempotency.NewStore().Claim(ctx, tx, "s", "k", nil)
+	_, err = newStore(t).Claim(ctx, tx, "s", "k", nil)
 	if !errors.Is(err, context.Canceled) || !strings.HasPrefix(err.Error(), "idempotency: claim") {
 		t.Fatalf("Claim with cancelled ctx = %v, want a wrapped context.Canceled", err)
 	}
+}
+
+// newStore is idempotency.NewStore that fails the test on an error.
+func newStore(t testing.TB, opts ...idempotency.Option) *idempotency.Store {
+	t.Helper()
+	s, err := idempotency.NewStore(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// newSweeper is idempotency.NewSweeper that fails the test on an error.
+func newSweeper(t testing.TB, db idempotency.Execer, opts ...idempotency.Option) *idempotency.Sweeper {
+	t.Helper()
+	s, err := idempotency.NewSweeper(db, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

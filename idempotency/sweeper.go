@@ -62,12 +62,12 @@ type Sweeper struct {
 }
 
 // NewSweeper returns a Sweeper over db, usually a *pgxpool.Pool. It accepts
-// WithTable, WithBatchSize, WithSweepInterval and WithSweepHook; it panics on
-// an invalid option, like NewStore.
-func NewSweeper(db Execer, opts ...Option) *Sweeper {
+// WithTable, WithBatchSize, WithSweepInterval and WithSweepHook; an invalid
+// option is an error wrapping ErrInvalidOption, like NewStore's.
+func NewSweeper(db Execer, opts ...Option) (*Sweeper, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
-		panic(err)
+		return nil, err
 	}
 	t := cfg.table.Quoted()
 	return &Sweeper{
@@ -86,7 +86,7 @@ func NewSweeper(db Execer, opts ...Option) *Sweeper {
     FOR UPDATE SKIP LOCKED
 ) AS x
 WHERE d.scope = x.scope AND d.key = x.key`,
-	}
+	}, nil
 }
 
 // SweepOnce deletes expired records, one batch per statement, until a batch

@@ -76,7 +76,7 @@ func TestSweepOnceDeletesExpiredInBoundedBatches(t *testing.T) {
 			pool := setup(t)
 			seed(t, pool, tt.expired, 30)
 			rec := &recordingExecer{pool: pool}
-			n, err := idempotency.NewSweeper(rec, idempotency.WithBatchSize(tt.batch)).SweepOnce(context.Background())
+			n, err := newSweeper(t, rec, idempotency.WithBatchSize(tt.batch)).SweepOnce(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -106,7 +106,7 @@ func TestConcurrentSweepersShareTheWork(t *testing.T) {
 	)
 	for range 3 {
 		wg.Go(func() {
-			n, err := idempotency.NewSweeper(pool, idempotency.WithBatchSize(50)).SweepOnce(context.Background())
+			n, err := newSweeper(t, pool, idempotency.WithBatchSize(50)).SweepOnce(context.Background())
 			if err != nil {
 				t.Error(err)
 			}
@@ -128,7 +128,7 @@ func TestSweeperRun(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sweeps := make(chan int64, 100)
-	s := idempotency.NewSweeper(pool,
+	s := newSweeper(t, pool,
 		idempotency.WithBatchSize(50),
 		idempotency.WithSweepInterval(time.Millisecond),
 		idempotency.WithSweepHook(func(n int64, err error) {

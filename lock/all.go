@@ -40,14 +40,14 @@ func (l *Locker) AcquireAll(ctx context.Context, entities []string) ([]*Lease, e
 		key := l.Key(e)
 		calls[i] = scriptCall{keys: []string{key, key + ":fence"}, args: []any{randomValue(), l.ttlArg, l.retentionArg}}
 	}
-	waitCtx, cancel := context.WithTimeout(ctx, l.opts.MaxWait)
+	waitCtx, cancel := context.WithTimeout(ctx, l.cfg.maxWait)
 	defer cancel()
 	for i, c := range calls { // our own background releases of these entities first
 		if !l.awaitRelease(waitCtx, c.keys[0]) {
 			return nil, notObtained(ctx, sorted[i])
 		}
 	}
-	r := retrier{policy: l.opts.Retry}
+	r := retrier{policy: l.cfg.retry, none: l.cfg.noRetry}
 	defer r.stop()
 	for {
 		start := time.Now()
@@ -109,7 +109,7 @@ func (l *Locker) giveBack(ctx context.Context, calls []scriptCall, tokens []int6
 	if len(release) == 0 {
 		return nil
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.opts.TTL)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.ttl)
 	defer cancel()
 	for i, cmd := range runAll(rctx, l.redis, releaseScript, release) {
 		if err := cmd.Err(); err != nil {

@@ -56,9 +56,9 @@ func (h *scriptHook) count(cmds []redis.Cmder) {
 }
 
 // hooked returns newLocker's Locker and client with a scriptHook installed.
-func hooked(t *testing.T, opts lock.Options) (*lock.Locker, *redis.Client, *scriptHook) {
+func hooked(t *testing.T, opts ...lock.Option) (*lock.Locker, *redis.Client, *scriptHook) {
 	t.Helper()
-	locker, client := newLocker(t, opts)
+	locker, client := newLocker(t, opts...)
 	h := &scriptHook{}
 	client.AddHook(h)
 	return locker, client, h
@@ -94,7 +94,7 @@ func exists(t *testing.T, client *redis.Client, locker *lock.Locker, entities ..
 // sorted with their own values and tokens, one round trip obtains them and
 // one releases them, and tokens increase per entity across acquisitions.
 func TestAcquireAll(t *testing.T) {
-	locker, client, hook := hooked(t, lock.Options{Retry: lock.NoRetry()})
+	locker, client, hook := hooked(t, lock.WithoutRetry())
 	ctx := context.Background()
 
 	for _, in := range [][]string{nil, {}, {"", ""}} {
@@ -175,8 +175,8 @@ func TestAcquireAll(t *testing.T) {
 // fails with ErrNotObtained and leaves none of the others locked; once the
 // holder releases, a waiting AcquireAll gets the whole set.
 func TestAcquireAllIsAllOrNone(t *testing.T) {
-	locker, client, hook := hooked(t, lock.Options{Retry: lock.NoRetry()})
-	ns := locker.Options().Namespace
+	locker, client, hook := hooked(t, lock.WithoutRetry())
+	ns := nsOf(locker)
 	ctx := waitCtx(t)
 	set := []string{"z", "m", "a"}
 	holder, err := locker.Acquire(ctx, "m")
@@ -193,11 +193,7 @@ func TestAcquireAllIsAllOrNone(t *testing.T) {
 		t.Fatalf("%d of the free entities still locked after a failed AcquireAll", n)
 	}
 
-	short := lock.New(client, lock.Options{
-		Namespace: ns,
-		MaxWait:   30 * time.Millisecond,
-		Retry:     lock.FullJitter(time.Millisecond, 5*time.Millisecond),
-	})
+	short := mustNew(t, client, lock.WithNamespace(ns), lock.WithMaxWait(30*time.Millisecond), lock.WithRetryBackoff(time.Millisecond, 5*time.Millisecond))
 	if _, err := short.AcquireAll(ctx, set); !errors.Is(err, lock.ErrNotObtained) || errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("max wait: err = %v, want ErrNotObtained (not the caller's deadline)", err)
 	}
@@ -212,11 +208,7 @@ func TestAcquireAllIsAllOrNone(t *testing.T) {
 
 	// A patient AcquireAll waits; the holder releases once it has seen
 	// at least one failed attempt (the attempt and its give-back).
-	patient := lock.New(client, lock.Options{
-		Namespace: ns,
-		MaxWait:   2 * time.Minute,
-		Retry:     lock.FullJitter(time.Millisecond, 10*time.Millisecond),
-	})
+	patient := mustNew(t, client, lock.WithNamespace(ns), lock.WithMaxWait(2*time.Minute), lock.WithRetryBackoff(time.Millisecond, 10*time.Millisecond))
 	type result struct {
 		leases []*lock.Lease
 		err    error
@@ -260,11 +252,7 @@ func TestAcquireAllIsAllOrNone(t *testing.T) {
 // listed in opposite orders, never hold one entity at the same time, and
 // all of them finish (no deadlock).
 func TestAcquireAllOverlappingSets(t *testing.T) {
-	locker, _ := newLocker(t, lock.Options{
-		TTL:     5 * time.Second,
-		MaxWait: 2 * time.Minute, // generous: this test is about exclusion and progress
-		Retry:   lock.FullJitter(time.Millisecond, 10*time.Millisecond),
-	})
+	locker, _ := newLocker(t, lock.WithTTL(5*time.Second), lock.WithMaxWait(2*time.Minute), lock.WithRetryBackoff(time.Millisecond, 10*time.Millisecond))
 	sets := [][]string{
 		{"a", "b", "c", "d"},
 		{"e", "d", "c", "b"},
@@ -320,7 +308,7 @@ func TestAcquireAllOverlappingSets(t *testing.T) {
 // over, which is reported as ErrLost (and only that one); nil leases are
 // skipped and a lease released before keeps its own result.
 func TestReleaseAll(t *testing.T) {
-	locker, client := newLocker(t, lock.Options{Retry: lock.NoRetry()})
+	locker, client := newLocker(t, lock.WithoutRetry())
 	ctx := context.Background()
 	leases, err := locker.AcquireAll(ctx, []string{"a", "b", "c", "d"})
 	if err != nil {
@@ -361,7 +349,7 @@ func TestReleaseAll(t *testing.T) {
 // TestReleaseAllConcurrentWithRelease: a lease released by Release and
 // ReleaseAll at once is released once, and both calls see its result.
 func TestReleaseAllConcurrentWithRelease(t *testing.T) {
-	locker, client := newLocker(t, lock.Options{Retry: lock.NoRetry()})
+	locker, client := newLocker(t, lock.WithoutRetry())
 	ctx := context.Background()
 	for range 20 {
 		leases, err := locker.AcquireAll(ctx, []string{"a", "b", "c"})
@@ -392,7 +380,7 @@ func TestReleaseAllConcurrentWithRelease(t *testing.T) {
 // EVAL on NOSCRIPT. Another client may load the script again between our
 // flush and our pipeline, so the flush is repeated until a resend was seen.
 func TestAcquireAllAfterScriptFlush(t *testing.T) {
-	locker, client, hook := hooked(t, lock.Options{Retry: lock.NoRetry()})
+	locker, client, hook := hooked(t, lock.WithoutRetry())
 	ctx := context.Background()
 	for try := 0; try < 20 && hook.evals.Load() == 0; try++ {
 		if err := client.ScriptFlush(ctx).Err(); err != nil {
@@ -425,8 +413,8 @@ func TestAcquireAllAfterScriptFlush(t *testing.T) {
 // TestAcquireAllWithoutPipelining: over a client without Pipeline, the
 // scripts run one by one (one round trip per entity) with the same results.
 func TestAcquireAllWithoutPipelining(t *testing.T) {
-	base, client, hook := hooked(t, lock.Options{})
-	locker := lock.New(scriptOnly{client}, lock.Options{Namespace: base.Options().Namespace, Retry: lock.NoRetry()})
+	base, client, hook := hooked(t)
+	locker := mustNew(t, scriptOnly{client}, lock.WithNamespace(nsOf(base)), lock.WithoutRetry())
 	ctx := context.Background()
 
 	leases, err := locker.AcquireAll(ctx, []string{"b", "a", "c", "a"})
@@ -455,7 +443,7 @@ func TestAcquireAllWithoutPipelining(t *testing.T) {
 func TestAcquireAllRedisError(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
 	client.Close()
-	locker := lock.New(client, lock.Options{Namespace: testenv.Name(t, "choreo_t") + ":lock:"})
+	locker := mustNew(t, client, lock.WithNamespace(testenv.Name(t, "choreo_t")+":lock:"))
 	_, err := locker.AcquireAll(context.Background(), []string{"a", "b"})
 	if err == nil || errors.Is(err, lock.ErrNotObtained) || !errors.Is(err, redis.ErrClosed) {
 		t.Fatalf("AcquireAll on a closed client = %v, want a wrapped redis.ErrClosed", err)

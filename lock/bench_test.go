@@ -34,7 +34,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		}
 	})
 	b.Run("Lease", func(b *testing.B) {
-		locker := lock.New(client, lock.Options{Namespace: ns + "lock:"})
+		locker := mustNew(b, client, lock.WithNamespace(ns+"lock:"))
 		for b.Loop() {
 			lease, err := locker.Acquire(ctx, "e")
 			if err != nil {
@@ -67,7 +67,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		})
 	})
 	b.Run("Lease/parallel", func(b *testing.B) {
-		locker := lock.New(client, lock.Options{Namespace: ns + "lock:"})
+		locker := mustNew(b, client, lock.WithNamespace(ns+"lock:"))
 		var n atomic.Int64
 		b.SetParallelism(4)
 		b.RunParallel(func(pb *testing.PB) {
@@ -104,7 +104,7 @@ var bench16 = func() []string {
 //	go test -run '^$' -bench 'Acquire(All)?16' -benchmem -count 5 ./lock/
 func BenchmarkAcquireAll16(b *testing.B) {
 	client, ns := testenv.Redis(b)
-	locker := lock.New(client, lock.Options{Namespace: ns + "lock:"})
+	locker := mustNew(b, client, lock.WithNamespace(ns+"lock:"))
 	ctx := context.Background()
 	for b.Loop() {
 		leases, err := locker.AcquireAll(ctx, bench16)
@@ -122,7 +122,7 @@ func BenchmarkAcquireAll16(b *testing.B) {
 // calls (32 round trips).
 func BenchmarkAcquire16Sequential(b *testing.B) {
 	client, ns := testenv.Redis(b)
-	locker := lock.New(client, lock.Options{Namespace: ns + "lock:"})
+	locker := mustNew(b, client, lock.WithNamespace(ns+"lock:"))
 	ctx := context.Background()
 	leases := make([]*lock.Lease, len(bench16))
 	for b.Loop() {

@@ -17,8 +17,8 @@
 // # Leases
 //
 // Locker.Acquire obtains the lock of one entity, retrying with exponential
-// backoff and full jitter while someone else holds it, bounded by
-// Options.MaxWait and the context. It returns a Lease with:
+// backoff and full jitter while someone else holds it (WithRetryBackoff),
+// bounded by WithMaxWait and the context. It returns a Lease with:
 //
 //   - a fencing token (Token), monotonic per entity, issued by the same Lua
 //     script that sets the lock, in one round trip;
@@ -45,7 +45,7 @@
 // script cache answers NOSCRIPT are resent as EVAL. Another client runs the
 // scripts one by one. If any entity of the set is held by someone else,
 // AcquireAll gives back what it obtained in that attempt before it backs
-// off and retries the whole set (Options.Retry, bounded by Options.MaxWait
+// off and retries the whole set (WithRetryBackoff, bounded by WithMaxWait
 // and the context, as Acquire), so callers whose sets overlap never wait
 // while holding part of theirs and cannot deadlock. Duplicates are acquired
 // once and empty entities are skipped rather than rejected with
@@ -64,7 +64,13 @@
 // refresh and release (both compare the lease's random value before touching
 // the key, like redislock's). The watchdog is two timers (time.AfterFunc)
 // rather than a goroutine, so a lease that ends before its first refresh
-// starts no goroutine at all. What still fits is kept from redislock: its
-// RetryStrategy interface is this package's RetryStrategy (so its backoff
-// strategies work unchanged) and New accepts its RedisClient interface.
+// starts no goroutine at all. What still fits is kept from redislock: New
+// accepts its RedisClient interface.
+//
+// # Options
+//
+// New takes kgo-style options (WithNamespace, WithTTL, WithRefreshEvery,
+// WithoutWatchdog, WithRetryBackoff, WithoutRetry, WithMaxWait,
+// WithFenceRetention), each documented with its Default* constant. A value
+// out of range is an error wrapping ErrInvalidOption returned by New.
 package lock

@@ -81,7 +81,10 @@ func ExampleLocker_Acquire() {
 		panic(err)
 	}
 
-	locker := lock.New(client, lock.Options{Namespace: ns, TTL: 10 * time.Second})
+	locker, err := lock.New(client, lock.WithNamespace(ns), lock.WithTTL(10*time.Second))
+	if err != nil {
+		panic(err)
+	}
 	lease, err := locker.Acquire(ctx, "o-1")
 	if errors.Is(err, lock.ErrNotObtained) {
 		return // busy: retry the event later
@@ -109,8 +112,11 @@ func ExampleLocker_Do() {
 	client, ns, done := exampleRedis()
 	defer done()
 
-	locker := lock.New(client, lock.Options{Namespace: ns})
-	err := locker.Do(ctx, "order-42", func(ctx context.Context, lease *lock.Lease) error {
+	locker, err := lock.New(client, lock.WithNamespace(ns))
+	if err != nil {
+		panic(err)
+	}
+	err = locker.Do(ctx, "order-42", func(ctx context.Context, lease *lock.Lease) error {
 		// Only one goroutine, consumer or instance at a time runs this
 		// for order-42.
 		fmt.Println("holding", lease.Entity())
@@ -122,22 +128,16 @@ func ExampleLocker_Do() {
 	// <nil>
 }
 
-// FullJitter waits a random time up to an exponentially growing ceiling
-// between attempts; redislock's strategies plug in the same way.
-func ExampleFullJitter() {
-	opts := lock.Options{
-		Retry:   lock.FullJitter(5*time.Millisecond, 200*time.Millisecond),
-		MaxWait: 2 * time.Second, // stop retrying after 2s
-	}
-	_ = opts // lock.New(client, opts)
-
-	s := lock.FullJitter(5*time.Millisecond, 200*time.Millisecond)()
-	for range 3 {
-		d := s.NextBackoff()
-		fmt.Println(d > 0 && d <= 200*time.Millisecond)
-	}
+// Options configure a Locker, each with a Default* value; an out-of-range value is an
+// error from New, never a panic.
+func ExampleNew() {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"}) // no connection yet
+	defer client.Close()
+	_, err := lock.New(client, lock.WithRetryBackoff(5*time.Millisecond, 200*time.Millisecond), lock.WithMaxWait(2*time.Second))
+	fmt.Println(err)
+	_, err = lock.New(client, lock.WithTTL(time.Second), lock.WithRefreshEvery(time.Second))
+	fmt.Println(errors.Is(err, lock.ErrInvalidOption))
 	// Output:
-	// true
-	// true
+	// <nil>
 	// true
 }

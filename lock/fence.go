@@ -2,13 +2,13 @@ package lock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/choreo-saga/choreo/internal/fence"
 	"github.com/choreo-saga/choreo/internal/migrate"
 )
 
@@ -39,11 +39,6 @@ func Migrate(ctx context.Context, db interface {
 	return nil
 }
 
-const checkFenceSQL = `INSERT INTO choreo_lock_fences AS f (entity, token) VALUES ($1, $2)
-ON CONFLICT (entity) DO UPDATE SET token = EXCLUDED.token, updated_at = now()
-WHERE f.token <= EXCLUDED.token
-RETURNING f.token`
-
 // CheckFence records token as the latest fencing token of entity inside
 // tx, the caller's transaction, and returns an error wrapping ErrStaleToken
 // if a higher token has already been recorded. The same token may check
@@ -62,10 +57,9 @@ func CheckFence(ctx context.Context, tx pgx.Tx, entity string, token int64) erro
 	if entity == "" {
 		return fmt.Errorf("%w: empty", ErrInvalidEntity)
 	}
-	var stored int64
-	err := tx.QueryRow(ctx, checkFenceSQL, entity, token).Scan(&stored)
+	stale, err := fence.Scan(tx.QueryRow(ctx, fence.CheckSQL, entity, token))
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
+	case stale:
 		return fmt.Errorf("%w: %q token %d", ErrStaleToken, entity, token)
 	case err != nil:
 		return fmt.Errorf("lock: check fence %q: %w", entity, err)

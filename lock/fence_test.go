@@ -56,12 +56,7 @@ func writtenBy(t *testing.T, pool *pgxpool.Pool) string {
 // rejected by Postgres.
 func TestPausedHolderIsFencedOff(t *testing.T) {
 	pool := setupFences(t)
-	locker, _ := newLocker(t, lock.Options{
-		TTL:          100 * time.Millisecond,
-		RefreshEvery: -1,
-		Retry:        lock.FullJitter(time.Millisecond, 10*time.Millisecond),
-		MaxWait:      time.Minute,
-	})
+	locker, _ := newLocker(t, lock.WithTTL(100*time.Millisecond), lock.WithoutWatchdog(), lock.WithRetryBackoff(time.Millisecond, 10*time.Millisecond), lock.WithMaxWait(time.Minute))
 	ctx := waitCtx(t)
 
 	a, err := locker.Acquire(ctx, "acct-1")

@@ -3,11 +3,13 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/bsm/redislock"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/choreo-saga/choreo/internal/testenv"
@@ -15,12 +17,24 @@ import (
 )
 
 // newLocker returns a Locker in the test's Redis namespace.
-func newLocker(t *testing.T, opts lock.Options) (*lock.Locker, *redis.Client) {
+func newLocker(t *testing.T, opts ...lock.Option) (*lock.Locker, *redis.Client) {
 	t.Helper()
 	client, ns := testenv.Redis(t)
-	opts.Namespace = ns + "lock:"
-	return lock.New(client, opts), client
+	return mustNew(t, client, append([]lock.Option{lock.WithNamespace(ns + "lock:")}, opts...)...), client
 }
+
+// mustNew is lock.New that fails the test on an error.
+func mustNew(t testing.TB, client redislock.RedisClient, opts ...lock.Option) *lock.Locker {
+	t.Helper()
+	l, err := lock.New(client, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// nsOf returns the namespace of l's keys.
+func nsOf(l *lock.Locker) string { return strings.TrimSuffix(l.Key(""), "{}") }
 
 // waitCtx bounds a wait that must happen; it is a deadlock guard, not a
 // performance threshold.
@@ -34,11 +48,7 @@ func waitCtx(t *testing.T) context.Context {
 // sections overlap, every acquisition succeeds eventually, and fencing
 // tokens increase in the order the lock was held.
 func TestMutualExclusion(t *testing.T) {
-	locker, _ := newLocker(t, lock.Options{
-		TTL:     5 * time.Second,
-		MaxWait: 2 * time.Minute, // generous: this test is about exclusion, not speed
-		Retry:   lock.FullJitter(time.Millisecond, 20*time.Millisecond),
-	})
+	locker, _ := newLocker(t, lock.WithTTL(5*time.Second), lock.WithMaxWait(2*time.Minute), lock.WithRetryBackoff(time.Millisecond, 20*time.Millisecond))
 	const (
 		workers = 20
 		rounds  = 5
@@ -89,7 +99,7 @@ func TestMutualExclusion(t *testing.T) {
 // TestIndependentEntitiesInParallel: holders of different entities hold
 // their locks at the same time (each waits until all hold theirs).
 func TestIndependentEntitiesInParallel(t *testing.T) {
-	locker, _ := newLocker(t, lock.Options{Retry: lock.NoRetry()})
+	locker, _ := newLocker(t, lock.WithoutRetry())
 	const n = 8
 	ctx := waitCtx(t)
 	var (
@@ -121,8 +131,8 @@ func TestIndependentEntitiesInParallel(t *testing.T) {
 }
 
 func TestNotObtained(t *testing.T) {
-	locker, client := newLocker(t, lock.Options{Retry: lock.NoRetry()})
-	ns := locker.Options().Namespace
+	locker, client := newLocker(t, lock.WithoutRetry())
+	ns := nsOf(locker)
 	ctx := context.Background()
 	held, err := locker.Acquire(ctx, "e")
 	if err != nil {
@@ -134,7 +144,7 @@ func TestNotObtained(t *testing.T) {
 		t.Fatalf("NoRetry: err = %v, want ErrNotObtained only", err)
 	}
 
-	withRetry := lock.New(client, lock.Options{Namespace: ns})
+	withRetry := mustNew(t, client, lock.WithNamespace(ns))
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	_, err = withRetry.Acquire(cctx, "e")
@@ -142,11 +152,7 @@ func TestNotObtained(t *testing.T) {
 		t.Fatalf("cancelled ctx: err = %v, want ErrNotObtained and context.Canceled", err)
 	}
 
-	short := lock.New(client, lock.Options{
-		Namespace: ns,
-		MaxWait:   30 * time.Millisecond,
-		Retry:     lock.FullJitter(time.Millisecond, 5*time.Millisecond),
-	})
+	short := mustNew(t, client, lock.WithNamespace(ns), lock.WithMaxWait(30*time.Millisecond), lock.WithRetryBackoff(time.Millisecond, 5*time.Millisecond))
 	if _, err := short.Acquire(ctx, "e"); !errors.Is(err, lock.ErrNotObtained) || errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("max wait: err = %v, want ErrNotObtained (not the caller's deadline)", err)
 	}
@@ -159,12 +165,7 @@ func TestNotObtained(t *testing.T) {
 // TestReleaseOfExpiredLeaseKeepsNextHolder: A's lock expires, B takes it;
 // A's Release reports ErrLost and leaves B's lock in place.
 func TestReleaseOfExpiredLeaseKeepsNextHolder(t *testing.T) {
-	locker, client := newLocker(t, lock.Options{
-		TTL:          100 * time.Millisecond,
-		RefreshEvery: -1, // no watchdog: A behaves like a paused process
-		Retry:        lock.FullJitter(time.Millisecond, 10*time.Millisecond),
-		MaxWait:      time.Minute,
-	})
+	locker, client := newLocker(t, lock.WithTTL(100*time.Millisecond), lock.WithoutWatchdog(), lock.WithRetryBackoff(time.Millisecond, 10*time.Millisecond), lock.WithMaxWait(time.Minute))
 	ctx := waitCtx(t)
 	a, err := locker.Acquire(ctx, "e")
 	if err != nil {
@@ -172,12 +173,7 @@ func TestReleaseOfExpiredLeaseKeepsNextHolder(t *testing.T) {
 	}
 	// B (a long TTL, so its lock outlives the checks below) waits with
 	// retries until A's TTL has passed in Redis.
-	lockerB := lock.New(client, lock.Options{
-		Namespace: locker.Options().Namespace,
-		TTL:       time.Minute,
-		Retry:     lock.FullJitter(time.Millisecond, 10*time.Millisecond),
-		MaxWait:   time.Minute,
-	})
+	lockerB := mustNew(t, client, lock.WithNamespace(nsOf(locker)), lock.WithTTL(time.Minute), lock.WithRetryBackoff(time.Millisecond, 10*time.Millisecond), lock.WithMaxWait(time.Minute))
 	b, err := lockerB.Acquire(ctx, "e")
 	if err != nil {
 		t.Fatal(err)
@@ -208,7 +204,7 @@ func TestWatchdogKeepsLongHolderAlive(t *testing.T) {
 	// Short enough to keep the test quick, long enough that a refresh delayed by a
 	// loaded machine still lands within the TTL.
 	const ttl = 500 * time.Millisecond
-	locker, client := newLocker(t, lock.Options{TTL: ttl, Retry: lock.NoRetry()})
+	locker, client := newLocker(t, lock.WithTTL(ttl), lock.WithoutRetry())
 	ctx := context.Background()
 	lease, err := locker.Acquire(ctx, "e")
 	if err != nil {
@@ -240,11 +236,7 @@ func TestWatchdogKeepsLongHolderAlive(t *testing.T) {
 // value under the key, the lease context is cancelled with ErrLost, and
 // Release does not delete the other value.
 func TestWatchdogCancelsContextWhenLockIsTaken(t *testing.T) {
-	locker, client := newLocker(t, lock.Options{
-		TTL:          3 * time.Second,
-		RefreshEvery: 10 * time.Millisecond,
-		Retry:        lock.NoRetry(),
-	})
+	locker, client := newLocker(t, lock.WithTTL(3*time.Second), lock.WithRefreshEvery(10*time.Millisecond), lock.WithoutRetry())
 	ctx := waitCtx(t)
 	lease, err := locker.Acquire(ctx, "e")
 	if err != nil {
@@ -273,7 +265,7 @@ func TestWatchdogCancelsContextWhenLockIsTaken(t *testing.T) {
 // TestLeaseWithoutWatchdogExpires: with the watchdog disabled the lease
 // context ends after TTL, with ErrLost.
 func TestLeaseWithoutWatchdogExpires(t *testing.T) {
-	locker, _ := newLocker(t, lock.Options{TTL: 50 * time.Millisecond, RefreshEvery: -1})
+	locker, _ := newLocker(t, lock.WithTTL(50*time.Millisecond), lock.WithoutWatchdog())
 	ctx := waitCtx(t)
 	lease, err := locker.Acquire(ctx, "e")
 	if err != nil {
@@ -292,7 +284,7 @@ func TestLeaseWithoutWatchdogExpires(t *testing.T) {
 // TestParentCancelEndsLease: cancelling the Acquire context cancels the
 // lease context with that cause (not ErrLost); Release still works.
 func TestParentCancelEndsLease(t *testing.T) {
-	locker, client := newLocker(t, lock.Options{})
+	locker, client := newLocker(t)
 	parent, cancel := context.WithCancel(context.Background())
 	lease, err := locker.Acquire(parent, "e")
 	if err != nil {
@@ -314,7 +306,7 @@ func TestParentCancelEndsLease(t *testing.T) {
 // TestTokensStayMonotonicWhenCounterIsLost: deleting the fencing counter
 // (expiry, failover) never makes tokens go back.
 func TestTokensStayMonotonicWhenCounterIsLost(t *testing.T) {
-	locker, client := newLocker(t, lock.Options{Retry: lock.NoRetry(), FenceRetention: time.Hour})
+	locker, client := newLocker(t, lock.WithoutRetry(), lock.WithFenceRetention(time.Hour))
 	ctx := context.Background()
 	var last int64
 	for i := range 6 {
@@ -342,7 +334,7 @@ func TestTokensStayMonotonicWhenCounterIsLost(t *testing.T) {
 }
 
 func TestDo(t *testing.T) {
-	locker, client := newLocker(t, lock.Options{Retry: lock.NoRetry()})
+	locker, client := newLocker(t, lock.WithoutRetry())
 	ctx := context.Background()
 	boom := errors.New("boom")
 	var token int64
@@ -364,43 +356,29 @@ func TestDo(t *testing.T) {
 	}
 }
 
-func TestFullJitter(t *testing.T) {
-	tests := []struct {
-		base, max time.Duration
-		ceilings  []time.Duration
-	}{
-		{10 * time.Millisecond, 80 * time.Millisecond, []time.Duration{10, 20, 40, 80, 80, 80}},
-		{time.Millisecond, time.Millisecond, []time.Duration{1, 1, 1}},
-		{5 * time.Millisecond, 12 * time.Millisecond, []time.Duration{5, 10, 12, 12}},
-	}
-	for _, tt := range tests {
-		for range 200 { // many draws: the bounds must hold for every one
-			s := lock.FullJitter(tt.base, tt.max)()
-			for i, c := range tt.ceilings {
-				ceil := c * time.Millisecond
-				if d := s.NextBackoff(); d < 1 || d > ceil {
-					t.Fatalf("FullJitter(%v, %v) retry %d: %v outside (0, %v]", tt.base, tt.max, i, d, ceil)
-				}
-			}
-		}
-	}
-	if d := lock.NoRetry()().NextBackoff(); d >= 1 {
-		t.Fatalf("NoRetry backoff = %v, want < 1", d)
-	}
-}
-
 func TestDefaults(t *testing.T) {
-	l := lock.New(nil, lock.Options{})
-	o := l.Options()
-	if o.Namespace != lock.DefaultNamespace || o.TTL != lock.DefaultTTL || o.RefreshEvery != lock.DefaultTTL/3 ||
-		o.MaxWait != lock.DefaultTTL || o.FenceRetention != lock.DefaultFenceRetention || o.Retry == nil {
-		t.Fatalf("defaults = %+v", o)
-	}
-	if got := lock.New(nil, lock.Options{TTL: time.Second, RefreshEvery: time.Second}).Options().RefreshEvery; got != 500*time.Millisecond {
-		t.Fatalf("RefreshEvery >= TTL/2 lowered to %v, want TTL/2", got)
-	}
+	client := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	defer client.Close()
+	l := mustNew(t, client)
 	if got := l.Key("order-1"); got != "choreo:lock:{order-1}" {
 		t.Fatalf("Key = %q", got)
+	}
+	if _, err := lock.New(nil); !errors.Is(err, lock.ErrInvalidOption) {
+		t.Fatalf("nil client: %v", err)
+	}
+	for name, opt := range map[string]lock.Option{
+		"refresh >= TTL/2": lock.WithRefreshEvery(lock.DefaultTTL / 2),
+		"empty namespace":  lock.WithNamespace(""),
+		"TTL 0":            lock.WithTTL(0),
+		"refresh 0":        lock.WithRefreshEvery(0),
+		"backoff max<base": lock.WithRetryBackoff(time.Second, time.Millisecond),
+		"backoff base 0":   lock.WithRetryBackoff(0, time.Second),
+		"max wait 0":       lock.WithMaxWait(0),
+		"retention 0":      lock.WithFenceRetention(-time.Hour),
+	} {
+		if _, err := lock.New(client, opt); !errors.Is(err, lock.ErrInvalidOption) {
+			t.Errorf("%s: err %v, want ErrInvalidOption", name, err)
+		}
 	}
 }
 
@@ -408,7 +386,7 @@ func TestDefaults(t *testing.T) {
 // in one step, so a failed attempt consumes no token, and every obtained
 // lease gets exactly counter+1 when the counter is ahead of the clock.
 func TestTokenOnlyForObtainedLock(t *testing.T) {
-	locker, client := newLocker(t, lock.Options{Retry: lock.NoRetry()})
+	locker, client := newLocker(t, lock.WithoutRetry())
 	ctx := context.Background()
 	const base = int64(8e15) // far above the Redis clock in µs (~1.8e15 in 2026)
 	if err := client.Set(ctx, locker.Key("e")+":fence", base, 0).Err(); err != nil {
@@ -447,7 +425,7 @@ func TestTokenOnlyForObtainedLock(t *testing.T) {
 // still held. Wait returns once every background release has ended, and the lock is gone.
 func TestReleaseInBackground(t *testing.T) {
 	rdb, ns := testenv.Redis(t)
-	l := lock.New(rdb, lock.Options{Namespace: ns, Retry: lock.NoRetry()})
+	l := mustNew(t, rdb, lock.WithNamespace(ns), lock.WithoutRetry())
 	ctx := context.Background()
 	for i := range 100 {
 		ls, err := l.Acquire(ctx, "o-1")
@@ -479,7 +457,7 @@ func TestReleaseInBackground(t *testing.T) {
 // Background releases and acquisitions racing on one entity never let two holders in.
 func TestReleaseInBackgroundSerialises(t *testing.T) {
 	rdb, ns := testenv.Redis(t)
-	l := lock.New(rdb, lock.Options{Namespace: ns, Retry: lock.FullJitter(time.Millisecond, 2*time.Millisecond)})
+	l := mustNew(t, rdb, lock.WithNamespace(ns), lock.WithRetryBackoff(time.Millisecond, 2*time.Millisecond))
 	ctx := context.Background()
 	var inside, overlaps atomic.Int32
 	var wg sync.WaitGroup

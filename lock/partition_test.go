@@ -86,7 +86,7 @@ func TestPartitionFromRedisLosesLease(t *testing.T) {
 		DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond,
 	})
 	t.Cleanup(func() { client.Close() })
-	locker := lock.New(client, lock.Options{Namespace: ns + "lock:", TTL: 500 * time.Millisecond, Retry: lock.NoRetry()})
+	locker := mustNew(t, client, lock.WithNamespace(ns+"lock:"), lock.WithTTL(500*time.Millisecond), lock.WithoutRetry())
 	ctx := waitCtx(t)
 
 	lease, err := locker.Acquire(ctx, "e")

@@ -72,7 +72,10 @@ func TestUp(t *testing.T) {
 		t.Fatalf("versions after the packages' Migrate: %v, %v", vs2, err)
 	}
 	// The tables work.
-	store := idempotency.NewStore(idempotency.WithTable("billing.Idem"))
+	store, err := idempotency.NewStore(idempotency.WithTable("billing.Idem"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		_, err := store.Claim(ctx, tx, "s", "k", idempotency.Hash([]byte("x")))
 		return err

@@ -79,7 +79,7 @@ func StartApp(t testing.TB, in Infra, name string, run func(ctx context.Context,
 	}
 	opts := []app.Option{
 		app.WithListener(ln), app.WithoutSignals(), app.WithLogOutput(io.Discard),
-		app.WithLockOptions(lock.Options{Namespace: in.LockNamespace}),
+		app.WithLockOptions(lock.WithNamespace(in.LockNamespace)),
 	}
 	inst := &Instance{BaseURL: "http://" + ln.Addr().String()}
 	inst.Service = Start(t, inst.BaseURL, func(ctx context.Context) error { return run(ctx, cfg, opts) })

@@ -541,9 +541,13 @@ func consume(ctx context.Context, c config, name string, bare, noLock bool, batc
 			return nil
 		}
 	default:
+		locker, err := lock.New(rdb, lock.WithNamespace(fmt.Sprintf("bench-%d:", os.Getpid())))
+		if err != nil {
+			return result{}, err
+		}
 		cfg := consumer.StandardConfig{
 			DB: pool, Handler: business, DeadLetter: producer, Name: "bench",
-			Locker: lock.New(rdb, lock.Options{Namespace: fmt.Sprintf("bench-%d:", os.Getpid())}),
+			Locker: locker,
 			Logger: quiet,
 		}
 		if noLock {

@@ -245,7 +245,11 @@ func newPGBench(ctx context.Context, adminDSN string, maxClients int, syncCommit
 	if u, err := url.Parse(adminDSN); err != nil || u.Scheme == "" {
 		return nil, fmt.Errorf("-pg must be a postgres:// URL, got %q", adminDSN)
 	}
-	b := &pgBench{run: randomHex(4), store: idempotency.NewStore()}
+	store, err := idempotency.NewStore()
+	if err != nil {
+		return nil, err
+	}
+	b := &pgBench{run: randomHex(4), store: store}
 	dsn, drop, err := benchutil.CreateDB(ctx, adminDSN, "choreo_bench_guards")
 	if err != nil {
 		return nil, err
@@ -416,7 +420,10 @@ func (b *redisBench) goBare(ctx context.Context, clients int, d time.Duration) (
 // goLocker is Locker.Acquire + Lease.Release: 2 round trips (one script obtains the
 // lock and its fencing token, one releases).
 func (b *redisBench) goLocker(ctx context.Context, clients int, d time.Duration) (result, error) {
-	locker := lock.New(b.client, lock.Options{Namespace: b.ns + "lock:", Retry: lock.NoRetry()})
+	locker, err := lock.New(b.client, lock.WithNamespace(b.ns+"lock:"), lock.WithoutRetry())
+	if err != nil {
+		return result{}, err
+	}
 	op := func(ctx context.Context, worker int) error {
 		lease, err := locker.Acquire(ctx, "entity-"+strconv.Itoa(worker))
 		if err != nil {

@@ -72,7 +72,10 @@ func (p *choreoPipeline) run(ctx context.Context) error {
 		return err
 	}
 	defer dlq.Close()
-	locker := lock.New(p.rdb, lock.Options{Namespace: p.lockNS})
+	locker, err := lock.New(p.rdb, lock.WithNamespace(p.lockNS))
+	if err != nil {
+		return err
+	}
 	cfg := consumer.StandardConfig{
 		DB: p.pool, DeadLetter: dlq, Locker: locker, Fence: true, Name: "hot",
 		AfterCommit: []func(){ob.Wake}, Logger: p.log,

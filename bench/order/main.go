@@ -249,7 +249,10 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
-	store := idempotency.NewStore()
+	store, err := idempotency.NewStore()
+	if err != nil {
+		return err
+	}
 	var next atomic.Int64
 	step := func(int) (bool, error) {
 		i := int(next.Add(1)) - 1

@@ -119,7 +119,10 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
-	store := idempotency.NewStore()
+	store, err := idempotency.NewStore()
+	if err != nil {
+		return err
+	}
 
 	var rows []row
 	for _, w := range c.workers {
@@ -302,7 +305,7 @@ func endToEnd(ctx context.Context, c config) (float64, error) {
 		Group:     "payment",
 		Customers: cs,
 		AppOptions: []app.Option{app.WithListener(ln), app.WithoutSignals(), app.WithLogOutput(io.Discard),
-			app.WithLockOptions(lock.Options{Namespace: fmt.Sprintf("bench-%d:", time.Now().UnixNano())})},
+			app.WithLockOptions(lock.WithNamespace(fmt.Sprintf("bench-%d:", time.Now().UnixNano())))},
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)

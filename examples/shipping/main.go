@@ -88,7 +88,10 @@ func run(ctx context.Context, cfg Config) (err error) {
 
 	// The consumer: the standard chain (tracing, metrics, logs, dead letters, retries,
 	// per-order Redis lease with fencing, idempotency) around the business handler.
-	locker := lock.New(d.rdb, lock.Options{Namespace: cfg.LockNamespace})
+	locker, err := lock.New(d.rdb, lock.WithNamespace(cfg.LockNamespace))
+	if err != nil {
+		return err
+	}
 	sched := &scheduler{outbox: ob, topic: cfg.ShippingTopic}
 	router := consumer.NewRouter().
 		Handle(typeOrderConfirmed, sched.schedule).
@@ -120,11 +123,14 @@ func run(ctx context.Context, cfg Config) (err error) {
 
 	// Expired idempotency records (default retention 7 days) are deleted in batches;
 	// every instance may run a sweeper.
-	sweeper := idempotency.NewSweeper(d.pool, idempotency.WithSweepHook(func(n int64, err error) {
+	sweeper, err := idempotency.NewSweeper(d.pool, idempotency.WithSweepHook(func(n int64, err error) {
 		if err != nil {
 			log.Warn("shipping: idempotency sweep failed", "error", err)
 		}
 	}))
+	if err != nil {
+		return err
+	}
 
 	ln := cfg.Listener
 	if ln == nil {

@@ -81,3 +81,26 @@ func (h *Hooks) Run(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Stmt is a statement that a runner wants sent in the same round trip as the next
+// statement a writer sends (see WithLeading).
+type Stmt struct {
+	SQL  string
+	Args []any
+	// Row reads the statement's row; its error fails the writer's call.
+	Row func(row pgx.Row) error
+}
+
+type leadingKey struct{}
+
+// WithLeading returns ctx carrying stmts: a writer that supports it (idempotency's Claim)
+// queues them before its own statement in one pgx batch, one round trip instead of two.
+func WithLeading(ctx context.Context, stmts ...Stmt) context.Context {
+	return context.WithValue(ctx, leadingKey{}, stmts)
+}
+
+// Leading returns the statements WithLeading put in ctx.
+func Leading(ctx context.Context) []Stmt {
+	s, _ := ctx.Value(leadingKey{}).([]Stmt)
+	return s
+}

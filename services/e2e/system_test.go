@@ -91,7 +91,7 @@ func startSystem(t *testing.T) *system {
 		env["HTTP_ADDR"] = ln.Addr().String()
 		env["SHUTDOWN_TIMEOUT"] = "60s"
 		opts := []app.Option{app.WithListener(ln), app.WithoutSignals(), app.WithLogOutput(io.Discard),
-			app.WithLockOptions(lock.Options{Namespace: ns + name + ":"})}
+			app.WithLockOptions(lock.WithNamespace(ns + name + ":"))}
 		fn, err := run(app.MapEnv(env), opts)
 		if err != nil {
 			t.Fatalf("%s: config: %v", name, err)

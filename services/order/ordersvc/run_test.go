@@ -298,7 +298,7 @@ func runService(t *testing.T, cfg ordersvc.Config, ns string) string {
 		t.Fatal(err)
 	}
 	cfg.AppOptions = []app.Option{app.WithListener(ln), app.WithoutSignals(), app.WithLogOutput(io.Discard),
-		app.WithLockOptions(lock.Options{Namespace: ns})}
+		app.WithLockOptions(lock.WithNamespace(ns))}
 	base := "http://" + ln.Addr().String()
 	svc := apptest.Start(t, base, func(ctx context.Context) error { return ordersvc.Run(ctx, cfg) })
 	t.Cleanup(func() {

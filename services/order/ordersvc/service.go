@@ -181,7 +181,10 @@ func New(db DB, cfg Settings, opts ...Option) (*Service, error) {
 		s.outbox = outbox.New()
 	}
 	if s.idem == nil {
-		s.idem = idempotency.NewStore()
+		var err error
+		if s.idem, err = idempotency.NewStore(); err != nil {
+			return nil, err
+		}
 	}
 	if s.log == nil {
 		s.log = slog.Default()
