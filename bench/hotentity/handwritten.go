@@ -47,7 +47,6 @@ func (h *handWritten) run(ctx context.Context) error {
 		workers = map[int32]*partitionWorker{}
 		wg      sync.WaitGroup
 	)
-	var cl *kgo.Client
 	stop := func(parts map[string][]int32) {
 		mu.Lock()
 		var stopping []*partitionWorker
@@ -71,7 +70,7 @@ func (h *handWritten) run(ctx context.Context) error {
 		kgo.ConsumeTopics(h.in),
 		kgo.AutoCommitMarks(),
 		kgo.BlockRebalanceOnPoll(),
-		kgo.OnPartitionsAssigned(func(ctx context.Context, _ *kgo.Client, assigned map[string][]int32) {
+		kgo.OnPartitionsAssigned(func(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
 			mu.Lock()
 			defer mu.Unlock()
 			for _, ps := range assigned {
