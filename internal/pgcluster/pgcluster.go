@@ -41,9 +41,10 @@ type Cluster struct {
 }
 
 type config struct {
-	settings [][2]string
-	files    map[string][]byte
-	auth     string
+	settings        [][2]string
+	files           map[string][]byte
+	auth            string
+	tlsCert, tlsKey []byte
 }
 
 // Option configures Create.
@@ -66,6 +67,13 @@ func WithConfigFile(name string, content []byte) Option {
 		}
 		c.files[name] = content
 	}
+}
+
+// WithTLS turns TLS on (ssl=on) with this PEM certificate (chain) and private key,
+// written as server.crt and server.key into the configuration directory. Clients may
+// still connect without TLS unless a pg_hba.conf (WithConfigFile) says hostssl.
+func WithTLS(certPEM, keyPEM []byte) Option {
+	return func(c *config) { c.tlsCert, c.tlsKey = certPEM, keyPEM }
 }
 
 // WithAuth sets the authentication method of local and host connections (initdb
@@ -97,6 +105,13 @@ func Create(ctx context.Context, name string, opts ...Option) (*Cluster, error) 
 		return nil, err
 	}
 	c := &Cluster{Version: fs[0], Name: name, Port: port}
+	if cfg.tlsCert != nil {
+		WithConfigFile("server.crt", cfg.tlsCert)(&cfg)
+		WithConfigFile("server.key", cfg.tlsKey)(&cfg)
+		cfg.settings = append(cfg.settings, [2]string{"ssl", "on"},
+			[2]string{"ssl_cert_file", filepath.Join(c.ConfigDir(), "server.crt")},
+			[2]string{"ssl_key_file", filepath.Join(c.ConfigDir(), "server.key")})
+	}
 	args := []string{c.Version, c.Name, "-p", strconv.Itoa(port)}
 	for _, s := range cfg.settings {
 		args = append(args, "-o", s[0]+"="+s[1])
