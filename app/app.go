@@ -122,9 +122,9 @@ func WithRelayOptions(opts ...outbox.RelayOption) Option {
 // relay, e.g. "order.id". Default consumer.DefaultEntityAttribute ("entity.id").
 func WithEntityAttribute(name string) Option { return func(o *options) { o.entityAttr = name } }
 
-// WithoutSweeper disables the background idempotency sweeper (for services whose
-// records are swept elsewhere). Default: one sweeper per App, with the idempotency
-// package's defaults.
+// WithoutSweeper disables the background idempotency sweeper and the dead-letter archive
+// pruner (for services whose records are swept elsewhere). Default: one of each per App
+// (Config.IdempotencyRetention, Config.DeadLetterRetention).
 func WithoutSweeper() Option { return func(o *options) { o.sweeper = false } }
 
 // WithoutCreateDatabase stops New from creating a missing database (for users without
@@ -277,7 +277,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 	}
 	a.Store = o.store
 	if a.Store == nil {
-		a.Store = idempotency.NewStore()
+		a.Store = idempotency.NewStore(idempotency.WithRetention(cfg.idempotencyRetention()))
 	}
 	// The tables of the store, outbox and archive the App uses, whatever their names.
 	err = migrate.Up(ctx, a.Pool, migrate.IdempotencyTable(a.Store.TableName()),
@@ -344,7 +344,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 	}, o.relayOpts...)...)
 	if o.sweeper {
 		sw := idempotency.NewSweeper(a.Pool, idempotency.WithTable(a.Store.TableName()))
-		a.workers = append(a.workers, component{name: "idempotency sweeper", run: sw.Run, mustRun: true})
+		a.workers = append(a.workers, component{name: "idempotency sweeper", run: sw.Run, mustRun: true},
+			component{name: "dead-letter archive pruner", run: a.deadLetterPruner, mustRun: true})
 	}
 	return a, nil
 }
