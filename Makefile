@@ -25,6 +25,7 @@ lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	cd internal/testenv/containers && $(GO) vet ./...
+	cd cmd/sagactl/browsertest && $(GO) vet ./...
 
 .PHONY: fuzz
 fuzz: ## explore the event decoder (binary and structured mode) and the order API's body decoding with the fuzzer, 30s each
@@ -45,6 +46,7 @@ bench: services ## run the benchmarks and print their tables (see docs/benchmark
 	$(GO) run ./bench/order -duration 5s
 	$(GO) test -run '^$$' -bench . -benchmem ./tracing ./consumer ./lock ./idempotency
 	$(GO) run ./bench/hotentity
+	$(GO) run ./bench/saga
 
 COMPOSE := $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 
@@ -74,3 +76,17 @@ chaos: services ## run every chaos scenario (kill -9, outages, duplicates, poiso
 .PHONY: demo
 demo: services ## run the saga on this machine: broker, three services, a batch of orders
 	@scripts/demo.sh
+
+# The console's browser test is a module of its own (cmd/sagactl/browsertest), so its
+# chromedp dependency stays out of go.mod.
+CONSOLE_TEST := $(GO) -C cmd/sagactl/browsertest test -count=1 -timeout 5m ./...
+
+.PHONY: console-test
+console-test: services ## sagactl console in headless Chromium against the demo saga (installs chromium if missing)
+	@scripts/ensure-chromium.sh
+	$(CONSOLE_TEST)
+
+.PHONY: console-screenshots
+console-screenshots: services ## regenerate docs/console-*.png with the console's browser test
+	@scripts/ensure-chromium.sh
+	CONSOLE_SCREENSHOTS=$(CURDIR)/docs $(CONSOLE_TEST) -v -run TestConsoleInChromium

@@ -682,7 +682,11 @@ func (a *App) Run(ctx context.Context) (err error) {
 	var admin *http.Server
 	if adminLn != nil {
 		handler = a.publicHandler()
-		admin = newServer(a.adminMux(), HTTPLimits{}.withDefaults())
+		amux := a.adminMux()
+		if a.Config.Pprof {
+			handlePprof(amux)
+		}
+		admin = newServer(amux, HTTPLimits{}.withDefaults())
 		admin.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 		aaddr := adminLn.Addr().String()
 		a.adminAddr.Store(&aaddr)

@@ -25,6 +25,7 @@ const (
 	EnvJaegerUIURL     = "JAEGER_UI_URL"
 	EnvShutdownTimeout = "SHUTDOWN_TIMEOUT"
 	EnvConsumerBatch   = "CONSUMER_BATCH"
+	EnvPprof           = "PPROF"
 
 	EnvKafkaInstanceID       = "KAFKA_INSTANCE_ID"
 	EnvKafkaSessionTimeout   = "KAFKA_SESSION_TIMEOUT"
@@ -35,7 +36,7 @@ const (
 // deployment manifests and their tests.
 func EnvVars() []string {
 	return append([]string{EnvDatabaseURL, EnvDatabaseConns, EnvRedisAddr, EnvRedisURL, EnvRedisTLSCAFile, EnvKafkaBrokers, EnvKafkaPartitions,
-		EnvHTTPAddr, EnvAdminAddr, EnvLogLevel, EnvJaegerUIURL, EnvShutdownTimeout, EnvConsumerBatch,
+		EnvHTTPAddr, EnvAdminAddr, EnvLogLevel, EnvJaegerUIURL, EnvShutdownTimeout, EnvConsumerBatch, EnvPprof,
 		EnvKafkaInstanceID, EnvKafkaSessionTimeout, EnvKafkaRebalanceTimeout,
 		EnvIdempotencyRetention, EnvDeadLetterRetention}, kafkaSecurityVars()...)
 }
@@ -128,6 +129,10 @@ type Config struct {
 	// that falls behind shares each commit across up to ConsumerBatch records (see
 	// consumer.WithBatch and consumer.StandardBatch).
 	ConsumerBatch int
+	// Pprof serves net/http/pprof's profiles under /debug/pprof/ on the admin listener
+	// (PPROF; default false), for benchmarks and diagnosis. Without an admin listener
+	// they are not served at all, so they never reach the public one.
+	Pprof bool
 	// KafkaInstanceID is the static group membership id (group.instance.id, KIP-345) of
 	// this instance in every consumer group of the service (KAFKA_INSTANCE_ID; "none"
 	// for dynamic membership). A restarted instance that joins with the id of its
@@ -218,6 +223,7 @@ func LoadConfig(env *Env, service, defaultHTTPAddr string) Config {
 		JaegerUIURL:     env.String(EnvJaegerUIURL, DefaultJaegerUIURL),
 		ShutdownTimeout: env.Duration(EnvShutdownTimeout, DefaultShutdownTimeout),
 		ConsumerBatch:   env.Int(EnvConsumerBatch, DefaultConsumerBatch),
+		Pprof:           env.Bool(EnvPprof, false),
 	}
 	c.DatabaseMaxConns = int32(env.Int(EnvDatabaseConns, int(4*c.KafkaPartitions+4)))
 	if strings.EqualFold(c.AdminAddr, "none") {

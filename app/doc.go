@@ -23,6 +23,7 @@
 //	JAEGER_UI_URL       base URL for trace links (default http://localhost:16686)
 //	SHUTDOWN_TIMEOUT    bound of the graceful shutdown (default 30s)
 //	CONSUMER_BATCH      most waiting records of a partition per transaction (default 16; 1: off)
+//	PPROF               1: serve net/http/pprof under /debug/pprof/ on the admin listener (default off)
 //	OTEL_*              exporters and sampling, read by tracing.Setup
 //
 // # The App

@@ -93,6 +93,9 @@ func TestAdminListener(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &ready); code != http.StatusOK || err != nil || ready.Checks["postgres"] != "ok" {
 		t.Errorf("admin /readyz: %d %s", code, body)
 	}
+	if code, _ := get(t, admin+"/debug/pprof/"); code != http.StatusNotFound {
+		t.Errorf("admin /debug/pprof/ without PPROF: %d, want 404", code)
+	}
 	if code, _ := get(t, admin+"/echo"); code != http.StatusNotFound {
 		t.Errorf("admin serves the routes: %d", code)
 	}

@@ -14,6 +14,8 @@
 //	sagactl dlq replay <topic> <p:o>...  produce records back to their original topic
 //	sagactl dlq replay <topic> -all [-reason R] [-group G] [-dry-run]
 //	sagactl load -n 200 -rate 50 [-mix success=70,decline=10,oos=10,cancel=10,stuck=1]
+//	sagactl console [-addr 127.0.0.1:8090] [-metrics order=URL,...]
+//	                                     the operations console in the browser (docs/console.md)
 //	sagactl migrate [-database-url URL]  apply the library's table migrations (package
 //	                                     migrate), print the recorded versions; -sql prints
 //	                                     the SQL instead
@@ -32,6 +34,19 @@
 // KAFKA_TLS_CA_FILE, KAFKA_TLS_CERT_FILE, KAFKA_TLS_KEY_FILE, KAFKA_TLS_SERVER_NAME) or
 // the matching -kafka-sasl-* and -kafka-tls* flags. Everything sagactl prints has its
 // control characters escaped (as \u001b), since reasons, keys and payloads come from outside.
+//
+// # Console
+//
+// console serves a server-rendered web app (html/template, embedded assets in consoleui/,
+// a little vanilla JavaScript) on -addr (environment CONSOLE_ADDR, default loopback
+// 127.0.0.1:8090): an overview of orders by state, stuck orders, dead letters per topic and
+// reason, consumer lag per group and partition and the outbox backlog per service (scraped
+// from the -metrics endpoints, environment CONSOLE_METRICS), refreshed from
+// /api/overview; an order's page with its timeline as an SVG swimlane, its trace link and
+// a cancel button; the dead letters with filters, each record's headers and payload, and
+// replay with a dry run and a confirmation step through the same code as dlq replay
+// (dlqread.go). It keeps no state; every POST carries a CSRF token (an HMAC of a cookie
+// under a per-process secret), and every answer a Content-Security-Policy.
 //
 // # Exit codes
 //

@@ -100,7 +100,7 @@ func parseLoad(args []string, std stdio) (conn, loadConfig, error) {
 	fs.StringVar(&lc.hang, "hang-customer", "c-hang", "`customer` the payment service leaves hanging (stuck; PAYMENT_HANG_CUSTOMERS on payment)")
 	fs.StringVar(&lc.rare, "rare-sku", "sku-rare", "`SKU` without stock (oos)")
 	fs.DurationVar(&lc.wait, "wait", 2*time.Minute, "after the last order is placed, wait at most this long for orders to settle")
-	fs.IntVar(&lc.concurrency, "concurrency", 16, "requests in flight at most")
+	fs.IntVar(&lc.concurrency, "concurrency", 64, "requests in flight at most (placing falls behind -rate when -rate × the POST latency exceeds it; the summary says so)")
 	fs.BoolVar(&lc.waitStuck, "wait-stuck", true, "also wait (within -wait) until the order service flags the stuck-kind orders as stuck")
 	fs.DurationVar(&lc.pollEvery, "poll", 200*time.Millisecond, "how often to check progress (settlement comes from the order events on -brokers; a check is at most two list queries)")
 	fs.Int64Var(&seed, "seed", 0, "random seed for the order mix and contents (0: from the clock; printed)")
@@ -394,15 +394,19 @@ func (r *loadRun) inspect(id string) string {
 
 // loadSummary is what load prints (and emits with -json).
 type loadSummary struct {
-	Orders         int              `json:"orders"`
-	Mix            string           `json:"mix"`
-	Seed           int64            `json:"seed"`
-	Rate           float64          `json:"rate"`
-	Placed         int              `json:"placed"`
-	FailedToPlace  int              `json:"failed_to_place"`
-	Settled        int              `json:"settled"`
-	Unsettled      int              `json:"unsettled"` // not settled, stuck-kind orders excepted
-	PlaceSeconds   float64          `json:"place_seconds"`
+	Orders        int     `json:"orders"`
+	Mix           string  `json:"mix"`
+	Seed          int64   `json:"seed"`
+	Rate          float64 `json:"rate"`
+	Placed        int     `json:"placed"`
+	FailedToPlace int     `json:"failed_to_place"`
+	Settled       int     `json:"settled"`
+	Unsettled     int     `json:"unsettled"` // not settled, stuck-kind orders excepted
+	PlaceSeconds  float64 `json:"place_seconds"`
+	// BehindSchedule: placing took more than 10% (and 1 s) longer than -n / -rate, so
+	// the offered rate was lower than asked (the -concurrency bound was reached).
+	BehindSchedule bool             `json:"behind_schedule,omitempty"`
+	Concurrency    int              `json:"concurrency"`
 	SettleSeconds  float64          `json:"settle_seconds"`
 	Outcomes       []outcomeSummary `json:"outcomes"`
 	Latency        latencies        `json:"latency"`
@@ -455,7 +459,10 @@ func (r *loadRun) summary() loadSummary {
 		Orders: len(r.orders), Mix: r.cfg.mix.String(), Seed: int64(r.cfg.seed), Rate: r.cfg.rate,
 		Placed: r.placed, FailedToPlace: r.failed, Settled: r.settled,
 		PlaceSeconds: r.placeElapsed.Seconds(), SettleSeconds: r.settleElapsed.Seconds(),
-		Unexpected: []orderBrief{}, Stuck: []orderBrief{},
+		Unexpected: []orderBrief{}, Stuck: []orderBrief{}, Concurrency: r.cfg.concurrency,
+	}
+	if want := float64(len(r.orders)) / r.cfg.rate; r.placeElapsed.Seconds() > max(1.1*want, want+1) {
+		s.BehindSchedule = true
 	}
 	by := make(map[string][]time.Duration)
 	counts := make(map[string]int)
@@ -527,6 +534,10 @@ func renderSummary(w io.Writer, s loadSummary) error {
 		return err
 	}
 	fmt.Fprintln(w, "\nlatency: created_at to the final transition, by the order service's clock")
+	if s.BehindSchedule && s.Placed > 0 {
+		fmt.Fprintf(w, "note: placing ran behind -rate %g/s (%.1f/s): the order API answered too slowly for -concurrency %d requests in flight; raise -concurrency to offer the full rate\n",
+			s.Rate, float64(s.Placed+s.FailedToPlace)/s.PlaceSeconds, s.Concurrency)
+	}
 	for _, e := range s.PlaceErrors {
 		fmt.Fprintf(w, "place error: %s\n", e)
 	}

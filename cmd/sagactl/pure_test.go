@@ -594,6 +594,20 @@ func TestSummaryAndRender(t *testing.T) {
 			t.Errorf("missing %q in:\n%s", want, b.String())
 		}
 	}
+	if strings.Contains(b.String(), "behind") || s.BehindSchedule {
+		t.Errorf("14 orders at 10/s placed in 2s reported as behind schedule:\n%s", b.String())
+	}
+
+	// Placing 14 orders at 10/s took 5s: the -concurrency bound held the rate back.
+	r.placeElapsed, r.cfg.concurrency = 5*time.Second, 16
+	s = r.summary()
+	b.Reset()
+	if err := renderSummary(&b, s); err != nil {
+		t.Fatal(err)
+	}
+	if want := "note: placing ran behind -rate 10/s (2.8/s)"; !s.BehindSchedule || !strings.Contains(b.String(), want) {
+		t.Errorf("behind schedule %v; missing %q in:\n%s", s.BehindSchedule, want, b.String())
+	}
 }
 
 func TestProgress(t *testing.T) {

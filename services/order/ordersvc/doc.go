@@ -19,6 +19,8 @@
 //	                           409 invalid_transition in any other state
 //	GET  /orders?state=PENDING&stuck=true&older_than=5m&limit=100
 //	                           200 {"orders":[...]}, oldest first, each with age_seconds
+//	GET  /orders/counts        200 {"by_state":{"PENDING":3,...},"stuck":{"PENDING":1,"CANCELLING":0}}
+//	                           (every state, zeros included; sagactl console's overview)
 //
 // Input is validated (see CreateRequest.Validate), bodies are limited to MaxBodyBytes and
 // must be one JSON object without unknown fields, and every error is a JSON body

@@ -126,6 +126,7 @@ func (s *Service) Handler() http.Handler {
 //	POST /orders/{id}/cancel   request cancellation                    202
 //	POST /orders/{id}/retry-compensation  re-send the cancellation      202 (409 unless CANCELLING or COMPENSATION_FAILED)
 //	GET  /orders               list: ?state=&stuck=true&older_than=&limit=  200
+//	GET  /orders/counts        orders per state and stuck orders per state (CountsJSON)  200
 //	/                          JSON 404 not_found or 405 method_not_allowed (with Allow)
 //
 // Errors are ErrorJSON bodies with the Code* codes.
@@ -134,13 +135,14 @@ func (s *Service) Register(handle func(pattern string, h http.Handler)) {
 	route("POST /orders", s.handleCreate)
 	route("GET /orders", s.handleList)
 	route("GET /orders/{id}", s.handleGet)
+	route("GET /orders/counts", s.handleCounts)
 	route("POST /orders/{id}/cancel", s.handleCancel)
 	route("POST /orders/{id}/retry-compensation", s.handleRetryCompensation)
 
 	// Every path the API knows, without methods: a request that matches one of them but
 	// none of the routes above has the wrong method.
 	known := http.NewServeMux()
-	allow := map[string]string{"/orders": "GET, POST", "/orders/{id}": "GET", "/orders/{id}/cancel": "POST",
+	allow := map[string]string{"/orders": "GET, POST", "/orders/{id}": "GET", "/orders/counts": "GET", "/orders/{id}/cancel": "POST",
 		"/orders/{id}/retry-compensation": "POST"}
 	for p := range allow {
 		known.HandleFunc(p, func(http.ResponseWriter, *http.Request) {})
@@ -296,6 +298,26 @@ func jsonKind(goKind string) string {
 		return "object"
 	}
 	return "value of another type"
+}
+
+// CountsJSON is the answer of GET /orders/counts.
+type CountsJSON struct {
+	ByState map[State]int64 `json:"by_state"`
+	Stuck   map[State]int64 `json:"stuck"`
+}
+
+func (s *Service) handleCounts(w http.ResponseWriter, r *http.Request) {
+	by, err := s.CountByState(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	stuck, err := s.CountStuck(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, CountsJSON{ByState: by, Stuck: stuck})
 }
 
 func (s *Service) handleGet(w http.ResponseWriter, r *http.Request) {

@@ -313,3 +313,29 @@ func TestCancelAPI(t *testing.T) {
 		t.Fatalf("after refused cancel: %+v", g)
 	}
 }
+
+func TestCounts(t *testing.T) {
+	f := newFixture(t, ordersvc.Settings{})
+	var c ordersvc.CountsJSON
+	if resp := f.do(t, "GET", "/orders/counts", "", nil, &c); resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if len(c.ByState) != len(ordersvc.States) || c.ByState[ordersvc.Pending] != 0 || c.Stuck[ordersvc.Pending] != 0 {
+		t.Fatalf("empty table: %+v", c)
+	}
+	a, b := f.create(t), f.create(t)
+	f.create(t)
+	f.exec(t, "UPDATE orders SET state = 'CONFIRMED' WHERE id = $1", a.ID)
+	f.exec(t, "UPDATE orders SET state_since = now() - interval '1 day' WHERE id = $1", b.ID)
+	c = ordersvc.CountsJSON{}
+	if resp := f.do(t, "GET", "/orders/counts", "", nil, &c); resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if c.ByState[ordersvc.Pending] != 2 || c.ByState[ordersvc.Confirmed] != 1 || c.ByState[ordersvc.Cancelled] != 0 ||
+		c.Stuck[ordersvc.Pending] != 1 || c.Stuck[ordersvc.Cancelling] != 0 {
+		t.Fatalf("counts %+v; want PENDING 2 (1 stuck), CONFIRMED 1", c)
+	}
+	if resp := f.do(t, "POST", "/orders/counts", "", nil, nil); resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("POST /orders/counts: status %d", resp.StatusCode)
+	}
+}

@@ -377,6 +377,28 @@ func (s *Service) List(ctx context.Context, lq ListQuery) ([]Order, error) {
 	return out, nil
 }
 
+// CountByState returns the number of orders in each state (zero counts included), in
+// one GROUP BY over the orders table.
+func (s *Service) CountByState(ctx context.Context) (map[State]int64, error) {
+	rows, err := s.db.Query(ctx, "SELECT state, count(*) FROM orders GROUP BY state")
+	if err != nil {
+		return nil, fmt.Errorf("ordersvc: count orders: %w", err)
+	}
+	counts := make(map[State]int64, len(States))
+	for _, st := range States {
+		counts[st] = 0
+	}
+	var (
+		st string
+		n  int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&st, &n}, func() error { counts[State(st)] = n; return nil })
+	if err != nil {
+		return nil, fmt.Errorf("ordersvc: count orders: %w", err)
+	}
+	return counts, nil
+}
+
 // CountStuck returns the number of stuck orders per non-terminal state (zero counts
 // included).
 func (s *Service) CountStuck(ctx context.Context) (map[State]int64, error) {

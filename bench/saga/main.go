@@ -1,0 +1,150 @@
+// Command saga is the whole-saga benchmark: the reference system's three services as
+// separate processes (as `make demo` starts them) with cmd/devkafka, a Redis of its own
+// and fresh databases in the local Postgres, driven by an open-loop load generator at
+// fixed offered rates. Settlement is learnt only from the order service's terminal
+// events on orders.events, never by asking the services about an order.
+//
+// Per rate it prints offered and sent orders/s, confirmed/s, POST→terminal latency
+// percentiles, orders unsettled after a bounded drain, CPU (% of one core) and peak RSS
+// per service, the CPU of the Postgres backends serving each service, the generator's
+// own CPU, and the most frequent pg_stat_activity states/wait events per service
+// (sampled every 100 ms). It writes every figure to -json and a plot of confirmed/s and
+// latency against offered load to -svg.
+//
+//	go run ./bench/saga                                  # 50,100,200,400,800 orders/s, 20 s each
+//	go run ./bench/saga -rates 100,400 -duration 10s -instances 2
+//	go run ./bench/saga -rates 400 -profile-dir /tmp/prof # also a 10 s CPU profile per service
+//	go run ./bench/saga -rates 100 -env CONSUMER_BATCH=1  # a service setting changed
+//	go run ./bench/saga -replot bench/results.json        # tables and plot of an earlier run
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/choreo-saga/choreo/bench/internal/benchutil"
+)
+
+// config is the command line.
+type config struct {
+	rates       []int
+	duration    time.Duration
+	warmup      time.Duration
+	drain       time.Duration
+	instances   int
+	partitions  int
+	maxInFlight int
+	jsonPath    string
+	svgPath     string
+	profileDir  string
+	profileRate int
+	seed        uint64
+	env         []string
+	replot      string
+	log         io.Writer
+}
+
+// envFlags collects repeated -env KEY=VALUE flags.
+type envFlags []string
+
+func (e *envFlags) String() string { return fmt.Sprint(*e) }
+
+func (e *envFlags) Set(v string) error {
+	if k, _, ok := strings.Cut(v, "="); !ok || k == "" {
+		return fmt.Errorf("want KEY=VALUE, got %q", v)
+	}
+	*e = append(*e, v)
+	return nil
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cfg, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "saga:", err)
+		os.Exit(2)
+	}
+	cfg.log = os.Stderr
+	if cfg.replot != "" {
+		err := replot(cfg)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "saga:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	res, err := run(ctx, cfg)
+	if res != nil {
+		printResults(os.Stdout, res)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "saga:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("saga", flag.ContinueOnError)
+	rates := fs.String("rates", "50,100,200,400,800", "offered `rates` in orders/s, comma-separated, run in this order")
+	fs.DurationVar(&c.duration, "duration", 20*time.Second, "how long each rate is offered")
+	fs.DurationVar(&c.warmup, "warmup", 5*time.Second, "before the first rate, offer 20 orders/s (or the first rate if lower) for this long, unmeasured: pools, prepared statements and consumer groups settle (0: none)")
+	fs.DurationVar(&c.drain, "drain", 30*time.Second, "after each rate, wait at most this long for its orders to settle")
+	fs.IntVar(&c.instances, "instances", 1, "processes of each service")
+	fs.IntVar(&c.partitions, "partitions", 6, "partitions of every topic (make demo: 6)")
+	fs.IntVar(&c.maxInFlight, "max-in-flight", 4096, "POST requests in flight at most; beyond, the generator falls behind its schedule (reported)")
+	fs.StringVar(&c.jsonPath, "json", "bench/results.json", "write every figure to this `file` (empty: not at all)")
+	fs.StringVar(&c.svgPath, "svg", "docs/benchmarks-saga.svg", "write the plot to this `file` (empty: not at all)")
+	fs.StringVar(&c.profileDir, "profile-dir", "", "if set, run the services with PPROF=1 and save a 10 s CPU profile of each into this `dir` during -profile-rate")
+	fs.IntVar(&c.profileRate, "profile-rate", 0, "the offered rate during which the profiles are taken (default: the highest)")
+	fs.Uint64Var(&c.seed, "seed", 1, "seed of the orders' customers, SKUs and amounts")
+	fs.StringVar(&c.replot, "replot", "", "run nothing: read the results `file` of an earlier run, print its tables and write -svg")
+	var env envFlags
+	fs.Var(&env, "env", "extra `KEY=VALUE` for every service process (repeatable), e.g. -env CONSUMER_BATCH=1")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	c.env = env
+	var err error
+	if c.rates, err = benchutil.ParseInts(*rates, 1); err != nil {
+		return c, err
+	}
+	switch {
+	case c.duration <= 0 || c.drain < 0 || c.warmup < 0:
+		return c, fmt.Errorf("-duration must be > 0, -drain and -warmup >= 0")
+	case c.instances < 1 || c.partitions < 1 || c.maxInFlight < 1:
+		return c, fmt.Errorf("-instances, -partitions and -max-in-flight must be >= 1")
+	}
+	if c.profileRate == 0 {
+		for _, r := range c.rates {
+			c.profileRate = max(c.profileRate, r)
+		}
+	}
+	return c, nil
+}
+
+// replot prints the tables of an earlier run's results and draws its plot again.
+func replot(cfg config) error {
+	b, err := os.ReadFile(cfg.replot)
+	if err != nil {
+		return err
+	}
+	var res results
+	if err := json.Unmarshal(b, &res); err != nil {
+		return fmt.Errorf("%s: %w", cfg.replot, err)
+	}
+	printResults(os.Stdout, &res)
+	if cfg.svgPath == "" {
+		return nil
+	}
+	return os.WriteFile(cfg.svgPath, plotSVG(&res), 0o644)
+}

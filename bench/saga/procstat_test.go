@@ -1,0 +1,63 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestProcStat: this process's CPU time grows while it computes, and its resident set
+// and peak are read from /proc.
+func TestProcStat(t *testing.T) {
+	pid := os.Getpid()
+	before, err := cpuTime(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, deadline := 1, time.Now().Add(time.Minute)
+	for {
+		for i := range 1_000_000 {
+			x = x*31 + i
+		}
+		after, err := cpuTime(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after > before {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("CPU time stayed at %v for a minute of computing", before)
+		}
+	}
+	_ = x
+	rss, hwm, err := memory(pid)
+	if err != nil || rss <= 0 || hwm < rss {
+		t.Errorf("memory: rss %d, hwm %d, err %v; want 0 < rss <= hwm", rss, hwm, err)
+	}
+	if la, err := loadAverage(); err != nil || la[0] < 0 {
+		t.Errorf("loadAverage: %v, %v", la, err)
+	}
+}
+
+// TestAdminAddr: the last "app: started" line of a log names the admin listener.
+func TestAdminAddr(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "order-1.log")
+	log := `{"level":"INFO","msg":"app: started","http_addr":"127.0.0.1:1","admin_addr":"127.0.0.1:2"}
+not json
+{"level":"INFO","msg":"app: started","http_addr":"127.0.0.1:3","admin_addr":"127.0.0.1:4"}
+`
+	if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := adminAddr(path); err != nil || got != "127.0.0.1:4" {
+		t.Errorf("adminAddr = %q, %v; want the last start's 127.0.0.1:4", got, err)
+	}
+	if err := os.WriteFile(path, []byte("nothing\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adminAddr(path); err == nil {
+		t.Error("adminAddr of a log without admin_addr: no error")
+	}
+}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/choreo-saga/choreo/chaos"
+)
+
+// profileSeconds is the length of each CPU profile.
+const profileSeconds = 10
+
+// takeProfiles waits a few seconds into the rate, then fetches a CPU profile of every
+// service instance at once from its admin listener (/debug/pprof/, served with
+// PPROF=1) into dir. It returns the files written, by instance.
+func takeProfiles(ctx context.Context, sys *chaos.System, dir string, rate int, log io.Writer) map[string]string {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		fmt.Fprintf(log, "saga: profiles: %v\n", err)
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-time.After(3 * time.Second):
+	}
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		out = map[string]string{}
+	)
+	client := &http.Client{Timeout: (profileSeconds + 20) * time.Second}
+	for _, in := range sys.Instances() {
+		wg.Go(func() {
+			path, err := fetchProfile(ctx, client, in, dir, rate)
+			if err != nil {
+				fmt.Fprintf(log, "saga: profile of %s: %v\n", in.Name, err)
+				return
+			}
+			mu.Lock()
+			out[in.Name] = path
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+func fetchProfile(ctx context.Context, client *http.Client, in chaos.Instance, dir string, rate int) (string, error) {
+	addr, err := adminAddr(in.LogPath)
+	if err != nil {
+		return "", err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
+		fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, profileSeconds), nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET /debug/pprof/profile: %s (is PPROF=1 set?)", resp.Status)
+	}
+	path := profileName(dir, in.Name, rate)
+	f, err := os.Create(path)
+	if err != nil {
+		return "", err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return "", err
+	}
+	return path, f.Close()
+}
+
+// adminAddr finds the admin listener's address in the instance's log: the services
+// log it at start ("app: started" with admin_addr), and the harness gives them
+// ADMIN_ADDR=127.0.0.1:0.
+func adminAddr(logPath string) (string, error) {
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		return "", err
+	}
+	addr := ""
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if !strings.Contains(line, `"admin_addr"`) {
+			continue
+		}
+		var m struct {
+			AdminAddr string `json:"admin_addr"`
+		}
+		if json.Unmarshal([]byte(line), &m) == nil && m.AdminAddr != "" {
+			addr = m.AdminAddr // the last start wins
+		}
+	}
+	if addr == "" {
+		return "", fmt.Errorf("no admin_addr in %s", logPath)
+	}
+	return addr, nil
+}

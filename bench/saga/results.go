@@ -1,0 +1,210 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// results is everything one run measured; it is written as bench/results.json.
+type results struct {
+	Date            string             `json:"date"`
+	Commit          string             `json:"commit"`
+	Dirty           bool               `json:"dirty"` // uncommitted changes in the worktree
+	GoVersion       string             `json:"go_version"`
+	CPUs            int                `json:"cpus"`
+	LoadAvgBefore   [3]float64         `json:"load_average_before"`
+	LoadAvgAfter    [3]float64         `json:"load_average_after"`
+	Env             []string           `json:"extra_env,omitempty"`
+	Instances       int                `json:"instances_per_service"`
+	Partitions      int                `json:"partitions"`
+	DurationSeconds float64            `json:"seconds_per_rate"`
+	DrainSeconds    float64            `json:"drain_bound_seconds"`
+	WarmupSeconds   float64            `json:"warmup_seconds"`
+	Seed            uint64             `json:"seed"`
+	IdleRSSMiB      map[string]float64 `json:"idle_rss_mib"`
+	Rates           []rateResult       `json:"rates"`
+
+	// Saturation is the peak confirmed/s and the offered rate it was measured at.
+	PeakConfirmedPerSec float64 `json:"peak_confirmed_per_sec"`
+	PeakAtOffered       int     `json:"peak_at_offered"`
+	// AboveSaturationMinRatio is the lowest confirmed/s of the rates offered above the
+	// peak's, over the peak (0 when no rate was offered above it); NoCollapse says
+	// whether it is at least 0.9.
+	AboveSaturationMinRatio float64 `json:"above_saturation_min_ratio"`
+	NoCollapse              bool    `json:"no_collapse"`
+}
+
+// rateResult is one offered rate.
+type rateResult struct {
+	Offered         int     `json:"offered_per_sec"`
+	Sent            int     `json:"sent"`
+	SentPerSec      float64 `json:"sent_per_sec"`
+	Late            int     `json:"sent_late"` // sent more than 10 ms after their due time
+	MaxLagMs        float64 `json:"max_lag_ms"`
+	PostErrors      int     `json:"post_errors"`
+	FirstError      string  `json:"first_error,omitempty"`
+	ConfirmedPerSec float64 `json:"confirmed_per_sec"` // order.confirmed read during the window, any order
+	Confirmed       int     `json:"confirmed"`         // of this rate's orders, after the drain
+	Rejected        int     `json:"rejected"`
+	Cancelled       int     `json:"cancelled"`
+	Unsettled       int     `json:"unsettled"` // of this rate's orders, after the drain
+	DrainSeconds    float64 `json:"drain_seconds"`
+	// P50ms … P99ms: from the POST's due time to its terminal event read from Kafka,
+	// over the LatencyN orders that settled within the drain (a lower bound when some
+	// did not; all zero when none did).
+	LatencyN            int                     `json:"latency_n"`
+	P50ms               float64                 `json:"p50_ms"`
+	P95ms               float64                 `json:"p95_ms"`
+	P99ms               float64                 `json:"p99_ms"`
+	GeneratorCPUPercent float64                 `json:"generator_cpu_percent"` // of one core
+	MachineCPUPercent   float64                 `json:"machine_cpu_percent"`   // of all cores
+	LoadAvg             [3]float64              `json:"load_average"`
+	Services            map[string]serviceStats `json:"services"` // and devkafka, redis
+	Profiles            map[string]string       `json:"profiles,omitempty"`
+}
+
+// serviceStats is one service (all its instances) during a rate's window.
+type serviceStats struct {
+	CPUPercent         float64     `json:"cpu_percent"` // of one core
+	MaxRSSMiB          float64     `json:"max_rss_mib"`
+	PostgresCPUPercent float64     `json:"postgres_backends_cpu_percent,omitempty"`
+	TopWaits           []waitShare `json:"top_waits,omitempty"`
+}
+
+func (r *results) summarize() {
+	r.PeakConfirmedPerSec, r.PeakAtOffered = 0, 0
+	for _, rr := range r.Rates {
+		if rr.ConfirmedPerSec > r.PeakConfirmedPerSec {
+			r.PeakConfirmedPerSec, r.PeakAtOffered = rr.ConfirmedPerSec, rr.Offered
+		}
+	}
+	r.AboveSaturationMinRatio, r.NoCollapse = 0, true
+	first := true
+	for _, rr := range r.Rates {
+		if rr.Offered <= r.PeakAtOffered || r.PeakConfirmedPerSec == 0 {
+			continue
+		}
+		ratio := rr.ConfirmedPerSec / r.PeakConfirmedPerSec
+		if first || ratio < r.AboveSaturationMinRatio {
+			r.AboveSaturationMinRatio, first = ratio, false
+		}
+	}
+	if !first {
+		r.NoCollapse = r.AboveSaturationMinRatio >= 0.9
+	}
+}
+
+func writeJSON(path string, r *results) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("saga: %w", err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("saga: %w", err)
+	}
+	return nil
+}
+
+func ms(v float64) string {
+	d := time.Duration(v * float64(time.Millisecond))
+	switch {
+	case d >= 10*time.Second:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	case d >= time.Second:
+		return fmt.Sprintf("%.2fs", d.Seconds())
+	}
+	return fmt.Sprintf("%.0fms", v)
+}
+
+// printResults writes the tables of the run.
+func printResults(w io.Writer, r *results) {
+	dirty := ""
+	if r.Dirty {
+		dirty = " (with uncommitted changes)"
+	}
+	fmt.Fprintf(w, "\nwhole saga: %d instance(s) per service, %d partitions, %gs per rate; commit %.12s%s; %d CPUs; load average %.2f %.2f %.2f before, %.2f %.2f %.2f after\n",
+		r.Instances, r.Partitions, r.DurationSeconds, r.Commit, dirty, r.CPUs,
+		r.LoadAvgBefore[0], r.LoadAvgBefore[1], r.LoadAvgBefore[2], r.LoadAvgAfter[0], r.LoadAvgAfter[1], r.LoadAvgAfter[2])
+	groups := []string{}
+	for _, s := range append(slices.Clone(serviceNames), "devkafka", "redis") {
+		if _, ok := r.IdleRSSMiB[s]; ok {
+			groups = append(groups, s)
+		}
+	}
+	idle := []string{}
+	for _, g := range groups {
+		idle = append(idle, fmt.Sprintf("%s %.1f MiB", g, r.IdleRSSMiB[g]))
+	}
+	if len(r.Env) > 0 {
+		fmt.Fprintf(w, "services run with %s\n", strings.Join(r.Env, " "))
+	}
+	fmt.Fprintf(w, "RSS when idle: %s\n\n", strings.Join(idle, ", "))
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	head := "offered/s\tsent/s\tconfirmed/s\tp50\tp95\tp99\tunsettled\t"
+	for _, g := range groups {
+		head += g + " CPU%/RSS\t"
+	}
+	head += "pg CPU% o/p/i\tgen CPU%\tmachine%\tload1\t"
+	fmt.Fprintln(tw, head)
+	for _, rr := range r.Rates {
+		p50, p95, p99 := ms(rr.P50ms), ms(rr.P95ms), ms(rr.P99ms)
+		if rr.LatencyN == 0 {
+			p50, p95, p99 = "-", "-", "-"
+		} else if rr.Unsettled > 0 {
+			p50, p95, p99 = ">"+p50, ">"+p95, ">"+p99
+		}
+		line := fmt.Sprintf("%d\t%.0f\t%.1f\t%s\t%s\t%s\t%d\t", rr.Offered, rr.SentPerSec, rr.ConfirmedPerSec,
+			p50, p95, p99, rr.Unsettled)
+		for _, g := range groups {
+			s := rr.Services[g]
+			line += fmt.Sprintf("%.0f%%/%.0fM\t", s.CPUPercent, s.MaxRSSMiB)
+		}
+		line += fmt.Sprintf("%.0f/%.0f/%.0f\t%.0f%%\t%.0f%%\t%.1f\t", rr.Services["order"].PostgresCPUPercent,
+			rr.Services["payment"].PostgresCPUPercent, rr.Services["inventory"].PostgresCPUPercent,
+			rr.GeneratorCPUPercent, rr.MachineCPUPercent, rr.LoadAvg[0])
+		fmt.Fprintln(tw, line)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "latency: POST due time to the terminal event on orders.events; \">\" = some orders did not settle within the drain (a lower bound), \"-\" = none did")
+	fmt.Fprintf(w, "\nsaturation: peak %.1f confirmed/s at %d/s offered", r.PeakConfirmedPerSec, r.PeakAtOffered)
+	if r.AboveSaturationMinRatio > 0 || !r.NoCollapse {
+		verdict := "holds (>= 90% of the peak)"
+		if !r.NoCollapse {
+			verdict = "COLLAPSES (< 90% of the peak)"
+		}
+		fmt.Fprintf(w, "; above it the lowest is %.0f%% of the peak: throughput %s", 100*r.AboveSaturationMinRatio, verdict)
+	}
+	fmt.Fprintln(w)
+	for _, rr := range r.Rates {
+		if rr.Late > 0 || rr.PostErrors > 0 {
+			fmt.Fprintf(w, "%d/s: %d requests sent >10ms late (max %s), %d POST errors %s\n", rr.Offered, rr.Late,
+				ms(rr.MaxLagMs), rr.PostErrors, rr.FirstError)
+		}
+	}
+	fmt.Fprintln(w, "\ntop pg_stat_activity states/waits (mean sessions over 100 ms samples) per service:")
+	for _, rr := range r.Rates {
+		fmt.Fprintf(w, "%d/s offered:\n", rr.Offered)
+		for _, svc := range serviceNames {
+			var parts []string
+			for _, ws := range rr.Services[svc].TopWaits {
+				parts = append(parts, fmt.Sprintf("%s %.2f", ws.Wait, ws.Sessions))
+			}
+			if len(parts) == 0 {
+				parts = []string{"(all idle)"}
+			}
+			fmt.Fprintf(w, "  %-9s %s\n", svc, strings.Join(parts, ", "))
+		}
+	}
+	for _, rr := range r.Rates {
+		for name, p := range rr.Profiles {
+			fmt.Fprintf(w, "CPU profile of %s at %d/s: %s (go tool pprof -top %s)\n", name, rr.Offered, p, p)
+		}
+	}
+}

@@ -1,0 +1,262 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/choreo-saga/choreo/bench/internal/benchutil"
+	"github.com/choreo-saga/choreo/chaos"
+)
+
+// serviceNames in table order.
+var serviceNames = []string{"order", "payment", "inventory"}
+
+// run starts the system, offers every rate and returns the results (partial ones with
+// an error when a step fails).
+func run(ctx context.Context, cfg config) (*results, error) {
+	res := &results{Date: time.Now().UTC().Format(time.RFC3339), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
+		Env: cfg.env, Instances: cfg.instances, Partitions: cfg.partitions, DurationSeconds: cfg.duration.Seconds(),
+		DrainSeconds: cfg.drain.Seconds(), Seed: cfg.seed, IdleRSSMiB: map[string]float64{}}
+	res.Commit, res.Dirty = gitCommit(ctx)
+	res.LoadAvgBefore, _ = loadAverage()
+
+	logf := func(format string, args ...any) { fmt.Fprintf(cfg.log, "saga: "+format+"\n", args...) }
+	env := []string{
+		// As scripts/demo.sh runs them (every other setting at the services' defaults).
+		"ORDER_STUCK_AFTER=10s",
+		"PAYMENT_HANG_CUSTOMERS=c-hang",
+	}
+	if cfg.profileDir != "" {
+		env = append(env, "PPROF=1")
+	}
+	env = append(env, cfg.env...)
+	logf("building the binaries and starting devkafka, redis and %d instance(s) of each service", cfg.instances)
+	sys, err := chaos.Start(ctx, chaos.Options{
+		Instances:   cfg.instances,
+		Partitions:  cfg.partitions,
+		PostgresURL: benchutil.DefaultPostgresDSN(),
+		// DATABASE_MAX_CONNS at the services' default (4 × partitions + 4), as make demo.
+		MaxConns: 4*cfg.partitions + 4,
+		Env:      env,
+		Log:      cfg.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer sys.Close()
+
+	var urls []string
+	pids := map[string][]int{}
+	for _, in := range sys.Instances() {
+		pids[in.Service] = append(pids[in.Service], in.PID)
+		if in.Service == "order" {
+			urls = append(urls, in.URL)
+		}
+	}
+	for _, in := range sys.Infra() {
+		pids[in.Name] = append(pids[in.Name], in.PID)
+	}
+	// Idle: the services have started, run their migrations and joined their groups.
+	time.Sleep(2 * time.Second)
+	for g, ps := range pids {
+		for _, p := range ps {
+			rss, _, _ := memory(p)
+			res.IdleRSSMiB[g] += mib(rss)
+		}
+	}
+
+	admin, err := pgxpool.New(ctx, benchutil.DefaultPostgresDSN())
+	if err != nil {
+		return res, fmt.Errorf("saga: postgres: %w", err)
+	}
+	defer admin.Close()
+	waits := newWaitSampler(admin, sys.Databases())
+	sctx, stopSampling := context.WithCancel(ctx)
+	defer stopSampling()
+
+	w, stopWatch, err := startWatcher(ctx, sys.Brokers())
+	if err != nil {
+		return res, err
+	}
+	defer stopWatch()
+	gen := newGenerator(urls, cfg.maxInFlight, 20, 100, cfg.seed)
+
+	if cfg.warmup > 0 {
+		wrate := min(20, cfg.rates[0])
+		logf("warming up: %d orders/s for %s (not measured)", wrate, cfg.warmup)
+		b := gen.run(ctx, float64(wrate), cfg.warmup)
+		deadline := time.Now().Add(cfg.drain)
+		for unsettled(b, w) > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
+			time.Sleep(200 * time.Millisecond)
+		}
+		res.WarmupSeconds = cfg.warmup.Seconds()
+	}
+
+	var samplerOnce sync.Once
+	for _, rate := range cfg.rates {
+		if ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+		samplerOnce.Do(func() { go waits.run(sctx, 100*time.Millisecond) })
+		r, err := runRate(ctx, cfg, rate, gen, w, waits, pids, sys)
+		if r != nil {
+			res.Rates = append(res.Rates, *r)
+			logf("%d/s offered: sent %.0f/s, confirmed %.1f/s, p50 %s p99 %s, %d unsettled", rate, r.SentPerSec,
+				r.ConfirmedPerSec, ms(r.P50ms), ms(r.P99ms), r.Unsettled)
+		}
+		if err != nil {
+			return res, err
+		}
+	}
+	res.LoadAvgAfter, _ = loadAverage()
+	res.summarize()
+	if cfg.jsonPath != "" {
+		if err := writeJSON(cfg.jsonPath, res); err != nil {
+			return res, err
+		}
+	}
+	if cfg.svgPath != "" {
+		if err := os.WriteFile(cfg.svgPath, plotSVG(res), 0o644); err != nil {
+			return res, fmt.Errorf("saga: %w", err)
+		}
+	}
+	return res, nil
+}
+
+// runRate offers rate orders/s for cfg.duration, measures the window, then drains.
+func runRate(ctx context.Context, cfg config, rate int, gen *generator, w *watcher, waits *waitSampler,
+	pids map[string][]int, sys *chaos.System) (*rateResult, error) {
+	r := &rateResult{Offered: rate, Services: map[string]serviceStats{}}
+	waits.reset()
+	pw := newProcWatch(pids)
+	gen0, _ := benchutil.SampleCPU()
+	start := time.Now()
+	end := start.Add(cfg.duration)
+
+	// The window's CPU figures are taken when the schedule ends, not when the last
+	// answer arrives.
+	window := make(chan struct{})
+	var winCPU, pgCPU map[string]time.Duration
+	var genCPU benchutil.CPUTime
+	var top map[string][]waitShare
+	go func() {
+		defer close(window)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for time.Now().Before(end) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				pw.sample()
+			}
+		}
+		winCPU, pgCPU, top = pw.cpu(), waits.backendCPU(), waits.top(6)
+		g1, _ := benchutil.SampleCPU()
+		genCPU = g1.Sub(gen0)
+	}()
+	var profWG sync.WaitGroup
+	if cfg.profileDir != "" && rate == cfg.profileRate {
+		profWG.Go(func() { r.Profiles = takeProfiles(ctx, sys, cfg.profileDir, rate, cfg.log) })
+	}
+
+	b := gen.run(ctx, float64(rate), cfg.duration)
+	<-window
+	profWG.Wait()
+	secs := cfg.duration.Seconds()
+	r.Sent = len(b.orders)
+	r.SentPerSec = float64(r.Sent) / max(secs, b.lastSent.Sub(b.started).Seconds())
+	r.Late, r.MaxLagMs, r.PostErrors, r.FirstError = b.late, b.maxLag.Seconds()*1000, b.errors, b.firstErr
+	r.ConfirmedPerSec = float64(w.confirmedBetween(start, end)) / secs
+	r.GeneratorCPUPercent = pct(genCPU.Process, secs)
+	r.MachineCPUPercent = pct(genCPU.Machine, secs) / float64(runtime.NumCPU())
+	for g, c := range winCPU {
+		st := r.Services[g]
+		st.CPUPercent = pct(c, secs)
+		st.MaxRSSMiB = mib(pw.maxRSS[g])
+		st.PostgresCPUPercent = pct(pgCPU[g], secs)
+		st.TopWaits = top[g]
+		r.Services[g] = st
+	}
+
+	// Drain: wait (bounded) until every placed order of this rate has a terminal event.
+	drainStart := time.Now()
+	deadline := drainStart.Add(cfg.drain)
+	for {
+		if unsettled(b, w) == 0 || !time.Now().Before(deadline) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	r.DrainSeconds = time.Since(drainStart).Seconds()
+	var lat []time.Duration
+	for _, o := range b.orders {
+		if o == nil || o.id == "" {
+			continue
+		}
+		e, ok := w.lookup(o.id)
+		if !ok {
+			r.Unsettled++
+			continue
+		}
+		lat = append(lat, e.at.Sub(o.due))
+		switch e.outcome {
+		case confirmed:
+			r.Confirmed++
+		case rejected:
+			r.Rejected++
+		case cancelled:
+			r.Cancelled++
+		}
+	}
+	slices.Sort(lat)
+	r.LatencyN = len(lat)
+	r.P50ms = benchutil.Percentile(lat, 0.50).Seconds() * 1000
+	r.P95ms = benchutil.Percentile(lat, 0.95).Seconds() * 1000
+	r.P99ms = benchutil.Percentile(lat, 0.99).Seconds() * 1000
+	r.LoadAvg, _ = loadAverage()
+	return r, ctx.Err()
+}
+
+func unsettled(b *burst, w *watcher) int {
+	n := 0
+	for _, o := range b.orders {
+		if o == nil || o.id == "" {
+			continue
+		}
+		if _, ok := w.lookup(o.id); !ok {
+			n++
+		}
+	}
+	return n
+}
+
+func pct(d time.Duration, secs float64) float64 { return 100 * d.Seconds() / secs }
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// gitCommit returns HEAD's hash and whether the worktree has uncommitted changes.
+func gitCommit(ctx context.Context) (string, bool) {
+	out, err := exec.CommandContext(ctx, "git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		return "unknown", false
+	}
+	st, _ := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no").Output()
+	return strings.TrimSpace(string(out)), len(strings.TrimSpace(string(st))) > 0
+}
+
+// profileName is the file of svc's CPU profile taken during rate.
+func profileName(dir, name string, rate int) string {
+	return filepath.Join(dir, name+"-"+strconv.Itoa(rate)+".pprof")
+}

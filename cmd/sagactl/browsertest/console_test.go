@@ -1,0 +1,481 @@
+package browsertest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/app/apptest"
+	"github.com/choreo-saga/choreo/internal/testenv"
+	"github.com/choreo-saga/choreo/services/inventory/inventorysvc"
+	"github.com/choreo-saga/choreo/services/order/ordersvc"
+	"github.com/choreo-saga/choreo/services/payment/paymentsvc"
+)
+
+// EnvScreenshots names the directory the test writes the pages' PNG screenshots to.
+const EnvScreenshots = "CONSOLE_SCREENSHOTS"
+
+// stack is the demo saga started by startStack.
+type stack struct {
+	orderURL string
+	brokers  string
+	metrics  string // -metrics of sagactl console
+	// failing makes every charge attempt of the payment service fail with its
+	// retryable gateway error while set (paymentsvc.Config.Random).
+	failing *atomic.Bool
+	logs    *apptest.LogBuffer
+}
+
+// startStack runs the three services in this process against the test Postgres, Redis
+// and Kafka-protocol broker, each with its admin listener (for /metrics).
+func startStack(t *testing.T) stack {
+	t.Helper()
+	brokers := strings.Join(testenv.Kafka(t), ",")
+	redisAddr := testenv.RedisAddr(t)
+	logs := &apptest.LogBuffer{}
+	failing := new(atomic.Bool)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	listen := func() net.Listener {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ln
+	}
+	env := func(extra map[string]string) *app.Env {
+		m := map[string]string{
+			app.EnvDatabaseURL:  testenv.PostgresDSN(t),
+			app.EnvRedisAddr:    redisAddr,
+			app.EnvKafkaBrokers: brokers,
+			app.EnvLogLevel:     "warn",
+			app.EnvJaegerUIURL:  "http://localhost:16686",
+		}
+		for k, v := range extra {
+			m[k] = v
+		}
+		return app.MapEnv(m)
+	}
+	// A PENDING order is stuck after 2s, so the overview shows the held order at once.
+	oenv := env(map[string]string{ordersvc.EnvStuckAfter: "2s", ordersvc.EnvSagaTimeout: "10m", ordersvc.EnvSweepInterval: "500ms"})
+	penv := env(map[string]string{paymentsvc.EnvHangCustomers: "c-hang", paymentsvc.EnvFailureRate: "0.5"})
+	ienv := env(nil)
+	ocfg, pcfg, icfg := ordersvc.LoadConfig(oenv), paymentsvc.LoadConfig(penv), inventorysvc.LoadConfig(ienv)
+	if err := errors.Join(oenv.Err(), penv.Err(), ienv.Err()); err != nil {
+		t.Fatal(err)
+	}
+	pcfg.Random = func() float64 {
+		if failing.Load() {
+			return 0.1 // < FailureRate: the gateway is down
+		}
+		return 0.9
+	}
+	public, admin := map[string]net.Listener{}, map[string]net.Listener{}
+	for _, s := range []string{"order", "payment", "inventory"} {
+		public[s], admin[s] = listen(), listen()
+	}
+	opts := func(s string) []app.Option {
+		return []app.Option{app.WithoutSignals(), app.WithLogOutput(logs), app.WithListener(public[s]), app.WithAdminListener(admin[s])}
+	}
+	ocfg.AppOptions, pcfg.AppOptions, icfg.AppOptions = opts("order"), opts("payment"), opts("inventory")
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		if t.Failed() {
+			t.Logf("service logs:\n%s", logs.String())
+		}
+	})
+	run := func(name string, f func() error) {
+		wg.Go(func() {
+			if err := f(); err != nil && ctx.Err() == nil {
+				t.Errorf("%s service stopped: %v", name, err)
+			}
+		})
+	}
+	run("order", func() error { return ordersvc.Run(ctx, ocfg) })
+	run("payment", func() error { return paymentsvc.Run(ctx, pcfg) })
+	run("inventory", func() error { return inventorysvc.Run(ctx, icfg) })
+
+	var metrics []string
+	for _, s := range []string{"order", "payment", "inventory"} {
+		base := "http://" + admin[s].Addr().String()
+		waitHTTP(t, base+"/readyz", logs)
+		metrics = append(metrics, s+"="+base+"/metrics")
+	}
+	return stack{orderURL: "http://" + public["order"].Addr().String(), brokers: brokers,
+		metrics: strings.Join(metrics, ","), failing: failing, logs: logs}
+}
+
+func waitHTTP(t *testing.T, url string, logs *apptest.LogBuffer) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not ready: %v\n%s", url, err, logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+type order struct {
+	ID        string `json:"id"`
+	State     string `json:"state"`
+	TraceID   string `json:"trace_id"`
+	JaegerURL string `json:"jaeger_url"`
+	Stuck     bool   `json:"stuck"`
+}
+
+func place(t *testing.T, s stack, customer string, amount int) order {
+	t.Helper()
+	body := fmt.Sprintf(`{"customer_id":%q,"items":[{"sku":"sku-3","qty":1}],"amount":%d}`, customer, amount)
+	resp, err := http.Post(s.orderURL+"/orders", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var o order
+	if err := json.NewDecoder(resp.Body).Decode(&o); err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("place order: HTTP %d, %v", resp.StatusCode, err)
+	}
+	return o
+}
+
+func getOrder(t *testing.T, s stack, id string) order {
+	t.Helper()
+	resp, err := http.Get(s.orderURL + "/orders/" + id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var o order
+	if err := json.NewDecoder(resp.Body).Decode(&o); err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// waitOrder polls the order until cond holds.
+func waitOrder(t *testing.T, s stack, id string, within time.Duration, what string, cond func(order) bool) order {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		o := getOrder(t, s, id)
+		if cond(o) {
+			return o
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("order %s: %s not reached within %s (state %s)", id, what, within, o.State)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// startConsole builds sagactl and runs `sagactl console` against the stack as a process
+// of its own, and returns its base URL.
+func startConsole(t *testing.T, s stack) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "sagactl")
+	build := exec.Command("go", "build", "-o", bin, "github.com/choreo-saga/choreo/cmd/sagactl")
+	build.Dir = "../../.." // the choreo module
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build sagactl: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "console", "-addr", "127.0.0.1:0", "-metrics", s.metrics, "-timeout", "20s")
+	cmd.Env = append(os.Environ(), "ORDER_URL="+s.orderURL, "KAFKA_BROKERS="+s.brokers)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("sagactl console stderr:\n%s", stderr.String())
+		}
+	})
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			default:
+			}
+		}
+	}()
+	select {
+	case l := <-lines:
+		// "sagactl console: serving http://127.0.0.1:PORT/ (...)"
+		_, rest, ok := strings.Cut(l, "serving ")
+		u, _, _ := strings.Cut(rest, " ")
+		if !ok || !strings.HasPrefix(u, "http://127.0.0.1:") {
+			t.Fatalf("sagactl console said %q", l)
+		}
+		return strings.TrimSuffix(u, "/")
+	case <-time.After(30 * time.Second):
+		t.Fatalf("sagactl console did not start: %s", stderr.String())
+	}
+	return ""
+}
+
+// chromium returns the browser to drive: $CHROMIUM, or Debian's /usr/bin/chromium.
+func chromium(t *testing.T) string {
+	t.Helper()
+	p := os.Getenv("CHROMIUM")
+	if p == "" {
+		p = "/usr/bin/chromium"
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("no Chromium at %s (%v): run `make console-test`, which installs Debian's chromium, or set CHROMIUM", p, err)
+	}
+	return p
+}
+
+// browser starts headless Chromium with a fresh profile and the flags this machine
+// needs (no sandbox as root, no QUIC, no background traffic).
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromium(t)),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("no-default-browser-check", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("hide-scrollbars", true),
+		chromedp.WindowSize(1400, 1000),
+	}
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelB := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancelB(); cancelA() })
+	// The first run starts the browser, which lives as long as this context: no timeout.
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatalf("start %s: %v", chromium(t), err)
+	}
+	return ctx
+}
+
+// step runs browser actions with a deadline.
+func step(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	sctx, cancel := context.WithTimeout(ctx, 45*time.Second)
+	defer cancel()
+	if err := chromedp.Do(sctx, actions...); err != nil {
+		loc, _ := chromedp.Run(ctx, chromedp.Location())
+		t.Fatalf("%s: %v (page %s)", what, err, loc)
+	}
+}
+
+// get runs one browser action that returns a value, with a deadline.
+func get[T any](t *testing.T, ctx context.Context, what string, a chromedp.Action[T]) T {
+	t.Helper()
+	sctx, cancel := context.WithTimeout(ctx, 45*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(sctx, a)
+	if err != nil {
+		loc, _ := chromedp.Run(ctx, chromedp.Location())
+		t.Fatalf("%s: %v (page %s)", what, err, loc)
+	}
+	return v
+}
+
+// screenshot writes the page to $CONSOLE_SCREENSHOTS/name when the variable is set.
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	dir := os.Getenv(EnvScreenshots)
+	if dir == "" {
+		return
+	}
+	png := get(t, ctx, "screenshot "+name, chromedp.FullScreenshot(100)) // quality 100: PNG
+	if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote %s (%d bytes)", filepath.Join(dir, name), len(png))
+}
+
+// TestConsoleInChromium runs the demo saga, breaks the payment gateway until an order's
+// order.created is dead-lettered, and then uses the console as an operator would: the
+// overview lists the held (stuck) order, its page draws the timeline and links its
+// trace, and the dead letter is replayed from the dead-letter page (dry run, then
+// confirmation), after which the order is charged and CONFIRMED. Last, the held order is
+// cancelled with its page's button.
+func TestConsoleInChromium(t *testing.T) {
+	ctx := browser(t)
+	s := startStack(t)
+
+	// The gateway is down: the payment group retries this order's order.created for
+	// consumer.DefaultRetryMaxElapsed (a minute), then dead-letters it.
+	s.failing.Store(true)
+	broken := place(t, s, "c-7", 2500)
+	held := place(t, s, "c-hang", 1200) // payment holds it on purpose: stuck
+	base := startConsole(t, s)
+
+	waitDLQ := time.Now().Add(3 * time.Minute)
+	var dead bool
+	for !dead {
+		dead = dlqHas(t, base, broken.ID)
+		if !dead && time.Now().After(waitDLQ) {
+			t.Fatalf("order %s's order.created was not dead-lettered", broken.ID)
+		}
+		if !dead {
+			time.Sleep(time.Second)
+		}
+	}
+	s.failing.Store(false) // the gateway is back
+	// A few ordinary orders, so the overview has something in most states.
+	var fine []order
+	for i, c := range []string{"c-1", "c-2", "c-3", "c-poor"} {
+		fine = append(fine, place(t, s, c, 1000+i))
+	}
+	for _, o := range fine {
+		waitOrder(t, s, o.ID, time.Minute, "a terminal state", func(o order) bool { return o.State == "CONFIRMED" || o.State == "REJECTED" })
+	}
+	held = waitOrder(t, s, held.ID, time.Minute, "stuck", func(o order) bool { return o.Stuck })
+	if getOrder(t, s, broken.ID).State != "PENDING" {
+		t.Fatalf("the dead-lettered order moved on before the replay")
+	}
+
+	// Overview: the held order is listed as stuck, with its trace.
+	type css = chromedp.CSS
+	step(t, ctx, "overview",
+		chromedp.EmulateViewport(1400, 1000),
+		chromedp.Navigate(base+"/"),
+		chromedp.WaitVisible(css(`#stuck`)),
+	)
+	stuckText := get(t, ctx, "stuck orders", chromedp.Text(css(`#stuck tbody`)))
+	if !strings.Contains(stuckText, held.ID) || !strings.Contains(stuckText, "PENDING") || !strings.Contains(stuckText, held.TraceID) {
+		t.Fatalf("overview's stuck orders lack %s (trace %s):\n%s", held.ID, held.TraceID, stuckText)
+	}
+	dlqText := get(t, ctx, "dead letters", chromedp.Text(css(`#deadletters tbody`)))
+	statesText := get(t, ctx, "states", chromedp.Text(css(`#states tbody`)))
+	if !strings.Contains(dlqText, "orders.events.dlq") || !strings.Contains(statesText, "CONFIRMED") {
+		t.Fatalf("overview: dead letters %q, states %q", dlqText, statesText)
+	}
+	// The live refresh replaces the tables from /api/overview.
+	step(t, ctx, "live refresh", chromedp.WaitVisible(css(`#overview[data-refreshed]`)))
+	stuckText = get(t, ctx, "stuck orders after refresh", chromedp.Text(css(`#stuck tbody`)))
+	if !strings.Contains(stuckText, held.ID) {
+		t.Fatalf("after the live refresh the stuck orders lack %s:\n%s", held.ID, stuckText)
+	}
+	screenshot(t, ctx, "console-overview.png")
+
+	// The order page: the timeline SVG, the stuck flag, the deadline and the Jaeger link.
+	step(t, ctx, "order page",
+		chromedp.Click(css(`#stuck a[href="/orders/`+held.ID+`"]`)),
+		chromedp.WaitVisible(css(`svg#timeline circle`)),
+		chromedp.WaitVisible(css(`#stuck-flag`)),
+		chromedp.WaitVisible(css(`#deadline`)),
+		chromedp.WaitVisible(css(`#cancel-button`)),
+	)
+	href := get(t, ctx, "jaeger link", chromedp.AttributeValue(css(`#jaeger-link`), "href"))
+	circles := get(t, ctx, "timeline steps", chromedp.Evaluate[int](`document.querySelectorAll("svg#timeline circle").length`))
+	if href.Value != "http://localhost:16686/trace/"+held.TraceID || circles < 1 {
+		t.Fatalf("order page: jaeger link %+v, %d timeline steps", href, circles)
+	}
+	screenshot(t, ctx, "console-order.png")
+
+	// Dead letters: the broken order's record, its page, a dry run, then the replay.
+	step(t, ctx, "dead letters",
+		chromedp.Navigate(base+"/dlq?topic=orders.events.dlq"),
+		chromedp.WaitVisible(css(`#dlq-records a[href="/orders/`+broken.ID+`"]`)),
+	)
+	screenshot(t, ctx, "console-deadletters.png")
+	step(t, ctx, "open the record",
+		chromedp.Click(chromedp.Search(`//tr[.//a[@href="/orders/`+broken.ID+`"]]//a[contains(@class,"record-link")]`)),
+		chromedp.WaitVisible(css(`#replay-one-button`)),
+	)
+	if reason := get(t, ctx, "reason", chromedp.Text(css(`#record-reason`))); reason != "retries_exhausted" {
+		t.Errorf("dead letter reason %q, want retries_exhausted", reason)
+	}
+	step(t, ctx, "dry run",
+		chromedp.Click(css(`#replay-one-button`)),
+		chromedp.WaitVisible(css(`#dry-run-note`)),
+	)
+	if o := getOrder(t, s, broken.ID); o.State != "PENDING" {
+		t.Fatalf("the dry run moved the order to %s", o.State)
+	}
+	screenshot(t, ctx, "console-replay.png")
+	step(t, ctx, "confirm the replay",
+		chromedp.Click(css(`#replay-confirm-button`)),
+		chromedp.WaitVisible(css(`#replayed-note`)),
+	)
+	if note := get(t, ctx, "replay result", chromedp.Text(css(`#replayed-note`))); !strings.Contains(note, "1 record(s)") {
+		t.Fatalf("replay said %q", note)
+	}
+	// The order it belongs to moves on: payment charges it, inventory reserves, CONFIRMED.
+	waitOrder(t, s, broken.ID, time.Minute, "CONFIRMED after the replay", func(o order) bool { return o.State == "CONFIRMED" })
+	step(t, ctx, "the replayed order's page",
+		chromedp.Navigate(base+"/orders/"+broken.ID),
+		chromedp.WaitVisible(css(`svg#timeline`)),
+	)
+	if state := get(t, ctx, "order state", chromedp.Text(css(`#order-state`))); state != "CONFIRMED" {
+		t.Fatalf("order page of %s says %s", broken.ID, state)
+	}
+	screenshot(t, ctx, "console-order-replayed.png")
+
+	// The cancel button of the held order: a POST with the page's CSRF token.
+	step(t, ctx, "cancel the held order",
+		chromedp.Navigate(base+"/orders/"+held.ID),
+		chromedp.Click(css(`#cancel-button`)),
+		chromedp.WaitVisible(css(`#notice`)),
+	)
+	if note := get(t, ctx, "cancel notice", chromedp.Text(css(`#notice`))); !strings.Contains(note, "cancellation requested") {
+		t.Fatalf("cancel said %q", note)
+	}
+	waitOrder(t, s, held.ID, time.Minute, "CANCELLED", func(o order) bool { return o.State == "CANCELLED" })
+}
+
+// dlqHas reports whether the console's dead-letter page lists a record keyed by id.
+func dlqHas(t *testing.T, base, id string) bool {
+	t.Helper()
+	resp, err := http.Get(base + "/dlq?topic=orders.events.dlq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode == http.StatusOK && bytes.Contains(b, []byte(`href="/orders/`+id+`"`))
+}

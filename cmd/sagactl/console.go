@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Defaults of the console's flags.
+const (
+	defaultConsoleAddr = "127.0.0.1:8090"
+	// defaultConsoleMetrics are the admin listeners of the three services when they run
+	// with their default HTTP_ADDR (admin port = HTTP port + 1000).
+	defaultConsoleMetrics = "order=http://127.0.0.1:9080/metrics,payment=http://127.0.0.1:9081/metrics,inventory=http://127.0.0.1:9082/metrics"
+	// consoleRefresh is how often the overview page polls /api/overview.
+	consoleRefresh = 5 * time.Second
+)
+
+// metricsTarget is one service's Prometheus endpoint.
+type metricsTarget struct{ Service, URL string }
+
+// parseMetricsTargets parses "name=url,name=url".
+func parseMetricsTargets(s string) ([]metricsTarget, error) {
+	var out []metricsTarget
+	for part := range strings.SplitSeq(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, u, ok := strings.Cut(part, "=")
+		pu, err := url.Parse(u)
+		if !ok || name == "" || err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			return nil, fmt.Errorf("%w: -metrics entry %q must be service=http(s)://host:port/metrics", errUsage, part)
+		}
+		out = append(out, metricsTarget{Service: name, URL: u})
+	}
+	return out, nil
+}
+
+func cmdConsole(ctx context.Context, args []string, std stdio) error {
+	var c conn
+	fs := newFlagSet("console", std, &c)
+	addr := fs.String("addr", envOr(std.getenv, "CONSOLE_ADDR", defaultConsoleAddr),
+		"listen `address` of the console (env CONSOLE_ADDR; keep it on loopback: the console can cancel orders and replay dead letters)")
+	metrics := fs.String("metrics", envOr(std.getenv, "CONSOLE_METRICS", defaultConsoleMetrics),
+		"comma-separated `service=URL` of the services' /metrics on their admin listeners, for the outbox backlog (env CONSOLE_METRICS)")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), `usage: sagactl console [-addr 127.0.0.1:8090] [-metrics order=URL,...] [flags]
+
+Serves the operations console: an overview (orders by state, stuck orders, dead letters
+per topic and reason, consumer lag, outbox backlog; refreshed live), each order's
+timeline with its trace, and the dead letters with replay (the code of dlq replay).
+It reads the order API, the topics and the services' metrics and keeps no state.
+
+Flags:`)
+		fs.PrintDefaults()
+	}
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("%w: console takes no arguments", errUsage)
+	}
+	targets, err := parseMetricsTargets(*metrics)
+	if err != nil {
+		return err
+	}
+	if _, _, err := c.clientOptions([]string{"x"}); err != nil {
+		return err
+	}
+	srv, err := newConsole(c, targets)
+	if err != nil {
+		return err
+	}
+	defer srv.close()
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("sagactl: console: listen on %s: %w", *addr, err)
+	}
+	hs := &http.Server{
+		Handler:           srv.handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      2 * time.Minute,
+		IdleTimeout:       time.Minute,
+		MaxHeaderBytes:    64 << 10,
+	}
+	if host, _, _ := net.SplitHostPort(ln.Addr().String()); !isLoopback(host) {
+		srv.public = true
+		fmt.Fprintf(std.err, "sagactl: warning: the console listens on %s, not on loopback; anyone who reaches it can cancel orders and replay dead letters\n", ln.Addr())
+	}
+	fmt.Fprintf(std.out, "sagactl console: serving http://%s/ (order API %s, brokers %s)\n", ln.Addr(), c.orderURL, c.brokers)
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("sagactl: console: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("sagactl: console: shutdown: %w", err)
+	}
+	return nil
+}
+
+func envOr(getenv func(string) string, key, def string) string {
+	if v := getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// console is the web console's server: clients of the order API, the brokers and the
+// services' metrics, and the secret of its CSRF tokens. Nothing else: every page reads
+// its data when it is requested.
+type console struct {
+	conn    conn
+	api     *orderAPI
+	targets []metricsTarget
+	metrics *http.Client
+	secret  []byte // per process: CSRF tokens do not outlive it
+	now     func() time.Time
+	public  bool // listening beyond loopback on purpose: any Host header is accepted
+
+	mu sync.Mutex
+	k  *kafka // connected on first use, so the console starts while the broker is down
+	// dlqMemo keeps the per-reason counts of each dead-letter topic with the end offsets
+	// they were counted at: the overview re-reads a topic only when it grew.
+	dlqMemo map[string]dlqCount
+}
+
+type dlqCount struct {
+	ends   map[int32][2]int64
+	counts []dlqReasonCount
+}
+
+func newConsole(c conn, targets []metricsTarget) (*console, error) {
+	api, err := c.orderAPI()
+	if err != nil {
+		return nil, err
+	}
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, fmt.Errorf("sagactl: console: secret: %w", err)
+	}
+	return &console{
+		conn: c, api: api, targets: targets, secret: secret, now: time.Now,
+		metrics: &http.Client{Timeout: c.timeout},
+		dlqMemo: make(map[string]dlqCount),
+	}, nil
+}
+
+// kafka returns the connected client, dialling it on first use and after a failure.
+func (s *console) kafka(ctx context.Context) (*kafka, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.k != nil {
+		return s.k, nil
+	}
+	k, err := dialKafka(ctx, s.conn)
+	if err != nil {
+		return nil, err
+	}
+	s.k = k
+	return k, nil
+}
+
+func (s *console) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.k != nil {
+		s.k.close()
+		s.k = nil
+	}
+}
