@@ -28,9 +28,10 @@ lint: ## gofmt and go vet
 	cd cmd/sagactl/browsertest && $(GO) vet ./...
 
 .PHONY: fuzz
-fuzz: ## explore the event decoder (binary and structured mode) with the fuzzer, 30s each
+fuzz: ## explore the event decoder (binary and structured mode) and the order API's body decoding with the fuzzer, 30s each
 	$(GO) test ./event -run '^$$' -fuzz '^FuzzFromRecord$$' -fuzztime 30s
 	$(GO) test ./event -run '^$$' -fuzz '^FuzzFromStructuredRecord$$' -fuzztime 30s
+	$(GO) test ./services/order/ordersvc -run '^$$' -fuzz '^FuzzDecodeCreateRequest$$' -fuzztime 30s
 
 .PHONY: build
 build: ## build every binary into bin/

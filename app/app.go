@@ -124,9 +124,9 @@ func WithRelayOptions(opts ...outbox.RelayOption) Option {
 // relay, e.g. "order.id". Default consumer.DefaultEntityAttribute ("entity.id").
 func WithEntityAttribute(name string) Option { return func(o *options) { o.entityAttr = name } }
 
-// WithoutSweeper disables the background idempotency sweeper (for services whose
-// records are swept elsewhere). Default: one sweeper per App, with the idempotency
-// package's defaults.
+// WithoutSweeper disables the background idempotency sweeper and the dead-letter archive
+// pruner (for services whose records are swept elsewhere). Default: one of each per App
+// (Config.IdempotencyRetention, Config.DeadLetterRetention).
 func WithoutSweeper() Option { return func(o *options) { o.sweeper = false } }
 
 // WithoutCreateDatabase stops New from creating a missing database (for users without
@@ -279,7 +279,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 	}
 	a.Store = o.store
 	if a.Store == nil {
-		if a.Store, err = idempotency.NewStore(); err != nil {
+		if a.Store, err = idempotency.NewStore(idempotency.WithRetention(cfg.idempotencyRetention())); err != nil {
 			return nil, fmt.Errorf("app: %w", err)
 		}
 	}
@@ -350,7 +350,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("app: %w", err)
 		}
-		a.workers = append(a.workers, component{name: "idempotency sweeper", run: sw.Run, mustRun: true})
+		a.workers = append(a.workers, component{name: "idempotency sweeper", run: sw.Run, mustRun: true},
+			component{name: "dead-letter archive pruner", run: a.deadLetterPruner, mustRun: true})
 	}
 	return a, nil
 }

@@ -37,7 +37,8 @@ const (
 func EnvVars() []string {
 	return append([]string{EnvDatabaseURL, EnvDatabaseConns, EnvRedisAddr, EnvRedisURL, EnvRedisTLSCAFile, EnvKafkaBrokers, EnvKafkaPartitions,
 		EnvHTTPAddr, EnvAdminAddr, EnvLogLevel, EnvJaegerUIURL, EnvShutdownTimeout, EnvConsumerBatch, EnvPprof,
-		EnvKafkaInstanceID, EnvKafkaSessionTimeout, EnvKafkaRebalanceTimeout}, kafkaSecurityVars()...)
+		EnvKafkaInstanceID, EnvKafkaSessionTimeout, EnvKafkaRebalanceTimeout,
+		EnvIdempotencyRetention, EnvDeadLetterRetention}, kafkaSecurityVars()...)
 }
 
 // Defaults of [LoadConfig].
@@ -155,6 +156,16 @@ type Config struct {
 	// (KAFKA_REBALANCE_TIMEOUT; default DefaultKafkaRebalanceTimeout; 0 means the
 	// default). Keep it above the consumers' drain timeout (consumer.WithDrainTimeout).
 	KafkaRebalanceTimeout time.Duration
+	// IdempotencyRetention is how long an idempotency record of the App's default store
+	// guards its key (IDEMPOTENCY_RETENTION; default DefaultIdempotencyRetention; 0 in a
+	// Config built in code means the default). The sweeper deletes records past it. Keep
+	// it above the broker's log retention of the consumed topics.
+	IdempotencyRetention time.Duration
+	// DeadLetterRetention is how long rows of the dead-letter archive are kept
+	// (DEAD_LETTER_RETENTION; default DefaultDeadLetterRetention; 0 in code means the
+	// default). They are deleted every DefaultDeadLetterPruneInterval (see
+	// [PruneDeadLetters]).
+	DeadLetterRetention time.Duration
 }
 
 // defaultInstanceID returns the default KafkaInstanceID of service listening on
@@ -225,6 +236,7 @@ func LoadConfig(env *Env, service, defaultHTTPAddr string) Config {
 	}
 	c.KafkaSessionTimeout = env.Duration(EnvKafkaSessionTimeout, DefaultKafkaSessionTimeout)
 	c.KafkaRebalanceTimeout = env.Duration(EnvKafkaRebalanceTimeout, DefaultKafkaRebalanceTimeout)
+	c.readRetention(env)
 	if strings.EqualFold(c.RedisAddr, "none") {
 		c.RedisAddr = ""
 	}
@@ -294,6 +306,7 @@ func (c Config) problems() []problem {
 	if c.KafkaRebalanceTimeout < 0 {
 		ps = append(ps, problem{EnvKafkaRebalanceTimeout, "must not be negative"})
 	}
+	ps = append(ps, c.retentionProblems()...)
 	if c.ConsumerBatch < 0 {
 		ps = append(ps, problem{EnvConsumerBatch, "must not be negative (0 or 1 turns batch mode off)"})
 	}

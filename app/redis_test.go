@@ -3,9 +3,6 @@ package app_test
 import (
 	"context"
 	"fmt"
-	"net"
-	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,48 +16,11 @@ import (
 
 const redisSecret = "r3dis-Secret-pw" // must never appear in an error or a log
 
-// startRedis runs a redis-server of its own on a free port that requires redisSecret
-// (for user default); with tlsFiles, it serves TLS only. It is stopped when the test ends.
+// startRedis runs a redis-server of its own that requires redisSecret (TLS only with
+// tlsFiles); see testenv.RedisServer.
 func startRedis(t *testing.T, tlsFiles *testenv.TLSFiles) string {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatalf("redis-server not installed: %v", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-	ln.Close()
-	args := []string{"--bind", "127.0.0.1", "--requirepass", redisSecret, "--save", "", "--appendonly", "no",
-		"--dir", t.TempDir()}
-	if tlsFiles != nil {
-		args = append(args, "--port", "0", "--tls-port", port, "--tls-cert-file", tlsFiles.ServerCertFile,
-			"--tls-key-file", tlsFiles.ServerKeyFile, "--tls-ca-cert-file", tlsFiles.CAFile, "--tls-auth-clients", "no")
-	} else {
-		args = append(args, "--port", port)
-	}
-	cmd := exec.Command(bin, args...)
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	addr := "127.0.0.1:" + port
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			return addr
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redis-server did not listen on %s: %v\n%s", addr, err, out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return testenv.RedisServer(t, redisSecret, tlsFiles)
 }
 
 func TestRedisURLConfig(t *testing.T) {

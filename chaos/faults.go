@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/choreo-saga/choreo/internal/pgcluster"
 	"github.com/choreo-saga/choreo/services/events"
 )
 
@@ -62,7 +63,7 @@ type run struct {
 	start time.Time
 
 	// cluster is the scenario's own Postgres cluster, nil on the shared one.
-	cluster *pgCluster
+	cluster *pgcluster.Cluster
 
 	mu        sync.Mutex
 	faults    []Fault

@@ -19,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/choreo-saga/choreo/internal/pgcluster"
 	"github.com/choreo-saga/choreo/services/events"
 )
 
@@ -233,7 +234,7 @@ func Run(ctx context.Context, sc Scenario, c Config) (res Result) {
 	defer func() { res.Took = time.Since(res.Started) }()
 	fail := func(err error) Result { res.Err = err.Error(); return res }
 
-	var cluster *pgCluster
+	var cluster *pgcluster.Cluster
 	if sc.OwnPostgres {
 		var idb [4]byte
 		_, _ = rand.Read(idb[:])
@@ -242,7 +243,7 @@ func Run(ctx context.Context, sc Scenario, c Config) (res Result) {
 			fmt.Fprintf(c.System.Log, "chaos: no Postgres cluster of its own, the shared one is used: %v\n", err)
 		} else {
 			cluster = cl
-			defer cl.drop() // after the system stopped (defers run last first)
+			defer cl.Drop() // after the system stopped (defers run last first)
 			c.System.PostgresURL = cl.URL()
 		}
 	}

@@ -21,18 +21,23 @@ echo "demo: building binaries"
 go build -o bin/ ./cmd/devkafka ./cmd/sagactl ./services/order ./services/payment ./services/inventory
 
 pids=()
+stop_pids() { # pid... : SIGTERM, wait up to 10 s, then SIGKILL
+  kill -TERM "$@" 2>/dev/null || true
+  for _ in $(seq 1 100); do
+    alive=0
+    for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && break
+    sleep 0.1
+  done
+  kill -KILL "$@" 2>/dev/null || true
+}
 cleanup() {
   trap - EXIT INT TERM
   if [ ${#pids[@]} -gt 0 ]; then
-    echo "demo: stopping ${#pids[@]} processes"
-    kill -TERM "${pids[@]}" 2>/dev/null || true
-    for _ in $(seq 1 100); do
-      alive=0
-      for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-      [ $alive = 0 ] && break
-      sleep 0.1
-    done
-    kill -KILL "${pids[@]}" 2>/dev/null || true
+    echo "demo: stopping ${#pids[@]} processes (the services first, then the broker, so their final commits succeed)"
+    # pids[0] is devkafka: the services drain and commit their offsets while it still runs.
+    [ ${#pids[@]} -gt 1 ] && stop_pids "${pids[@]:1}"
+    stop_pids "${pids[0]}"
     wait 2>/dev/null || true
   fi
 }

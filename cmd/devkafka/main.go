@@ -194,7 +194,13 @@ func startBroker(cfg config, log *slog.Logger) (*broker, error) {
 	if grace <= 0 {
 		grace = devbroker.DefaultGrace
 	}
-	guard, err := devbroker.New(devbroker.WithGrace(grace), devbroker.WithLogger(log))
+	gopts := []devbroker.Option{devbroker.WithGrace(grace), devbroker.WithLogger(log),
+		devbroker.WithClientOptions(cfg.security.guardClient()...)}
+	if cfg.security.tls != nil {
+		// Below the guard's reading of requests: kfake.TLS would wrap its listener.
+		gopts = append(gopts, devbroker.WithTLS(cfg.security.tls))
+	}
+	guard, err := devbroker.New(gopts...)
 	if err != nil {
 		return nil, err
 	}

@@ -11,16 +11,19 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
 
 // security is the parsed -sasl and -tls-* flags: the SASL users the broker accepts and
 // the certificate it serves.
 type security struct {
 	users  []saslUser
-	tls    *tls.Config
+	tls    *tls.Config // served by the guard's listener (devbroker.WithTLS), not kfake.TLS
 	mtls   bool
-	kfake  []kfake.Opt
-	labels []string // for the "listening" log line, without passwords
+	kfake  []kfake.Opt // SASL users
+	labels []string    // for the "listening" log line, without passwords
 }
 
 type saslUser struct{ mechanism, user, pass string }
@@ -106,8 +109,24 @@ func (sf *securityFlags) build() (security, error) {
 		s.tls.ClientAuth = tls.RequireAndVerifyClientCert
 		s.mtls = true
 	}
-	s.kfake = append(s.kfake, kfake.TLS(s.tls))
 	return s, nil
+}
+
+// guardClient returns the SASL option of the guard's own client (devbroker): the
+// credentials of the first -sasl user, or none.
+func (s security) guardClient() []kgo.Opt {
+	if len(s.users) == 0 {
+		return nil
+	}
+	u := s.users[0]
+	switch u.mechanism {
+	case "PLAIN":
+		return []kgo.Opt{kgo.SASL(plain.Auth{User: u.user, Pass: u.pass}.AsMechanism())}
+	case "SCRAM-SHA-512":
+		return []kgo.Opt{kgo.SASL(scram.Auth{User: u.user, Pass: u.pass}.AsSha512Mechanism())}
+	default:
+		return []kgo.Opt{kgo.SASL(scram.Auth{User: u.user, Pass: u.pass}.AsSha256Mechanism())}
+	}
 }
 
 // enabled reports whether clients must authenticate or use TLS.

@@ -1,14 +1,21 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
+	"log/slog"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/choreo-saga/choreo/app"
 	"github.com/choreo-saga/choreo/internal/testenv"
@@ -37,7 +44,7 @@ func pingWith(t *testing.T, addr string, s app.KafkaSecurity) error {
 // wrong password, an unknown user, a client without certificate and a plaintext client.
 func TestSecurityFlags(t *testing.T) {
 	f := testenv.TestTLS(t)
-	cfg, err := parseFlags([]string{"-sasl", "scram-sha-256:order:" + devSecret, "-sasl", "PLAIN:ops:" + devSecret + "2",
+	cfg, err := parseFlags([]string{"-port", "0", "-data-dir", "", "-sasl", "scram-sha-256:order:" + devSecret, "-sasl", "PLAIN:ops:" + devSecret + "2",
 		"-tls-cert", f.ServerCertFile, "-tls-key", f.ServerKeyFile, "-tls-client-ca", f.CAFile}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +52,12 @@ func TestSecurityFlags(t *testing.T) {
 	if d := cfg.security.describe(); strings.Contains(d, devSecret) || !strings.Contains(d, "SCRAM-SHA-256:order") || !strings.Contains(d, "mutual TLS") {
 		t.Errorf("describe = %q", d)
 	}
-	c := testenv.KafkaCluster(t, cfg.security.kfake...)
+	b, err := startBroker(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.close)
+	c := b.c
 	created, err := seedTopicsDirect(c, 2, []string{"orders.events", "orders.events"})
 	if err != nil || len(created) != 1 {
 		t.Fatalf("seed: %v %v", created, err)
@@ -121,5 +133,106 @@ func TestSecureBinary(t *testing.T) {
 	}
 	if out := p.output(); strings.Contains(out, devSecret) || !strings.Contains(out, "SCRAM-SHA-512:payment") {
 		t.Errorf("log shows the password or not the user:\n%s", out)
+	}
+}
+
+// lockedBuffer is a log destination safe for concurrent writers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestGuardOverTLSAndSASL runs the dead-member guard (internal/devbroker) on a broker
+// that requires SCRAM-SHA-256 over mutual TLS: it reads the group requests of a member
+// that joined over TLS, and when the member's process dies (its sockets closed, no
+// LeaveGroup) it removes the member with a LeaveGroup of its own client, which
+// authenticates with a -sasl user and needs no client certificate. The proof is the
+// guard's log line naming the member and the group left without it, long before the
+// member's session timeout (5 minutes) would have removed it.
+func TestGuardOverTLSAndSASL(t *testing.T) {
+	const (
+		topic = "orders.events"
+		group = "order-service"
+	)
+	f := testenv.TestTLS(t)
+	cfg, err := parseFlags([]string{"-port", "0", "-data-dir", "", "-member-grace", "500ms", "-log-level", "none",
+		"-sasl", "SCRAM-SHA-256:order:" + devSecret,
+		"-tls-cert", f.ServerCertFile, "-tls-key", f.ServerKeyFile, "-tls-client-ca", f.CAFile}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &lockedBuffer{}
+	b, err := startBroker(cfg, slog.New(slog.NewTextHandler(logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.close)
+	if _, err := seedTopicsDirect(b.c, 2, []string{topic}); err != nil {
+		t.Fatal(err)
+	}
+
+	roots := x509.NewCertPool()
+	roots.AddCert(f.CA)
+	clientCert, err := tls.LoadX509KeyPair(f.ClientCertFile, f.ClientKeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tcfg := &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{clientCert}, MinVersion: tls.VersionTLS12}
+	d := &cuttable{}
+	dialTLS := func(ctx context.Context, network, host string) (net.Conn, error) {
+		raw, err := d.dial(ctx, network, host)
+		if err != nil {
+			return nil, err
+		}
+		c := tcfg.Clone()
+		c.ServerName, _, _ = net.SplitHostPort(host)
+		return tls.Client(raw, c), nil
+	}
+	member := groupMember(t, b.addr(), group, topic, "victim", kgo.RangeBalancer(),
+		kgo.Dialer(dialTLS), kgo.SASL(scram.Auth{User: "order", Pass: devSecret}.AsSha256Mechanism()),
+		kgo.SessionTimeout(5*time.Minute))
+	ctx, cancel := context.WithCancel(context.Background())
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		for ctx.Err() == nil {
+			if fs := member.PollFetches(ctx); fs.IsClientClosed() {
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-polled; member.Close() })
+
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(60 * time.Second); !cond(); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 60s; group: %s; broker log:\n%s", what, describeGroup(b.c, group), logs.String())
+			}
+		}
+	}
+	waitFor("the member holding both partitions over TLS", func() bool {
+		as, _, state := assignment(b.c, group)
+		return state == "Stable" && len(as["victim"]) == 2
+	})
+	d.cut()
+	waitFor("the guard removing the dead member", func() bool {
+		gi := b.c.GroupInfo(group)
+		return strings.Contains(logs.String(), "removed a group member") && gi != nil && len(gi.Members) == 0
+	})
+	if out := logs.String(); strings.Contains(out, "could not remove") || strings.Contains(out, devSecret) {
+		t.Errorf("broker log:\n%s", out)
 	}
 }

@@ -25,10 +25,18 @@
 // members the group has (kfake.Cluster.GroupInfo) and sends the broker a LeaveGroup for
 // the member, as the member itself would have on a clean shutdown. A member that is
 // merely slow or paused keeps its connections open and is left alone.
+//
+// A broker that requires TLS or SASL: give the TLS configuration to the Guard
+// ([WithTLS]) instead of to kfake (kfake.TLS would encrypt above the Guard's listener,
+// where the Guard could read no request), and the SASL credentials of a user of the
+// broker to the Guard's own client ([WithClientOptions]). That client reaches the broker
+// through an in-process connection handed to the listener, not through the network, so
+// it needs no certificate, also when the broker requires client certificates.
 package devbroker
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -62,9 +70,11 @@ var ErrInvalidConfig = errors.New("devbroker: invalid configuration")
 const maxObservedRequest = 1 << 20
 
 type config struct {
-	grace    time.Duration
-	interval time.Duration
-	logger   *slog.Logger
+	grace      time.Duration
+	interval   time.Duration
+	logger     *slog.Logger
+	tls        *tls.Config
+	clientOpts []kgo.Opt
 }
 
 // Option configures a Guard.
@@ -80,6 +90,19 @@ func WithInterval(d time.Duration) Option { return func(c *config) { c.interval 
 
 // WithLogger sets the logger of removals (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithTLS makes the Guard's listener serve TLS with cfg (which may require client
+// certificates), below the Guard's reading of requests. Use it instead of kfake.TLS.
+// Default: plaintext.
+func WithTLS(cfg *tls.Config) Option { return func(c *config) { c.tls = cfg } }
+
+// WithClientOptions adds options to the client the Guard sends LeaveGroup requests with,
+// e.g. kgo.SASL with the credentials of one of the broker's users when it requires SASL.
+// The client dials in process (kgo.Dialer is taken), so TLS options do not apply.
+// Default: none.
+func WithClientOptions(opts ...kgo.Opt) Option {
+	return func(c *config) { c.clientOpts = append(c.clientOpts, opts...) }
+}
 
 // memberKey names a member by id, or a static member by instance id.
 type memberKey struct {
@@ -101,8 +124,9 @@ type record struct {
 type Guard struct {
 	cfg config
 
-	mu      sync.Mutex
-	records map[memberKey]*record
+	mu        sync.Mutex
+	records   map[memberKey]*record
+	listeners map[string]*listener // by address, for the Guard's own in-process dials
 
 	cluster *kfake.Cluster
 	client  *kgo.Client
@@ -124,23 +148,53 @@ func New(opts ...Option) (*Guard, error) {
 	case cfg.logger == nil:
 		return nil, fmt.Errorf("%w: nil logger", ErrInvalidConfig)
 	}
-	return &Guard{cfg: cfg, records: make(map[memberKey]*record)}, nil
+	return &Guard{cfg: cfg, records: make(map[memberKey]*record), listeners: make(map[string]*listener)}, nil
 }
 
-// Listen listens like net.Listen and wraps every accepted connection so that the Guard
-// sees its group requests and its closing. Pass it to kfake.ListenFn.
+// Listen listens like net.Listen and wraps every accepted connection (in TLS first,
+// with [WithTLS]) so that the Guard sees its group requests and its closing. Pass it to
+// kfake.ListenFn.
 func (g *Guard) Listen(network, address string) (net.Listener, error) {
 	ln, err := net.Listen(network, address)
 	if err != nil {
 		return nil, err
 	}
-	return &listener{Listener: ln, g: g}, nil
+	l := &listener{Listener: ln, g: g, accepted: make(chan accepted), local: make(chan net.Conn), done: make(chan struct{})}
+	go l.pump()
+	g.mu.Lock()
+	g.listeners[ln.Addr().String()] = l
+	g.mu.Unlock()
+	return l, nil
+}
+
+// dial connects the Guard's own client to the listener at address in process.
+func (g *Guard) dial(ctx context.Context, _, address string) (net.Conn, error) {
+	g.mu.Lock()
+	l := g.listeners[address]
+	g.mu.Unlock()
+	if l == nil {
+		return nil, fmt.Errorf("devbroker: no listener of the Guard at %s", address)
+	}
+	client, server := net.Pipe()
+	var err error
+	select {
+	case l.local <- server:
+		return client, nil
+	case <-l.done:
+		err = net.ErrClosed
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	client.Close()
+	server.Close()
+	return nil, fmt.Errorf("devbroker: dial %s: %w", address, err)
 }
 
 // Start begins removing dead members of c's groups, talking to c through a client of
 // its own. Call it once, after kfake.NewCluster.
 func (g *Guard) Start(c *kfake.Cluster) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ClientID("devkafka-guard"))
+	opts := append([]kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...), kgo.ClientID("devkafka-guard")}, g.cfg.clientOpts...)
+	cl, err := kgo.NewClient(append(opts, kgo.Dialer(g.dial))...)
 	if err != nil {
 		return fmt.Errorf("devbroker: client: %w", err)
 	}
@@ -400,17 +454,70 @@ func (g *Guard) closed(c *conn) {
 	c.keys = nil
 }
 
+// listener accepts the network's connections (through pump) and the Guard's own
+// in-process ones (local).
 type listener struct {
 	net.Listener
-	g *Guard
+	g         *Guard
+	accepted  chan accepted
+	local     chan net.Conn
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+type accepted struct {
+	c   net.Conn
+	err error
+}
+
+// pump hands the network listener's connections and its final error to Accept.
+func (l *listener) pump() {
+	for {
+		c, err := l.Listener.Accept()
+		select {
+		case l.accepted <- accepted{c, err}:
+		case <-l.done:
+			if c != nil {
+				c.Close()
+			}
+			return
+		}
+		if err != nil {
+			var te interface{ Temporary() bool }
+			if !errors.As(err, &te) || !te.Temporary() {
+				return
+			}
+		}
+	}
 }
 
 func (l *listener) Accept() (net.Conn, error) {
-	nc, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+	var nc net.Conn
+	select {
+	case a := <-l.accepted:
+		if a.err != nil {
+			return nil, a.err
+		}
+		nc = a.c
+		if l.g.cfg.tls != nil {
+			nc = tls.Server(nc, l.g.cfg.tls)
+		}
+	case nc = <-l.local:
+	case <-l.done:
+		return nil, net.ErrClosed
 	}
 	return &conn{Conn: nc, g: l.g, keys: map[memberKey]struct{}{}}, nil
+}
+
+func (l *listener) Close() error {
+	err := l.Listener.Close()
+	l.closeOnce.Do(func() {
+		close(l.done)
+		l.g.mu.Lock()
+		delete(l.g.listeners, l.Addr().String())
+		l.g.mu.Unlock()
+	})
+	return err
 }
 
 // conn follows the request frames read from a client connection (4-byte size, then the

@@ -1,0 +1,96 @@
+package app_test
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/idempotency"
+	"github.com/choreo-saga/choreo/internal/testenv"
+)
+
+// TestRetention sets both retentions from their variables and checks them against a real
+// database: an idempotency record claimed through the App's store expires after
+// IDEMPOTENCY_RETENTION (its expires_at) and the sweeper deletes it once expired; archive
+// rows older than DEAD_LETTER_RETENTION are pruned, younger ones kept. Bad values are
+// configuration errors.
+func TestRetention(t *testing.T) {
+	ctx := context.Background()
+	vars := map[string]string{
+		app.EnvDatabaseURL: freshDSN(t), app.EnvRedisAddr: "none",
+		app.EnvKafkaBrokers:         strings.Join(testenv.KafkaCluster(t).ListenAddrs(), ","),
+		app.EnvIdempotencyRetention: "90m", app.EnvDeadLetterRetention: "48h",
+	}
+	env := app.MapEnv(vars)
+	cfg := app.LoadConfig(env, "widget", "127.0.0.1:0")
+	if err := env.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.IdempotencyRetention != 90*time.Minute || cfg.DeadLetterRetention != 48*time.Hour {
+		t.Fatalf("retentions %s, %s", cfg.IdempotencyRetention, cfg.DeadLetterRetention)
+	}
+	a, err := app.New(ctx, cfg, app.WithLogOutput(io.Discard), app.WithoutSignals())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+
+	tx, err := a.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Store.Claim(ctx, tx, "widget/test", "k-1", idempotency.Hash([]byte("req"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var ttl time.Duration
+	if err := a.Pool.QueryRow(ctx, "SELECT (extract(epoch FROM expires_at - now()) * 1e6)::bigint * 1000 FROM "+
+		a.Store.TableName()+" WHERE key = 'k-1'").Scan(&ttl); err != nil {
+		t.Fatal(err)
+	}
+	if ttl <= 80*time.Minute || ttl > 90*time.Minute {
+		t.Errorf("record expires in %s, want 90m from its claim", ttl)
+	}
+	sw, err := idempotency.NewSweeper(a.Pool, idempotency.WithTable(a.Store.TableName()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := sw.SweepOnce(ctx); err != nil || n != 0 {
+		t.Fatalf("sweep before expiry: %d, %v", n, err)
+	}
+	if _, err := a.Pool.Exec(ctx, "UPDATE "+a.Store.TableName()+" SET expires_at = now() - interval '1 second'"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := sw.SweepOnce(ctx); err != nil || n != 1 {
+		t.Fatalf("sweep after expiry: %d, %v", n, err)
+	}
+
+	for i, age := range []string{"47 hours", "49 hours", "1 minute", "400 days"} {
+		if _, err := a.Pool.Exec(ctx, `INSERT INTO choreo_dead_letters (group_name, topic, partition, "offset", record_time,
+			value_size, value_sha256, dlq_topic, reason, error, dlq_error, attempts, created_at)
+			VALUES ('g', 't', 0, $1, now(), 0, '\x00', 't.dlq', 'malformed', 'e', 'too large', 1, now() - $2::interval)`, i, age); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := app.PruneDeadLetters(ctx, a.Pool, "choreo_dead_letters", cfg.DeadLetterRetention)
+	if err != nil || n != 2 {
+		t.Fatalf("pruned %d rows (%v), want the 2 older than 48h", n, err)
+	}
+	var left int
+	if err := a.Pool.QueryRow(ctx, "SELECT count(*) FROM choreo_dead_letters WHERE created_at > now() - interval '48 hours'").Scan(&left); err != nil || left != 2 {
+		t.Fatalf("%d young rows left (%v), want 2", left, err)
+	}
+
+	for _, bad := range []map[string]string{{app.EnvIdempotencyRetention: "-1h"}, {app.EnvDeadLetterRetention: "soon"}} {
+		env := app.MapEnv(bad)
+		app.LoadConfig(env, "widget", "127.0.0.1:0")
+		if err := env.Err(); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}
