@@ -244,7 +244,11 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 		}
 		a.ownTel = true
 	}
-	inst := tracing.WithTelemetry(a.Telemetry)
+	inst := []tracing.InstrumentOption{
+		tracing.WithTracerProvider(a.Telemetry.TracerProvider),
+		tracing.WithMeterProvider(a.Telemetry.MeterProvider),
+		tracing.WithPropagator(a.Telemetry.Propagator),
+	}
 
 	if o.ensureDB {
 		if err := EnsureDatabase(ctx, cfg.DatabaseURL); err != nil {
@@ -261,7 +265,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 	if o.poolConfig != nil {
 		o.poolConfig(pcfg)
 	}
-	if a.Pool, err = tracing.NewPoolWithConfig(ctx, pcfg, inst); err != nil {
+	if a.Pool, err = tracing.NewPool(ctx, pcfg, inst...); err != nil {
 		return nil, fmt.Errorf("app: postgres: %w", err)
 	}
 	if err := a.Pool.Ping(ctx); err != nil {
@@ -296,7 +300,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 			o.redisOptions(ro)
 		}
 		a.Redis = redis.NewClient(ro)
-		if err := tracing.InstrumentRedis(a.Redis, inst); err != nil {
+		if err := tracing.InstrumentRedis(a.Redis, inst...); err != nil {
 			return nil, fmt.Errorf("app: redis: %w", err)
 		}
 		if err := a.Redis.Ping(ctx).Err(); err != nil {

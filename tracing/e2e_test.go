@@ -52,7 +52,7 @@ func TestOneSagaOneTrace(t *testing.T) {
 	logger := slog.New(tracing.NewLogHandler(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 
 	// Postgres: the pool is instrumented; the relay and the consumers share it.
-	pool, err := tracing.NewPool(ctx, testenv.PostgresDSN(t), tracing.WithTracerProvider(tp))
+	pool, err := newPool(t, tracing.WithTracerProvider(tp))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 func TestNewPoolTracesQueriesInsideATrace(t *testing.T) {
 	tp, rec := newRecorder(t)
 	ctx := context.Background()
-	pool, err := tracing.NewPool(ctx, testenv.PostgresDSN(t), tracing.WithTracerProvider(tp))
+	pool, err := newPool(t, tracing.WithTracerProvider(tp))
 	if err != nil {
 		t.Fatal(err)
 	}
