@@ -274,7 +274,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 
 	a.Outbox = o.outbox
 	if a.Outbox == nil {
-		a.Outbox = outbox.New(outbox.Notifier(a.Pool))
+		if a.Outbox, err = outbox.New(outbox.WithNotifier(a.Pool)); err != nil {
+			return nil, fmt.Errorf("app: %w", err)
+		}
 	}
 	if a.archive, err = consumer.NewDeadLetterArchive(a.Pool, ""); err != nil {
 		return nil, fmt.Errorf("app: %w", err)
@@ -339,13 +341,15 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 	}
 	a.checks = append(a.checks, NamedCheck{"kafka", KafkaCheck(a.Kafka)})
 
-	a.relay = outbox.NewRelay(a.Pool, a.Kafka, append([]outbox.RelayOption{
-		outbox.WithOutbox(a.Outbox),
-		outbox.TracerProvider(a.Telemetry.TracerProvider),
-		outbox.MeterProvider(a.Telemetry.MeterProvider),
-		outbox.Logger(a.Logger),
-		outbox.EntityAttribute(o.entityAttr),
+	a.relay, err = outbox.NewRelay(a.Pool, a.Kafka, a.Outbox, append([]outbox.RelayOption{
+		outbox.WithTracerProvider(a.Telemetry.TracerProvider),
+		outbox.WithMeterProvider(a.Telemetry.MeterProvider),
+		outbox.WithLogger(a.Logger),
+		outbox.WithEntityAttribute(o.entityAttr),
 	}, o.relayOpts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("app: %w", err)
+	}
 	if o.sweeper {
 		sw := idempotency.NewSweeper(a.Pool, idempotency.WithTable(a.Store.TableName()))
 		a.workers = append(a.workers, component{name: "idempotency sweeper", run: sw.Run, mustRun: true})

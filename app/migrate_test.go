@@ -15,8 +15,11 @@ import (
 // and migrates the outbox it was given.
 func TestCustomIdempotencyStoreMigratedAndSwept(t *testing.T) {
 	ctx := context.Background()
-	a := newTestApp(t, app.WithIdempotencyStore(idempotency.NewStore(idempotency.WithTable("x"))),
-		app.WithOutbox(outbox.New(outbox.Table("x_out"))))
+	ob, err := outbox.New(outbox.WithTable("x_out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newTestApp(t, app.WithIdempotencyStore(idempotency.NewStore(idempotency.WithTable("x"))), app.WithOutbox(ob))
 	exists := func(table string) bool {
 		var ok bool
 		if err := a.Pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table).Scan(&ok); err != nil {

@@ -17,14 +17,14 @@ func TestBatchLinger(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	topic := testenv.Topic(t, brokers, 2)
 	pool := db(t)
-	ob := outbox.New()
+	ob := newOutbox(t)
 	var (
 		mu      sync.Mutex
 		batches []int
 	)
-	r := start(t, pool, producer(t, brokers), outbox.WithOutbox(ob), outbox.PollInterval(time.Hour),
-		outbox.BatchLinger(2*time.Second),
-		outbox.AfterAck(func(_ context.Context, b []outbox.Published) error {
+	r := start(t, pool, producer(t, brokers), ob, outbox.WithPollInterval(time.Hour),
+		outbox.WithBatchLinger(2*time.Second),
+		outbox.WithAfterAck(func(_ context.Context, b []outbox.Published) error {
 			mu.Lock()
 			defer mu.Unlock()
 			batches = append(batches, len(b))

@@ -17,10 +17,10 @@ import (
 
 // Outbox is the writing side: it stores events in the caller's transaction and
 // wakes the relay after the commit. It is safe for concurrent use; create one
-// per outbox table and share it (also with the [Relay], via [WithOutbox]).
+// per outbox table and share it (also with the [Relay], via [NewRelay]).
 type Outbox struct {
 	names    names
-	err      error  // deferred configuration error, returned by every method
+	nameErr  error  // from WithTable, returned by New
 	notifier Execer // sends NOTIFY after commit when no in-process leader exists
 
 	// leaderWake is the wake channel of an in-process relay while it leads.
@@ -34,35 +34,39 @@ type Outbox struct {
 // Option configures an Outbox.
 type Option func(*Outbox)
 
-// Table sets the outbox table name: a lower-case identifier, optionally
+// WithTable sets the outbox table name: a lower-case identifier, optionally
 // schema-qualified ("billing.outbox"). The dead-letter table is the same name
 // with "_dead" appended, and the NOTIFY channel is the table name. Default
-// [DefaultTable] ("choreo_outbox"). An invalid name makes every method return
-// an error wrapping [ErrInvalidTable].
-func Table(name string) Option {
+// [DefaultTable] ("choreo_outbox"). An invalid name makes [New] return an
+// error wrapping [ErrInvalidTable].
+func WithTable(name string) Option {
 	return func(o *Outbox) {
 		n, err := newNames(name)
-		o.names, o.err = n, err
+		o.names, o.nameErr = n, err
 	}
 }
 
-// Notifier sets the database Wake uses to send a NOTIFY on the outbox channel
+// WithNotifier sets the database Wake uses to send a NOTIFY on the outbox channel
 // when no relay leads in this process (for example in a service whose relay
 // runs elsewhere). NOTIFYs are coalesced: at most one is in flight per Outbox
 // and any number of Wake calls during it add one more. Default: none, so
 // without an in-process leader the relay finds the rows at its next poll.
-func Notifier(db Execer) Option {
+func WithNotifier(db Execer) Option {
 	return func(o *Outbox) { o.notifier = db }
 }
 
-// New returns an Outbox for the default table, changed by opts.
-func New(opts ...Option) *Outbox {
+// New returns an Outbox for the default table, changed by opts. It returns an
+// error wrapping [ErrInvalidTable] for an invalid [WithTable] name.
+func New(opts ...Option) (*Outbox, error) {
 	n, _ := newNames(DefaultTable)
 	o := &Outbox{names: n}
 	for _, opt := range opts {
 		opt(o)
 	}
-	return o
+	if o.nameErr != nil {
+		return nil, o.nameErr
+	}
+	return o, nil
 }
 
 // TableName returns the outbox table's name.
@@ -79,9 +83,6 @@ func (o *Outbox) Schema() string { return o.names.schema() }
 // safe to call on every start, from several instances at once. db is a
 // *pgxpool.Pool, a *pgx.Conn or a pgx.Tx (then a savepoint).
 func (o *Outbox) Migrate(ctx context.Context, db Beginner) error {
-	if o.err != nil {
-		return o.err
-	}
 	if err := migrate.Apply(ctx, db, migrate.Outbox(o.names.name)); err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}
@@ -107,9 +108,6 @@ func (o *Outbox) Migrate(ctx context.Context, db Beginner) error {
 // order of the calls. Validation errors are still returned by Enqueue; an
 // insert error fails the commit.
 func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, topic string, evs ...event.Event) error {
-	if o.err != nil {
-		return o.err
-	}
 	if len(evs) == 0 {
 		return nil
 	}
@@ -204,8 +202,8 @@ func (o *Outbox) InTx(ctx context.Context, db Beginner, fn func(ctx context.Cont
 
 // Wake tells the relay that committed rows are waiting. Call it after COMMIT,
 // never inside the transaction: it costs nothing on the commit path. When a
-// relay linked with [WithOutbox] leads in this process, it is woken in memory
-// at once; otherwise, if a [Notifier] is set, a coalesced NOTIFY is sent in
+// relay of this Outbox (see [NewRelay]) leads in this process, it is woken in
+// memory at once; otherwise, if a [WithNotifier] is set, a coalesced NOTIFY is sent in
 // the background. Without either, the relay finds the rows at its next poll.
 // Wake never blocks and is safe for concurrent use.
 func (o *Outbox) Wake() {
@@ -216,7 +214,7 @@ func (o *Outbox) Wake() {
 		}
 		return
 	}
-	if o.notifier == nil || o.err != nil {
+	if o.notifier == nil {
 		return
 	}
 	o.mu.Lock()

@@ -76,9 +76,15 @@ func TestOneSagaOneTrace(t *testing.T) {
 	paymentsTopic := testenv.Topic(t, brokers, 1)
 	producer := kafkaClient(t, brokers)
 
-	ob := outbox.New()
-	relay := outbox.NewRelay(pool, producer, outbox.WithOutbox(ob), outbox.TracerProvider(tp),
-		outbox.EntityAttribute("order.id"), outbox.PollInterval(50*time.Millisecond), outbox.Logger(logger))
+	ob, err := outbox.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay, err := outbox.NewRelay(pool, producer, ob, outbox.WithTracerProvider(tp),
+		outbox.WithEntityAttribute("order.id"), outbox.WithPollInterval(50*time.Millisecond), outbox.WithLogger(logger))
+	if err != nil {
+		t.Fatal(err)
+	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
