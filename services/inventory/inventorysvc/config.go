@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/services/internal/idrange"
 )
 
 // Environment variables read by LoadConfig, besides the shared ones of app.LoadConfig.
@@ -144,7 +145,7 @@ func ParseStock(s string) ([]Stock, error) {
 		if err != nil || qty < 0 {
 			return nil, fmt.Errorf("entry %q: quantity is not a non-negative integer", entry)
 		}
-		skus, err := app.ExpandRange(id)
+		skus, err := idrange.Expand(id)
 		if err != nil {
 			return nil, fmt.Errorf("entry %q: %w", entry, err)
 		}
