@@ -417,7 +417,9 @@ type ConsumerSpec struct {
 // idempotency store, and Outbox.Wake after every commit. It starts with Run and is
 // drained in Run's shutdown, before the relay stops.
 //
-// The group member uses Config.KafkaInstanceID (static membership),
+// In-flight handlers get half of Config.ShutdownTimeout to finish once Run begins
+// shutting down; then their context is cancelled. The group member uses
+// Config.KafkaInstanceID (static membership),
 // Config.KafkaSessionTimeout and Config.KafkaRebalanceTimeout; spec.Options may override
 // them. /readyz reports its Health under "consumer <group>" ([ConsumerCheck]: outage or
 // stalled partitions) and its assignment under "consumer <group> partitions": not ready
@@ -463,6 +465,11 @@ func (a *App) Consume(spec ConsumerSpec) error {
 		consumer.WithLogger(a.Logger),
 		consumer.WithMeterProvider(a.Telemetry.MeterProvider),
 		consumer.WithDeadLetterTopics(dlqTopic),
+	}
+	if d := a.Config.ShutdownTimeout / 2; d > 0 {
+		// Half of the shutdown budget for in-flight handlers, so that the relay and
+		// the connections still get their turn when a handler does not return.
+		copts = append(copts, consumer.WithShutdownTimeout(d))
 	}
 	if a.Config.ConsumerBatch > 1 {
 		bh, err := consumer.StandardBatch(sc)
