@@ -149,18 +149,6 @@ func count(t testing.TB, pool *pgxpool.Pool, table string) int {
 	return n
 }
 
-// eventually polls cond until it holds or the hang guard fires.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(deadline)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // consumed is one record read back from the topic.
 type consumed struct {
 	id  string // ce_id

@@ -61,7 +61,7 @@ func TestRelayPublishes(t *testing.T) {
 
 	start(t, pool, producer(t, brokers), ob, outbox.WithTracerProvider(tp),
 		outbox.WithMeterProvider(mp), outbox.WithEntityAttribute("order.id"))
-	eventually(t, "the outbox to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
+	testenv.Eventually(t, deadline, "the outbox to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
 
 	got := readAll(t, brokers, topic)
 	if dups := checkDelivery(t, got, want); dups != 0 {
@@ -208,7 +208,7 @@ func TestPerKeyOrderConcurrentWriters(t *testing.T) {
 	if total != rows {
 		t.Fatalf("writers committed %d rows, want %d", total, rows)
 	}
-	eventually(t, "the outbox to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
+	testenv.Eventually(t, deadline, "the outbox to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
 	got := readAll(t, brokers, topic)
 	if dups := checkDelivery(t, got, want); dups != 0 {
 		t.Errorf("%d duplicates without any fault", dups)
@@ -259,7 +259,7 @@ func TestCrashBetweenAckAndDelete(t *testing.T) {
 	}
 
 	start(t, pool, cl, ob, outbox.WithBatchSize(50))
-	eventually(t, "the outbox to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
+	testenv.Eventually(t, deadline, "the outbox to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
 	got := readAll(t, brokers, topic)
 	dups := checkDelivery(t, got, want)
 	if dups != len(lost) {
@@ -298,7 +298,7 @@ func TestFailover(t *testing.T) {
 	h := &hooks{}
 	opts := []outbox.RelayOption{outbox.WithBatchSize(20), outbox.WithTakeoverInterval(100 * time.Millisecond)}
 	a := start(t, pool, producer(t, brokers), ob, append(opts, h.afterAck("a"))...)
-	eventually(t, "a to lead", a.relay.Leader)
+	testenv.Eventually(t, deadline, "a to lead", a.relay.Leader)
 	b := start(t, pool, producer(t, brokers), ob, append(opts, h.afterAck("b"))...)
 
 	want := map[string]int{}
@@ -310,7 +310,7 @@ func TestFailover(t *testing.T) {
 		}
 	}
 	write(100)
-	eventually(t, "phase 1 to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
+	testenv.Eventually(t, deadline, "phase 1 to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
 	if h.count("a") < 100 || h.count("b") != 0 {
 		t.Fatalf("phase 1: a acked %d, b acked %d; want only the leader a to publish", h.count("a"), h.count("b"))
 	}
@@ -324,8 +324,8 @@ func TestFailover(t *testing.T) {
 	}
 	terminate(t, pool, pid)
 	write(300) // a backlog while the leadership moves
-	eventually(t, "the backlog to drain after failover", func() bool { return count(t, pool, "choreo_outbox") == 0 })
-	eventually(t, "a leader", func() bool { return a.relay.Leader() || b.relay.Leader() })
+	testenv.Eventually(t, deadline, "the backlog to drain after failover", func() bool { return count(t, pool, "choreo_outbox") == 0 })
+	testenv.Eventually(t, deadline, "a leader", func() bool { return a.relay.Leader() || b.relay.Leader() })
 	if a.relay.Leader() && b.relay.Leader() {
 		t.Fatal("both relays lead")
 	}
@@ -396,7 +396,7 @@ func TestBrokerOutage(t *testing.T) {
 				t.Errorf("%s = 0 during the outage", outbox.MetricErrors)
 			}
 			outage.Remove()
-			eventually(t, "the outbox to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
+			testenv.Eventually(t, deadline, "the outbox to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
 			got := readAll(t, brokers, topic)
 			if dups := checkDelivery(t, got, want); dups != 0 {
 				t.Errorf("%d duplicates: rejected produces must not be republished twice", dups)
@@ -423,7 +423,7 @@ func TestListenConnectionKilled(t *testing.T) {
 		topic := testenv.Topic(t, brokers, 2)
 		pool := db(t)
 		r := start(t, pool, producer(t, brokers), newOutbox(t), outbox.WithPollInterval(100*time.Millisecond))
-		eventually(t, "the relay to listen", func() bool { return listenPID(t, pool) != 0 })
+		testenv.Eventually(t, deadline, "the relay to listen", func() bool { return listenPID(t, pool) != 0 })
 		terminate(t, pool, listenPID(t, pool))
 		// Nobody wakes the relay (no in-process link, no NOTIFY): only the poll finds these rows.
 		writer := newOutbox(t)
@@ -431,7 +431,7 @@ func TestListenConnectionKilled(t *testing.T) {
 		for i := range 3 {
 			enqueue(t, pool, writer, topic, newEvent(t, "k", i+1))
 		}
-		eventually(t, "polling to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
+		testenv.Eventually(t, deadline, "polling to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
 		checkDelivery(t, readAll(t, brokers, topic), want)
 		if !r.relay.Leader() {
 			t.Error("the relay lost leadership with its listen connection")
@@ -443,16 +443,16 @@ func TestListenConnectionKilled(t *testing.T) {
 		pool := db(t)
 		// Polling is effectively off: only NOTIFY can wake the relay.
 		start(t, pool, producer(t, brokers), newOutbox(t), outbox.WithPollInterval(time.Hour), outbox.WithBackoff(10*time.Millisecond, 50*time.Millisecond))
-		eventually(t, "the relay to listen", func() bool { return listenPID(t, pool) != 0 })
+		testenv.Eventually(t, deadline, "the relay to listen", func() bool { return listenPID(t, pool) != 0 })
 		old := listenPID(t, pool)
 		terminate(t, pool, old)
-		eventually(t, "a new LISTEN session", func() bool { p := listenPID(t, pool); return p != 0 && p != old })
+		testenv.Eventually(t, deadline, "a new LISTEN session", func() bool { p := listenPID(t, pool); return p != 0 && p != old })
 		writer := newOutbox(t, outbox.WithNotifier(pool)) // a writer in "another process": NOTIFY after commit
 		want := map[string]int{}
 		for i := range 3 {
 			want["k"]++
 			enqueue(t, pool, writer, topic, newEvent(t, "k", i+1))
-			eventually(t, "NOTIFY to wake the relay", func() bool { return count(t, pool, "choreo_outbox") == 0 })
+			testenv.Eventually(t, deadline, "NOTIFY to wake the relay", func() bool { return count(t, pool, "choreo_outbox") == 0 })
 		}
 		checkDelivery(t, readAll(t, brokers, topic), want)
 	})
@@ -466,12 +466,12 @@ func TestWakeInProcess(t *testing.T) {
 	pool := db(t)
 	ob := newOutbox(t) // no Notifier: the signal can only travel in memory
 	r := start(t, pool, producer(t, brokers), ob, outbox.WithPollInterval(time.Hour))
-	eventually(t, "the relay to lead", r.relay.Leader)
+	testenv.Eventually(t, deadline, "the relay to lead", r.relay.Leader)
 	want := map[string]int{}
 	for i := range 5 {
 		want["k"]++
 		enqueue(t, pool, ob, topic, newEvent(t, "k", i+1)) // InTx calls Wake after commit
-		eventually(t, "Wake to reach the relay", func() bool { return count(t, pool, "choreo_outbox") == 0 })
+		testenv.Eventually(t, deadline, "Wake to reach the relay", func() bool { return count(t, pool, "choreo_outbox") == 0 })
 	}
 	checkDelivery(t, readAll(t, brokers, topic), want)
 }
@@ -527,7 +527,7 @@ func TestDeadLetter(t *testing.T) {
 			reader := sdkmetric.NewManualReader()
 			start(t, pool, producer(t, brokers, tc.opts...), ob,
 				outbox.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
-			eventually(t, "the outbox to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
+			testenv.Eventually(t, deadline, "the outbox to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
 
 			if dups := checkDelivery(t, readAll(t, brokers, topic), want); dups != 0 {
 				t.Errorf("%d duplicates", dups)
@@ -594,7 +594,7 @@ func TestShutdown(t *testing.T) {
 			t.Fatalf("%d rows left, want 70: the acknowledged batch must be deleted on shutdown", n)
 		}
 		start(t, pool, cl, ob)
-		eventually(t, "the outbox to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
+		testenv.Eventually(t, deadline, "the outbox to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
 		if dups := checkDelivery(t, readAll(t, brokers, topic), want); dups != 0 {
 			t.Errorf("%d duplicates after a graceful shutdown", dups)
 		}
@@ -627,7 +627,7 @@ func TestShutdown(t *testing.T) {
 		}
 		outage.Remove()
 		start(t, pool, producer(t, brokers), ob)
-		eventually(t, "the outbox to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
+		testenv.Eventually(t, deadline, "the outbox to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
 		dups := checkDelivery(t, readAll(t, brokers, topic), want)
 		t.Logf("%d duplicates (at most the abandoned batch)", dups)
 	})

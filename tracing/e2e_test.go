@@ -170,7 +170,7 @@ func TestOneSagaOneTrace(t *testing.T) {
 
 	// The last step's process span ends after everything inside it.
 	lastProcess := "process " + paymentsTopic
-	waitFor(t, func() bool {
+	testenv.Eventually(t, testenv.Timeout, "the last process span to end", func() bool {
 		for _, s := range rec.Ended() {
 			if s.Name() == lastProcess {
 				return true
@@ -301,16 +301,4 @@ func descends(byID map[trace.SpanID]sdktrace.ReadOnlySpan, s, ancestor sdktrace.
 		p = next.Parent()
 	}
 	return false
-}
-
-// waitFor polls cond; the deadline only guards against a hang.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached before the hang guard")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
