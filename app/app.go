@@ -257,7 +257,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 	}
 	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: not a Postgres connection string", ErrConfig, EnvDatabaseURL)
+		return nil, fmt.Errorf("%w: %s: not a Postgres connection string", ErrInvalidConfig, EnvDatabaseURL)
 	}
 	if cfg.DatabaseMaxConns > 0 && !strings.Contains(cfg.DatabaseURL, "pool_max_conns") {
 		pcfg.MaxConns = cfg.DatabaseMaxConns

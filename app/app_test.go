@@ -82,7 +82,7 @@ func TestEnsureDatabase(t *testing.T) {
 		t.Fatalf("second call: %v", err)
 	}
 
-	if err := app.EnsureDatabase(ctx, "postgres://127.0.0.1:5432/"); !errors.Is(err, app.ErrConfig) {
+	if err := app.EnsureDatabase(ctx, "postgres://127.0.0.1:5432/"); !errors.Is(err, app.ErrInvalidConfig) {
 		t.Errorf("dsn without database: %v", err)
 	}
 	err = app.EnsureDatabase(ctx, "postgres://user:s3cret@127.0.0.1:1/db?connect_timeout=2")
@@ -149,7 +149,7 @@ func TestEnsureTopics(t *testing.T) {
 			t.Errorf("%s has %d partitions, want %d", name, got, n)
 		}
 	}
-	if err := app.EnsureTopics(ctx, cl, 0, "x"); !errors.Is(err, app.ErrConfig) {
+	if err := app.EnsureTopics(ctx, cl, 0, "x"); !errors.Is(err, app.ErrInvalidConfig) {
 		t.Errorf("0 partitions: %v", err)
 	}
 }
@@ -421,7 +421,7 @@ func TestNewFailsCleanly(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "app: redis 127.0.0.1:1") {
 		t.Fatalf("New = %v", err)
 	}
-	if _, err := app.New(ctx, app.Config{Service: "x"}); !errors.Is(err, app.ErrConfig) {
+	if _, err := app.New(ctx, app.Config{Service: "x"}); !errors.Is(err, app.ErrInvalidConfig) {
 		t.Fatalf("invalid config: %v", err)
 	}
 }

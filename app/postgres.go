@@ -29,11 +29,11 @@ type Beginner interface {
 func EnsureDatabase(ctx context.Context, dsn string) error {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return fmt.Errorf("%w: %s: not a Postgres connection string", ErrConfig, EnvDatabaseURL)
+		return fmt.Errorf("%w: %s: not a Postgres connection string", ErrInvalidConfig, EnvDatabaseURL)
 	}
 	name := cfg.Database
 	if name == "" {
-		return fmt.Errorf("%w: %s: names no database", ErrConfig, EnvDatabaseURL)
+		return fmt.Errorf("%w: %s: names no database", ErrInvalidConfig, EnvDatabaseURL)
 	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err == nil {

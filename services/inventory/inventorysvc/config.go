@@ -111,7 +111,7 @@ func LoadConfig(env *app.Env) Config {
 	return c
 }
 
-// Validate reports every problem of c (each matching app.ErrConfig).
+// Validate reports every problem of c (each matching app.ErrInvalidConfig).
 func (c Config) Validate() error {
 	env := app.MapEnv(nil)
 	env.Check(EnvGroup, c.Group != "", "empty consumer group")
