@@ -61,7 +61,7 @@ func buildAttrs(correlation, entityAttr, entityID string) []attribute.KeyValue {
 }
 
 // WithCorrelationID returns ctx carrying the saga's correlation id, both as a
-// context value and as the baggage member [baggageCorrelationID] (which
+// context value and as the baggage member named like [AttrCorrelationID] (which
 // [Inject] writes to outgoing records and otelhttp to outgoing requests). An
 // empty id leaves ctx unchanged.
 func WithCorrelationID(ctx context.Context, id string) context.Context {
@@ -80,7 +80,7 @@ func WithCorrelationID(ctx context.Context, id string) context.Context {
 }
 
 // CorrelationID returns the correlation id carried by ctx: the one set by
-// [WithCorrelationID], else the [baggageCorrelationID] baggage member (e.g.
+// [WithCorrelationID], else the baggage member of that name (e.g.
 // extracted from an incoming record or request), else "".
 func CorrelationID(ctx context.Context) string {
 	if s := sagaFrom(ctx); s != nil && s.correlation != "" {
@@ -123,7 +123,7 @@ func spanAttributes(ctx context.Context) []attribute.KeyValue {
 	return buildAttrs(corr, attr, id)
 }
 
-// AnnotateSpan sets [spanAttributes] of ctx on the span in ctx. Spans started
+// AnnotateSpan sets the correlation id and entity attribute of ctx on the span in ctx. Spans started
 // after WithCorrelationID/WithEntity get them automatically (see
 // [CorrelationProcessor]); call this for a span that was started before the
 // ids were known, such as the HTTP server span of the request that creates

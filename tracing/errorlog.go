@@ -20,7 +20,7 @@ const maxErrorKeys = 64
 // unreachable collector, a rejected export, an invalid instrument), which
 // [Setup] installs with otel.SetErrorHandler together with the other globals.
 // Each distinct message is logged at Warn at most once per
-// [errorLogInterval], with the number of repeats suppressed since, so a
+// once a minute, with the number of repeats suppressed since, so a
 // collector outage costs one line a minute rather than one per batch.
 // Default: slog.Default() at the time of each error.
 func WithLogger(l *slog.Logger) Option {

@@ -67,7 +67,7 @@ func (k *Kafka) propagator() propagation.TextMapPropagator {
 // StartSend starts a producer span named "send <topic>" as a child of ctx and
 // injects its context into r's headers (replacing any trace headers already
 // there). r.Topic must be set. Call [EndSend] once the broker acknowledged
-// (or failed) the record. The span also carries [spanAttributes] of ctx.
+// (or failed) the record. The span also carries the correlation id and entity attribute of ctx.
 func (k *Kafka) StartSend(ctx context.Context, r *kgo.Record) (context.Context, trace.Span) {
 	attrs := k.recordAttrs(r, semconv.MessagingOperationTypeSend, "send", false)
 	attrs = append(attrs, spanAttributes(ctx)...)
@@ -98,7 +98,7 @@ func EndSend(span trace.Span, r *kgo.Record, err error) {
 // starts a consumer span named "process <topic>" as its child, with the
 // partition, offset and consumer group of the fetched record. When r carries
 // no trace context the span starts a new trace. The span also carries
-// [spanAttributes] of ctx; attributes added to the context later (e.g. the
+// the correlation id and entity attribute of ctx; attributes added to the context later (e.g. the
 // correlation id once the event is decoded) can be set with
 // span.SetAttributes(spanAttributes(ctx)...).
 func (k *Kafka) StartProcess(ctx context.Context, r *kgo.Record, group string) (context.Context, trace.Span) {

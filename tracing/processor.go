@@ -7,7 +7,7 @@ import (
 )
 
 // CorrelationProcessor returns a span processor that copies
-// [spanAttributes] of the parent context (saga.correlation_id and the entity
+// the correlation id and entity attribute of the parent context (saga.correlation_id and the entity
 // attribute, e.g. order.id) onto every span when it starts. Because it runs
 // inside the SDK, it also covers spans that instrumentation libraries start
 // (otelpgx queries, redisotel commands, otelhttp, kotel), so a search by tag
