@@ -19,8 +19,7 @@ const maxErrorKeys = 64
 // WithLogger sets the logger for OpenTelemetry's internal errors (an
 // unreachable collector, a rejected export, an invalid instrument), which
 // [Setup] installs with otel.SetErrorHandler together with the other globals.
-// Each distinct message is logged at Warn at most once per
-// once a minute, with the number of repeats suppressed since, so a
+// Each distinct message is logged at Warn at most once a minute, with the number of repeats suppressed since, so a
 // collector outage costs one line a minute rather than one per batch.
 // Default: slog.Default() at the time of each error.
 func WithLogger(l *slog.Logger) Option {

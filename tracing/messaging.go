@@ -100,7 +100,7 @@ func EndSend(span trace.Span, r *kgo.Record, err error) {
 // no trace context the span starts a new trace. The span also carries
 // the correlation id and entity attribute of ctx; attributes added to the context later (e.g. the
 // correlation id once the event is decoded) can be set with
-// span.SetAttributes(spanAttributes(ctx)...).
+// [AnnotateSpan].
 func (k *Kafka) StartProcess(ctx context.Context, r *kgo.Record, group string) (context.Context, trace.Span) {
 	ctx = k.propagator().Extract(ctx, RecordCarrier{Record: r})
 	attrs := k.recordAttrs(r, semconv.MessagingOperationTypeProcess, "process", true)
