@@ -246,7 +246,11 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 		}
 		a.ownTel = true
 	}
-	inst := tracing.WithTelemetry(a.Telemetry)
+	inst := []tracing.InstrumentOption{
+		tracing.WithTracerProvider(a.Telemetry.TracerProvider),
+		tracing.WithMeterProvider(a.Telemetry.MeterProvider),
+		tracing.WithPropagator(a.Telemetry.Propagator),
+	}
 
 	if o.ensureDB {
 		if err := EnsureDatabase(ctx, cfg.DatabaseURL); err != nil {
@@ -255,7 +259,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 	}
 	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: not a Postgres connection string", ErrConfig, EnvDatabaseURL)
+		return nil, fmt.Errorf("%w: %s: not a Postgres connection string", ErrInvalidConfig, EnvDatabaseURL)
 	}
 	if cfg.DatabaseMaxConns > 0 && !strings.Contains(cfg.DatabaseURL, "pool_max_conns") {
 		pcfg.MaxConns = cfg.DatabaseMaxConns
@@ -263,7 +267,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 	if o.poolConfig != nil {
 		o.poolConfig(pcfg)
 	}
-	if a.Pool, err = tracing.NewPoolWithConfig(ctx, pcfg, inst); err != nil {
+	if a.Pool, err = tracing.NewPool(ctx, pcfg, inst...); err != nil {
 		return nil, fmt.Errorf("app: postgres: %w", err)
 	}
 	if err := a.Pool.Ping(ctx); err != nil {
@@ -272,7 +276,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 
 	a.Outbox = o.outbox
 	if a.Outbox == nil {
-		a.Outbox = outbox.New(outbox.Notifier(a.Pool))
+		if a.Outbox, err = outbox.New(outbox.WithNotifier(a.Pool)); err != nil {
+			return nil, fmt.Errorf("app: %w", err)
+		}
 	}
 	if a.archive, err = consumer.NewDeadLetterArchive(a.Pool, ""); err != nil {
 		return nil, fmt.Errorf("app: %w", err)
@@ -300,7 +306,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 			o.redisOptions(ro)
 		}
 		a.Redis = redis.NewClient(ro)
-		if err := tracing.InstrumentRedis(a.Redis, inst); err != nil {
+		if err := tracing.InstrumentRedis(a.Redis, inst...); err != nil {
 			return nil, fmt.Errorf("app: redis: %w", err)
 		}
 		if err := a.Redis.Ping(ctx).Err(); err != nil {
@@ -338,13 +344,15 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 	}
 	a.checks = append(a.checks, NamedCheck{"kafka", KafkaCheck(a.Kafka)})
 
-	a.relay = outbox.NewRelay(a.Pool, a.Kafka, append([]outbox.RelayOption{
-		outbox.WithOutbox(a.Outbox),
-		outbox.TracerProvider(a.Telemetry.TracerProvider),
-		outbox.MeterProvider(a.Telemetry.MeterProvider),
-		outbox.Logger(a.Logger),
-		outbox.EntityAttribute(o.entityAttr),
+	a.relay, err = outbox.NewRelay(a.Pool, a.Kafka, a.Outbox, append([]outbox.RelayOption{
+		outbox.WithTracerProvider(a.Telemetry.TracerProvider),
+		outbox.WithMeterProvider(a.Telemetry.MeterProvider),
+		outbox.WithLogger(a.Logger),
+		outbox.WithEntityAttribute(o.entityAttr),
 	}, o.relayOpts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("app: %w", err)
+	}
 	if o.sweeper {
 		sw, err := idempotency.NewSweeper(a.Pool, idempotency.WithTable(a.Store.TableName()))
 		if err != nil {
@@ -416,7 +424,9 @@ type ConsumerSpec struct {
 // idempotency store, and Outbox.Wake after every commit. It starts with Run and is
 // drained in Run's shutdown, before the relay stops.
 //
-// The group member uses Config.KafkaInstanceID (static membership),
+// In-flight handlers get half of Config.ShutdownTimeout to finish once Run begins
+// shutting down; then their context is cancelled. The group member uses
+// Config.KafkaInstanceID (static membership),
 // Config.KafkaSessionTimeout and Config.KafkaRebalanceTimeout; spec.Options may override
 // them. /readyz reports its Health under "consumer <group>" ([ConsumerCheck]: outage or
 // stalled partitions) and its assignment under "consumer <group> partitions": not ready
@@ -458,6 +468,11 @@ func (a *App) Consume(spec ConsumerSpec) error {
 		consumer.WithLogger(a.Logger),
 		consumer.WithMeterProvider(a.Telemetry.MeterProvider),
 		consumer.WithDeadLetterTopics(nil),
+	}
+	if d := a.Config.ShutdownTimeout / 2; d > 0 {
+		// Half of the shutdown budget for in-flight handlers, so that the relay and
+		// the connections still get their turn when a handler does not return.
+		copts = append(copts, consumer.WithShutdownTimeout(d))
 	}
 	if a.Config.ConsumerBatch > 1 {
 		bh, err := consumer.StandardBatch(sc)

@@ -82,7 +82,7 @@ func TestEnsureDatabase(t *testing.T) {
 		t.Fatalf("second call: %v", err)
 	}
 
-	if err := app.EnsureDatabase(ctx, "postgres://127.0.0.1:5432/"); !errors.Is(err, app.ErrConfig) {
+	if err := app.EnsureDatabase(ctx, "postgres://127.0.0.1:5432/"); !errors.Is(err, app.ErrInvalidConfig) {
 		t.Errorf("dsn without database: %v", err)
 	}
 	err = app.EnsureDatabase(ctx, "postgres://user:s3cret@127.0.0.1:1/db?connect_timeout=2")
@@ -149,7 +149,7 @@ func TestEnsureTopics(t *testing.T) {
 			t.Errorf("%s has %d partitions, want %d", name, got, n)
 		}
 	}
-	if err := app.EnsureTopics(ctx, cl, 0, "x"); !errors.Is(err, app.ErrConfig) {
+	if err := app.EnsureTopics(ctx, cl, 0, "x"); !errors.Is(err, app.ErrInvalidConfig) {
 		t.Errorf("0 partitions: %v", err)
 	}
 }
@@ -421,7 +421,7 @@ func TestNewFailsCleanly(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "app: redis 127.0.0.1:1") {
 		t.Fatalf("New = %v", err)
 	}
-	if _, err := app.New(ctx, app.Config{Service: "x"}); !errors.Is(err, app.ErrConfig) {
+	if _, err := app.New(ctx, app.Config{Service: "x"}); !errors.Is(err, app.ErrInvalidConfig) {
 		t.Fatalf("invalid config: %v", err)
 	}
 }
@@ -569,5 +569,68 @@ func TestReadyzReportsConsumerOutage(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Config.ShutdownTimeout reaches the consumers: a handler that does not return on its own
+// has its context cancelled during Run's shutdown (after half of the timeout), so Run
+// never returns while it is still running.
+func TestShutdownTimeoutReachesConsumers(t *testing.T) {
+	brokers := testenv.KafkaCluster(t).ListenAddrs()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := app.MapEnv(map[string]string{
+		app.EnvDatabaseURL: freshDSN(t), app.EnvRedisAddr: "none", app.EnvKafkaBrokers: strings.Join(brokers, ","),
+		app.EnvShutdownTimeout: "2s",
+	})
+	cfg := app.LoadConfig(env, "widget", ln.Addr().String())
+	if err := env.Err(); err != nil {
+		t.Fatal(err)
+	}
+	a, err := app.New(context.Background(), cfg, app.WithListener(ln), app.WithoutSignals(), app.WithLogOutput(io.Discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.EnsureTopics(context.Background(), "slow.in"); err != nil {
+		t.Fatal(err)
+	}
+	started, cancelled := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	h := func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+		once.Do(func() { close(started) })
+		<-ctx.Done() // never finishes on its own
+		select {
+		case <-cancelled:
+		default:
+			close(cancelled)
+		}
+		return ctx.Err()
+	}
+	if err := a.Consume(app.ConsumerSpec{Group: "slow", Topics: []string{"slow.in"}, Handler: h}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	<-a.Ready()
+	ev, _ := event.New("test", "slow.thing", "s-1", map[string]string{})
+	apptest.NewKafka(t, brokers).ProduceTwice("slow.in", ev)
+	select {
+	case <-started:
+	case <-time.After(time.Minute):
+		t.Fatal("the handler never ran")
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("Run did not return")
+	}
+	select {
+	case <-cancelled:
+	default:
+		t.Fatal("Run returned while the handler was still running: the consumer did not get Config.ShutdownTimeout")
 	}
 }

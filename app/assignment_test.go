@@ -113,7 +113,7 @@ func TestKafkaMembershipConfig(t *testing.T) {
 	} {
 		env := MapEnv(map[string]string{key: value})
 		LoadConfig(env, "order", ":8081")
-		if err := env.Err(); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), key) {
+		if err := env.Err(); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), key) {
 			t.Errorf("%s=%s: %v", key, value, err)
 		}
 	}

@@ -313,12 +313,12 @@ func (c Config) problems() []problem {
 	return ps
 }
 
-// Validate reports every problem of c, each matching [ErrConfig]. Use it for a Config
+// Validate reports every problem of c, each matching [ErrInvalidConfig]. Use it for a Config
 // built in code; [LoadConfig] already records the same problems in its Env.
 func (c Config) Validate() error {
 	var errs []error
 	for _, p := range c.problems() {
-		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrConfig, p.key, p.reason))
+		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalidConfig, p.key, p.reason))
 	}
 	return errors.Join(errs...)
 }

@@ -65,7 +65,7 @@
 // # Why hand-written
 //
 // The pieces are libraries (otelhttp for server spans, client_golang through
-// tracing.PrometheusHandler for /metrics, kadm for topics, pgx and go-redis); what this
+// tracing.Telemetry.MetricsHandler for /metrics, kadm for topics, pgx and go-redis); what this
 // package adds is their wiring and the shutdown order above, which is specific to
 // choreo's outbox/consumer pair and which general-purpose lifecycle libraries (fx,
 // oklog/run) would leave to each service to get right.

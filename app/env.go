@@ -10,9 +10,9 @@ import (
 	"time"
 )
 
-// ErrConfig is matched (errors.Is) by every configuration error: one reported by [Env.Err]
+// ErrInvalidConfig is matched (errors.Is) by every configuration error: one reported by [Env.Err]
 // for a variable that is malformed or out of range, and one returned by [Config.Validate].
-var ErrConfig = errors.New("app: invalid configuration")
+var ErrInvalidConfig = errors.New("app: invalid configuration")
 
 // Env reads configuration from environment variables. Each getter returns the variable's
 // value, or the default when the variable is unset or empty; a value that does not parse
@@ -55,10 +55,10 @@ func (e *Env) raw(key string) (string, bool) {
 // _SECRET, _TOKEN or _KEY): connection strings carry passwords.
 func (e *Env) Fail(key string, reason string) {
 	if v, ok := e.raw(key); ok && !secretKey(key) {
-		e.errs = append(e.errs, fmt.Errorf("%w: %s=%q: %s", ErrConfig, key, v, reason))
+		e.errs = append(e.errs, fmt.Errorf("%w: %s=%q: %s", ErrInvalidConfig, key, v, reason))
 		return
 	}
-	e.errs = append(e.errs, fmt.Errorf("%w: %s: %s", ErrConfig, key, reason))
+	e.errs = append(e.errs, fmt.Errorf("%w: %s: %s", ErrInvalidConfig, key, reason))
 }
 
 func secretKey(key string) bool {
@@ -80,7 +80,7 @@ func (e *Env) Check(key string, ok bool, reason string) {
 }
 
 // Err returns every problem recorded so far joined into one error (each matches
-// [ErrConfig]), or nil.
+// [ErrInvalidConfig]), or nil.
 func (e *Env) Err() error { return errors.Join(e.errs...) }
 
 // String returns the value of key, or def.

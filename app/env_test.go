@@ -71,8 +71,8 @@ func TestEnvCollectsEveryProblem(t *testing.T) {
 	env.Check("OK", true, "never reported")
 
 	err := env.Err()
-	if !errors.Is(err, ErrConfig) {
-		t.Fatalf("Err = %v, want ErrConfig", err)
+	if !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("Err = %v, want ErrInvalidConfig", err)
 	}
 	msg := err.Error()
 	for _, want := range []string{`I="4x"`, `F="NaN"`, `B="perhaps"`, `D="-1s": must not be negative`, `D2="soon"`,
@@ -124,12 +124,12 @@ func TestLoadConfig(t *testing.T) {
 			env := MapEnv(map[string]string{tc.key: tc.value})
 			LoadConfig(env, "svc", ":8080")
 			err := env.Err()
-			if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.key) || !strings.Contains(err.Error(), tc.want) {
+			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.key) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want %s: %s", err, tc.key, tc.want)
 			}
 		})
 	}
-	if err := (Config{}).Validate(); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "empty service name") {
+	if err := (Config{}).Validate(); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "empty service name") {
 		t.Fatalf("zero Config: %v", err)
 	}
 }

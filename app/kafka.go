@@ -21,7 +21,7 @@ func EnsureTopics(ctx context.Context, cl *kgo.Client, partitions int32, topics 
 		return nil
 	}
 	if partitions < 1 {
-		return fmt.Errorf("%w: topic partitions must be at least 1, got %d", ErrConfig, partitions)
+		return fmt.Errorf("%w: topic partitions must be at least 1, got %d", ErrInvalidConfig, partitions)
 	}
 	resp, err := kadm.NewClient(cl).CreateTopics(ctx, partitions, -1, nil, topics...)
 	if err != nil {

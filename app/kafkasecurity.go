@@ -145,11 +145,11 @@ func (s KafkaSecurity) problems() []problem {
 
 // Options returns the franz-go options that make a client use s: kgo.DialTLSConfig
 // and kgo.SASL. It reads the certificate files, so a missing or malformed file is
-// reported here; every error matches [ErrConfig] and never contains the password.
+// reported here; every error matches [ErrInvalidConfig] and never contains the password.
 func (s KafkaSecurity) Options() ([]kgo.Opt, error) {
 	var errs []error
 	for _, p := range s.problems() {
-		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrConfig, p.key, p.reason))
+		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalidConfig, p.key, p.reason))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -178,18 +178,18 @@ func (s KafkaSecurity) tlsConfig() (*tls.Config, error) {
 	if s.TLSCAFile != "" {
 		pem, err := os.ReadFile(s.TLSCAFile)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", ErrConfig, EnvKafkaTLSCAFile, err)
+			return nil, fmt.Errorf("%w: %s: %w", ErrInvalidConfig, EnvKafkaTLSCAFile, err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%w: %s: %s holds no PEM certificate", ErrConfig, EnvKafkaTLSCAFile, s.TLSCAFile)
+			return nil, fmt.Errorf("%w: %s: %s holds no PEM certificate", ErrInvalidConfig, EnvKafkaTLSCAFile, s.TLSCAFile)
 		}
 		tc.RootCAs = pool
 	}
 	if s.TLSCertFile != "" {
 		cert, err := tls.LoadX509KeyPair(s.TLSCertFile, s.TLSKeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s/%s: %w", ErrConfig, EnvKafkaTLSCertFile, EnvKafkaTLSKeyFile, err)
+			return nil, fmt.Errorf("%w: %s/%s: %w", ErrInvalidConfig, EnvKafkaTLSCertFile, EnvKafkaTLSKeyFile, err)
 		}
 		tc.Certificates = []tls.Certificate{cert}
 	}

@@ -57,10 +57,10 @@ func TestKafkaSecurityConfig(t *testing.T) {
 			if tc.name == "tls not a boolean" {
 				return // a parse error: the Config holds the default
 			}
-			if err := cfg.Validate(); !errors.Is(err, app.ErrConfig) {
+			if err := cfg.Validate(); !errors.Is(err, app.ErrInvalidConfig) {
 				t.Errorf("Validate = %v", err)
 			}
-			if _, err := cfg.KafkaSecurity.Options(); !errors.Is(err, app.ErrConfig) {
+			if _, err := cfg.KafkaSecurity.Options(); !errors.Is(err, app.ErrInvalidConfig) {
 				t.Errorf("Options = %v", err)
 			}
 			sec := app.LoadKafkaSecurity(app.MapEnv(tc.env))
@@ -84,8 +84,8 @@ func TestKafkaSecurityConfig(t *testing.T) {
 		{TLS: true, TLSCAFile: f.ClientKeyFile},
 		{TLS: true, TLSCertFile: f.ClientCertFile, TLSKeyFile: f.ServerKeyFile},
 	} {
-		if _, err := s.Options(); !errors.Is(err, app.ErrConfig) {
-			t.Errorf("%+v: Options = %v, want ErrConfig", s, err)
+		if _, err := s.Options(); !errors.Is(err, app.ErrInvalidConfig) {
+			t.Errorf("%+v: Options = %v, want ErrInvalidConfig", s, err)
 		}
 	}
 }

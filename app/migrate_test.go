@@ -19,8 +19,11 @@ func TestCustomIdempotencyStoreMigratedAndSwept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := newTestApp(t, app.WithIdempotencyStore(store),
-		app.WithOutbox(outbox.New(outbox.Table("x_out"))))
+	ob, err := outbox.New(outbox.WithTable("x_out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newTestApp(t, app.WithIdempotencyStore(store), app.WithOutbox(ob))
 	exists := func(table string) bool {
 		var ok bool
 		if err := a.Pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table).Scan(&ok); err != nil {

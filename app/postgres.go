@@ -29,11 +29,11 @@ type Beginner interface {
 func EnsureDatabase(ctx context.Context, dsn string) error {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return fmt.Errorf("%w: %s: not a Postgres connection string", ErrConfig, EnvDatabaseURL)
+		return fmt.Errorf("%w: %s: not a Postgres connection string", ErrInvalidConfig, EnvDatabaseURL)
 	}
 	name := cfg.Database
 	if name == "" {
-		return fmt.Errorf("%w: %s: names no database", ErrConfig, EnvDatabaseURL)
+		return fmt.Errorf("%w: %s: names no database", ErrInvalidConfig, EnvDatabaseURL)
 	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err == nil {
@@ -66,15 +66,16 @@ func isPgCode(err error, code string) bool {
 // MigrateLibrary applies the migrations of the library's tables (see the package
 // migrate) in the current search_path: the idempotency records and the dead-letter archive
 // under their default names, the lock fences, and the outbox tables of o (default
-// outbox.New()). It runs in one transaction under the advisory lock every choreo
+// outbox.DefaultTable). It runs in one transaction under the advisory lock every choreo
 // migration takes, so all instances may run it at start. db is a *pgxpool.Pool, a
 // *pgx.Conn or a pgx.Tx. New migrates the tables of the App's own store, outbox and
 // archive instead.
 func MigrateLibrary(ctx context.Context, db Beginner, o *outbox.Outbox) error {
-	if o == nil {
-		o = outbox.New()
+	var opts []migrate.Option
+	if o != nil {
+		opts = append(opts, migrate.OutboxTable(o.TableName()))
 	}
-	if err := migrate.Up(ctx, db, migrate.OutboxTable(o.TableName())); err != nil {
+	if err := migrate.Up(ctx, db, opts...); err != nil {
 		return fmt.Errorf("app: %w", err)
 	}
 	return nil

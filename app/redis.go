@@ -47,16 +47,16 @@ func (c Config) redisOptions() (*redis.Options, error) {
 	}
 	o, err := redis.ParseURL(c.RedisURL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: not a redis:// or rediss:// URL", ErrConfig, EnvRedisURL)
+		return nil, fmt.Errorf("%w: %s: not a redis:// or rediss:// URL", ErrInvalidConfig, EnvRedisURL)
 	}
 	if c.RedisTLSCAFile != "" && o.TLSConfig != nil {
 		pem, err := os.ReadFile(c.RedisTLSCAFile)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", ErrConfig, EnvRedisTLSCAFile, err)
+			return nil, fmt.Errorf("%w: %s: %w", ErrInvalidConfig, EnvRedisTLSCAFile, err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%w: %s: %s holds no PEM certificate", ErrConfig, EnvRedisTLSCAFile, c.RedisTLSCAFile)
+			return nil, fmt.Errorf("%w: %s: %s holds no PEM certificate", ErrInvalidConfig, EnvRedisTLSCAFile, c.RedisTLSCAFile)
 		}
 		o.TLSConfig.RootCAs = pool
 	}

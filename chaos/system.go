@@ -24,14 +24,15 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/services/events"
 )
 
 // The services of the reference system, in start order.
 var services = []string{"payment", "inventory", "order"}
 
-// dlqSuffix names a topic's dead-letter topic (app.DeadLetterSuffix).
-const dlqSuffix = ".dlq"
+// dlqSuffix names a topic's dead-letter topic.
+const dlqSuffix = consumer.DeadLetterSuffix
 
 // Options configure the system a scenario runs against.
 type Options struct {

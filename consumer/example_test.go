@@ -49,7 +49,10 @@ func ExampleStandard() {
 		panic(err)
 	}
 	defer producer.Close()
-	ob := outbox.New()
+	ob, err := outbox.New()
+	if err != nil {
+		panic(err)
+	}
 	router := consumer.NewRouter().
 		Handle("order.created", func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
 			var order struct {

@@ -245,13 +245,7 @@ func fastGroup() Option {
 // waitFor polls cond until it holds, failing the test after testTimeout.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(t, testTimeout, what, cond)
 }
 
 func count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {

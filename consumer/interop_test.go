@@ -71,7 +71,10 @@ func TestStandardContinuesTraceWithoutSetup(t *testing.T) {
 		t.Fatalf("a test set the global propagator (%v); this test needs otel's defaults", fields)
 	}
 	e := newChainEnv(t, 1)
-	ob := outbox.New()
+	ob, err := outbox.New()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := ob.Migrate(context.Background(), e.pool); err != nil {
 		t.Fatal(err)
 	}

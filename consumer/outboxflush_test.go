@@ -48,7 +48,10 @@ func TestOutboxRowsWrittenOncePerTransaction(t *testing.T) {
 	}
 	t.Cleanup(pool.Close)
 	migrateTestDB(t, pool)
-	ob := outbox.New()
+	ob, err := outbox.New()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := ob.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}

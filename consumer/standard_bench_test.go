@@ -26,7 +26,10 @@ func BenchmarkStandardOneEvent(b *testing.B) {
 	ctx := context.Background()
 	pool := testenv.Postgres(b)
 	migrateTestDB(b, pool)
-	ob := outbox.New()
+	ob, err := outbox.New()
+	if err != nil {
+		b.Fatal(err)
+	}
 	if err := ob.Migrate(ctx, pool); err != nil {
 		b.Fatal(err)
 	}

@@ -49,17 +49,17 @@ var appServices = map[string]func(*app.Env) app.Config{
 
 // otelVars are the OTEL_* variables tracing.Setup (or the SDK it configures) reads.
 var otelVars = []string{
-	tracing.EnvSDKDisabled, tracing.EnvServiceName, tracing.EnvTracesExporter, tracing.EnvMetricsExporter,
-	tracing.EnvOTLPEndpoint, tracing.EnvOTLPTracesEndpoint, tracing.EnvOTLPMetricsEndpoint,
-	tracing.EnvOTLPProtocol, tracing.EnvOTLPTracesProtocol, tracing.EnvOTLPMetricsProtocol,
-	tracing.EnvTracesSampler, tracing.EnvResourceAttributes,
+	"OTEL_SDK_DISABLED", "OTEL_SERVICE_NAME", "OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER",
+	"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+	"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+	"OTEL_TRACES_SAMPLER", "OTEL_RESOURCE_ATTRIBUTES",
 }
 
 // requiredVars must be set on every service: their defaults point at 127.0.0.1 or at no
 // exporter, which is wrong inside a container.
 var requiredVars = []string{
 	app.EnvDatabaseURL, app.EnvRedisURL, app.EnvKafkaBrokers, app.EnvHTTPAddr, app.EnvJaegerUIURL,
-	tracing.EnvOTLPEndpoint, tracing.EnvServiceName,
+	"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME",
 }
 
 type composeFile struct {
@@ -295,12 +295,12 @@ func TestComposeAppServices(t *testing.T) {
 			}
 
 			// Tracing: OTLP to the jaeger service, links to the UI the host can open.
-			otlp, err := url.Parse(s.Environment[tracing.EnvOTLPEndpoint])
+			otlp, err := url.Parse(s.Environment["OTEL_EXPORTER_OTLP_ENDPOINT"])
 			if err != nil || otlp.Hostname() != "jaeger" || otlp.Port() != "4318" {
-				t.Errorf("%s = %q, want http://jaeger:4318", tracing.EnvOTLPEndpoint, s.Environment[tracing.EnvOTLPEndpoint])
+				t.Errorf("%s = %q, want http://jaeger:4318", "OTEL_EXPORTER_OTLP_ENDPOINT", s.Environment["OTEL_EXPORTER_OTLP_ENDPOINT"])
 			}
-			if s.Environment[tracing.EnvServiceName] != name {
-				t.Errorf("%s = %q, want %s", tracing.EnvServiceName, s.Environment[tracing.EnvServiceName], name)
+			if s.Environment["OTEL_SERVICE_NAME"] != name {
+				t.Errorf("%s = %q, want %s", "OTEL_SERVICE_NAME", s.Environment["OTEL_SERVICE_NAME"], name)
 			}
 			ui, err := url.Parse(cfg.JaegerUIURL)
 			if err != nil || ui.Hostname() != "localhost" || jaegerPorts[ui.Port()] != ui.Port() {

@@ -344,10 +344,10 @@ func TestClaimAllOverlappingSetsDoNotDeadlock(t *testing.T) {
 			}
 			txA, pidA := begin()
 			doneA := claimAsync(txA, desc)
-			waitForLockWait(t, pool, pidA) // A holds a and b, waits for m
+			testenv.WaitForLockWait(t, pool, pidA) // A holds a and b, waits for m
 			txB, pidB := begin()
 			doneB := claimAsync(txB, asc)
-			waitForLockWait(t, pool, pidB) // B waits for A's a
+			testenv.WaitForLockWait(t, pool, pidB) // B waits for A's a
 
 			if commitHolder {
 				if err := holder.Commit(ctx); err != nil {

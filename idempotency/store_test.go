@@ -356,7 +356,7 @@ func TestConcurrentClaimWaitsForWinner(t *testing.T) {
 				c, err := store.Claim(ctx, second, "s", "k", []byte("h"))
 				done <- result{c, err}
 			}()
-			waitForLockWait(t, pool, pid)
+			testenv.WaitForLockWait(t, pool, pid)
 			select {
 			case r := <-done:
 				t.Fatalf("second claim returned while the first transaction was open: %+v", r)
@@ -382,24 +382,6 @@ func TestConcurrentClaimWaitsForWinner(t *testing.T) {
 				t.Fatalf("second claim response = %q, want %q", r.c.Response, "first")
 			}
 		})
-	}
-}
-
-// waitForLockWait polls pg_stat_activity until backend pid waits on a lock.
-func waitForLockWait(t *testing.T, pool *pgxpool.Pool, pid uint32) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for {
-		var waiting bool
-		err := pool.QueryRow(ctx, `SELECT coalesce((SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1), false)`, pid).Scan(&waiting)
-		if err != nil {
-			t.Fatalf("backend %d never waited on a lock: %v", pid, err)
-		}
-		if waiting {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -129,7 +129,7 @@ func TestConcurrentFencedTransactions(t *testing.T) {
 			}
 			done := make(chan error, 1)
 			go func() { done <- lock.CheckFence(ctx, second, "acct-1", tt.secondToken) }()
-			waitForLockWait(t, pool, pid)
+			testenv.WaitForLockWait(t, pool, pid)
 			select {
 			case err := <-done:
 				t.Fatalf("second CheckFence returned while the first transaction was open: %v", err)
@@ -143,22 +143,6 @@ func TestConcurrentFencedTransactions(t *testing.T) {
 				t.Fatalf("second CheckFence = %v, want stale=%v", err, tt.wantSecondStale)
 			}
 		})
-	}
-}
-
-func waitForLockWait(t *testing.T, pool *pgxpool.Pool, pid uint32) {
-	t.Helper()
-	ctx := waitCtx(t)
-	for {
-		var waiting bool
-		err := pool.QueryRow(ctx, `SELECT coalesce((SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1), false)`, pid).Scan(&waiting)
-		if err != nil {
-			t.Fatalf("backend %d never waited on a lock: %v", pid, err)
-		}
-		if waiting {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

@@ -49,7 +49,7 @@ const (
 // ErrInvalidTable is returned (wrapped) by Up and SQL for an invalid table name. Every
 // name is "table" or "schema.table", each part non-empty, at most 63 bytes and quoted (so
 // case-sensitive); an outbox table name must also be a lower-case identifier of at most
-// 48 bytes per part (see outbox.Table).
+// 48 bytes per part (see outbox.WithTable).
 var ErrInvalidTable = errors.New("migrate: invalid table name")
 
 // DB begins transactions; *pgxpool.Pool, *pgx.Conn and pgx.Tx (a savepoint) satisfy it.
@@ -68,7 +68,7 @@ type config struct {
 // Default: DefaultIdempotencyTable.
 func IdempotencyTable(name string) Option { return func(c *config) { c.idempotency = name } }
 
-// OutboxTable sets the outbox table's name, as given to outbox.Table; its dead-letter
+// OutboxTable sets the outbox table's name, as given to outbox.WithTable; its dead-letter
 // table is the name plus "_dead". Default: DefaultOutboxTable.
 func OutboxTable(name string) Option { return func(c *config) { c.outbox = name } }
 

@@ -65,7 +65,11 @@ func TestUp(t *testing.T) {
 	if err := lock.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	if err := outbox.New(outbox.Table("billing.out")).Migrate(ctx, pool); err != nil {
+	ob, err := outbox.New(outbox.WithTable("billing.out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ob.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
 	if vs2, err := migrate.Versions(ctx, pool); err != nil || len(vs2) != len(vs) {

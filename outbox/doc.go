@@ -15,23 +15,23 @@
 // never touches the committing transaction: a pg_notify inside the
 // transaction (for example from a trigger) makes concurrent commits queue on
 // one global lock, which costs 12–15% of throughput on our 2-core machines.
-// When a relay linked with [WithOutbox] leads in the same process, Wake
-// signals it in memory; otherwise, with a [Notifier], it sends one coalesced
+// When the relay of the same Outbox ([NewRelay]) leads in the same process, Wake
+// signals it in memory; otherwise, with [WithNotifier], it sends one coalesced
 // NOTIFY after the commit. Without either, the relay's poll finds the rows.
 //
 // # Relaying
 //
 // Every relay campaigns for a session-level advisory lock on a dedicated
 // connection; the holder leads, the others stand by and retry every
-// [TakeoverInterval] (default 1s). The leader does all of its reads and
+// [WithTakeoverInterval] (default 1s). The leader does all of its reads and
 // deletes on the session that holds the lock, so the moment that session
 // ends (crash, network loss, pg_terminate_backend) no statement of the
 // deposed leader can succeed, and a standby takes over within about a
 // second. A second connection LISTENs for NOTIFYs and reconnects by itself;
-// the leader also polls every [PollInterval] (default 500ms), so a lost
+// the leader also polls every [WithPollInterval] (default 500ms), so a lost
 // notification or listen connection delays rows by at most that much.
 //
-// The leader reads rows in id order in batches of at most [BatchSize]
+// The leader reads rows in id order in batches of at most [WithBatchSize]
 // (default 1000), produces them with the caller's franz-go client, waits for
 // every acknowledgement, and deletes the acknowledged rows in one statement
 // (pipelined with the next read). While a full batch is in flight, or when
@@ -39,7 +39,7 @@
 // in-flight ids by value; it is produced only after the whole batch in flight
 // was acknowledged. The relay keeps draining full batches while rows remain
 // and goes back to waiting only when a read comes back empty. After a small
-// batch (under 64 rows) the next read waits until [BatchLinger] (default
+// batch (under 64 rows) the next read waits until [WithBatchLinger] (default
 // 3 ms) has passed since that batch was sent, so that a steady stream of
 // single-row commits is published in fuller rounds; a row committed longer
 // than that after the last batch is read at once.
@@ -74,7 +74,7 @@
 // acks=all (franz-go's defaults; Run returns [ErrUnsafeClient] otherwise).
 // Retryable broker errors are retried by franz-go; those it gives up on
 // (with RecordRetries or RecordDeliveryTimeout set) are retried by the relay
-// from the oldest row, with exponential backoff and full jitter ([Backoff]),
+// from the oldest row, with exponential backoff and full jitter ([WithBackoff]),
 // forever: a row is never dropped. A record the broker can never accept
 // (MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_RECORD,
 // INVALID_TOPIC_EXCEPTION) is produced once more on its own — a broker
@@ -86,7 +86,7 @@
 // one rather than by the broker batch-wise.
 //
 // A crash between the broker's acknowledgement and the delete republishes
-// that batch (at most [BatchSize] rows). The leader's session runs with
+// that batch (at most [WithBatchSize] rows). The leader's session runs with
 // synchronous_commit=off, because a delete lost in a Postgres crash has the
 // same effect, and it saves a WAL flush per batch; consumers dedupe by event id, as the
 // idempotency package does. A deposed leader whose produce was stalled may
@@ -94,7 +94,7 @@
 // reordering of first deliveries.
 //
 // On cancellation Run finishes the batch in flight — waits up to
-// [ShutdownTimeout] for its acknowledgements and deletes the acknowledged
+// [WithShutdownTimeout] for its acknowledgements and deletes the acknowledged
 // rows — or abandons it, leaving its rows for the next leader. Either way at
 // most that one batch is published twice.
 //
@@ -104,8 +104,8 @@
 // conventions) whose parent is the trace context stored with the row; the
 // produced record carries the producer span's context, so a consumer's span
 // is its child. The span also carries saga.correlation_id (from the
-// ce_correlationid header) and, with [EntityAttribute], the entity id.
-// Metrics go through the OpenTelemetry metric API ([MeterProvider], default
+// ce_correlationid header) and, with [WithEntityAttribute], the entity id.
+// Metrics go through the OpenTelemetry metric API ([WithMeterProvider], default
 // the global provider): backlog size, age of the oldest row, leadership,
 // published total, publish latency (row insert → broker acknowledgement),
 // produce errors and dead letters; see the Metric constants.

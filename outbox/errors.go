@@ -3,6 +3,10 @@ package outbox
 import "errors"
 
 var (
+	// ErrInvalidConfig is returned (wrapped) by New and NewRelay for an option
+	// value that cannot work, and by NewRelay for a nil pool or outbox.
+	ErrInvalidConfig = errors.New("outbox: invalid configuration")
+
 	// ErrInvalidTable is returned for a table name that is not a lower-case,
 	// optionally schema-qualified SQL identifier.
 	ErrInvalidTable = errors.New("outbox: invalid table name")

@@ -51,7 +51,10 @@ func Example() {
 	}
 	defer pool.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE") //nolint:errcheck
 
-	ob := outbox.New(outbox.Table(schema + ".outbox"))
+	ob, err := outbox.New(outbox.WithTable(schema + ".outbox"))
+	if err != nil {
+		log.Fatal(err)
+	}
 	if err := ob.Migrate(ctx, pool); err != nil {
 		log.Fatal(err)
 	}
@@ -62,8 +65,10 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer producer.Close()
-	relay := outbox.NewRelay(pool, producer, outbox.WithOutbox(ob),
-		outbox.Logger(slog.New(slog.DiscardHandler)))
+	relay, err := outbox.NewRelay(pool, producer, ob, outbox.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		log.Fatal(err)
+	}
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error)
 	go func() { done <- relay.Run(runCtx) }()
@@ -123,13 +128,18 @@ func ExampleNewRelay() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	ob := outbox.New()
-	relay := outbox.NewRelay(pool, producer,
-		outbox.WithOutbox(ob), // Wake from this process reaches the relay in memory
-		outbox.EntityAttribute("order.id"),
-		outbox.PollInterval(500*time.Millisecond),
-		outbox.ShutdownTimeout(5*time.Second),
+	ob, err := outbox.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	relay, err := outbox.NewRelay(pool, producer, ob, // Wake from this process reaches the relay in memory
+		outbox.WithEntityAttribute("order.id"),
+		outbox.WithPollInterval(500*time.Millisecond),
+		outbox.WithShutdownTimeout(5*time.Second),
 	)
+	if err != nil {
+		log.Fatal(err)
+	}
 	if err := relay.Run(ctx); err != nil { // returns nil on cancellation
 		log.Fatal(err)
 	}
@@ -143,7 +153,10 @@ func ExampleOutbox_Wake() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	ob := outbox.New(outbox.Notifier(pool))
+	ob, err := outbox.New(outbox.WithNotifier(pool))
+	if err != nil {
+		log.Fatal(err)
+	}
 	ev, err := event.New("payment", "payment.authorized", "order-1", map[string]string{"charge": "ch-1"})
 	if err != nil {
 		log.Fatal(err)

@@ -93,16 +93,20 @@ func (r *running) wait(t *testing.T) error {
 
 // start runs a relay until the test ends (it is stopped before the database
 // is dropped).
-func start(t *testing.T, pool *pgxpool.Pool, cl *kgo.Client, opts ...outbox.RelayOption) *running {
+func start(t *testing.T, pool *pgxpool.Pool, cl *kgo.Client, ob *outbox.Outbox, opts ...outbox.RelayOption) *running {
 	t.Helper()
-	return startCtx(t, context.Background(), pool, cl, opts...)
+	return startCtx(t, context.Background(), pool, cl, ob, opts...)
 }
 
 // startCtx is start with a parent context the test may cancel.
-func startCtx(t *testing.T, parent context.Context, pool *pgxpool.Pool, cl *kgo.Client, opts ...outbox.RelayOption) *running {
+func startCtx(t *testing.T, parent context.Context, pool *pgxpool.Pool, cl *kgo.Client, ob *outbox.Outbox, opts ...outbox.RelayOption) *running {
 	t.Helper()
+	relay, err := outbox.NewRelay(pool, cl, ob, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(parent)
-	r := &running{relay: outbox.NewRelay(pool, cl, opts...), cancel: cancel, done: make(chan error, 1)}
+	r := &running{relay: relay, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- r.relay.Run(ctx) }()
 	t.Cleanup(func() { _ = r.stop(t) })
 	return r
@@ -143,18 +147,6 @@ func count(t testing.TB, pool *pgxpool.Pool, table string) int {
 		t.Fatal(err)
 	}
 	return n
-}
-
-// eventually polls cond until it holds or the hang guard fires.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(deadline)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // consumed is one record read back from the topic.
@@ -301,7 +293,7 @@ type hooks struct {
 }
 
 func (h *hooks) afterAck(name string) outbox.RelayOption {
-	return outbox.AfterAck(func(_ context.Context, batch []outbox.Published) error {
+	return outbox.WithAfterAck(func(_ context.Context, batch []outbox.Published) error {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		if h.acked == nil {
@@ -381,4 +373,14 @@ func gaugeInt(a metricdata.Aggregation) int64 {
 		return -1
 	}
 	return g.DataPoints[0].Value
+}
+
+// newOutbox returns an Outbox for the default table, changed by opts.
+func newOutbox(t testing.TB, opts ...outbox.Option) *outbox.Outbox {
+	t.Helper()
+	ob, err := outbox.New(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ob
 }

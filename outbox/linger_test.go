@@ -17,20 +17,20 @@ func TestBatchLinger(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	topic := testenv.Topic(t, brokers, 2)
 	pool := db(t)
-	ob := outbox.New()
+	ob := newOutbox(t)
 	var (
 		mu      sync.Mutex
 		batches []int
 	)
-	r := start(t, pool, producer(t, brokers), outbox.WithOutbox(ob), outbox.PollInterval(time.Hour),
-		outbox.BatchLinger(2*time.Second),
-		outbox.AfterAck(func(_ context.Context, b []outbox.Published) error {
+	r := start(t, pool, producer(t, brokers), ob, outbox.WithPollInterval(time.Hour),
+		outbox.WithBatchLinger(2*time.Second),
+		outbox.WithAfterAck(func(_ context.Context, b []outbox.Published) error {
 			mu.Lock()
 			defer mu.Unlock()
 			batches = append(batches, len(b))
 			return nil
 		}))
-	eventually(t, "the relay to lead", r.relay.Leader)
+	testenv.Eventually(t, deadline, "the relay to lead", r.relay.Leader)
 	acked := func() (rows, n int) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -41,7 +41,7 @@ func TestBatchLinger(t *testing.T) {
 	}
 
 	enqueue(t, pool, ob, topic, newEvent(t, "k", 1))
-	eventually(t, "the lone row to be published", func() bool { rows, _ := acked(); return rows == 1 })
+	testenv.Eventually(t, deadline, "the lone row to be published", func() bool { rows, _ := acked(); return rows == 1 })
 	if _, n := acked(); n != 1 {
 		t.Fatalf("lone row: %d batches, want 1", n)
 	}
@@ -50,7 +50,7 @@ func TestBatchLinger(t *testing.T) {
 	for i := range stream {
 		enqueue(t, pool, ob, topic, newEvent(t, "k", i+2)) // one commit and one Wake each
 	}
-	eventually(t, "the stream to be published", func() bool { rows, _ := acked(); return rows == 1+stream })
+	testenv.Eventually(t, deadline, "the stream to be published", func() bool { rows, _ := acked(); return rows == 1+stream })
 	if _, n := acked(); n-1 > 3 {
 		mu.Lock()
 		t.Errorf("%d rows committed one at a time were published in %d batches %v, want at most 3", stream, n-1, batches[1:])

@@ -2,15 +2,12 @@ package outbox
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/internal/migrate"
@@ -20,10 +17,10 @@ import (
 
 // Outbox is the writing side: it stores events in the caller's transaction and
 // wakes the relay after the commit. It is safe for concurrent use; create one
-// per outbox table and share it (also with the [Relay], via [WithOutbox]).
+// per outbox table and share it (also with the [Relay], via [NewRelay]).
 type Outbox struct {
 	names    names
-	err      error  // deferred configuration error, returned by every method
+	nameErr  error  // from WithTable, returned by New
 	notifier Execer // sends NOTIFY after commit when no in-process leader exists
 
 	// leaderWake is the wake channel of an in-process relay while it leads.
@@ -37,35 +34,39 @@ type Outbox struct {
 // Option configures an Outbox.
 type Option func(*Outbox)
 
-// Table sets the outbox table name: a lower-case identifier, optionally
+// WithTable sets the outbox table name: a lower-case identifier, optionally
 // schema-qualified ("billing.outbox"). The dead-letter table is the same name
 // with "_dead" appended, and the NOTIFY channel is the table name. Default
-// [DefaultTable] ("choreo_outbox"). An invalid name makes every method return
-// an error wrapping [ErrInvalidTable].
-func Table(name string) Option {
+// [DefaultTable] ("choreo_outbox"). An invalid name makes [New] return an
+// error wrapping [ErrInvalidTable].
+func WithTable(name string) Option {
 	return func(o *Outbox) {
 		n, err := newNames(name)
-		o.names, o.err = n, err
+		o.names, o.nameErr = n, err
 	}
 }
 
-// Notifier sets the database Wake uses to send a NOTIFY on the outbox channel
+// WithNotifier sets the database Wake uses to send a NOTIFY on the outbox channel
 // when no relay leads in this process (for example in a service whose relay
 // runs elsewhere). NOTIFYs are coalesced: at most one is in flight per Outbox
 // and any number of Wake calls during it add one more. Default: none, so
 // without an in-process leader the relay finds the rows at its next poll.
-func Notifier(db Execer) Option {
+func WithNotifier(db Execer) Option {
 	return func(o *Outbox) { o.notifier = db }
 }
 
-// New returns an Outbox for the default table, changed by opts.
-func New(opts ...Option) *Outbox {
+// New returns an Outbox for the default table, changed by opts. It returns an
+// error wrapping [ErrInvalidTable] for an invalid [WithTable] name.
+func New(opts ...Option) (*Outbox, error) {
 	n, _ := newNames(DefaultTable)
 	o := &Outbox{names: n}
 	for _, opt := range opts {
 		opt(o)
 	}
-	return o
+	if o.nameErr != nil {
+		return nil, o.nameErr
+	}
+	return o, nil
 }
 
 // TableName returns the outbox table's name.
@@ -82,9 +83,6 @@ func (o *Outbox) Schema() string { return o.names.schema() }
 // safe to call on every start, from several instances at once. db is a
 // *pgxpool.Pool, a *pgx.Conn or a pgx.Tx (then a savepoint).
 func (o *Outbox) Migrate(ctx context.Context, db Beginner) error {
-	if o.err != nil {
-		return o.err
-	}
 	if err := migrate.Apply(ctx, db, migrate.Outbox(o.names.name)); err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}
@@ -110,9 +108,6 @@ func (o *Outbox) Migrate(ctx context.Context, db Beginner) error {
 // order of the calls. Validation errors are still returned by Enqueue; an
 // insert error fails the commit.
 func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, topic string, evs ...event.Event) error {
-	if o.err != nil {
-		return o.err
-	}
 	if len(evs) == 0 {
 		return nil
 	}
@@ -207,8 +202,8 @@ func (o *Outbox) InTx(ctx context.Context, db Beginner, fn func(ctx context.Cont
 
 // Wake tells the relay that committed rows are waiting. Call it after COMMIT,
 // never inside the transaction: it costs nothing on the commit path. When a
-// relay linked with [WithOutbox] leads in this process, it is woken in memory
-// at once; otherwise, if a [Notifier] is set, a coalesced NOTIFY is sent in
+// relay of this Outbox (see [NewRelay]) leads in this process, it is woken in
+// memory at once; otherwise, if a [WithNotifier] is set, a coalesced NOTIFY is sent in
 // the background. Without either, the relay finds the rows at its next poll.
 // Wake never blocks and is safe for concurrent use.
 func (o *Outbox) Wake() {
@@ -219,7 +214,7 @@ func (o *Outbox) Wake() {
 		}
 		return
 	}
-	if o.notifier == nil || o.err != nil {
+	if o.notifier == nil {
 		return
 	}
 	o.mu.Lock()
@@ -249,129 +244,4 @@ func (o *Outbox) notifyLoop() {
 		o.dirty = false
 		o.mu.Unlock()
 	}
-}
-
-// encodeHeaders renders record headers as a JSON array of [key, value] pairs,
-// which keeps their order and duplicates and stays readable for operators.
-func encodeHeaders(hs []kgo.RecordHeader) (string, error) {
-	pairs := make([][2]string, len(hs))
-	for i, h := range hs {
-		if !utf8.Valid(h.Value) {
-			return "", fmt.Errorf("%w: %q", ErrInvalidHeader, h.Key)
-		}
-		pairs[i] = [2]string{h.Key, string(h.Value)}
-	}
-	b, err := json.Marshal(pairs)
-	if err != nil {
-		return "", fmt.Errorf("outbox: encode headers: %w", err)
-	}
-	return string(b), nil
-}
-
-// decodeHeaders parses what encodeHeaders stored (as Postgres renders jsonb:
-// [["k", "v"], ...]). The relay decodes every row it publishes, so the common
-// case (strings without escapes) is parsed by hand; anything else goes
-// through encoding/json.
-func decodeHeaders(b []byte) ([]kgo.RecordHeader, error) {
-	if hs, ok := parseHeaders(b); ok {
-		return hs, nil
-	}
-	var pairs [][]string
-	if err := json.Unmarshal(b, &pairs); err != nil {
-		return nil, fmt.Errorf("outbox: decode headers: %w", err)
-	}
-	hs := make([]kgo.RecordHeader, len(pairs))
-	for i, p := range pairs {
-		if len(p) != 2 {
-			return nil, fmt.Errorf("outbox: decode headers: entry %d has %d elements, want 2", i, len(p))
-		}
-		hs[i] = kgo.RecordHeader{Key: p[0], Value: []byte(p[1])}
-	}
-	return hs, nil
-}
-
-// parseHeaders is the fast path of decodeHeaders; ok is false for input it
-// does not handle (escapes, unexpected shape), which the slow path then
-// decodes or rejects.
-func parseHeaders(in []byte) (hs []kgo.RecordHeader, ok bool) {
-	b := append([]byte(nil), in...) // values alias this one copy
-	i := 0
-	skip := func() {
-		for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r') {
-			i++
-		}
-	}
-	expect := func(c byte) bool {
-		skip()
-		if i < len(b) && b[i] == c {
-			i++
-			return true
-		}
-		return false
-	}
-	str := func() ([]byte, bool) {
-		skip()
-		if i >= len(b) || b[i] != '"' {
-			return nil, false
-		}
-		start := i + 1
-		for j := start; j < len(b); j++ {
-			switch b[j] {
-			case '\\':
-				return nil, false
-			case '"':
-				i = j + 1
-				return b[start:j], true
-			}
-		}
-		return nil, false
-	}
-	if !expect('[') {
-		return nil, false
-	}
-	hs = make([]kgo.RecordHeader, 0, 12)
-	if expect(']') {
-		return hs, true
-	}
-	for {
-		if !expect('[') {
-			return nil, false
-		}
-		k, ok1 := str()
-		if !ok1 || !expect(',') {
-			return nil, false
-		}
-		v, ok2 := str()
-		if !ok2 || !expect(']') {
-			return nil, false
-		}
-		hs = append(hs, kgo.RecordHeader{Key: headerKey(k), Value: v[:len(v):len(v)]})
-		if expect(']') {
-			skip()
-			return hs, i == len(b)
-		}
-		if !expect(',') {
-			return nil, false
-		}
-	}
-}
-
-// knownHeaderKeys interns the header names every row carries.
-var knownHeaderKeys = func() map[string]string {
-	m := make(map[string]string)
-	for _, k := range []string{event.HeaderID, event.HeaderType, event.HeaderSource, event.HeaderSpecVersion,
-		event.HeaderTime, event.HeaderSubject, event.HeaderCorrelationID, event.HeaderCausationID,
-		event.HeaderSchemaVersion, event.HeaderContentType, "traceparent", "tracestate", "baggage"} {
-		m[k] = k
-	}
-	return m
-}()
-
-// headerKey returns the key as a string, without allocating for the known
-// header names (a map lookup by string(k) does not allocate).
-func headerKey(k []byte) string {
-	if s, ok := knownHeaderKeys[string(k)]; ok {
-		return s
-	}
-	return string(k)
 }

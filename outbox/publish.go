@@ -259,9 +259,9 @@ func (r *Relay) acknowledged(ctx context.Context, ok []Published) error {
 //
 // Cancelling ctx does not interrupt the statements (pgx would have to close
 // the session, and with it the chance to delete acknowledged rows on
-// shutdown); QueryTimeout bounds them.
+// shutdown); queryTimeout bounds them.
 func (r *Relay) claim(ctx context.Context, conn *pgx.Conn, acked, inflight []int64) ([]row, error) {
-	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.queryTimeout)
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), queryTimeout)
 	defer cancel()
 	b := &pgx.Batch{}
 	if len(acked) > 0 {
@@ -314,7 +314,7 @@ func (r *Relay) remove(conn *pgx.Conn, ids []int64) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.queryTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
 	defer cancel()
 	if _, err := conn.Exec(ctx, "DELETE FROM "+r.names.table+" WHERE id = ANY($1)", ids); err != nil {
 		return fmt.Errorf("outbox: delete published rows: %w", err)
@@ -324,7 +324,7 @@ func (r *Relay) remove(conn *pgx.Conn, ids []int64) error {
 
 // deadLetter moves a row to the dead-letter table with the reason, in one statement.
 func (r *Relay) deadLetter(ctx context.Context, conn *pgx.Conn, x row, cause error) error {
-	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.queryTimeout)
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), queryTimeout)
 	defer cancel()
 	_, err := conn.Exec(qctx, "WITH moved AS (DELETE FROM "+r.names.table+" WHERE id = $1 "+
 		"RETURNING id, topic, key, headers, payload, created_at) "+

@@ -28,9 +28,9 @@ import (
 type Relay struct {
 	pool   *pgxpool.Pool
 	client *kgo.Client
+	outbox *Outbox
 	cfg    relayConfig
 	names  names
-	err    error
 
 	wake    chan struct{} // buffered(1): coalesced wake-ups for the leader
 	leader  atomic.Bool
@@ -43,7 +43,7 @@ type Relay struct {
 	log     *slog.Logger
 }
 
-// Published describes one outbox row the broker acknowledged; see [AfterAck].
+// Published describes one outbox row the broker acknowledged; see [WithAfterAck].
 type Published struct {
 	ID        int64       // outbox row id
 	Record    *kgo.Record // the record as produced; Partition and Offset are set
@@ -52,7 +52,6 @@ type Published struct {
 }
 
 type relayConfig struct {
-	outbox          *Outbox
 	batchSize       int
 	batchLinger     time.Duration
 	pollInterval    time.Duration
@@ -60,8 +59,6 @@ type relayConfig struct {
 	backoffMin      time.Duration
 	backoffMax      time.Duration
 	shutdownTimeout time.Duration
-	queryTimeout    time.Duration
-	lockKey         *int64
 	meterProvider   metric.MeterProvider
 	tracerProvider  trace.TracerProvider
 	logger          *slog.Logger
@@ -69,193 +66,180 @@ type relayConfig struct {
 	entityAttr      string
 }
 
-// RelayOption configures a Relay.
-type RelayOption func(*relayConfig)
+// Defaults of the relay options.
+const (
+	DefaultBatchSize        = 1000                   // WithBatchSize
+	DefaultBatchLinger      = 3 * time.Millisecond   // WithBatchLinger
+	DefaultPollInterval     = 500 * time.Millisecond // WithPollInterval
+	DefaultTakeoverInterval = time.Second            // WithTakeoverInterval
+	DefaultBackoffMin       = 100 * time.Millisecond // WithBackoff
+	DefaultBackoffMax       = 10 * time.Second       // WithBackoff
+	DefaultShutdownTimeout  = 10 * time.Second       // WithShutdownTimeout
+)
 
-// WithOutbox links the relay to o: it uses o's table, and while it leads, o.Wake
-// wakes it in memory without a NOTIFY. Default: an Outbox from New() (the
-// default table), not shared with any writer.
-func WithOutbox(o *Outbox) RelayOption { return func(c *relayConfig) { c.outbox = o } }
-
-// BatchSize sets the most rows claimed, produced and deleted per round. Default 1000.
-func BatchSize(n int) RelayOption {
-	return func(c *relayConfig) {
-		if n > 0 {
-			c.batchSize = n
-		}
-	}
-}
-
-// DefaultBatchLinger is the default of BatchLinger.
-const DefaultBatchLinger = 3 * time.Millisecond
+// queryTimeout bounds every statement on the leader's session, so that a
+// half-open connection cannot stall the relay.
+const queryTimeout = 30 * time.Second
 
 // smallBatch is the size below which a batch is small enough for the next one to
-// linger (BatchLinger).
+// linger (WithBatchLinger).
 const smallBatch = 64
 
-// BatchLinger sets the shortest time between the start of a small batch (under 64 rows,
+// RelayOption configures a Relay. An invalid value makes [NewRelay] return an
+// error wrapping [ErrInvalidConfig].
+type RelayOption func(*relayConfig)
+
+// WithBatchSize sets the most rows claimed, produced and deleted per round
+// (at least 1). Default [DefaultBatchSize].
+func WithBatchSize(n int) RelayOption { return func(c *relayConfig) { c.batchSize = n } }
+
+// WithBatchLinger sets the shortest time between the start of a small batch (under 64 rows,
 // and under the batch size) and the read of the next one: under a steady stream of
 // small commits the leader then produces, acknowledges and deletes rows in fewer,
 // fuller rounds instead of one round per commit. A row waits at most this long more; a
 // row committed longer than this after the last batch, as at low load, is read at once.
-// 0 disables it. Default DefaultBatchLinger.
-func BatchLinger(d time.Duration) RelayOption {
-	return func(c *relayConfig) {
-		if d >= 0 {
-			c.batchLinger = d
-		}
-	}
-}
+// 0 disables it. Default [DefaultBatchLinger].
+func WithBatchLinger(d time.Duration) RelayOption { return func(c *relayConfig) { c.batchLinger = d } }
 
-// PollInterval sets how long the leader waits for a wake-up (in-process signal
+// WithPollInterval sets how long the leader waits for a wake-up (in-process signal
 // or NOTIFY) before it looks at the table anyway. It bounds the delay caused by
 // a lost NOTIFY or a dropped listen connection, and how quickly a leader notices
-// that its database session ended. Default 500ms.
-func PollInterval(d time.Duration) RelayOption {
-	return func(c *relayConfig) {
-		if d > 0 {
-			c.pollInterval = d
-		}
-	}
+// that its database session ended. Default [DefaultPollInterval].
+func WithPollInterval(d time.Duration) RelayOption {
+	return func(c *relayConfig) { c.pollInterval = d }
 }
 
-// TakeoverInterval sets how often a standby tries to take the leader lock.
+// WithTakeoverInterval sets how often a standby tries to take the leader lock.
 // A standby takes over at most this long after the leader's session ends.
-// Default 1s.
-func TakeoverInterval(d time.Duration) RelayOption {
-	return func(c *relayConfig) {
-		if d > 0 {
-			c.takeover = d
-		}
-	}
+// Default [DefaultTakeoverInterval].
+func WithTakeoverInterval(d time.Duration) RelayOption {
+	return func(c *relayConfig) { c.takeover = d }
 }
 
-// Backoff sets the bounds of the exponential backoff with full jitter used
+// WithBackoff sets the bounds of the exponential backoff with full jitter used
 // after broker and database errors: the n-th retry (from 0) waits a random
-// duration in (0, min(max, min·2ⁿ)]. Defaults 100ms and 10s.
-func Backoff(minDelay, maxDelay time.Duration) RelayOption {
-	return func(c *relayConfig) {
-		if minDelay > 0 && maxDelay >= minDelay {
-			c.backoffMin, c.backoffMax = minDelay, maxDelay
-		}
-	}
+// duration in (0, min(max, min·2ⁿ)]. 0 < minDelay <= maxDelay. Defaults
+// [DefaultBackoffMin] and [DefaultBackoffMax].
+func WithBackoff(minDelay, maxDelay time.Duration) RelayOption {
+	return func(c *relayConfig) { c.backoffMin, c.backoffMax = minDelay, maxDelay }
 }
 
-// ShutdownTimeout sets how long Run, once its context is cancelled, still waits
+// WithShutdownTimeout sets how long Run, once its context is cancelled, still waits
 // for the acks of the batch in flight (and then deletes its rows). After it,
 // the batch is abandoned: its rows stay and the next leader republishes them.
-// Default 10s.
-func ShutdownTimeout(d time.Duration) RelayOption {
-	return func(c *relayConfig) {
-		if d >= 0 {
-			c.shutdownTimeout = d
-		}
-	}
+// Default [DefaultShutdownTimeout].
+func WithShutdownTimeout(d time.Duration) RelayOption {
+	return func(c *relayConfig) { c.shutdownTimeout = d }
 }
 
-// QueryTimeout bounds every statement on the leader's session, so that a
-// half-open connection cannot stall the relay. Default 30s.
-func QueryTimeout(d time.Duration) RelayOption {
-	return func(c *relayConfig) {
-		if d > 0 {
-			c.queryTimeout = d
-		}
-	}
-}
-
-// LockKey sets the key of the session advisory lock that elects the leader.
-// Default: a 64-bit FNV-1a hash of the table name, so relays of different
-// tables never contend.
-func LockKey(key int64) RelayOption { return func(c *relayConfig) { c.lockKey = &key } }
-
-// MeterProvider sets where the relay's metrics go. Default otel.GetMeterProvider().
-func MeterProvider(mp metric.MeterProvider) RelayOption {
+// WithMeterProvider sets where the relay's metrics go. Default otel.GetMeterProvider().
+func WithMeterProvider(mp metric.MeterProvider) RelayOption {
 	return func(c *relayConfig) { c.meterProvider = mp }
 }
 
-// TracerProvider sets where the relay's produce spans go. Default otel.GetTracerProvider().
-func TracerProvider(tp trace.TracerProvider) RelayOption {
+// WithTracerProvider sets where the relay's produce spans go. Default otel.GetTracerProvider().
+func WithTracerProvider(tp trace.TracerProvider) RelayOption {
 	return func(c *relayConfig) { c.tracerProvider = tp }
 }
 
-// EntityAttribute names the span attribute that carries the record key on
+// WithEntityAttribute names the span attribute that carries the record key on
 // produce spans, e.g. "order.id", so a search by entity id finds the relay's
 // span too (saga.correlation_id is always set from the ce_correlationid
 // header). Default: none.
-func EntityAttribute(name string) RelayOption { return func(c *relayConfig) { c.entityAttr = name } }
+func WithEntityAttribute(name string) RelayOption {
+	return func(c *relayConfig) { c.entityAttr = name }
+}
 
-// Logger sets the logger for leadership changes and retried errors. Default slog.Default().
-func Logger(l *slog.Logger) RelayOption { return func(c *relayConfig) { c.logger = l } }
+// WithLogger sets the logger for leadership changes and retried errors. Default slog.Default().
+func WithLogger(l *slog.Logger) RelayOption { return func(c *relayConfig) { c.logger = l } }
 
-// AfterAck sets a hook called with every batch of rows the broker acknowledged,
+// WithAfterAck sets a hook called with every batch of rows the broker acknowledged,
 // before those rows are deleted. If it returns an error, Run stops and returns
 // it wrapped in [ErrHook] without deleting the rows: they are published again
 // by the next leader. It exists for observation (e.g. end-to-end latency in
 // benchmarks) and for fault injection in tests (a crash between ack and
 // delete); it must not block. Default: none.
-func AfterAck(fn func(ctx context.Context, batch []Published) error) RelayOption {
+func WithAfterAck(fn func(ctx context.Context, batch []Published) error) RelayOption {
 	return func(c *relayConfig) { c.afterAck = fn }
 }
 
-// NewRelay returns a relay that reads the outbox table through pool's
-// configuration and produces with client. The client must be an idempotent
-// producer with acks=all (franz-go's defaults); Run checks it.
+func (c *relayConfig) validate() error {
+	switch {
+	case c.batchSize < 1:
+		return fmt.Errorf("%w: batch size %d, want at least 1", ErrInvalidConfig, c.batchSize)
+	case c.batchLinger < 0:
+		return fmt.Errorf("%w: negative batch linger %v", ErrInvalidConfig, c.batchLinger)
+	case c.pollInterval <= 0:
+		return fmt.Errorf("%w: poll interval %v, want > 0", ErrInvalidConfig, c.pollInterval)
+	case c.takeover <= 0:
+		return fmt.Errorf("%w: takeover interval %v, want > 0", ErrInvalidConfig, c.takeover)
+	case c.backoffMin <= 0 || c.backoffMax < c.backoffMin:
+		return fmt.Errorf("%w: backoff %v..%v, want 0 < min <= max", ErrInvalidConfig, c.backoffMin, c.backoffMax)
+	case c.shutdownTimeout < 0:
+		return fmt.Errorf("%w: negative shutdown timeout %v", ErrInvalidConfig, c.shutdownTimeout)
+	case c.meterProvider == nil || c.tracerProvider == nil || c.logger == nil:
+		return fmt.Errorf("%w: nil meter provider, tracer provider or logger", ErrInvalidConfig)
+	}
+	return nil
+}
+
+// NewRelay returns a relay that publishes the rows of ob's table, reading them
+// through pool's configuration and producing with client. While it leads,
+// ob.Wake wakes it in memory without a NOTIFY: share ob with the writers of
+// this process. The client must be an idempotent producer with acks=all
+// (franz-go's defaults); otherwise NewRelay returns an error wrapping
+// [ErrUnsafeClient]. An invalid option makes it return one wrapping
+// [ErrInvalidConfig].
 //
 // The relay opens its own two connections from pool.Config() (one that holds
 // the leader lock and does all reads and deletes, one that LISTENs), so the
 // pool's AfterConnect hook does not run on them; put session settings such as
 // search_path in the connection string. pool itself serves only the backlog
 // metrics.
-func NewRelay(pool *pgxpool.Pool, client *kgo.Client, opts ...RelayOption) *Relay {
+func NewRelay(pool *pgxpool.Pool, client *kgo.Client, ob *Outbox, opts ...RelayOption) (*Relay, error) {
+	if pool == nil || ob == nil {
+		return nil, fmt.Errorf("%w: nil pool or outbox", ErrInvalidConfig)
+	}
+	if err := checkClient(client); err != nil {
+		return nil, err
+	}
 	cfg := relayConfig{
-		batchSize:       1000,
+		batchSize:       DefaultBatchSize,
 		batchLinger:     DefaultBatchLinger,
-		pollInterval:    500 * time.Millisecond,
-		takeover:        time.Second,
-		backoffMin:      100 * time.Millisecond,
-		backoffMax:      10 * time.Second,
-		shutdownTimeout: 10 * time.Second,
-		queryTimeout:    30 * time.Second,
+		pollInterval:    DefaultPollInterval,
+		takeover:        DefaultTakeoverInterval,
+		backoffMin:      DefaultBackoffMin,
+		backoffMax:      DefaultBackoffMax,
+		shutdownTimeout: DefaultShutdownTimeout,
+		meterProvider:   otel.GetMeterProvider(),
+		tracerProvider:  otel.GetTracerProvider(),
+		logger:          slog.Default(),
 	}
 	for _, opt := range opts {
 		opt(&cfg)
 	}
-	if cfg.outbox == nil {
-		cfg.outbox = New()
-	}
-	if cfg.meterProvider == nil {
-		cfg.meterProvider = otel.GetMeterProvider()
-	}
-	if cfg.tracerProvider == nil {
-		cfg.tracerProvider = otel.GetTracerProvider()
-	}
-	if cfg.logger == nil {
-		cfg.logger = slog.Default()
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	r := &Relay{
 		pool:   pool,
 		client: client,
+		outbox: ob,
 		cfg:    cfg,
-		names:  cfg.outbox.names,
-		err:    cfg.outbox.err,
+		names:  ob.names,
 		wake:   make(chan struct{}, 1),
 		kafka:  tracing.NewKafka(tracing.WithTracerProvider(cfg.tracerProvider)),
-		log:    cfg.logger.With("outbox_table", cfg.outbox.names.table),
+		log:    cfg.logger.With("outbox_table", ob.names.table),
 	}
-	if client != nil {
-		if d, ok := client.OptValue(kgo.ProducerLinger).(time.Duration); ok && d > 0 {
-			r.linger = true
-		}
-	}
-	if cfg.lockKey != nil {
-		r.names.lockKey = *cfg.lockKey
+	if d, ok := client.OptValue(kgo.ProducerLinger).(time.Duration); ok && d > 0 {
+		r.linger = true
 	}
 	m, err := newRelayMetrics(cfg.meterProvider.Meter(instrumentationName), r.names.table)
-	if err != nil && r.err == nil {
-		r.err = err
+	if err != nil {
+		return nil, err
 	}
 	r.metrics = m
-	return r
+	return r, nil
 }
 
 const instrumentationName = "github.com/choreo-saga/choreo/outbox"
@@ -266,17 +250,10 @@ func (r *Relay) Leader() bool { return r.leader.Load() }
 // Run campaigns for leadership and, while leading, publishes rows until ctx is
 // cancelled; a standby keeps campaigning. A lost database session or broker
 // trouble is retried with backoff and never ends Run. On cancellation Run
-// finishes the batch in flight (see [ShutdownTimeout]), releases the lock and
-// returns nil. It returns an error for a bad configuration ([ErrUnsafeClient],
-// [ErrInvalidTable]), for a closed Kafka client, for a failing [AfterAck]
-// hook, and [ErrRunning] if this Relay is already running.
+// finishes the batch in flight (see [WithShutdownTimeout]), releases the lock and
+// returns nil. It returns an error for a closed Kafka client, for a failing
+// [WithAfterAck] hook, and [ErrRunning] if this Relay is already running.
 func (r *Relay) Run(ctx context.Context) error {
-	if r.err != nil {
-		return r.err
-	}
-	if err := checkClient(r.client); err != nil {
-		return err
-	}
 	if !r.running.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
@@ -338,7 +315,7 @@ func (r *Relay) connect(ctx context.Context, role string) (*pgx.Conn, error) {
 		// the WAL flush.
 		cc.RuntimeParams["synchronous_commit"] = "off"
 	}
-	cctx, cancel := context.WithTimeout(ctx, r.cfg.queryTimeout)
+	cctx, cancel := context.WithTimeout(ctx, queryTimeout)
 	defer cancel()
 	conn, err := pgx.ConnectConfig(cctx, cc)
 	if err != nil {
@@ -363,7 +340,7 @@ func (r *Relay) session(ctx context.Context) (led bool, err error) {
 	defer closeConn(conn)
 	for {
 		var ok bool
-		qctx, cancel := context.WithTimeout(ctx, r.cfg.queryTimeout)
+		qctx, cancel := context.WithTimeout(ctx, queryTimeout)
 		err := conn.QueryRow(qctx, "SELECT pg_try_advisory_lock($1)", r.names.lockKey).Scan(&ok)
 		cancel()
 		if err != nil {
@@ -389,7 +366,7 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 	r.leader.Store(true)
 	defer r.leader.Store(false)
 	wake := r.wake
-	ob := r.cfg.outbox
+	ob := r.outbox
 	ob.leaderWake.Store(&wake)
 	defer ob.leaderWake.CompareAndSwap(&wake, nil)
 
@@ -454,7 +431,7 @@ func (r *Relay) listenOnce(ctx context.Context, connected func()) error {
 		return err
 	}
 	defer closeConn(conn)
-	qctx, cancel := context.WithTimeout(ctx, r.cfg.queryTimeout)
+	qctx, cancel := context.WithTimeout(ctx, queryTimeout)
 	_, err = conn.Exec(qctx, "LISTEN "+pgx.Identifier{r.names.channel}.Sanitize())
 	cancel()
 	if err != nil {

@@ -37,7 +37,7 @@ func TestRelayPublishes(t *testing.T) {
 	topic := testenv.Topic(t, brokers, 4)
 	pool := db(t)
 	ctx := context.Background()
-	ob := outbox.New()
+	ob := newOutbox(t)
 
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
@@ -59,9 +59,9 @@ func TestRelayPublishes(t *testing.T) {
 	}
 	httpSpan.End()
 
-	start(t, pool, producer(t, brokers), outbox.WithOutbox(ob), outbox.TracerProvider(tp),
-		outbox.MeterProvider(mp), outbox.EntityAttribute("order.id"))
-	eventually(t, "the outbox to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
+	start(t, pool, producer(t, brokers), ob, outbox.WithTracerProvider(tp),
+		outbox.WithMeterProvider(mp), outbox.WithEntityAttribute("order.id"))
+	testenv.Eventually(t, deadline, "the outbox to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
 
 	got := readAll(t, brokers, topic)
 	if dups := checkDelivery(t, got, want); dups != 0 {
@@ -141,11 +141,11 @@ func TestPerKeyOrderConcurrentWriters(t *testing.T) {
 	topic := testenv.Topic(t, brokers, 8)
 	pool := db(t)
 	seqr := newSequencer(t, pool)
-	ob := outbox.New()
+	ob := newOutbox(t)
 	// Count rows published after a higher id: each one is a transaction that
 	// committed late, which a "last id" cursor would have skipped.
 	var maxID, late atomic.Int64
-	seen := outbox.AfterAck(func(_ context.Context, batch []outbox.Published) error {
+	seen := outbox.WithAfterAck(func(_ context.Context, batch []outbox.Published) error {
 		for _, p := range batch {
 			if p.ID < maxID.Load() {
 				late.Add(1)
@@ -155,7 +155,7 @@ func TestPerKeyOrderConcurrentWriters(t *testing.T) {
 		}
 		return nil
 	})
-	start(t, pool, producer(t, brokers), outbox.WithOutbox(ob), outbox.BatchSize(500), seen)
+	start(t, pool, producer(t, brokers), ob, outbox.WithBatchSize(500), seen)
 
 	var next atomic.Int64 // rows handed out
 	var wg sync.WaitGroup
@@ -208,7 +208,7 @@ func TestPerKeyOrderConcurrentWriters(t *testing.T) {
 	if total != rows {
 		t.Fatalf("writers committed %d rows, want %d", total, rows)
 	}
-	eventually(t, "the outbox to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
+	testenv.Eventually(t, deadline, "the outbox to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
 	got := readAll(t, brokers, topic)
 	if dups := checkDelivery(t, got, want); dups != 0 {
 		t.Errorf("%d duplicates without any fault", dups)
@@ -229,7 +229,7 @@ func TestCrashBetweenAckAndDelete(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	topic := testenv.Topic(t, brokers, 4)
 	pool := db(t)
-	ob := outbox.New()
+	ob := newOutbox(t)
 	want := map[string]int{}
 	for i := range 300 {
 		k := keyName(i % 7)
@@ -247,7 +247,7 @@ func TestCrashBetweenAckAndDelete(t *testing.T) {
 		return nil
 	}}
 	cl := producer(t, brokers)
-	r1 := start(t, pool, cl, outbox.WithOutbox(ob), outbox.BatchSize(50), h.afterAck("r1"))
+	r1 := start(t, pool, cl, ob, outbox.WithBatchSize(50), h.afterAck("r1"))
 	if err := r1.wait(t); !errors.Is(err, errInjected) || !errors.Is(err, outbox.ErrHook) {
 		t.Fatalf("Run after the injected crash: %v", err)
 	}
@@ -258,8 +258,8 @@ func TestCrashBetweenAckAndDelete(t *testing.T) {
 		t.Fatalf("%d rows left after the crash, want 250 (the acked-but-not-deleted batch included)", n)
 	}
 
-	start(t, pool, cl, outbox.WithOutbox(ob), outbox.BatchSize(50))
-	eventually(t, "the outbox to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
+	start(t, pool, cl, ob, outbox.WithBatchSize(50))
+	testenv.Eventually(t, deadline, "the outbox to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
 	got := readAll(t, brokers, topic)
 	dups := checkDelivery(t, got, want)
 	if dups != len(lost) {
@@ -294,12 +294,12 @@ func TestFailover(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	topic := testenv.Topic(t, brokers, 4)
 	pool := db(t)
-	ob := outbox.New()
+	ob := newOutbox(t)
 	h := &hooks{}
-	opts := []outbox.RelayOption{outbox.WithOutbox(ob), outbox.BatchSize(20), outbox.TakeoverInterval(100 * time.Millisecond)}
-	a := start(t, pool, producer(t, brokers), append(opts, h.afterAck("a"))...)
-	eventually(t, "a to lead", a.relay.Leader)
-	b := start(t, pool, producer(t, brokers), append(opts, h.afterAck("b"))...)
+	opts := []outbox.RelayOption{outbox.WithBatchSize(20), outbox.WithTakeoverInterval(100 * time.Millisecond)}
+	a := start(t, pool, producer(t, brokers), ob, append(opts, h.afterAck("a"))...)
+	testenv.Eventually(t, deadline, "a to lead", a.relay.Leader)
+	b := start(t, pool, producer(t, brokers), ob, append(opts, h.afterAck("b"))...)
 
 	want := map[string]int{}
 	write := func(n int) {
@@ -310,7 +310,7 @@ func TestFailover(t *testing.T) {
 		}
 	}
 	write(100)
-	eventually(t, "phase 1 to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
+	testenv.Eventually(t, deadline, "phase 1 to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
 	if h.count("a") < 100 || h.count("b") != 0 {
 		t.Fatalf("phase 1: a acked %d, b acked %d; want only the leader a to publish", h.count("a"), h.count("b"))
 	}
@@ -324,8 +324,8 @@ func TestFailover(t *testing.T) {
 	}
 	terminate(t, pool, pid)
 	write(300) // a backlog while the leadership moves
-	eventually(t, "the backlog to drain after failover", func() bool { return count(t, pool, "choreo_outbox") == 0 })
-	eventually(t, "a leader", func() bool { return a.relay.Leader() || b.relay.Leader() })
+	testenv.Eventually(t, deadline, "the backlog to drain after failover", func() bool { return count(t, pool, "choreo_outbox") == 0 })
+	testenv.Eventually(t, deadline, "a leader", func() bool { return a.relay.Leader() || b.relay.Leader() })
 	if a.relay.Leader() && b.relay.Leader() {
 		t.Fatal("both relays lead")
 	}
@@ -359,13 +359,13 @@ func TestBrokerOutage(t *testing.T) {
 			brokers := c.ListenAddrs()
 			topic := testenv.Topic(t, brokers, 3)
 			pool := db(t)
-			ob := outbox.New()
+			ob := newOutbox(t)
 			outage := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.NotEnoughReplicas, Count: -1})
 
 			reader := sdkmetric.NewManualReader()
-			start(t, pool, producer(t, brokers, tc.opts...), outbox.WithOutbox(ob),
-				outbox.BatchSize(40), outbox.Backoff(10*time.Millisecond, 100*time.Millisecond),
-				outbox.MeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+			start(t, pool, producer(t, brokers, tc.opts...), ob,
+				outbox.WithBatchSize(40), outbox.WithBackoff(10*time.Millisecond, 100*time.Millisecond),
+				outbox.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
 			want := map[string]int{}
 			for i := range 200 {
 				k := keyName(i % 9)
@@ -396,7 +396,7 @@ func TestBrokerOutage(t *testing.T) {
 				t.Errorf("%s = 0 during the outage", outbox.MetricErrors)
 			}
 			outage.Remove()
-			eventually(t, "the outbox to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
+			testenv.Eventually(t, deadline, "the outbox to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
 			got := readAll(t, brokers, topic)
 			if dups := checkDelivery(t, got, want); dups != 0 {
 				t.Errorf("%d duplicates: rejected produces must not be republished twice", dups)
@@ -422,16 +422,16 @@ func TestListenConnectionKilled(t *testing.T) {
 	t.Run("polling covers", func(t *testing.T) {
 		topic := testenv.Topic(t, brokers, 2)
 		pool := db(t)
-		r := start(t, pool, producer(t, brokers), outbox.PollInterval(100*time.Millisecond))
-		eventually(t, "the relay to listen", func() bool { return listenPID(t, pool) != 0 })
+		r := start(t, pool, producer(t, brokers), newOutbox(t), outbox.WithPollInterval(100*time.Millisecond))
+		testenv.Eventually(t, deadline, "the relay to listen", func() bool { return listenPID(t, pool) != 0 })
 		terminate(t, pool, listenPID(t, pool))
 		// Nobody wakes the relay (no in-process link, no NOTIFY): only the poll finds these rows.
-		writer := outbox.New()
+		writer := newOutbox(t)
 		want := map[string]int{"k": 3}
 		for i := range 3 {
 			enqueue(t, pool, writer, topic, newEvent(t, "k", i+1))
 		}
-		eventually(t, "polling to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
+		testenv.Eventually(t, deadline, "polling to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
 		checkDelivery(t, readAll(t, brokers, topic), want)
 		if !r.relay.Leader() {
 			t.Error("the relay lost leadership with its listen connection")
@@ -442,17 +442,17 @@ func TestListenConnectionKilled(t *testing.T) {
 		topic := testenv.Topic(t, brokers, 2)
 		pool := db(t)
 		// Polling is effectively off: only NOTIFY can wake the relay.
-		start(t, pool, producer(t, brokers), outbox.PollInterval(time.Hour), outbox.Backoff(10*time.Millisecond, 50*time.Millisecond))
-		eventually(t, "the relay to listen", func() bool { return listenPID(t, pool) != 0 })
+		start(t, pool, producer(t, brokers), newOutbox(t), outbox.WithPollInterval(time.Hour), outbox.WithBackoff(10*time.Millisecond, 50*time.Millisecond))
+		testenv.Eventually(t, deadline, "the relay to listen", func() bool { return listenPID(t, pool) != 0 })
 		old := listenPID(t, pool)
 		terminate(t, pool, old)
-		eventually(t, "a new LISTEN session", func() bool { p := listenPID(t, pool); return p != 0 && p != old })
-		writer := outbox.New(outbox.Notifier(pool)) // a writer in "another process": NOTIFY after commit
+		testenv.Eventually(t, deadline, "a new LISTEN session", func() bool { p := listenPID(t, pool); return p != 0 && p != old })
+		writer := newOutbox(t, outbox.WithNotifier(pool)) // a writer in "another process": NOTIFY after commit
 		want := map[string]int{}
 		for i := range 3 {
 			want["k"]++
 			enqueue(t, pool, writer, topic, newEvent(t, "k", i+1))
-			eventually(t, "NOTIFY to wake the relay", func() bool { return count(t, pool, "choreo_outbox") == 0 })
+			testenv.Eventually(t, deadline, "NOTIFY to wake the relay", func() bool { return count(t, pool, "choreo_outbox") == 0 })
 		}
 		checkDelivery(t, readAll(t, brokers, topic), want)
 	})
@@ -464,14 +464,14 @@ func TestWakeInProcess(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	topic := testenv.Topic(t, brokers, 2)
 	pool := db(t)
-	ob := outbox.New() // no Notifier: the signal can only travel in memory
-	r := start(t, pool, producer(t, brokers), outbox.WithOutbox(ob), outbox.PollInterval(time.Hour))
-	eventually(t, "the relay to lead", r.relay.Leader)
+	ob := newOutbox(t) // no Notifier: the signal can only travel in memory
+	r := start(t, pool, producer(t, brokers), ob, outbox.WithPollInterval(time.Hour))
+	testenv.Eventually(t, deadline, "the relay to lead", r.relay.Leader)
 	want := map[string]int{}
 	for i := range 5 {
 		want["k"]++
 		enqueue(t, pool, ob, topic, newEvent(t, "k", i+1)) // InTx calls Wake after commit
-		eventually(t, "Wake to reach the relay", func() bool { return count(t, pool, "choreo_outbox") == 0 })
+		testenv.Eventually(t, deadline, "Wake to reach the relay", func() bool { return count(t, pool, "choreo_outbox") == 0 })
 	}
 	checkDelivery(t, readAll(t, brokers, topic), want)
 }
@@ -507,7 +507,7 @@ func TestDeadLetter(t *testing.T) {
 				alterTopic(t, brokers, topic, tc.configs)
 			}
 			pool := db(t)
-			ob := outbox.New()
+			ob := newOutbox(t)
 			want := map[string]int{}
 			var evs []event.Event
 			for i := range 30 {
@@ -525,9 +525,9 @@ func TestDeadLetter(t *testing.T) {
 			enqueue(t, pool, ob, topic, evs...) // one transaction: all in one batch
 
 			reader := sdkmetric.NewManualReader()
-			start(t, pool, producer(t, brokers, tc.opts...), outbox.WithOutbox(ob),
-				outbox.MeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
-			eventually(t, "the outbox to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
+			start(t, pool, producer(t, brokers, tc.opts...), ob,
+				outbox.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+			testenv.Eventually(t, deadline, "the outbox to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
 
 			if dups := checkDelivery(t, readAll(t, brokers, topic), want); dups != 0 {
 				t.Errorf("%d duplicates", dups)
@@ -572,7 +572,7 @@ func TestShutdown(t *testing.T) {
 		brokers := testenv.Kafka(t)
 		topic := testenv.Topic(t, brokers, 2)
 		pool := db(t)
-		ob := outbox.New()
+		ob := newOutbox(t)
 		want := map[string]int{}
 		for i := range 100 {
 			k := keyName(i % 4)
@@ -586,15 +586,15 @@ func TestShutdown(t *testing.T) {
 			cancel() // shut down while the first batch is acked, not yet deleted
 			return nil
 		}}
-		r := startCtx(t, ctx, pool, cl, outbox.WithOutbox(ob), outbox.BatchSize(30), h.afterAck("r"))
+		r := startCtx(t, ctx, pool, cl, ob, outbox.WithBatchSize(30), h.afterAck("r"))
 		if err := r.wait(t); err != nil {
 			t.Fatalf("Run: %v", err)
 		}
 		if n := count(t, pool, "choreo_outbox"); n != 70 {
 			t.Fatalf("%d rows left, want 70: the acknowledged batch must be deleted on shutdown", n)
 		}
-		start(t, pool, cl, outbox.WithOutbox(ob))
-		eventually(t, "the outbox to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
+		start(t, pool, cl, ob)
+		testenv.Eventually(t, deadline, "the outbox to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
 		if dups := checkDelivery(t, readAll(t, brokers, topic), want); dups != 0 {
 			t.Errorf("%d duplicates after a graceful shutdown", dups)
 		}
@@ -605,7 +605,7 @@ func TestShutdown(t *testing.T) {
 		brokers := c.ListenAddrs()
 		topic := testenv.Topic(t, brokers, 2)
 		pool := db(t)
-		ob := outbox.New()
+		ob := newOutbox(t)
 		want := map[string]int{}
 		for i := range 50 {
 			k := keyName(i % 4)
@@ -613,7 +613,7 @@ func TestShutdown(t *testing.T) {
 			enqueue(t, pool, ob, topic, newEvent(t, k, want[k]))
 		}
 		outage := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.NotEnoughReplicas, Count: -1})
-		r := start(t, pool, producer(t, brokers), outbox.WithOutbox(ob), outbox.ShutdownTimeout(0))
+		r := start(t, pool, producer(t, brokers), ob, outbox.WithShutdownTimeout(0))
 		ctx, cancel := context.WithTimeout(context.Background(), deadline)
 		defer cancel()
 		if err := outage.Wait(ctx, 3); err != nil {
@@ -626,14 +626,14 @@ func TestShutdown(t *testing.T) {
 			t.Fatalf("%d rows left, want all 50", n)
 		}
 		outage.Remove()
-		start(t, pool, producer(t, brokers), outbox.WithOutbox(ob))
-		eventually(t, "the outbox to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
+		start(t, pool, producer(t, brokers), ob)
+		testenv.Eventually(t, deadline, "the outbox to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
 		dups := checkDelivery(t, readAll(t, brokers, topic), want)
 		t.Logf("%d duplicates (at most the abandoned batch)", dups)
 	})
 }
 
-// TestUnsafeClient: Run refuses producers that may lose or reorder records.
+// TestUnsafeClient: NewRelay refuses producers that may lose or reorder records.
 func TestUnsafeClient(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	pool := db(t)
@@ -643,9 +643,9 @@ func TestUnsafeClient(t *testing.T) {
 		"transactional":  {kgo.TransactionalID("tx")},
 	} {
 		t.Run(name, func(t *testing.T) {
-			err := outbox.NewRelay(pool, producer(t, brokers, opts...)).Run(context.Background())
+			_, err := outbox.NewRelay(pool, producer(t, brokers, opts...), newOutbox(t))
 			if !errors.Is(err, outbox.ErrUnsafeClient) {
-				t.Fatalf("Run: %v, want ErrUnsafeClient", err)
+				t.Fatalf("NewRelay: %v, want ErrUnsafeClient", err)
 			}
 		})
 	}

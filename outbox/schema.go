@@ -11,7 +11,7 @@ import (
 	"github.com/choreo-saga/choreo/internal/sqlname"
 )
 
-// DefaultTable is the name of the outbox table when no [Table] option is given.
+// DefaultTable is the name of the outbox table when no [WithTable] option is given.
 // The dead-letter table is always the outbox table's name followed by "_dead".
 const DefaultTable = "choreo_outbox"
 
@@ -23,7 +23,7 @@ const DefaultTable = "choreo_outbox"
 // custom table name.
 var Schema = migrate.Outbox(sqlname.MustParse(DefaultTable)).SQL()
 
-// Execer is the smallest interface the NOTIFY of [Notifier] needs;
+// Execer is the smallest interface the NOTIFY of [WithNotifier] needs;
 // *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it.
 type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
@@ -32,7 +32,13 @@ type Execer interface {
 // Migrate applies the numbered migrations of the default outbox tables that db
 // has not recorded yet (see [Outbox.Migrate]).
 func Migrate(ctx context.Context, db Beginner) error {
-	return New().Migrate(ctx, db)
+	return defaultOutbox().Migrate(ctx, db)
+}
+
+// defaultOutbox is an Outbox for DefaultTable, which is always valid.
+func defaultOutbox() *Outbox {
+	n, _ := newNames(DefaultTable)
+	return &Outbox{names: n}
 }
 
 // names holds everything derived from the outbox table name.
@@ -45,7 +51,7 @@ type names struct {
 }
 
 // newNames validates table. On top of the rule every choreo table name follows
-// (see [Table]), an outbox table name is a lower-case identifier of at most 48
+// (see [WithTable]), an outbox table name is a lower-case identifier of at most 48
 // bytes per part, because the dead-letter table's name and the NOTIFY channel
 // are derived from it and written into SQL unquoted.
 func newNames(table string) (names, error) {

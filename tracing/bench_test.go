@@ -152,7 +152,11 @@ func BenchmarkPgxQuery(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(bare.Close)
-	traced, err := tracing.NewPool(ctx, dsn, tracing.WithTracerProvider(tp))
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	traced, err := tracing.NewPool(ctx, cfg, tracing.WithTracerProvider(tp))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -12,11 +12,11 @@ import (
 // correlation id, so Jaeger can find every span of one saga by tag.
 const AttrCorrelationID = "saga.correlation_id"
 
-// BaggageCorrelationID is the W3C baggage member that carries the correlation
+// baggageCorrelationID is the W3C baggage member that carries the correlation
 // id across process boundaries, so that services reached by HTTP or Kafka
 // without choreo's event headers (or through other OpenTelemetry
 // instrumentation) still know the saga.
-const BaggageCorrelationID = AttrCorrelationID
+const baggageCorrelationID = AttrCorrelationID
 
 // sagaKey holds a *saga: one context value for both ids, with the span
 // attributes built once per WithCorrelationID/WithEntity call rather than
@@ -61,7 +61,7 @@ func buildAttrs(correlation, entityAttr, entityID string) []attribute.KeyValue {
 }
 
 // WithCorrelationID returns ctx carrying the saga's correlation id, both as a
-// context value and as the baggage member [BaggageCorrelationID] (which
+// context value and as the baggage member named like [AttrCorrelationID] (which
 // [Inject] writes to outgoing records and otelhttp to outgoing requests). An
 // empty id leaves ctx unchanged.
 func WithCorrelationID(ctx context.Context, id string) context.Context {
@@ -69,7 +69,7 @@ func WithCorrelationID(ctx context.Context, id string) context.Context {
 		return ctx
 	}
 	ctx = context.WithValue(ctx, sagaKey{}, sagaFrom(ctx).with(func(s *saga) { s.correlation = id }))
-	if m, err := baggage.NewMemberRaw(BaggageCorrelationID, id); err == nil {
+	if m, err := baggage.NewMemberRaw(baggageCorrelationID, id); err == nil {
 		if b, err := baggage.FromContext(ctx).SetMember(m); err == nil {
 			ctx = baggage.ContextWithBaggage(ctx, b)
 		}
@@ -80,13 +80,13 @@ func WithCorrelationID(ctx context.Context, id string) context.Context {
 }
 
 // CorrelationID returns the correlation id carried by ctx: the one set by
-// [WithCorrelationID], else the [BaggageCorrelationID] baggage member (e.g.
+// [WithCorrelationID], else the baggage member of that name (e.g.
 // extracted from an incoming record or request), else "".
 func CorrelationID(ctx context.Context) string {
 	if s := sagaFrom(ctx); s != nil && s.correlation != "" {
 		return s.correlation
 	}
-	return baggage.FromContext(ctx).Member(BaggageCorrelationID).Value()
+	return baggage.FromContext(ctx).Member(baggageCorrelationID).Value()
 }
 
 // WithEntity returns ctx carrying the id of the entity being worked on, under the span
@@ -104,15 +104,15 @@ func Entity(ctx context.Context) (attr, id string) {
 	return "", ""
 }
 
-// SpanAttributes returns the correlation id and entity attributes carried by ctx, ready
+// spanAttributes returns the correlation id and entity attributes carried by ctx, ready
 // for span.SetAttributes. The slice may be shared: do not modify its
 // elements (appending is safe).
-func SpanAttributes(ctx context.Context) []attribute.KeyValue {
+func spanAttributes(ctx context.Context) []attribute.KeyValue {
 	s := sagaFrom(ctx)
 	if s != nil && s.attrs != nil {
 		return s.attrs[:len(s.attrs):len(s.attrs)]
 	}
-	corr := baggage.FromContext(ctx).Member(BaggageCorrelationID).Value()
+	corr := baggage.FromContext(ctx).Member(baggageCorrelationID).Value()
 	var attr, id string
 	if s != nil {
 		attr, id = s.entityAttr, s.entityID
@@ -123,13 +123,13 @@ func SpanAttributes(ctx context.Context) []attribute.KeyValue {
 	return buildAttrs(corr, attr, id)
 }
 
-// AnnotateSpan sets [SpanAttributes] of ctx on the span in ctx. Spans started
+// AnnotateSpan sets the correlation id and entity attribute of ctx on the span in ctx. Spans started
 // after WithCorrelationID/WithEntity get them automatically (see
 // [CorrelationProcessor]); call this for a span that was started before the
 // ids were known, such as the HTTP server span of the request that creates
 // the order, or a consumer span before the event was decoded.
 func AnnotateSpan(ctx context.Context) {
-	if attrs := SpanAttributes(ctx); len(attrs) > 0 {
+	if attrs := spanAttributes(ctx); len(attrs) > 0 {
 		trace.SpanFromContext(ctx).SetAttributes(attrs...)
 	}
 }

@@ -14,7 +14,7 @@ import (
 
 func TestCorrelationTravelsInBaggage(t *testing.T) {
 	ctx := tracing.WithCorrelationID(context.Background(), "order-17")
-	if got := baggage.FromContext(ctx).Member(tracing.BaggageCorrelationID).Value(); got != "order-17" {
+	if got := baggage.FromContext(ctx).Member("saga.correlation_id").Value(); got != "order-17" {
 		t.Fatalf("baggage member = %q, want order-17", got)
 	}
 	r := &kgo.Record{}
@@ -51,7 +51,7 @@ func TestCorrelationContext(t *testing.T) {
 			if got := tracing.CorrelationID(tt.ctx); got != tt.corr {
 				t.Errorf("CorrelationID = %q, want %q", got, tt.corr)
 			}
-			got := tracing.SpanAttributes(tt.ctx)
+			got := tracing.SpanAttributesForTest(tt.ctx)
 			if len(got) != len(tt.attrs) {
 				t.Fatalf("SpanAttributes = %v, want %v", got, tt.attrs)
 			}

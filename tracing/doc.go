@@ -26,9 +26,12 @@
 // Setup also installs its providers and propagator as the otel globals,
 // because instrumentation libraries and [Inject]/[Extract] read them, and an
 // error handler that logs each distinct OpenTelemetry error at most once a
-// minute through slog ([WithErrorLogger]);
+// minute through slog ([WithLogger]);
 // [WithoutGlobals] turns that off. Code of your own should take the providers
-// from Telemetry ([WithTelemetry]) rather than from the globals.
+// from Telemetry's fields rather than from the globals: every choreo package
+// accepts them one way, through options named WithTracerProvider,
+// WithMeterProvider and WithLogger (default: the otel globals and
+// slog.Default()).
 //
 // # Correlation
 //
@@ -58,7 +61,7 @@
 //
 // # Postgres and Redis
 //
-// [NewPool] / [InstrumentPgx] wire github.com/exaring/otelpgx into a pgx pool
+// [NewPool] wires github.com/exaring/otelpgx into a pgx pool
 // and [InstrumentRedis] wires github.com/redis/go-redis/extra/redisotel into a
 // go-redis client. By default they trace only calls made inside a trace, so
 // background polling and lock refreshes do not flood the tracing backend with

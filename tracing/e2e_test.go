@@ -52,7 +52,7 @@ func TestOneSagaOneTrace(t *testing.T) {
 	logger := slog.New(tracing.NewLogHandler(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 
 	// Postgres: the pool is instrumented; the relay and the consumers share it.
-	pool, err := tracing.NewPool(ctx, testenv.PostgresDSN(t), tracing.WithTracerProvider(tp))
+	pool, err := newPool(t, tracing.WithTracerProvider(tp))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,9 +76,15 @@ func TestOneSagaOneTrace(t *testing.T) {
 	paymentsTopic := testenv.Topic(t, brokers, 1)
 	producer := kafkaClient(t, brokers)
 
-	ob := outbox.New()
-	relay := outbox.NewRelay(pool, producer, outbox.WithOutbox(ob), outbox.TracerProvider(tp),
-		outbox.EntityAttribute("order.id"), outbox.PollInterval(50*time.Millisecond), outbox.Logger(logger))
+	ob, err := outbox.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay, err := outbox.NewRelay(pool, producer, ob, outbox.WithTracerProvider(tp),
+		outbox.WithEntityAttribute("order.id"), outbox.WithPollInterval(50*time.Millisecond), outbox.WithLogger(logger))
+	if err != nil {
+		t.Fatal(err)
+	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
@@ -164,7 +170,7 @@ func TestOneSagaOneTrace(t *testing.T) {
 
 	// The last step's process span ends after everything inside it.
 	lastProcess := "process " + paymentsTopic
-	waitFor(t, func() bool {
+	testenv.Eventually(t, testenv.Timeout, "the last process span to end", func() bool {
 		for _, s := range rec.Ended() {
 			if s.Name() == lastProcess {
 				return true
@@ -295,16 +301,4 @@ func descends(byID map[trace.SpanID]sdktrace.ReadOnlySpan, s, ancestor sdktrace.
 		p = next.Parent()
 	}
 	return false
-}
-
-// waitFor polls cond; the deadline only guards against a hang.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached before the hang guard")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -7,23 +7,22 @@ import (
 	"time"
 )
 
-// ErrorLogInterval is how often [Setup]'s OpenTelemetry error handler logs
+// errorLogInterval is how often [Setup]'s OpenTelemetry error handler logs
 // one distinct error message; repeats in between are counted and reported
 // with the next line for that message.
-const ErrorLogInterval = time.Minute
+const errorLogInterval = time.Minute
 
 // maxErrorKeys bounds the memory of distinct messages; past it the memory
 // starts afresh.
 const maxErrorKeys = 64
 
-// WithErrorLogger sets the logger for OpenTelemetry's internal errors (an
+// WithLogger sets the logger for OpenTelemetry's internal errors (an
 // unreachable collector, a rejected export, an invalid instrument), which
 // [Setup] installs with otel.SetErrorHandler together with the other globals.
-// Each distinct message is logged at Warn at most once per
-// [ErrorLogInterval], with the number of repeats suppressed since, so a
+// Each distinct message is logged at Warn at most once a minute, with the number of repeats suppressed since, so a
 // collector outage costs one line a minute rather than one per batch.
 // Default: slog.Default() at the time of each error.
-func WithErrorLogger(l *slog.Logger) Option {
+func WithLogger(l *slog.Logger) Option {
 	return func(c *setupConfig) { c.errorLogger = l }
 }
 
@@ -43,7 +42,7 @@ type errorSeen struct {
 }
 
 func newErrorLog(l *slog.Logger) *errorLog {
-	return &errorLog{logger: l, every: ErrorLogInterval, now: time.Now, seen: make(map[string]*errorSeen)}
+	return &errorLog{logger: l, every: errorLogInterval, now: time.Now, seen: make(map[string]*errorSeen)}
 }
 
 // Handle implements otel.ErrorHandler.

@@ -21,7 +21,7 @@ func TestErrorLogRateLimitsByMessage(t *testing.T) {
 	}
 	e.Handle(errors.New("metrics export: deadline exceeded"))
 	e.Handle(nil)
-	now = now.Add(ErrorLogInterval)
+	now = now.Add(errorLogInterval)
 	e.Handle(down)
 
 	type line struct {

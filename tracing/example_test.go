@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -37,7 +38,12 @@ func ExampleSetup() {
 
 	slog.SetDefault(slog.New(tracing.NewLogHandler(slog.NewJSONHandler(os.Stderr, nil))))
 
-	pool, err := tracing.NewPool(ctx, os.Getenv("DATABASE_URL"), tracing.WithTelemetry(tel))
+	cfg, err := pgxpool.ParseConfig(os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	pool, err := tracing.NewPool(ctx, cfg,
+		tracing.WithTracerProvider(tel.TracerProvider), tracing.WithMeterProvider(tel.MeterProvider))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -100,4 +101,14 @@ func kafkaTopic(t *testing.T) ([]string, string) {
 	t.Helper()
 	brokers := testenv.Kafka(t)
 	return brokers, testenv.Topic(t, brokers, 1)
+}
+
+// newPool opens a pool on the test database through tracing.NewPool.
+func newPool(t *testing.T, opts ...tracing.InstrumentOption) (*pgxpool.Pool, error) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSN(t))
+	if err != nil {
+		return nil, err
+	}
+	return tracing.NewPool(context.Background(), cfg, opts...)
 }

@@ -18,8 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace/embedded"
 )
 
-// InstrumentOption configures [NewPool], [InstrumentPgx], [InstrumentRedis]
-// and [NewKafka].
+// InstrumentOption configures [NewPool], [InstrumentRedis] and [NewKafka].
 type InstrumentOption func(*instrumentConfig)
 
 type instrumentConfig struct {
@@ -44,16 +43,6 @@ func newInstrumentConfig(opts []InstrumentOption) instrumentConfig {
 		c.tp = childOnlyProvider{tp: c.tp}
 	}
 	return c
-}
-
-// WithTelemetry uses t's tracer and meter providers. Default: the otel
-// globals at the time of the call.
-func WithTelemetry(t *Telemetry) InstrumentOption {
-	return func(c *instrumentConfig) {
-		c.tp = t.TracerProvider
-		c.mp = t.MeterProvider
-		c.prop = t.Propagator
-	}
 }
 
 // WithTracerProvider sets the tracer provider. Default: otel.GetTracerProvider().
@@ -83,13 +72,8 @@ func WithRootSpans() InstrumentOption {
 	return func(c *instrumentConfig) { c.rootSpans = true }
 }
 
-// InstrumentPgx makes every connection of cfg report client spans (one per
-// query, batch, COPY, prepare, connect and pool acquire, with the
-// db.query.text and operation name) and operation-duration metrics through
-// github.com/exaring/otelpgx. A tracer already in cfg.ConnConfig.Tracer is
-// kept: both are called. The spans pick up saga.correlation_id and the entity
-// attribute through [CorrelationProcessor].
-func InstrumentPgx(cfg *pgxpool.Config, opts ...InstrumentOption) {
+// instrumentPgx sets an otelpgx tracer on cfg, next to any tracer already there.
+func instrumentPgx(cfg *pgxpool.Config, opts ...InstrumentOption) {
 	c := newInstrumentConfig(opts)
 	t := otelpgx.NewTracer(
 		otelpgx.WithTracerProvider(c.tp),
@@ -102,22 +86,17 @@ func InstrumentPgx(cfg *pgxpool.Config, opts ...InstrumentOption) {
 	cfg.ConnConfig.Tracer = t
 }
 
-// NewPool parses dsn, instruments it with [InstrumentPgx], opens the pool and
-// reports its statistics (pgxpool.* connection metrics) through the meter
-// provider. Like pgxpool.NewWithConfig it does not wait for a connection;
-// call Ping to check the database is reachable.
-func NewPool(ctx context.Context, dsn string, opts ...InstrumentOption) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		return nil, fmt.Errorf("tracing: parse postgres config: %w", err)
-	}
-	return NewPoolWithConfig(ctx, cfg, opts...)
-}
-
-// NewPoolWithConfig is [NewPool] for a config you have already adjusted
-// (pool size, AfterConnect, ...).
-func NewPoolWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...InstrumentOption) (*pgxpool.Pool, error) {
-	InstrumentPgx(cfg, opts...)
+// NewPool instruments cfg (client spans for every query, batch, COPY,
+// prepare, connect and pool acquire, and operation-duration metrics, through
+// github.com/exaring/otelpgx; a tracer already in cfg.ConnConfig.Tracer is
+// kept and called too), opens the pool and reports its statistics
+// (pgxpool.* connection metrics) through the meter provider. Parse cfg with
+// pgxpool.ParseConfig and adjust it (pool size, AfterConnect, ...) first.
+// Like pgxpool.NewWithConfig it does not wait for a connection; call Ping to
+// check the database is reachable. The spans pick up saga.correlation_id and
+// the entity attribute through [CorrelationProcessor].
+func NewPool(ctx context.Context, cfg *pgxpool.Config, opts ...InstrumentOption) (*pgxpool.Pool, error) {
+	instrumentPgx(cfg, opts...)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("tracing: open postgres pool: %w", err)

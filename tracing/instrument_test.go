@@ -19,7 +19,7 @@ import (
 func TestNewPoolTracesQueriesInsideATrace(t *testing.T) {
 	tp, rec := newRecorder(t)
 	ctx := context.Background()
-	pool, err := tracing.NewPool(ctx, testenv.PostgresDSN(t), tracing.WithTracerProvider(tp))
+	pool, err := newPool(t, tracing.WithTracerProvider(tp))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestKafkaClientMetrics(t *testing.T) {
 	// franz-go calls the batch-written hook after it has resolved the
 	// produce promises, so the counter may trail ProduceSync briefly.
 	var got map[string]int64
-	waitFor(t, func() bool {
+	testenv.Eventually(t, testenv.Timeout, "the produced-records counter", func() bool {
 		got = collect()
 		return got["messaging.kafka.produce_records.count"] >= 3
 	})

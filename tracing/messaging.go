@@ -16,9 +16,9 @@ import (
 	"github.com/choreo-saga/choreo/event"
 )
 
-// InstrumentationName is the instrumentation scope of the spans this package
+// instrumentationName is the instrumentation scope of the spans this package
 // starts.
-const InstrumentationName = "github.com/choreo-saga/choreo/tracing"
+const instrumentationName = "github.com/choreo-saga/choreo/tracing"
 
 // Kafka starts producer and consumer spans for Kafka records following the
 // OpenTelemetry messaging semantic conventions (messaging.system=kafka,
@@ -52,7 +52,7 @@ func NewKafka(opts ...InstrumentOption) *Kafka {
 		c.tp = otel.GetTracerProvider()
 	}
 	return &Kafka{
-		tracer: c.tp.Tracer(InstrumentationName, trace.WithSchemaURL(semconv.SchemaURL)),
+		tracer: c.tp.Tracer(instrumentationName, trace.WithSchemaURL(semconv.SchemaURL)),
 		prop:   c.prop,
 	}
 }
@@ -67,10 +67,10 @@ func (k *Kafka) propagator() propagation.TextMapPropagator {
 // StartSend starts a producer span named "send <topic>" as a child of ctx and
 // injects its context into r's headers (replacing any trace headers already
 // there). r.Topic must be set. Call [EndSend] once the broker acknowledged
-// (or failed) the record. The span also carries [SpanAttributes] of ctx.
+// (or failed) the record. The span also carries the correlation id and entity attribute of ctx.
 func (k *Kafka) StartSend(ctx context.Context, r *kgo.Record) (context.Context, trace.Span) {
 	attrs := k.recordAttrs(r, semconv.MessagingOperationTypeSend, "send", false)
-	attrs = append(attrs, SpanAttributes(ctx)...)
+	attrs = append(attrs, spanAttributes(ctx)...)
 	ctx, span := k.tracer.Start(ctx, "send "+r.Topic,
 		trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attrs...),
@@ -98,16 +98,16 @@ func EndSend(span trace.Span, r *kgo.Record, err error) {
 // starts a consumer span named "process <topic>" as its child, with the
 // partition, offset and consumer group of the fetched record. When r carries
 // no trace context the span starts a new trace. The span also carries
-// [SpanAttributes] of ctx; attributes added to the context later (e.g. the
+// the correlation id and entity attribute of ctx; attributes added to the context later (e.g. the
 // correlation id once the event is decoded) can be set with
-// span.SetAttributes(SpanAttributes(ctx)...).
+// [AnnotateSpan].
 func (k *Kafka) StartProcess(ctx context.Context, r *kgo.Record, group string) (context.Context, trace.Span) {
 	ctx = k.propagator().Extract(ctx, RecordCarrier{Record: r})
 	attrs := k.recordAttrs(r, semconv.MessagingOperationTypeProcess, "process", true)
 	if group != "" {
 		attrs = append(attrs, semconv.MessagingConsumerGroupName(group))
 	}
-	attrs = append(attrs, SpanAttributes(ctx)...)
+	attrs = append(attrs, spanAttributes(ctx)...)
 	return k.tracer.Start(ctx, "process "+r.Topic,
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attrs...),

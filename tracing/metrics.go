@@ -10,7 +10,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
 
-// NewPrometheusReader returns an OpenTelemetry metric reader that registers
+// newPrometheusReader returns an OpenTelemetry metric reader that registers
 // itself as a collector in reg, so every instrument of the meter provider it
 // is given to appears in reg's exposition (counters get the _total suffix,
 // units become name suffixes, per the OTel-Prometheus compatibility spec).
@@ -19,7 +19,7 @@ import (
 //
 // Pass a registry you own, never prometheus.DefaultRegisterer: two meter
 // providers registering in one registry collide on the target_info metric.
-func NewPrometheusReader(reg prometheus.Registerer) (sdkmetric.Reader, error) {
+func newPrometheusReader(reg prometheus.Registerer) (sdkmetric.Reader, error) {
 	if reg == nil {
 		return nil, fmt.Errorf("%w: nil prometheus registerer", ErrInvalidConfig)
 	}
@@ -30,11 +30,11 @@ func NewPrometheusReader(reg prometheus.Registerer) (sdkmetric.Reader, error) {
 	return r, nil
 }
 
-// PrometheusHandler returns the /metrics handler for reg. It negotiates the
+// prometheusHandler returns the /metrics handler for reg. It negotiates the
 // OpenMetrics format, reports scrape errors in the response rather than
 // failing the whole scrape, and counts its own requests in reg
 // (promhttp_metric_handler_requests_total).
-func PrometheusHandler(reg *prometheus.Registry) http.Handler {
+func prometheusHandler(reg *prometheus.Registry) http.Handler {
 	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		Registry:          reg,
 		ErrorHandling:     promhttp.ContinueOnError,

@@ -7,7 +7,7 @@ import (
 )
 
 // CorrelationProcessor returns a span processor that copies
-// [SpanAttributes] of the parent context (saga.correlation_id and the entity
+// the correlation id and entity attribute of the parent context (saga.correlation_id and the entity
 // attribute, e.g. order.id) onto every span when it starts. Because it runs
 // inside the SDK, it also covers spans that instrumentation libraries start
 // (otelpgx queries, redisotel commands, otelhttp, kotel), so a search by tag
@@ -21,7 +21,7 @@ func CorrelationProcessor() sdktrace.SpanProcessor { return correlationProcessor
 type correlationProcessor struct{}
 
 func (correlationProcessor) OnStart(parent context.Context, s sdktrace.ReadWriteSpan) {
-	if attrs := SpanAttributes(parent); len(attrs) > 0 {
+	if attrs := spanAttributes(parent); len(attrs) > 0 {
 		s.SetAttributes(attrs...)
 	}
 }

@@ -22,13 +22,11 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/exporters/stdout/stdoutmetric"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
-	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // ErrInvalidConfig is returned (wrapped) by [Setup] when its arguments or the
@@ -41,25 +39,26 @@ var ErrInvalidConfig = errors.New("tracing: invalid configuration")
 // itself. Everything else under OTEL_* (headers, timeouts, TLS, batch sizes,
 // OTEL_TRACES_SAMPLER_ARG, ...) is read by the SDK and the exporters directly.
 const (
-	EnvSDKDisabled          = "OTEL_SDK_DISABLED"
-	EnvServiceName          = "OTEL_SERVICE_NAME"
-	EnvTracesExporter       = "OTEL_TRACES_EXPORTER"
-	EnvMetricsExporter      = "OTEL_METRICS_EXPORTER"
-	EnvOTLPEndpoint         = "OTEL_EXPORTER_OTLP_ENDPOINT"
-	EnvOTLPTracesEndpoint   = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
-	EnvOTLPMetricsEndpoint  = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"
-	EnvOTLPProtocol         = "OTEL_EXPORTER_OTLP_PROTOCOL"
-	EnvOTLPTracesProtocol   = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
-	EnvOTLPMetricsProtocol  = "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"
-	EnvTracesSampler        = "OTEL_TRACES_SAMPLER"
-	EnvTracesSamplerArg     = "OTEL_TRACES_SAMPLER_ARG"
-	EnvResourceAttributes   = "OTEL_RESOURCE_ATTRIBUTES"
+	envSDKDisabled          = "OTEL_SDK_DISABLED"
+	envServiceName          = "OTEL_SERVICE_NAME"
+	envTracesExporter       = "OTEL_TRACES_EXPORTER"
+	envMetricsExporter      = "OTEL_METRICS_EXPORTER"
+	envOTLPEndpoint         = "OTEL_EXPORTER_OTLP_ENDPOINT"
+	envOTLPTracesEndpoint   = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+	envOTLPMetricsEndpoint  = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"
+	envOTLPProtocol         = "OTEL_EXPORTER_OTLP_PROTOCOL"
+	envOTLPTracesProtocol   = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+	envOTLPMetricsProtocol  = "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"
+	envTracesSampler        = "OTEL_TRACES_SAMPLER"
+	envTracesSamplerArg     = "OTEL_TRACES_SAMPLER_ARG"
+	envResourceAttributes   = "OTEL_RESOURCE_ATTRIBUTES"
 	defaultOTLPProtocolName = "http/protobuf"
 )
 
 // Telemetry is what [Setup] built: the SDK providers, the propagator and the
 // Prometheus registry behind /metrics. Pass its fields to the code that needs
-// them (kgo hooks, otelhttp, [NewPool], [InstrumentRedis] via [WithTelemetry])
+// them (kgo hooks, otelhttp, and [NewPool], [InstrumentRedis] and [NewKafka]
+// through [WithTracerProvider], [WithMeterProvider] and [WithPropagator])
 // instead of reading the otel globals.
 type Telemetry struct {
 	// TracerProvider is the SDK tracer provider. Spans are always recorded
@@ -91,20 +90,10 @@ type Telemetry struct {
 	shutdownErr  error
 }
 
-// Tracer returns a tracer of t.TracerProvider.
-func (t *Telemetry) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
-	return t.TracerProvider.Tracer(name, opts...)
-}
-
-// Meter returns a meter of t.MeterProvider.
-func (t *Telemetry) Meter(name string, opts ...metric.MeterOption) metric.Meter {
-	return t.MeterProvider.Meter(name, opts...)
-}
-
 // MetricsHandler returns the http.Handler to mount at /metrics: the
 // Prometheus text/OpenMetrics exposition of t.Registry.
 func (t *Telemetry) MetricsHandler() http.Handler {
-	return PrometheusHandler(t.Registry)
+	return prometheusHandler(t.Registry)
 }
 
 // Shutdown flushes pending spans and metrics and stops the exporters. It
@@ -143,7 +132,7 @@ type setupConfig struct {
 // WithoutGlobals stops [Setup] from installing its providers and propagator
 // as the otel globals. By default Setup sets otel.SetTracerProvider,
 // otel.SetMeterProvider, otel.SetTextMapPropagator and otel.SetErrorHandler
-// (see [WithErrorLogger]), because
+// (see [WithLogger]), because
 // instrumentation libraries (otelhttp, kotel, otelpgx, redisotel) and this
 // package's [Inject]/[Extract] fall back to them when not handed a provider.
 // Use this in tests that run several Setups in one process.
@@ -234,10 +223,10 @@ func Setup(ctx context.Context, serviceName string, opts ...Option) (*Telemetry,
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if serviceName == "" && os.Getenv(EnvServiceName) == "" {
-		return nil, fmt.Errorf("%w: empty service name and %s unset", ErrInvalidConfig, EnvServiceName)
+	if serviceName == "" && os.Getenv(envServiceName) == "" {
+		return nil, fmt.Errorf("%w: empty service name and %s unset", ErrInvalidConfig, envServiceName)
 	}
-	disabled := strings.EqualFold(strings.TrimSpace(os.Getenv(EnvSDKDisabled)), "true")
+	disabled := strings.EqualFold(strings.TrimSpace(os.Getenv(envSDKDisabled)), "true")
 	if cfg.sampler == nil {
 		if err := checkSamplerEnv(); err != nil {
 			return nil, err
@@ -292,7 +281,7 @@ func Setup(ctx context.Context, serviceName string, opts ...Option) (*Telemetry,
 			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		)
 	}
-	promReader, err := NewPrometheusReader(reg)
+	promReader, err := newPrometheusReader(reg)
 	if err != nil {
 		closeExporters()
 		return nil, err
@@ -330,8 +319,8 @@ func Setup(ctx context.Context, serviceName string, opts ...Option) (*Telemetry,
 // through the otel error handler and then silently replace with the default
 // sampler: a typo there should stop the deploy, not sample 100%.
 func checkSamplerEnv() error {
-	name := envLower(EnvTracesSampler)
-	arg := strings.TrimSpace(os.Getenv(EnvTracesSamplerArg))
+	name := envLower(envTracesSampler)
+	arg := strings.TrimSpace(os.Getenv(envTracesSamplerArg))
 	switch name {
 	case "", "always_on", "always_off", "parentbased_always_on", "parentbased_always_off":
 		return nil
@@ -340,12 +329,12 @@ func checkSamplerEnv() error {
 			return nil // the SDK's default ratio is 1
 		}
 		if r, err := strconv.ParseFloat(arg, 64); err != nil || r < 0 || r > 1 {
-			return fmt.Errorf("%w: %s=%q is not a ratio in [0, 1]", ErrInvalidConfig, EnvTracesSamplerArg, arg)
+			return fmt.Errorf("%w: %s=%q is not a ratio in [0, 1]", ErrInvalidConfig, envTracesSamplerArg, arg)
 		}
 		return nil
 	default:
 		return fmt.Errorf("%w: %s=%q (want always_on, always_off, traceidratio or their parentbased_ forms)",
-			ErrInvalidConfig, EnvTracesSampler, name)
+			ErrInvalidConfig, envTracesSampler, name)
 	}
 }
 
@@ -403,7 +392,7 @@ func otlpProtocol(signalKey string) string {
 	if p := envLower(signalKey); p != "" {
 		return p
 	}
-	if p := envLower(EnvOTLPProtocol); p != "" {
+	if p := envLower(envOTLPProtocol); p != "" {
 		return p
 	}
 	return defaultOTLPProtocolName
@@ -416,7 +405,7 @@ func otlpProtocol(signalKey string) string {
 func exporterNames(envKey, signalEndpointKey string) ([]string, error) {
 	v := envLower(envKey)
 	if v == "" {
-		if os.Getenv(EnvOTLPEndpoint) == "" && os.Getenv(signalEndpointKey) == "" {
+		if os.Getenv(envOTLPEndpoint) == "" && os.Getenv(signalEndpointKey) == "" {
 			return nil, nil
 		}
 		return []string{"otlp"}, nil
@@ -441,7 +430,7 @@ func exporterNames(envKey, signalEndpointKey string) ([]string, error) {
 // The OTLP exporters read their own OTEL_EXPORTER_OTLP_* settings (endpoint,
 // headers, TLS, timeout, compression).
 func newSpanExporters(ctx context.Context) (exps []sdktrace.SpanExporter, names []string, err error) {
-	list, err := exporterNames(EnvTracesExporter, EnvOTLPTracesEndpoint)
+	list, err := exporterNames(envTracesExporter, envOTLPTracesEndpoint)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -459,7 +448,7 @@ func newSpanExporters(ctx context.Context) (exps []sdktrace.SpanExporter, names 
 		case "console":
 			exp, err = stdouttrace.New(stdouttrace.WithPrettyPrint())
 		case "otlp":
-			proto := otlpProtocol(EnvOTLPTracesProtocol)
+			proto := otlpProtocol(envOTLPTracesProtocol)
 			switch proto {
 			case "grpc":
 				exp, err = otlptracegrpc.New(ctx)
@@ -470,7 +459,7 @@ func newSpanExporters(ctx context.Context) (exps []sdktrace.SpanExporter, names 
 			}
 			name = "otlp/" + proto
 		default:
-			return exps, names, fmt.Errorf("%w: %s: unknown exporter %q (want otlp, console or none)", ErrInvalidConfig, EnvTracesExporter, name)
+			return exps, names, fmt.Errorf("%w: %s: unknown exporter %q (want otlp, console or none)", ErrInvalidConfig, envTracesExporter, name)
 		}
 		if err != nil {
 			return exps, names, fmt.Errorf("%w: traces exporter %s: %w", ErrInvalidConfig, name, err)
@@ -484,7 +473,7 @@ func newSpanExporters(ctx context.Context) (exps []sdktrace.SpanExporter, names 
 // ("prometheus" is served by the pull reader every Telemetry has). The
 // periodic readers honour OTEL_METRIC_EXPORT_INTERVAL and _TIMEOUT.
 func newMetricReaders(ctx context.Context) (readers []sdkmetric.Reader, names []string, err error) {
-	list, err := exporterNames(EnvMetricsExporter, EnvOTLPMetricsEndpoint)
+	list, err := exporterNames(envMetricsExporter, envOTLPMetricsEndpoint)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -504,7 +493,7 @@ func newMetricReaders(ctx context.Context) (readers []sdkmetric.Reader, names []
 		case "console":
 			exp, err = stdoutmetric.New()
 		case "otlp":
-			proto := otlpProtocol(EnvOTLPMetricsProtocol)
+			proto := otlpProtocol(envOTLPMetricsProtocol)
 			switch proto {
 			case "grpc":
 				exp, err = otlpmetricgrpc.New(ctx)
@@ -515,7 +504,7 @@ func newMetricReaders(ctx context.Context) (readers []sdkmetric.Reader, names []
 			}
 			name = "otlp/" + proto
 		default:
-			return readers, names, fmt.Errorf("%w: %s: unknown exporter %q (want otlp, prometheus, console or none)", ErrInvalidConfig, EnvMetricsExporter, name)
+			return readers, names, fmt.Errorf("%w: %s: unknown exporter %q (want otlp, prometheus, console or none)", ErrInvalidConfig, envMetricsExporter, name)
 		}
 		if err != nil {
 			return readers, names, fmt.Errorf("%w: metrics exporter %s: %w", ErrInvalidConfig, name, err)

@@ -29,10 +29,10 @@ import (
 // otelEnv lists every variable Setup, the SDK or the exporters read that the
 // tests set; cleanEnv blanks them so the machine's environment cannot leak in.
 var otelEnv = []string{
-	tracing.EnvSDKDisabled, tracing.EnvServiceName, tracing.EnvTracesExporter, tracing.EnvMetricsExporter,
-	tracing.EnvOTLPEndpoint, tracing.EnvOTLPTracesEndpoint, tracing.EnvOTLPMetricsEndpoint,
-	tracing.EnvOTLPProtocol, tracing.EnvOTLPTracesProtocol, tracing.EnvOTLPMetricsProtocol,
-	tracing.EnvTracesSampler, tracing.EnvTracesSamplerArg, tracing.EnvResourceAttributes,
+	"OTEL_SDK_DISABLED", "OTEL_SERVICE_NAME", "OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER",
+	"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+	"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+	"OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG", "OTEL_RESOURCE_ATTRIBUTES",
 }
 
 func cleanEnv(t *testing.T, kv ...string) {
@@ -69,7 +69,7 @@ func TestSetupWithoutEndpointExportsNothing(t *testing.T) {
 	if tel.TracesExporter != "" || tel.MetricsExporter != "" {
 		t.Fatalf("exporters = %q/%q, want none", tel.TracesExporter, tel.MetricsExporter)
 	}
-	_, span := tel.Tracer("t").Start(context.Background(), "op")
+	_, span := tel.TracerProvider.Tracer("t").Start(context.Background(), "op")
 	span.End()
 	if sc := span.SpanContext(); !sc.IsValid() || !sc.IsSampled() {
 		t.Fatalf("span context %v: want valid and sampled", sc)
@@ -90,15 +90,15 @@ func TestSetupExporterSelection(t *testing.T) {
 		wantMetrics string
 	}{
 		{"nothing set", nil, "", ""},
-		{"endpoint, default protocol", []string{tracing.EnvOTLPEndpoint, "http://127.0.0.1:4318"}, "otlp/http/protobuf", "otlp/http/protobuf"},
-		{"endpoint, grpc", []string{tracing.EnvOTLPEndpoint, "http://127.0.0.1:4317", tracing.EnvOTLPProtocol, "grpc"}, "otlp/grpc", "otlp/grpc"},
-		{"traces-only endpoint and protocol", []string{tracing.EnvOTLPTracesEndpoint, "http://127.0.0.1:4317/", tracing.EnvOTLPTracesProtocol, "grpc"}, "otlp/grpc", ""},
-		{"explicit otlp without endpoint", []string{tracing.EnvTracesExporter, "otlp"}, "otlp/http/protobuf", ""},
-		{"none wins over endpoint", []string{tracing.EnvOTLPEndpoint, "http://127.0.0.1:4318", tracing.EnvTracesExporter, "none", tracing.EnvMetricsExporter, "none"}, "", ""},
-		{"console", []string{tracing.EnvTracesExporter, "console"}, "console", ""},
-		{"list", []string{tracing.EnvTracesExporter, "otlp, console,otlp", tracing.EnvMetricsExporter, "prometheus,otlp"}, "otlp/http/protobuf,console", "otlp/http/protobuf"},
-		{"prometheus metrics is the pull reader", []string{tracing.EnvMetricsExporter, "prometheus", tracing.EnvOTLPEndpoint, "http://127.0.0.1:4318"}, "otlp/http/protobuf", ""},
-		{"sdk disabled", []string{tracing.EnvSDKDisabled, "true", tracing.EnvOTLPEndpoint, "http://127.0.0.1:4318"}, "", ""},
+		{"endpoint, default protocol", []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"}, "otlp/http/protobuf", "otlp/http/protobuf"},
+		{"endpoint, grpc", []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317", "OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"}, "otlp/grpc", "otlp/grpc"},
+		{"traces-only endpoint and protocol", []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:4317/", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc"}, "otlp/grpc", ""},
+		{"explicit otlp without endpoint", []string{"OTEL_TRACES_EXPORTER", "otlp"}, "otlp/http/protobuf", ""},
+		{"none wins over endpoint", []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318", "OTEL_TRACES_EXPORTER", "none", "OTEL_METRICS_EXPORTER", "none"}, "", ""},
+		{"console", []string{"OTEL_TRACES_EXPORTER", "console"}, "console", ""},
+		{"list", []string{"OTEL_TRACES_EXPORTER", "otlp, console,otlp", "OTEL_METRICS_EXPORTER", "prometheus,otlp"}, "otlp/http/protobuf,console", "otlp/http/protobuf"},
+		{"prometheus metrics is the pull reader", []string{"OTEL_METRICS_EXPORTER", "prometheus", "OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"}, "otlp/http/protobuf", ""},
+		{"sdk disabled", []string{"OTEL_SDK_DISABLED", "true", "OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"}, "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -118,13 +118,13 @@ func TestSetupRejectsInvalidConfig(t *testing.T) {
 		env     []string
 	}{
 		{"no service name", "", nil},
-		{"unknown traces exporter", "svc", []string{tracing.EnvTracesExporter, "zipkin"}},
-		{"unknown metrics exporter", "svc", []string{tracing.EnvMetricsExporter, "statsd"}},
-		{"none combined with an exporter", "svc", []string{tracing.EnvTracesExporter, "none,otlp"}},
-		{"unknown exporter in a list", "svc", []string{tracing.EnvTracesExporter, "otlp,jaeger"}},
-		{"unknown sampler", "svc", []string{tracing.EnvTracesSampler, "always_onn"}},
-		{"sampler ratio out of range", "svc", []string{tracing.EnvTracesSampler, "traceidratio", tracing.EnvTracesSamplerArg, "1.5"}},
-		{"unsupported protocol", "svc", []string{tracing.EnvOTLPEndpoint, "http://127.0.0.1:4318", tracing.EnvOTLPProtocol, "http/json"}},
+		{"unknown traces exporter", "svc", []string{"OTEL_TRACES_EXPORTER", "zipkin"}},
+		{"unknown metrics exporter", "svc", []string{"OTEL_METRICS_EXPORTER", "statsd"}},
+		{"none combined with an exporter", "svc", []string{"OTEL_TRACES_EXPORTER", "none,otlp"}},
+		{"unknown exporter in a list", "svc", []string{"OTEL_TRACES_EXPORTER", "otlp,jaeger"}},
+		{"unknown sampler", "svc", []string{"OTEL_TRACES_SAMPLER", "always_onn"}},
+		{"sampler ratio out of range", "svc", []string{"OTEL_TRACES_SAMPLER", "traceidratio", "OTEL_TRACES_SAMPLER_ARG", "1.5"}},
+		{"unsupported protocol", "svc", []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -139,7 +139,7 @@ func TestSetupRejectsInvalidConfig(t *testing.T) {
 		})
 	}
 	t.Run("service name from env", func(t *testing.T) {
-		cleanEnv(t, tracing.EnvServiceName, "from-env")
+		cleanEnv(t, "OTEL_SERVICE_NAME", "from-env")
 		tel, err := tracing.Setup(context.Background(), "", tracing.WithoutGlobals())
 		if err != nil {
 			t.Fatal(err)
@@ -158,8 +158,8 @@ func resourceValue(tel *tracing.Telemetry, key attribute.Key) string {
 
 func TestSetupResourceFromEnv(t *testing.T) {
 	cleanEnv(t,
-		tracing.EnvResourceAttributes, "deployment.environment.name=ci,service.version=9.9",
-		tracing.EnvServiceName, "renamed-by-operator",
+		"OTEL_RESOURCE_ATTRIBUTES", "deployment.environment.name=ci,service.version=9.9",
+		"OTEL_SERVICE_NAME", "renamed-by-operator",
 	)
 	tel := setup(t, tracing.WithResourceAttributes(semconv.ServiceVersion("1.0"), attribute.String("team", "saga")))
 	for key, want := range map[attribute.Key]string{
@@ -181,15 +181,15 @@ func TestSetupSamplerFromEnv(t *testing.T) {
 		wantSampled bool
 	}{
 		{nil, true},
-		{[]string{tracing.EnvTracesSampler, "always_off"}, false},
-		{[]string{tracing.EnvTracesSampler, "traceidratio", tracing.EnvTracesSamplerArg, "0"}, false},
-		{[]string{tracing.EnvTracesSampler, "parentbased_traceidratio", tracing.EnvTracesSamplerArg, "1"}, true},
+		{[]string{"OTEL_TRACES_SAMPLER", "always_off"}, false},
+		{[]string{"OTEL_TRACES_SAMPLER", "traceidratio", "OTEL_TRACES_SAMPLER_ARG", "0"}, false},
+		{[]string{"OTEL_TRACES_SAMPLER", "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG", "1"}, true},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.env, "="), func(t *testing.T) {
 			cleanEnv(t, tt.env...)
 			tel := setup(t)
-			_, span := tel.Tracer("t").Start(context.Background(), "op")
+			_, span := tel.TracerProvider.Tracer("t").Start(context.Background(), "op")
 			span.End()
 			if got := span.SpanContext().IsSampled(); got != tt.wantSampled {
 				t.Fatalf("sampled = %v, want %v", got, tt.wantSampled)
@@ -224,7 +224,7 @@ func TestSetupSetsGlobalsUnlessAsked(t *testing.T) {
 func TestMetricsHandlerServesOTelAndRuntimeMetrics(t *testing.T) {
 	cleanEnv(t)
 	tel := setup(t)
-	c, err := tel.Meter("t").Int64Counter("choreo.test.events")
+	c, err := tel.MeterProvider.Meter("t").Int64Counter("choreo.test.events")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,9 +357,9 @@ func TestSetupExportsOverOTLP(t *testing.T) {
 				endpoint = srv.URL
 			}
 			// Metrics go only to the HTTP receiver (the gRPC one serves traces).
-			env := []string{tracing.EnvOTLPEndpoint, endpoint, tracing.EnvOTLPProtocol, proto}
+			env := []string{"OTEL_EXPORTER_OTLP_ENDPOINT", endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL", proto}
 			if proto == "grpc" {
-				env = append(env, tracing.EnvMetricsExporter, "none")
+				env = append(env, "OTEL_METRICS_EXPORTER", "none")
 			}
 			cleanEnv(t, env...)
 			tel, err := tracing.Setup(context.Background(), "exporter-test", tracing.WithoutGlobals())
@@ -367,11 +367,11 @@ func TestSetupExportsOverOTLP(t *testing.T) {
 				t.Fatal(err)
 			}
 			ctx := tracing.WithEntity(tracing.WithCorrelationID(context.Background(), "o-9"), "order.id", "o-9")
-			ctx, parent := tel.Tracer("t").Start(ctx, "parent")
-			_, child := tel.Tracer("t").Start(ctx, "child")
+			ctx, parent := tel.TracerProvider.Tracer("t").Start(ctx, "parent")
+			_, child := tel.TracerProvider.Tracer("t").Start(ctx, "child")
 			child.End()
 			parent.End()
-			c, _ := tel.Meter("t").Int64Counter("exported")
+			c, _ := tel.MeterProvider.Meter("t").Int64Counter("exported")
 			c.Add(ctx, 1)
 			if err := tel.Shutdown(context.Background()); err != nil {
 				t.Fatalf("Shutdown (flush): %v", err)

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/outbox"
 )
 
@@ -23,16 +24,10 @@ type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// WaitFor polls cond every 25ms until it holds, failing t after DefaultTimeout.
+// WaitFor polls cond until it holds, failing t after DefaultTimeout.
 func WaitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(DefaultTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("apptest: timed out waiting for %s", what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+	testenv.Eventually(t, DefaultTimeout, "apptest: "+what, cond)
 }
 
 // WaitReady waits until GET baseURL+"/readyz" answers 200.

@@ -18,7 +18,10 @@ import (
 // on the topic it was enqueued for.
 func TestOutboxEventsRoundTrip(t *testing.T) {
 	pool := apptest.NewDB(t, "apptest", "CREATE TABLE apptest_marker (id int)")
-	ob := outbox.New()
+	ob, err := outbox.New()
+	if err != nil {
+		t.Fatal(err)
+	}
 	first := apptest.NewEvent(t, "test", "thing.made", "t-1", map[string]int{"n": 1})
 	second := apptest.NewEvent(t, "test", "thing.made", "t-2", map[string]int{"n": 2}).CausedBy(first)
 	enqueue := func(ctx context.Context, tx pgx.Tx, ev event.Event) error {

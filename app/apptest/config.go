@@ -37,14 +37,14 @@ func CheckParse[T comparable](t *testing.T, parse func(string) ([]T, error), cas
 	}
 }
 
-// WantConfigError checks that env, after a LoadConfig, holds an app.ErrConfig whose
+// WantConfigError checks that env, after a LoadConfig, holds an app.ErrInvalidConfig whose
 // message mentions every one of want (variable names or phrases): a configuration
 // reports all its problems at once.
 func WantConfigError(t testing.TB, env *app.Env, want ...string) {
 	t.Helper()
 	err := env.Err()
-	if !errors.Is(err, app.ErrConfig) {
-		t.Fatalf("err = %v, want app.ErrConfig", err)
+	if !errors.Is(err, app.ErrInvalidConfig) {
+		t.Fatalf("err = %v, want app.ErrInvalidConfig", err)
 	}
 	for _, w := range want {
 		if !strings.Contains(err.Error(), w) {

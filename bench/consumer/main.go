@@ -153,7 +153,10 @@ func run(ctx context.Context, c config) error {
 	fmt.Printf("consumer benchmark: %d events per mode, %d partitions, %d keys, GOMAXPROCS %d, %s\n",
 		c.events, c.partitions, c.accounts, runtime.GOMAXPROCS(0), brokerKind(c.brokers))
 
-	ob := outbox.New()
+	ob, err := outbox.New()
+	if err != nil {
+		return err
+	}
 	business := func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
 		if _, err := tx.Exec(ctx, `UPDATE bench_accounts SET balance = balance + 1, version = version + 1 WHERE id = $1`, ev.Subject); err != nil {
 			return err

@@ -24,6 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/choreo-saga/choreo/bench/internal/benchutil"
+	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
 )
 
@@ -39,7 +40,7 @@ type bench struct {
 	pool    *pgxpool.Pool
 	rdb     *redis.Client
 	brokers []string
-	in      string   // input topic (and in+".dlq")
+	in      string   // input topic (and in+consumer.DeadLetterSuffix)
 	prefix  string   // Redis key prefix of this run
 	topics  []string // created on external brokers, deleted by close
 	log     *slog.Logger
@@ -95,7 +96,7 @@ func newBench(ctx context.Context, c config) (_ *bench, err error) {
 		b.in = fmt.Sprintf("hot-in-%d", time.Now().UnixNano())
 		b.closers = append(b.closers, func() { b.deleteTopics(context.WithoutCancel(ctx)) })
 	}
-	if err := b.createTopics(ctx, b.in, b.in+".dlq"); err != nil {
+	if err := b.createTopics(ctx, b.in, b.in+consumer.DeadLetterSuffix); err != nil {
 		return nil, err
 	}
 	if err := produce(ctx, b.brokers, b.in, b.w); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/idempotency"
 	"github.com/choreo-saga/choreo/lock"
@@ -107,7 +108,7 @@ func check(ctx context.Context, pool *pgxpool.Pool, brokers []string, in, out st
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	ends, err := adm.ListEndOffsets(ctx, out, in+".dlq")
+	ends, err := adm.ListEndOffsets(ctx, out, in+consumer.DeadLetterSuffix)
 	if err != nil {
 		return err
 	}

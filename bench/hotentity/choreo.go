@@ -56,14 +56,17 @@ type choreoPipeline struct {
 // run consumes until ctx is cancelled, then stops the consumer, the relay and the lease
 // releases.
 func (p *choreoPipeline) run(ctx context.Context) error {
-	ob := outbox.New()
+	ob, err := outbox.New()
+	if err != nil {
+		return err
+	}
 	relayClient, err := kgo.NewClient(kgo.SeedBrokers(p.brokers...))
 	if err != nil {
 		return err
 	}
 	defer relayClient.Close()
-	relay := outbox.NewRelay(p.pool, relayClient, outbox.WithOutbox(ob), outbox.Logger(p.log),
-		outbox.AfterAck(func(_ context.Context, batch []outbox.Published) error {
+	relay, err := outbox.NewRelay(p.pool, relayClient, ob, outbox.WithLogger(p.log),
+		outbox.WithAfterAck(func(_ context.Context, batch []outbox.Published) error {
 			p.onAcked(len(batch))
 			return nil
 		}))

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/choreo-saga/choreo/bench/internal/benchutil"
+	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/internal/testenv"
 )
@@ -128,7 +129,7 @@ func TestCheckDetectsViolations(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	if resp, err := kadm.NewClient(cl).CreateTopic(ctx, 2, 1, nil, in+".dlq"); err != nil || resp.Err != nil {
+	if resp, err := kadm.NewClient(cl).CreateTopic(ctx, 2, 1, nil, in+consumer.DeadLetterSuffix); err != nil || resp.Err != nil {
 		t.Fatal(err, resp.Err)
 	}
 	// Correct balances, but only the first unique event relayed, twice.
@@ -143,7 +144,7 @@ func TestCheckDetectsViolations(t *testing.T) {
 	}
 	r1, _ := event.ToRecord(out, next.CausedBy(w.events[0]))
 	r2, _ := event.ToRecord(out, next.CausedBy(w.events[0]))
-	dead := &kgo.Record{Topic: in + ".dlq", Value: []byte("x")}
+	dead := &kgo.Record{Topic: in + consumer.DeadLetterSuffix, Value: []byte("x")}
 	if err := cl.ProduceSync(ctx, r1, r2, dead).FirstErr(); err != nil {
 		t.Fatal(err)
 	}

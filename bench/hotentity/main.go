@@ -20,7 +20,7 @@
 //     produces up to 1000 rows, waits for the acks and deletes them. This is the floor.
 //   - choreo: consumer.Standard (Locker lock.New, Fence, AfterCommit ob.Wake; the
 //     idempotency claim is its dedup), one event per transaction, and an outbox.Relay
-//     linked with outbox.WithOutbox.
+//     sharing the writers' outbox.Outbox.
 //   - choreo/batch=N: the same with consumer.WithBatch(N, consumer.StandardBatch(cfg)).
 //
 // Both consumers get the same franz-go options where they matter: ConsumeResetOffset at

@@ -411,7 +411,10 @@ func produceLatency(ctx context.Context, brokers []string, n int) (latency, erro
 }
 
 func drainBench(ctx context.Context, pool *pgxpool.Pool, brokers []string, c config, s sample, viaEnqueue bool) (enqueueRate, drainRate float64, empty time.Duration, err error) {
-	ob := outbox.New()
+	ob, err := outbox.New()
+	if err != nil {
+		return 0, 0, 0, err
+	}
 	start := time.Now()
 	const perTx = 1000
 	if !viaEnqueue {
@@ -444,8 +447,8 @@ func drainBench(ctx context.Context, pool *pgxpool.Pool, brokers []string, c con
 	defer cl.Close()
 	var acked atomic.Int64
 	done := make(chan time.Time, 1)
-	relay := outbox.NewRelay(pool, cl, outbox.WithOutbox(ob), outbox.BatchSize(c.batch),
-		outbox.AfterAck(func(_ context.Context, b []outbox.Published) error {
+	relay, err := outbox.NewRelay(pool, cl, ob, outbox.WithBatchSize(c.batch),
+		outbox.WithAfterAck(func(_ context.Context, b []outbox.Published) error {
 			if acked.Add(int64(len(b))) == int64(c.rows) {
 				done <- time.Now()
 			}
@@ -509,13 +512,19 @@ func latencyBench(ctx context.Context, pool *pgxpool.Pool, brokers []string, c c
 	if _, err := pool.Exec(ctx, "TRUNCATE choreo_outbox"); err != nil {
 		return latency{}, err
 	}
-	relayOutbox := outbox.New()
+	relayOutbox, err := outbox.New()
+	if err != nil {
+		return latency{}, err
+	}
 	writer := relayOutbox // in-process: Wake signals the relay directly
 	switch mode {
 	case "notify":
-		writer = outbox.New(outbox.Notifier(pool)) // like a writer in another process
+		writer, err = outbox.New(outbox.WithNotifier(pool)) // like a writer in another process
 	case "poll":
-		writer = outbox.New() // nobody wakes the relay
+		writer, err = outbox.New() // nobody wakes the relay
+	}
+	if err != nil {
+		return latency{}, err
 	}
 	var mu sync.Mutex
 	commits := map[string]time.Time{}
@@ -526,8 +535,8 @@ func latencyBench(ctx context.Context, pool *pgxpool.Pool, brokers []string, c c
 		return latency{}, err
 	}
 	defer cl.Close()
-	relay := outbox.NewRelay(pool, cl, outbox.WithOutbox(relayOutbox), outbox.BatchSize(c.batch),
-		outbox.AfterAck(func(_ context.Context, b []outbox.Published) error {
+	relay, err := outbox.NewRelay(pool, cl, relayOutbox, outbox.WithBatchSize(c.batch),
+		outbox.WithAfterAck(func(_ context.Context, b []outbox.Published) error {
 			batches.Add(1)
 			rows.Add(int64(len(b)))
 			mu.Lock()

@@ -109,7 +109,10 @@ func run(ctx context.Context, c config) error {
 		return err
 	}
 
-	ob := outbox.New()
+	ob, err := outbox.New()
+	if err != nil {
+		return err
+	}
 	quiet := slog.New(slog.DiscardHandler)
 	ph, err := paymentsvc.NewHandlers(ob, paymentsvc.Config{}, quiet, nil)
 	if err != nil {

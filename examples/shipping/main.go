@@ -78,13 +78,19 @@ func run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 
-	// The outbox and its relay. WithOutbox links them: while this instance's relay
+	// The outbox and its relay. NewRelay links them: while this instance's relay
 	// leads, ob.Wake signals it in memory; otherwise Wake sends a coalesced NOTIFY
-	// (Notifier) to the leader in another instance. The relay shares the Kafka client
+	// (WithNotifier) to the leader in another instance. The relay shares the Kafka client
 	// with the dead-letter producer.
-	ob := outbox.New(outbox.Notifier(d.pool))
-	relay := outbox.NewRelay(d.pool, d.kafka, outbox.WithOutbox(ob), outbox.EntityAttribute("order.id"),
-		outbox.TracerProvider(d.tel.TracerProvider), outbox.MeterProvider(d.tel.MeterProvider), outbox.Logger(log))
+	ob, err := outbox.New(outbox.WithNotifier(d.pool))
+	if err != nil {
+		return err
+	}
+	relay, err := outbox.NewRelay(d.pool, d.kafka, ob, outbox.WithEntityAttribute("order.id"),
+		outbox.WithTracerProvider(d.tel.TracerProvider), outbox.WithMeterProvider(d.tel.MeterProvider), outbox.WithLogger(log))
+	if err != nil {
+		return err
+	}
 
 	// The consumer: the standard chain (tracing, metrics, logs, dead letters, retries,
 	// per-order Redis lease with fencing, idempotency) around the business handler.

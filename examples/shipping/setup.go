@@ -41,7 +41,10 @@ func open(ctx context.Context, cfg Config) (d *deps, err error) {
 	if d.tel, err = tracing.Setup(ctx, "shipping"); err != nil {
 		return d, err
 	}
-	inst := tracing.WithTelemetry(d.tel)
+	inst := []tracing.InstrumentOption{
+		tracing.WithTracerProvider(d.tel.TracerProvider),
+		tracing.WithMeterProvider(d.tel.MeterProvider),
+	}
 
 	// Postgres, sized for the partitions: every partition worker holds a connection
 	// while its transaction runs, and pgxpool's default is only max(4, NumCPU).
@@ -50,7 +53,7 @@ func open(ctx context.Context, cfg Config) (d *deps, err error) {
 		return d, fmt.Errorf("POSTGRES_DSN: %w", err)
 	}
 	pgcfg.MaxConns = cfg.MaxConns
-	if d.pool, err = tracing.NewPoolWithConfig(ctx, pgcfg, inst); err != nil {
+	if d.pool, err = tracing.NewPool(ctx, pgcfg, inst...); err != nil {
 		return d, err
 	}
 	if err := d.pool.Ping(ctx); err != nil {
@@ -58,7 +61,7 @@ func open(ctx context.Context, cfg Config) (d *deps, err error) {
 	}
 
 	d.rdb = redis.NewClient(&redis.Options{Addr: cfg.RedisAddr})
-	if err := tracing.InstrumentRedis(d.rdb, inst); err != nil {
+	if err := tracing.InstrumentRedis(d.rdb, inst...); err != nil {
 		return d, err
 	}
 	if err := d.rdb.Ping(ctx).Err(); err != nil {
@@ -67,7 +70,7 @@ func open(ctx context.Context, cfg Config) (d *deps, err error) {
 
 	// franz-go's defaults are what the relay requires (idempotent, acks=all) and what
 	// dead letters need (acknowledged by every in-sync replica before the offset moves).
-	if d.kafka, err = kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), tracing.KafkaClientMetrics(inst)); err != nil {
+	if d.kafka, err = kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), tracing.KafkaClientMetrics(inst...)); err != nil {
 		return d, fmt.Errorf("kafka: %w", err)
 	}
 	if err := d.kafka.Ping(ctx); err != nil {

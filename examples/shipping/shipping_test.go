@@ -155,13 +155,7 @@ next:
 
 func (e *env) waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.Eventually(t, testTimeout, what, cond)
 }
 
 // waitSettled waits until the instances have settled at least n records between them and

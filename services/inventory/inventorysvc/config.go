@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/services/internal/idrange"
 )
 
 // Environment variables read by LoadConfig, besides the shared ones of app.LoadConfig.
@@ -110,7 +111,7 @@ func LoadConfig(env *app.Env) Config {
 	return c
 }
 
-// Validate reports every problem of c (each matching app.ErrConfig).
+// Validate reports every problem of c (each matching app.ErrInvalidConfig).
 func (c Config) Validate() error {
 	env := app.MapEnv(nil)
 	env.Check(EnvGroup, c.Group != "", "empty consumer group")
@@ -144,7 +145,7 @@ func ParseStock(s string) ([]Stock, error) {
 		if err != nil || qty < 0 {
 			return nil, fmt.Errorf("entry %q: quantity is not a non-negative integer", entry)
 		}
-		skus, err := app.ExpandRange(id)
+		skus, err := idrange.Expand(id)
 		if err != nil {
 			return nil, fmt.Errorf("entry %q: %w", entry, err)
 		}

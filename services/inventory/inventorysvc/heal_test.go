@@ -13,7 +13,6 @@ import (
 	"github.com/choreo-saga/choreo/app/apptest"
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
-	"github.com/choreo-saga/choreo/outbox"
 	"github.com/choreo-saga/choreo/services/events"
 )
 
@@ -21,7 +20,7 @@ import (
 func healHandlers(t *testing.T) (*Handlers, *sdkmetric.ManualReader) {
 	t.Helper()
 	reader := sdkmetric.NewManualReader()
-	h, err := NewHandlers(outbox.New(), Config{ReservationTTL: time.Hour, OrphanAfter: time.Millisecond},
+	h, err := NewHandlers(newOutbox(t), Config{ReservationTTL: time.Hour, OrphanAfter: time.Millisecond},
 		slog.New(slog.DiscardHandler), sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
 	if err != nil {
 		t.Fatal(err)

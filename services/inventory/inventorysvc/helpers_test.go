@@ -28,7 +28,7 @@ func newDB(t *testing.T) *pgxpool.Pool {
 
 func newHandlers(t *testing.T) *Handlers {
 	t.Helper()
-	h, err := NewHandlers(outbox.New(), Config{ReservationTTL: time.Hour}, slog.New(slog.DiscardHandler), nil)
+	h, err := NewHandlers(newOutbox(t), Config{ReservationTTL: time.Hour}, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,4 +80,14 @@ func audit(t *testing.T, pool *pgxpool.Pool) Audit {
 		t.Fatal(err)
 	}
 	return a
+}
+
+// newOutbox returns an Outbox for the default table.
+func newOutbox(t testing.TB) *outbox.Outbox {
+	t.Helper()
+	ob, err := outbox.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ob
 }

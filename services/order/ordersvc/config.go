@@ -137,11 +137,11 @@ func (c Config) problems() []problem {
 	return ps
 }
 
-// Validate reports every problem of c, each matching app.ErrConfig.
+// Validate reports every problem of c, each matching app.ErrInvalidConfig.
 func (c Config) Validate() error {
 	errs := []error{c.App.Validate()}
 	for _, p := range c.problems() {
-		errs = append(errs, fmt.Errorf("%w: %s: %s", app.ErrConfig, p.key, p.reason))
+		errs = append(errs, fmt.Errorf("%w: %s: %s", app.ErrInvalidConfig, p.key, p.reason))
 	}
 	return errors.Join(errs...)
 }

@@ -137,8 +137,8 @@ func WithTracerProvider(tp trace.TracerProvider) Option { return func(s *Service
 // WithMeterProvider sets the meter provider (default otel.GetMeterProvider()).
 func WithMeterProvider(mp metric.MeterProvider) Option { return func(s *Service) { s.mp = mp } }
 
-// WithOutbox sets the outbox events are enqueued in (default outbox.New()). Share it with
-// the relay (outbox.WithOutbox) so commits wake the relay in memory.
+// WithOutbox sets the outbox events are enqueued in (default: the default table). Share it with
+// the relay (outbox.NewRelay) so commits wake the relay in memory.
 func WithOutbox(o *outbox.Outbox) Option { return func(s *Service) { s.outbox = o } }
 
 // WithIdempotencyStore sets the store of Idempotency-Key records (default
@@ -178,7 +178,11 @@ func New(db DB, cfg Settings, opts ...Option) (*Service, error) {
 		o(s)
 	}
 	if s.outbox == nil {
-		s.outbox = outbox.New()
+		ob, err := outbox.New()
+		if err != nil {
+			return nil, err
+		}
+		s.outbox = ob
 	}
 	if s.idem == nil {
 		var err error

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/services/internal/idrange"
 )
 
 // Environment variables read by LoadConfig, besides the shared ones of app.LoadConfig.
@@ -114,7 +115,7 @@ func LoadConfig(env *app.Env) Config {
 	return c
 }
 
-// Validate reports every problem of c (each matching app.ErrConfig).
+// Validate reports every problem of c (each matching app.ErrInvalidConfig).
 func (c Config) Validate() error {
 	env := app.MapEnv(nil)
 	env.Check(EnvGroup, c.Group != "", "empty consumer group")
@@ -161,7 +162,7 @@ func ParseCustomers(s string) ([]Customer, error) {
 				return nil, fmt.Errorf("entry %q: limit is not a non-negative integer (cents)", entry)
 			}
 		}
-		ids, err := app.ExpandRange(parts[0])
+		ids, err := idrange.Expand(parts[0])
 		if err != nil {
 			return nil, fmt.Errorf("entry %q: %w", entry, err)
 		}

@@ -12,7 +12,6 @@ import (
 	"github.com/choreo-saga/choreo/app/apptest"
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
-	"github.com/choreo-saga/choreo/outbox"
 	"github.com/choreo-saga/choreo/services/events"
 )
 
@@ -108,7 +107,7 @@ func TestReconciliationRefundsUnneededCharges(t *testing.T) {
 	ctx := context.Background()
 	pool := newDB(t)
 	reader := sdkmetric.NewManualReader()
-	h, err := NewHandlers(outbox.New(), Config{Customers: testCustomers}, slog.New(slog.DiscardHandler),
+	h, err := NewHandlers(newOutbox(t), Config{Customers: testCustomers}, slog.New(slog.DiscardHandler),
 		sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
 	if err != nil {
 		t.Fatal(err)

@@ -36,7 +36,7 @@ func newHandlers(t *testing.T, mod func(*Config)) *Handlers {
 	if mod != nil {
 		mod(&cfg)
 	}
-	h, err := NewHandlers(outbox.New(), cfg, slog.New(slog.DiscardHandler), nil)
+	h, err := NewHandlers(newOutbox(t), cfg, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,4 +88,14 @@ func balance(t *testing.T, pool *pgxpool.Pool, customer string) int64 {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// newOutbox returns an Outbox for the default table.
+func newOutbox(t testing.TB) *outbox.Outbox {
+	t.Helper()
+	ob, err := outbox.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ob
 }

@@ -1,13 +1,13 @@
-package app_test
+package idrange_test
 
 import (
 	"slices"
 	"testing"
 
-	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/services/internal/idrange"
 )
 
-func TestExpandRange(t *testing.T) {
+func TestExpand(t *testing.T) {
 	tests := []struct {
 		in      string
 		want    []string
@@ -24,9 +24,9 @@ func TestExpandRange(t *testing.T) {
 		{in: "c-1..c-2000000", wantErr: true},
 	}
 	for _, tt := range tests {
-		got, err := app.ExpandRange(tt.in)
+		got, err := idrange.Expand(tt.in)
 		if (err != nil) != tt.wantErr || !slices.Equal(got, tt.want) {
-			t.Errorf("ExpandRange(%q) = %v, %v; want %v (error %v)", tt.in, got, err, tt.want, tt.wantErr)
+			t.Errorf("Expand(%q) = %v, %v; want %v (error %v)", tt.in, got, err, tt.want, tt.wantErr)
 		}
 	}
 }

@@ -1,4 +1,7 @@
-package app
+// Package idrange expands the id ranges of the demo services' seed lists
+// ("c-1..c-100" in PAYMENT_CUSTOMERS or INVENTORY_STOCK). It is shared by the
+// services only, so it lives under services/, not in the library's app package.
+package idrange
 
 import (
 	"fmt"
@@ -6,10 +9,10 @@ import (
 	"strings"
 )
 
-// ExpandRange expands an id range written "c-1..c-100" (or "c-1..100") into c-1, c-2, …,
+// Expand expands an id range written "c-1..c-100" (or "c-1..100") into c-1, c-2, …,
 // c-100, for seed lists in configuration. Any other non-empty id is returned as is. Both
 // ends need a numeric suffix and the same prefix; ranges over a million ids are refused.
-func ExpandRange(s string) ([]string, error) {
+func Expand(s string) ([]string, error) {
 	from, to, ok := strings.Cut(s, "..")
 	if !ok {
 		if s == "" {
