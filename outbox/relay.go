@@ -124,9 +124,11 @@ func WithBackoff(minDelay, maxDelay time.Duration) RelayOption {
 	return func(c *relayConfig) { c.backoffMin, c.backoffMax = minDelay, maxDelay }
 }
 
-// WithShutdownTimeout sets how long Run, once its context is cancelled, still waits
-// for the acks of the batch in flight (and then deletes its rows). After it,
-// the batch is abandoned: its rows stay and the next leader republishes them.
+// WithShutdownTimeout sets how long Run, once its context is cancelled, still works:
+// it waits for the acks of the batch in flight, then publishes (a final drain) what
+// was committed before the cancellation, deleting the rows it got acks for. After it,
+// the rest is abandoned: its rows stay and the next leader publishes them. Zero skips
+// the final drain.
 // Default [DefaultShutdownTimeout].
 func WithShutdownTimeout(d time.Duration) RelayOption {
 	return func(c *relayConfig) { c.shutdownTimeout = d }
@@ -381,20 +383,36 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 	timer := time.NewTimer(r.cfg.pollInterval)
 	defer timer.Stop()
 	for {
-		if err := r.drain(ctx, conn); err != nil {
+		if err := r.drain(ctx, conn); err != nil && ctx.Err() == nil {
 			return err
 		}
 		if ctx.Err() != nil {
-			return nil
+			return r.finalDrain(ctx, conn)
 		}
 		timer.Reset(r.cfg.pollInterval)
 		select {
 		case <-ctx.Done():
-			return nil
+			return r.finalDrain(ctx, conn)
 		case <-r.wake:
 		case <-timer.C:
 		}
 	}
+}
+
+// finalDrain publishes, once Run's context is cancelled, what was committed before:
+// a service that enqueues during its own shutdown (a last event from a worker that
+// stops before the relay) gets it out now rather than at the next start. It is
+// bounded by the shutdown timeout; rows it does not reach stay for the next leader.
+func (r *Relay) finalDrain(ctx context.Context, conn *pgx.Conn) error {
+	if r.cfg.shutdownTimeout <= 0 {
+		return nil
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.shutdownTimeout)
+	defer cancel()
+	if err := r.drain(dctx, conn); err != nil && dctx.Err() == nil {
+		return fmt.Errorf("outbox: final drain: %w", err)
+	}
+	return nil
 }
 
 // signal wakes the leader loop; wake-ups coalesce.
