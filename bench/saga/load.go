@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -63,6 +64,7 @@ type burst struct {
 	late     int           // requests sent more than 10 ms after their due time
 	maxLag   time.Duration // the latest one
 	errors   int
+	shed     int // POSTs answered 503 by the order API's admission control: not sent again
 	firstErr string
 }
 
@@ -102,6 +104,10 @@ func (g *generator) run(ctx context.Context, rate float64, d time.Duration) *bur
 			id, err := g.place(ctx, url, body)
 			mu.Lock()
 			defer mu.Unlock()
+			if errors.Is(err, errShed) {
+				b.shed++
+				return
+			}
 			if err != nil {
 				b.errors++
 				if b.firstErr == "" {
@@ -117,6 +123,9 @@ func (g *generator) run(ctx context.Context, rate float64, d time.Duration) *bur
 	return b
 }
 
+// errShed is a POST the order API shed (503, admission control): it did nothing.
+var errShed = errors.New("POST /orders: 503 shed")
+
 func (g *generator) place(ctx context.Context, url string, body []byte) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
@@ -131,6 +140,9 @@ func (g *generator) place(ctx context.Context, url string, body []byte) (string,
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
 		return "", err
+	}
+	if resp.StatusCode == http.StatusServiceUnavailable {
+		return "", errShed
 	}
 	if resp.StatusCode/100 != 2 {
 		return "", fmt.Errorf("POST /orders: %d %s", resp.StatusCode, bytes.TrimSpace(b[:min(len(b), 200)]))

@@ -48,6 +48,7 @@ type rateResult struct {
 	Late            int     `json:"sent_late"` // sent more than 10 ms after their due time
 	MaxLagMs        float64 `json:"max_lag_ms"`
 	PostErrors      int     `json:"post_errors"`
+	Shed            int     `json:"shed"` // POSTs answered 503 by admission control (not retried)
 	FirstError      string  `json:"first_error,omitempty"`
 	ConfirmedPerSec float64 `json:"confirmed_per_sec"` // order.confirmed read during the window, any order
 	Confirmed       int     `json:"confirmed"`         // of this rate's orders, after the drain
@@ -183,9 +184,9 @@ func printResults(w io.Writer, r *results) {
 	}
 	fmt.Fprintln(w)
 	for _, rr := range r.Rates {
-		if rr.Late > 0 || rr.PostErrors > 0 {
-			fmt.Fprintf(w, "%d/s: %d requests sent >10ms late (max %s), %d POST errors %s\n", rr.Offered, rr.Late,
-				ms(rr.MaxLagMs), rr.PostErrors, rr.FirstError)
+		if rr.Late > 0 || rr.PostErrors > 0 || rr.Shed > 0 {
+			fmt.Fprintf(w, "%d/s: %d requests sent >10ms late (max %s), %d shed (503), %d POST errors %s\n", rr.Offered, rr.Late,
+				ms(rr.MaxLagMs), rr.Shed, rr.PostErrors, rr.FirstError)
 		}
 	}
 	fmt.Fprintln(w, "\ntop pg_stat_activity states/waits (mean sessions over 100 ms samples) per service:")

@@ -178,6 +178,7 @@ func runRate(ctx context.Context, cfg config, rate int, gen *generator, w *watch
 	r.Sent = len(b.orders)
 	r.SentPerSec = float64(r.Sent) / max(secs, b.lastSent.Sub(b.started).Seconds())
 	r.Late, r.MaxLagMs, r.PostErrors, r.FirstError = b.late, b.maxLag.Seconds()*1000, b.errors, b.firstErr
+	r.Shed = b.shed
 	r.ConfirmedPerSec = float64(w.confirmedBetween(start, end)) / secs
 	r.GeneratorCPUPercent = pct(genCPU.Process, secs)
 	r.MachineCPUPercent = pct(genCPU.Machine, secs) / float64(runtime.NumCPU())

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
@@ -228,6 +229,7 @@ type loadRun struct {
 	mu                          sync.Mutex
 	watch                       settlement
 	placed, failed, settled     int
+	shed                        int // POSTs still answered 503 (admission control) after the retries
 	placeElapsed, settleElapsed time.Duration
 }
 
@@ -338,6 +340,10 @@ func (r *loadRun) placeOne(ctx context.Context, o *loadOrder) {
 	defer r.mu.Unlock()
 	if err != nil {
 		o.PlaceErr = err.Error()
+		if isShed(err) {
+			r.shed++
+			return
+		}
 		r.failed++
 		return
 	}
@@ -347,6 +353,13 @@ func (r *loadRun) placeOne(ctx context.Context, o *loadOrder) {
 	}
 	r.placed++
 	r.registerLocked(o)
+}
+
+// isShed reports whether the order API shed the request (503 from its admission
+// control): it did nothing, and is counted apart from failures.
+func isShed(err error) bool {
+	var ae *apiError
+	return errors.As(err, &ae) && ae.Status == http.StatusServiceUnavailable
 }
 
 func retryablePlace(err error) bool {
@@ -400,6 +413,7 @@ type loadSummary struct {
 	Rate          float64 `json:"rate"`
 	Placed        int     `json:"placed"`
 	FailedToPlace int     `json:"failed_to_place"`
+	Shed          int     `json:"shed"` // answered 503 by the order API's admission control, after the retries
 	Settled       int     `json:"settled"`
 	Unsettled     int     `json:"unsettled"` // not settled, stuck-kind orders excepted
 	PlaceSeconds  float64 `json:"place_seconds"`
@@ -457,7 +471,7 @@ func (r *loadRun) summary() loadSummary {
 	now := time.Now()
 	s := loadSummary{
 		Orders: len(r.orders), Mix: r.cfg.mix.String(), Seed: int64(r.cfg.seed), Rate: r.cfg.rate,
-		Placed: r.placed, FailedToPlace: r.failed, Settled: r.settled,
+		Placed: r.placed, FailedToPlace: r.failed, Shed: r.shed, Settled: r.settled,
 		PlaceSeconds: r.placeElapsed.Seconds(), SettleSeconds: r.settleElapsed.Seconds(),
 		Unexpected: []orderBrief{}, Stuck: []orderBrief{}, Concurrency: r.cfg.concurrency,
 	}
@@ -524,6 +538,9 @@ func renderSummary(w io.Writer, s loadSummary) error {
 	for _, o := range s.Outcomes {
 		t.add(o.Outcome, strconv.Itoa(o.Count), fmtDuration(o.Latency.P50, o.Latency.N),
 			fmtDuration(o.Latency.P95, o.Latency.N), fmtDuration(o.Latency.P99, o.Latency.N))
+	}
+	if s.Shed > 0 {
+		t.add("shed (503)", strconv.Itoa(s.Shed), "-", "-", "-")
 	}
 	if s.FailedToPlace > 0 {
 		t.add("failed to place", strconv.Itoa(s.FailedToPlace), "-", "-", "-")

@@ -71,6 +71,11 @@ type Config struct {
 	Group string
 	// APIToken, if set, is the bearer token the order API requires (ORDER_API_TOKEN).
 	APIToken string
+	// MaxInFlight caps the order API's requests served at once (app.EnvHTTPMaxInFlight,
+	// see app.Admission); the excess is answered 503 with Retry-After. 0 turns it off.
+	// Default: the Postgres pool size, since every request holds a connection and more
+	// would only queue for the pool.
+	MaxInFlight int
 	// AppOptions are passed to app.New (e.g. app.WithListener, app.WithoutSignals in
 	// tests). Not read from the environment.
 	AppOptions []app.Option
@@ -106,6 +111,8 @@ func LoadConfig(env *app.Env) Config {
 		// hold a connection too (measured: at 300 POST/s they queued for the pool).
 		c.App.DatabaseMaxConns += DefaultAPIConns
 	}
+	c.MaxInFlight = env.Int(app.EnvHTTPMaxInFlight, int(c.App.DatabaseMaxConns))
+	env.Check(app.EnvHTTPMaxInFlight, c.MaxInFlight >= 0, "must be 0 (off) or positive")
 	c.Settings.JaegerUIURL = c.App.JaegerUIURL
 	for _, p := range c.problems() {
 		env.Fail(p.key, p.reason)

@@ -42,7 +42,17 @@ func setup(ctx context.Context, a *app.App, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	svc.Register(func(pattern string, h http.Handler) { a.Handle(pattern, app.RequireBearer(cfg.APIToken, h)) })
+	// Admission control covers every API route (GETs hold a pool connection too), not
+	// /healthz, /readyz or /metrics, which are registered by app.
+	adm, err := app.NewAdmission(cfg.MaxInFlight,
+		app.WithAdmissionLogger(a.Logger, 0),
+		app.WithAdmissionMeterProvider(a.Telemetry.MeterProvider))
+	if err != nil {
+		return fmt.Errorf("ordersvc: %w", err)
+	}
+	svc.Register(func(pattern string, h http.Handler) {
+		a.Handle(pattern, adm.Wrap(app.RequireBearer(cfg.APIToken, h)))
+	})
 	if err := a.Consume(app.ConsumerSpec{Group: cfg.Group, Topics: Topics, Router: svc.Router(), Name: "order"}); err != nil {
 		return fmt.Errorf("ordersvc: %w", err)
 	}

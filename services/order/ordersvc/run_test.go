@@ -38,6 +38,14 @@ func TestLoadConfig(t *testing.T) {
 		t.Fatalf("config %+v", c)
 	}
 
+	if c.MaxInFlight != int(c.App.DatabaseMaxConns) || c.MaxInFlight == 0 {
+		t.Fatalf("max in flight %d, want the pool size %d", c.MaxInFlight, c.App.DatabaseMaxConns)
+	}
+	off := app.MapEnv(map[string]string{app.EnvHTTPMaxInFlight: "0"})
+	if c := ordersvc.LoadConfig(off); off.Err() != nil || c.MaxInFlight != 0 {
+		t.Fatalf("HTTP_MAX_IN_FLIGHT=0: %d, %v", c.MaxInFlight, off.Err())
+	}
+
 	if s.CompensationRetries != ordersvc.DefaultCompensationRetries {
 		t.Fatalf("compensation retries %d, want the default", s.CompensationRetries)
 	}
@@ -48,11 +56,11 @@ func TestLoadConfig(t *testing.T) {
 
 	bad := app.MapEnv(map[string]string{
 		"ORDER_STUCK_AFTER": "5m", "ORDER_SAGA_TIMEOUT": "1m", "ORDER_COMPENSATION_TIMEOUT": "soon",
-		"ORDER_SWEEP_INTERVAL": "0s", "ORDER_COMPENSATION_RETRIES": "21",
+		"ORDER_SWEEP_INTERVAL": "0s", "ORDER_COMPENSATION_RETRIES": "21", "HTTP_MAX_IN_FLIGHT": "-1",
 	})
 	ordersvc.LoadConfig(bad)
 	apptest.WantConfigError(t, bad, "ORDER_SAGA_TIMEOUT", "must be longer than ORDER_STUCK_AFTER", "ORDER_COMPENSATION_TIMEOUT", "ORDER_SWEEP_INTERVAL",
-		"ORDER_COMPENSATION_RETRIES")
+		"ORDER_COMPENSATION_RETRIES", "HTTP_MAX_IN_FLIGHT")
 }
 
 // TestRun runs the whole service (app plumbing, consumer, relay, sweeper) against real

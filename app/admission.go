@@ -1,0 +1,170 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+)
+
+// EnvHTTPMaxInFlight caps the requests an API serves at once (see [Admission]); 0 turns
+// admission control off. A service documents its default (the order service: its
+// Postgres pool size).
+const EnvHTTPMaxInFlight = "HTTP_MAX_IN_FLIGHT"
+
+// Defaults of [NewAdmission].
+const (
+	// DefaultRetryAfter is the Retry-After a shed request is answered with.
+	DefaultRetryAfter = time.Second
+	// DefaultShedLogInterval is the least time between two "shedding" log lines.
+	DefaultShedLogInterval = 10 * time.Second
+)
+
+// ErrAdmission is matched (errors.Is) by NewAdmission's configuration errors.
+var ErrAdmission = errors.New("app: invalid admission control")
+
+// Admission is load shedding for an HTTP API: at most max requests are served at once,
+// and one that arrives when all are taken is answered at once with 503 Service
+// Unavailable, a Retry-After header and {"error":{"code":"overloaded",...}}, without
+// reaching the handler (so it did nothing: a POST may be retried with the same
+// Idempotency-Key). Above saturation, queueing every request (for a database pool,
+// say) only makes every request late; shedding the excess keeps the admitted ones
+// at capacity.
+//
+//	adm, err := app.NewAdmission(64, app.WithAdmissionMeterProvider(mp))
+//	mux.Handle("POST /orders", adm.Wrap(h))
+//
+// It records the counter http.server.shed_requests and the gauge
+// http.server.in_flight_requests, and logs at most one warning per
+// DefaultShedLogInterval while it sheds. Safe for concurrent use.
+type Admission struct {
+	max        int64
+	inFlight   atomic.Int64
+	shed       atomic.Int64
+	lastLog    atomic.Int64
+	retryAfter string
+	logEvery   time.Duration
+	logger     *slog.Logger
+	shedCount  metric.Int64Counter
+}
+
+// AdmissionOption configures [NewAdmission].
+type AdmissionOption func(*admissionOptions)
+
+type admissionOptions struct {
+	retryAfter time.Duration
+	logEvery   time.Duration
+	logger     *slog.Logger
+	mp         metric.MeterProvider
+}
+
+// WithAdmissionRetryAfter sets the Retry-After of a shed request (rounded up to whole
+// seconds). Default: DefaultRetryAfter.
+func WithAdmissionRetryAfter(d time.Duration) AdmissionOption {
+	return func(o *admissionOptions) { o.retryAfter = d }
+}
+
+// WithAdmissionLogger sets the logger of the rate-limited shedding warning, and its
+// interval (0 means DefaultShedLogInterval). Default: no log.
+func WithAdmissionLogger(l *slog.Logger, every time.Duration) AdmissionOption {
+	return func(o *admissionOptions) { o.logger, o.logEvery = l, every }
+}
+
+// WithAdmissionMeterProvider sets the meter provider of the metrics. Default: none.
+func WithAdmissionMeterProvider(mp metric.MeterProvider) AdmissionOption {
+	return func(o *admissionOptions) { o.mp = mp }
+}
+
+// NewAdmission returns admission control admitting at most max requests at once;
+// max 0 means unlimited (Wrap returns its handler unchanged). A negative max or a
+// non-positive Retry-After is an error matching ErrAdmission.
+func NewAdmission(max int, opts ...AdmissionOption) (*Admission, error) {
+	o := admissionOptions{retryAfter: DefaultRetryAfter, logEvery: DefaultShedLogInterval}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.logEvery == 0 {
+		o.logEvery = DefaultShedLogInterval
+	}
+	switch {
+	case max < 0:
+		return nil, fmt.Errorf("%w: max in flight %d is negative", ErrAdmission, max)
+	case o.retryAfter <= 0:
+		return nil, fmt.Errorf("%w: Retry-After %s is not positive", ErrAdmission, o.retryAfter)
+	case o.logEvery < 0:
+		return nil, fmt.Errorf("%w: log interval %s is negative", ErrAdmission, o.logEvery)
+	}
+	if o.mp == nil {
+		o.mp = noop.NewMeterProvider()
+	}
+	a := &Admission{
+		max:        int64(max),
+		retryAfter: strconv.Itoa(int((o.retryAfter + time.Second - 1) / time.Second)),
+		logEvery:   o.logEvery,
+		logger:     o.logger,
+	}
+	meter := o.mp.Meter("github.com/choreo-saga/choreo/app")
+	var err error
+	if a.shedCount, err = meter.Int64Counter("http.server.shed_requests",
+		metric.WithDescription("Requests answered 503 by admission control because the in-flight cap was reached.")); err != nil {
+		return nil, fmt.Errorf("app: admission metrics: %w", err)
+	}
+	if _, err = meter.Int64ObservableGauge("http.server.in_flight_requests",
+		metric.WithDescription("Requests being served under admission control."),
+		metric.WithInt64Callback(func(_ context.Context, obs metric.Int64Observer) error {
+			obs.Observe(a.inFlight.Load())
+			return nil
+		})); err != nil {
+		return nil, fmt.Errorf("app: admission metrics: %w", err)
+	}
+	return a, nil
+}
+
+// Max returns the cap (0: unlimited).
+func (a *Admission) Max() int { return int(a.max) }
+
+// InFlight returns the number of requests being served.
+func (a *Admission) InFlight() int { return int(a.inFlight.Load()) }
+
+// Shed returns how many requests have been shed since the Admission was created.
+func (a *Admission) Shed() int64 { return a.shed.Load() }
+
+// Wrap returns h under admission control.
+func (a *Admission) Wrap(h http.Handler) http.Handler {
+	if a.max == 0 {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a.inFlight.Add(1) > a.max {
+			a.inFlight.Add(-1)
+			a.reject(w, r)
+			return
+		}
+		defer a.inFlight.Add(-1)
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (a *Admission) reject(w http.ResponseWriter, r *http.Request) {
+	n := a.shed.Add(1)
+	a.shedCount.Add(r.Context(), 1)
+	if a.logger != nil {
+		now := time.Now().UnixNano()
+		last := a.lastLog.Load()
+		if now-last >= int64(a.logEvery) && a.lastLog.CompareAndSwap(last, now) {
+			a.logger.WarnContext(r.Context(), "http: shedding load: in-flight cap reached",
+				"max_in_flight", a.max, "shed_total", n, "method", r.Method, "path", r.URL.Path)
+		}
+	}
+	w.Header().Set("Retry-After", a.retryAfter)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_, _ = w.Write([]byte(`{"error":{"code":"overloaded","message":"the service is at capacity; retry after the Retry-After delay with the same Idempotency-Key"}}` + "\n"))
+}
