@@ -163,7 +163,19 @@ func (a *Admission) reject(w http.ResponseWriter, r *http.Request) {
 				"max_in_flight", a.max, "shed_total", n, "method", r.Method, "path", r.URL.Path)
 		}
 	}
-	w.Header().Set("Retry-After", a.retryAfter)
+	writeOverloaded(w, a.retryAfter)
+}
+
+// WriteOverloaded answers a request that is shed by a check of its own (a service's
+// domain-level limit, say) exactly as [Admission] does: 503 Service Unavailable, a
+// Retry-After of retryAfter rounded up to whole seconds (at least 1), and
+// {"error":{"code":"overloaded",...}}.
+func WriteOverloaded(w http.ResponseWriter, retryAfter time.Duration) {
+	writeOverloaded(w, strconv.Itoa(max(1, int((retryAfter+time.Second-1)/time.Second))))
+}
+
+func writeOverloaded(w http.ResponseWriter, retryAfter string) {
+	w.Header().Set("Retry-After", retryAfter)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusServiceUnavailable)
 	_, _ = w.Write([]byte(`{"error":{"code":"overloaded","message":"the service is at capacity; retry after the Retry-After delay with the same Idempotency-Key"}}` + "\n"))

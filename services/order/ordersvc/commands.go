@@ -96,6 +96,9 @@ func (s *Service) Create(ctx context.Context, req CreateRequest, key string) (o 
 	id := u.String()
 	octx := withOrder(ctx, id)
 	if key == "" {
+		if err := s.admitNew(octx); err != nil {
+			return Order{}, false, err
+		}
 		err := pgx.BeginFunc(octx, s.db, func(tx pgx.Tx) error {
 			var err error
 			o, err = s.insert(octx, tx, id, req)
@@ -104,6 +107,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest, key string) (o 
 		if err != nil {
 			return Order{}, false, err
 		}
+		s.pending.Add(1)
 		s.outbox.Wake()
 		return o, true, nil
 	}
@@ -114,6 +118,11 @@ func (s *Service) Create(ctx context.Context, req CreateRequest, key string) (o 
 	}
 	resp, dup, err := s.idem.Do(octx, s.db, idempotScope, key, idempotency.Hash(body),
 		func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+			// Shed here, after the key's claim: a replay never gets this far and still
+			// returns its order; a refusal rolls the claim back, so nothing is written.
+			if err := s.admitNew(ctx); err != nil {
+				return nil, err
+			}
 			var err error
 			o, err = s.insert(ctx, tx, id, req)
 			if err != nil {
@@ -132,6 +141,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest, key string) (o 
 		o, err = s.load(ctx, s.db, id, false)
 		return o, false, err
 	}
+	s.pending.Add(1)
 	s.outbox.Wake()
 	return o, true, nil
 }

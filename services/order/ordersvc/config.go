@@ -38,6 +38,10 @@ const (
 	// <token>" (default none: the API is open). /healthz, /readyz and /metrics do not
 	// need it.
 	EnvAPIToken = "ORDER_API_TOKEN"
+	// EnvMaxPending: saga-level admission (see WithMaxPending): POST /orders answers 503
+	// overloaded while at least this many orders are PENDING or CANCELLING (default
+	// DefaultMaxPending; 0 turns it off).
+	EnvMaxPending = "ORDER_MAX_PENDING"
 )
 
 // Defaults of Config.
@@ -57,7 +61,7 @@ const (
 // itself (the shared ones are app's).
 func EnvVars() []string {
 	return []string{EnvStuckAfter, EnvStuckAfterCancelling, EnvSagaTimeout, EnvCompensationTimeout, EnvCompensationRetries,
-		EnvSweepInterval, EnvGroup, EnvAPIToken}
+		EnvSweepInterval, EnvGroup, EnvAPIToken, EnvMaxPending}
 }
 
 // Config is the order service's configuration.
@@ -76,6 +80,10 @@ type Config struct {
 	// Default: the Postgres pool size, since every request holds a connection and more
 	// would only queue for the pool.
 	MaxInFlight int
+	// MaxPending is the saga-level admission limit (EnvMaxPending, WithMaxPending): new
+	// orders are refused with 503 while this many are PENDING or CANCELLING. 0 turns it
+	// off. Default DefaultMaxPending.
+	MaxPending int
 	// AppOptions are passed to app.New (e.g. app.WithListener, app.WithoutSignals in
 	// tests). Not read from the environment.
 	AppOptions []app.Option
@@ -113,6 +121,7 @@ func LoadConfig(env *app.Env) Config {
 	}
 	c.MaxInFlight = env.Int(app.EnvHTTPMaxInFlight, int(c.App.DatabaseMaxConns))
 	env.Check(app.EnvHTTPMaxInFlight, c.MaxInFlight >= 0, "must be 0 (off) or positive")
+	c.MaxPending = env.Int(EnvMaxPending, DefaultMaxPending)
 	c.Settings.JaegerUIURL = c.App.JaegerUIURL
 	for _, p := range c.problems() {
 		env.Fail(p.key, p.reason)
@@ -141,6 +150,7 @@ func (c Config) problems() []problem {
 		fmt.Sprintf("must be longer than %s (%s), or stuck orders are cancelled before anyone sees them",
 			EnvStuckAfter, s.StuckAfter[Pending]))
 	check(EnvGroup, c.Group != "", "empty consumer group")
+	check(EnvMaxPending, c.MaxPending >= 0, "must be 0 (off) or positive")
 	return ps
 }
 

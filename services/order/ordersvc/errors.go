@@ -13,4 +13,8 @@ var (
 	// ErrInvalidRequest: the request failed validation. HTTP answers 400 invalid_request
 	// with the message.
 	ErrInvalidRequest = errors.New("ordersvc: invalid request")
+	// ErrOverloaded: a new order was refused because too many orders are in flight in
+	// the saga (WithMaxPending). Nothing is written. HTTP answers 503 overloaded with
+	// Retry-After; the client retries later with the same Idempotency-Key.
+	ErrOverloaded = errors.New("ordersvc: overloaded")
 )

@@ -43,7 +43,8 @@ type fixture struct {
 
 // newFixture returns the order domain on a fresh, migrated database, with an in-memory
 // span recorder and metric reader, and its HTTP API on a test server.
-func newFixture(t *testing.T, cfg ordersvc.Settings) *fixture {
+// opts are added after the fixture's own options.
+func newFixture(t *testing.T, cfg ordersvc.Settings, opts ...ordersvc.Option) *fixture {
 	t.Helper()
 	pool := testenv.Postgres(t)
 	if err := ordersvc.Migrate(context.Background(), pool, nil); err != nil {
@@ -58,8 +59,8 @@ func newFixture(t *testing.T, cfg ordersvc.Settings) *fixture {
 	if cfg.JaegerUIURL == "" {
 		cfg.JaegerUIURL = "http://jaeger.test:16686/"
 	}
-	svc, err := ordersvc.New(pool, cfg, ordersvc.WithTracerProvider(tp), ordersvc.WithMeterProvider(mp),
-		ordersvc.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	svc, err := ordersvc.New(pool, cfg, append([]ordersvc.Option{ordersvc.WithTracerProvider(tp), ordersvc.WithMeterProvider(mp),
+		ordersvc.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
+	"github.com/choreo-saga/choreo/app"
 	"github.com/choreo-saga/choreo/idempotency"
 	"github.com/choreo-saga/choreo/services/events"
 )
@@ -33,6 +34,7 @@ const (
 	CodePayloadTooLarge   = "payload_too_large"      // 413
 	CodeKeyReused         = "idempotency_key_reused" // 422: same Idempotency-Key, other body
 	CodeInternal          = "internal"               // 500: details are logged, never returned
+	CodeOverloaded        = "overloaded"             // 503 with Retry-After: shed (app.Admission, WithMaxPending)
 )
 
 // OrderJSON is an order in the HTTP API.
@@ -193,6 +195,8 @@ func (s *Service) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusBadRequest, CodeInvalidRequest, strings.TrimPrefix(err.Error(), ErrInvalidRequest.Error()+": "))
 	case errors.Is(err, ErrNotFound):
 		writeError(w, http.StatusNotFound, CodeNotFound, "order not found")
+	case errors.Is(err, ErrOverloaded):
+		app.WriteOverloaded(w, PendingRetryAfter)
 	case errors.Is(err, idempotency.ErrKeyReused):
 		writeError(w, http.StatusUnprocessableEntity, CodeKeyReused,
 			"this Idempotency-Key was already used with a different request body")

@@ -50,7 +50,7 @@ func (s *Service) initMetrics() error {
 	if err := errors.Join(errs[:]...); err != nil {
 		return fmt.Errorf("ordersvc: metrics: %w", err)
 	}
-	return nil
+	return s.initPendingMetrics(m)
 }
 
 // Stuck returns the stuck counts of the last sweep (nil before the first).

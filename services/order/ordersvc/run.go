@@ -38,7 +38,8 @@ func setup(ctx context.Context, a *app.App, cfg Config) error {
 		WithTracerProvider(a.Telemetry.TracerProvider),
 		WithMeterProvider(a.Telemetry.MeterProvider),
 		WithOutbox(a.Outbox),
-		WithIdempotencyStore(a.Store))
+		WithIdempotencyStore(a.Store),
+		WithMaxPending(cfg.MaxPending))
 	if err != nil {
 		return err
 	}
@@ -57,11 +58,12 @@ func setup(ctx context.Context, a *app.App, cfg Config) error {
 		return fmt.Errorf("ordersvc: %w", err)
 	}
 	a.Go("deadline sweeper", svc.RunSweeper)
+	a.Go("pending counter", svc.RunPendingCounter)
 	s := svc.Settings()
 	a.Logger.InfoContext(ctx, "order: configured",
 		"saga_timeout", s.SagaTimeout.String(), "compensation_timeout", s.CompensationTimeout.String(),
 		"compensation_retries", s.CompensationRetries,
 		"stuck_after_pending", s.StuckAfter[Pending].String(), "stuck_after_cancelling", s.StuckAfter[Cancelling].String(),
-		"sweep_interval", s.SweepInterval.String())
+		"sweep_interval", s.SweepInterval.String(), "max_pending", svc.MaxPending())
 	return nil
 }

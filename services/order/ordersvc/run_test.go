@@ -45,6 +45,13 @@ func TestLoadConfig(t *testing.T) {
 	if c := ordersvc.LoadConfig(off); off.Err() != nil || c.MaxInFlight != 0 {
 		t.Fatalf("HTTP_MAX_IN_FLIGHT=0: %d, %v", c.MaxInFlight, off.Err())
 	}
+	if c.MaxPending != ordersvc.DefaultMaxPending {
+		t.Fatalf("max pending %d, want the default %d", c.MaxPending, ordersvc.DefaultMaxPending)
+	}
+	noPending := app.MapEnv(map[string]string{ordersvc.EnvMaxPending: "0"})
+	if c := ordersvc.LoadConfig(noPending); noPending.Err() != nil || c.MaxPending != 0 {
+		t.Fatalf("ORDER_MAX_PENDING=0: %d, %v", c.MaxPending, noPending.Err())
+	}
 
 	if s.CompensationRetries != ordersvc.DefaultCompensationRetries {
 		t.Fatalf("compensation retries %d, want the default", s.CompensationRetries)
@@ -57,10 +64,11 @@ func TestLoadConfig(t *testing.T) {
 	bad := app.MapEnv(map[string]string{
 		"ORDER_STUCK_AFTER": "5m", "ORDER_SAGA_TIMEOUT": "1m", "ORDER_COMPENSATION_TIMEOUT": "soon",
 		"ORDER_SWEEP_INTERVAL": "0s", "ORDER_COMPENSATION_RETRIES": "21", "HTTP_MAX_IN_FLIGHT": "-1",
+		"ORDER_MAX_PENDING": "-5",
 	})
 	ordersvc.LoadConfig(bad)
 	apptest.WantConfigError(t, bad, "ORDER_SAGA_TIMEOUT", "must be longer than ORDER_STUCK_AFTER", "ORDER_COMPENSATION_TIMEOUT", "ORDER_SWEEP_INTERVAL",
-		"ORDER_COMPENSATION_RETRIES", "HTTP_MAX_IN_FLIGHT")
+		"ORDER_COMPENSATION_RETRIES", "HTTP_MAX_IN_FLIGHT", "ORDER_MAX_PENDING")
 }
 
 // TestRun runs the whole service (app plumbing, consumer, relay, sweeper) against real

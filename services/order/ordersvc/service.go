@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -165,6 +166,13 @@ type Service struct {
 
 	mu    sync.Mutex // guards stuck
 	stuck map[State]int64
+
+	// Saga-level admission (pending.go).
+	maxPending  int64
+	pending     atomic.Int64
+	shedPending atomic.Int64
+	lastShedLog atomic.Int64
+	shedCount   metric.Int64Counter
 }
 
 // New returns the order domain over db (a *pgxpool.Pool whose database has been
@@ -176,6 +184,9 @@ func New(db DB, cfg Settings, opts ...Option) (*Service, error) {
 	s := &Service{db: db, cfg: cfg.withDefaults()}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.maxPending < 0 {
+		return nil, fmt.Errorf("ordersvc: max pending %d is negative", s.maxPending)
 	}
 	if s.outbox == nil {
 		ob, err := outbox.New()
