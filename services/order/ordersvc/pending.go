@@ -71,8 +71,8 @@ func (s *Service) initPendingMetrics(m metric.Meter) error {
 	return nil
 }
 
-// countPendingSQL is an index-only count over orders_open_since_idx, whose predicate
-// it repeats.
+// countPendingSQL repeats the predicate of the partial index orders_open_since_idx, so
+// it reads only that (small) index and the rows it points to, not the orders table.
 const countPendingSQL = `SELECT count(*) FROM orders WHERE state IN ('PENDING', 'CANCELLING')`
 
 // RefreshPending reads the number of orders in flight in the saga (one count over a
