@@ -9,7 +9,9 @@
 //	POST /orders               {"customer_id":"c-1","items":[{"sku":"sku-1","qty":2}],"amount":4200}
 //	                           201 with the order; with an Idempotency-Key header a retry of the
 //	                           same request returns the same order (200, Idempotent-Replayed: true)
-//	                           and another body with the same key is refused (422)
+//	                           and another body with the same key is refused (422); 503
+//	                           overloaded with Retry-After while ORDER_MAX_PENDING orders are
+//	                           in flight in the saga (a replay is still answered)
 //	GET  /orders/{id}          200: the order with trace_id, jaeger_url, stuck and its full history
 //	POST /orders/{id}/cancel   202: PENDING -> CANCELLING (a repeated cancel is a no-op);
 //	                           409 invalid_transition once the order is CONFIRMED or REJECTED
@@ -39,6 +41,7 @@
 //	ORDER_COMPENSATION_RETRIES    3    re-sends of the cancellation before COMPENSATION_FAILED (0 to 20)
 //	ORDER_SWEEP_INTERVAL          1s   period of the deadline sweeper and the stuck gauge
 //	ORDER_GROUP                   order  consumer group of payments.events and inventory.events
+//	ORDER_MAX_PENDING             1000 new orders are refused (503) while this many are PENDING or CANCELLING (0: off)
 //
 // and reports every invalid value at once.
 //
