@@ -3,7 +3,6 @@ package chaos
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -230,23 +229,6 @@ func freePort() (int, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-// waitTCP waits until addr accepts connections or ctx ends.
-func waitTCP(ctx context.Context, addr string) error {
-	var d net.Dialer
-	for {
-		c, err := d.DialContext(ctx, "tcp", addr)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("chaos: %s does not accept connections: %w", addr, errors.Join(err, ctx.Err()))
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }
 
 // socketInodes returns the inodes of the sockets pid has open.

@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/choreo-saga/choreo/internal/pgcluster"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -272,7 +273,7 @@ func (s *System) startRedis(ctx context.Context) error {
 	}
 	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	return waitTCP(rctx, s.redisAddr)
+	return pgcluster.WaitTCP(rctx, s.redisAddr)
 }
 
 func (s *System) startKafka(ctx context.Context) error {
@@ -281,7 +282,7 @@ func (s *System) startKafka(ctx context.Context) error {
 	}
 	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	return waitTCP(rctx, s.kafkaAddr)
+	return pgcluster.WaitTCP(rctx, s.kafkaAddr)
 }
 
 // newInstance prepares instance i of svc: its own HTTP port and instance id.
