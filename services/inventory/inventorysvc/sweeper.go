@@ -3,7 +3,6 @@ package inventorysvc
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -12,6 +11,7 @@ import (
 	"github.com/choreo-saga/choreo/internal/txhook"
 	"github.com/choreo-saga/choreo/outbox"
 	"github.com/choreo-saga/choreo/services/events"
+	"github.com/choreo-saga/choreo/services/internal/batchjob"
 )
 
 // DefaultSweepBatch is the most reservations one sweep transaction expires.
@@ -36,19 +36,14 @@ func NewSweeper(db outbox.Beginner, h *Handlers) *Sweeper {
 // SweepOnce expires every reservation past its TTL, batch by batch, and returns how many
 // it released.
 func (s *Sweeper) SweepOnce(ctx context.Context) (int, error) {
-	total := 0
-	for {
-		n, err := s.sweepBatch(ctx)
-		total += n
-		if err != nil || n < s.batch {
-			return total, err
-		}
-	}
+	return batchjob.Drain(ctx, s.batch, s.sweepBatch)
 }
 
-func (s *Sweeper) sweepBatch(ctx context.Context) (int, error) {
+// sweepBatch expires up to batch reservations past their TTL in one transaction and
+// returns how many it claimed, all of which it released.
+func (s *Sweeper) sweepBatch(ctx context.Context) (claimed, released int, err error) {
 	n := 0
-	err := s.handlers.outbox.InTx(ctx, s.db, func(ctx context.Context, tx pgx.Tx) error {
+	err = s.handlers.outbox.InTx(ctx, s.db, func(ctx context.Context, tx pgx.Tx) error {
 		// The batch's stock returns are summed per SKU and applied at the end, in SKU
 		// order, as the consumer's transactions do (see "Stock moves" in stock.go).
 		hooks := txhook.New(tx)
@@ -84,28 +79,14 @@ func (s *Sweeper) sweepBatch(ctx context.Context) (int, error) {
 		return hooks.Run(ctx)
 	})
 	if err != nil {
-		return 0, fmt.Errorf("inventorysvc: sweep: %w", err)
+		return 0, 0, fmt.Errorf("inventorysvc: sweep: %w", err)
 	}
-	return n, nil
+	return n, n, nil
 }
 
 // Run sweeps every interval until ctx is cancelled; errors are logged and retried at
 // the next tick.
 func (s *Sweeper) Run(ctx context.Context, interval time.Duration) error {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		n, err := s.SweepOnce(ctx)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			s.handlers.log.WarnContext(ctx, "inventory: sweep failed", slog.Any("error", err))
-		case n > 0:
-			s.handlers.log.InfoContext(ctx, "inventory: expired reservations released", slog.Int("count", n))
-		}
-	}
+	return batchjob.Run(ctx, interval, s.SweepOnce, batchjob.Logs{Logger: s.handlers.log,
+		Failed: "inventory: sweep failed", Done: "inventory: expired reservations released"})
 }
