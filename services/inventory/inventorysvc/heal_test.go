@@ -7,58 +7,30 @@ import (
 	"testing"
 	"time"
 
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-
 	"github.com/choreo-saga/choreo/app/apptest"
 	"github.com/choreo-saga/choreo/consumer"
-	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/services/events"
+	"github.com/choreo-saga/choreo/services/internal/svctest"
 )
 
-// healHandlers returns handlers with a tiny orphan delay and a metric reader.
-func healHandlers(t *testing.T) (*Handlers, *sdkmetric.ManualReader) {
+// healHandlers returns handlers with a tiny orphan delay and a readable meter.
+func healHandlers(t *testing.T) (*Handlers, *svctest.Meter) {
 	t.Helper()
-	reader := sdkmetric.NewManualReader()
+	m := svctest.NewMeter()
 	h, err := NewHandlers(newOutbox(t), Config{ReservationTTL: time.Hour, OrphanAfter: time.Millisecond},
-		slog.New(slog.DiscardHandler), sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+		slog.New(slog.DiscardHandler), m.Provider)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return h, reader
-}
-
-func corrections(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	kinds := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if s, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == MetricReconciliations {
-				for _, dp := range s.DataPoints {
-					k, _ := dp.Attributes.Value("kind")
-					kinds[k.AsString()] += dp.Value
-				}
-			}
-		}
-	}
-	return kinds
-}
-
-func outcomeEvent(t *testing.T, typ, order string) event.Event {
-	return apptest.NewEvent(t, events.SourceOrder, typ, order, events.OrderOutcomeV1{OrderID: order})
+	return h, m
 }
 
 // A payment.authorized for an order the order service never announced changes nothing
 // in inventory: no reservation, no stock taken, no event. It is held, reported once as an
 // orphan by the reconciliation, and reserved only if the order is announced after all.
 func TestUnannouncedPaymentChangesNothing(t *testing.T) {
-	ctx := context.Background()
 	pool := newDB(t)
-	h, reader := healHandlers(t)
+	h, m := healHandlers(t)
 	ghost := authorized(t, "o-ghost", item("sku-1", 4))
 	apptest.MustHandle(t, pool, h.PaymentAuthorized, ghost)
 	apptest.MustHandle(t, pool, h.PaymentAuthorized, authorized(t, "o-ghost", item("sku-1", 4))) // redelivered
@@ -68,14 +40,9 @@ func TestUnannouncedPaymentChangesNothing(t *testing.T) {
 	}
 
 	time.Sleep(5 * time.Millisecond) // past OrphanAfter
-	r := NewReconciler(pool, h)
-	if n, err := r.ReconcileOnce(ctx); err != nil || n != 1 {
-		t.Fatalf("ReconcileOnce = %d, %v; want the orphan reported", n, err)
-	}
-	if n, err := r.ReconcileOnce(ctx); err != nil || n != 0 {
-		t.Fatalf("second ReconcileOnce = %d, %v; want 0 (reported once)", n, err)
-	}
-	if k := corrections(t, reader); k["orphan_authorization"] != 1 {
+	// The orphan is reported, once.
+	svctest.ReconcileTwice(t, NewReconciler(pool, h).ReconcileOnce, 1)
+	if k := m.Sum(t, MetricReconciliations, "kind"); k["orphan_authorization"] != 1 {
 		t.Fatalf("corrections %v", k)
 	}
 	if a := audit(t, pool); a.SKUs["sku-1"].Available != 10 || len(outboxEvents(t, pool)) != 0 {
@@ -104,16 +71,16 @@ func TestUnannouncedPaymentChangesNothing(t *testing.T) {
 func TestReconciliationReleasesUnneededReservations(t *testing.T) {
 	ctx := context.Background()
 	pool := newDB(t)
-	h, reader := healHandlers(t)
+	h, m := healHandlers(t)
 	announce(t, pool, h, "o-cancelled", "o-rejected", "o-confirmed", "o-late")
 	for _, o := range []string{"o-cancelled", "o-rejected", "o-confirmed"} {
 		apptest.MustHandle(t, pool, h.PaymentAuthorized, authorized(t, o, item("sku-1", 2)))
 	}
 	apptest.MustHandle(t, pool, h.OrderConfirmed, confirmed(t, "o-confirmed"))
-	cancelled := outcomeEvent(t, events.OrderCancelled, "o-cancelled")
+	cancelled := svctest.Outcome(t, events.OrderCancelled, "o-cancelled")
 	apptest.MustHandle(t, pool, h.OrderOutcome, cancelled)
-	apptest.MustHandle(t, pool, h.OrderOutcome, outcomeEvent(t, events.OrderRejected, "o-rejected"))
-	apptest.MustHandle(t, pool, h.OrderOutcome, outcomeEvent(t, events.OrderCancelled, "o-late"))
+	apptest.MustHandle(t, pool, h.OrderOutcome, svctest.Outcome(t, events.OrderRejected, "o-rejected"))
+	apptest.MustHandle(t, pool, h.OrderOutcome, svctest.Outcome(t, events.OrderCancelled, "o-late"))
 	if _, err := pool.Exec(ctx, `DELETE FROM choreo_outbox`); err != nil {
 		t.Fatal(err)
 	}
@@ -121,13 +88,7 @@ func TestReconciliationReleasesUnneededReservations(t *testing.T) {
 		t.Fatalf("before: %+v", a.SKUs["sku-1"])
 	}
 
-	r := NewReconciler(pool, h)
-	if n, err := r.ReconcileOnce(ctx); err != nil || n != 2 {
-		t.Fatalf("ReconcileOnce = %d, %v; want 2", n, err)
-	}
-	if n, err := r.ReconcileOnce(ctx); err != nil || n != 0 {
-		t.Fatalf("second ReconcileOnce = %d, %v; want 0", n, err)
-	}
+	svctest.ReconcileTwice(t, NewReconciler(pool, h).ReconcileOnce, 2)
 	got := map[string]string{}
 	for _, ev := range outboxEvents(t, pool) {
 		p := apptest.DecodeData[events.StockV1](t, ev)
@@ -148,7 +109,7 @@ func TestReconciliationReleasesUnneededReservations(t *testing.T) {
 		a.Orders["o-confirmed"].Status != StatusCommitted || a.SKUs["sku-1"].Available != 8 {
 		t.Fatalf("after: %+v", a)
 	}
-	if k := corrections(t, reader); k["release_cancelled"] != 1 || k["release_rejected"] != 1 || len(k) != 2 {
+	if k := m.Sum(t, MetricReconciliations, "kind"); k["release_cancelled"] != 1 || k["release_rejected"] != 1 || len(k) != 2 {
 		t.Fatalf("corrections %v", k)
 	}
 
@@ -172,8 +133,7 @@ func TestResentCancelIsAnsweredAgainWithoutMovingStock(t *testing.T) {
 	announce(t, pool, h, "o-1")
 	apptest.MustHandle(t, pool, h.PaymentAuthorized, authorized(t, "o-1", item("sku-1", 3)))
 	for attempt := 1; attempt <= 3; attempt++ {
-		apptest.MustHandle(t, pool, h.CancelRequested, apptest.NewEvent(t, events.SourceOrder, events.OrderCancelRequested, "o-1",
-			events.OrderCancelRequestedV1{OrderID: "o-1", Reason: "test", Attempt: attempt}))
+		apptest.MustHandle(t, pool, h.CancelRequested, svctest.CancelRequested(t, "o-1", attempt))
 	}
 	var got []string
 	for _, ev := range outboxEvents(t, pool) {

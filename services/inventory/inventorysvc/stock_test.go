@@ -5,34 +5,10 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/choreo-saga/choreo/app/apptest"
 	"github.com/choreo-saga/choreo/consumer"
-	"github.com/choreo-saga/choreo/event"
-	"github.com/choreo-saga/choreo/internal/txhook"
+	"github.com/choreo-saga/choreo/services/internal/svctest"
 )
-
-// inBatch runs the handlers for evs in one transaction with before-commit hooks, as the
-// consumer's batch mode does, and commits; before runs after the handlers and before
-// the hooks (the deferred stock changes) when non-nil.
-func inBatch(pool *pgxpool.Pool, h func(context.Context, pgx.Tx, event.Event) error, before func(), evs ...event.Event) error {
-	ctx := context.Background()
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		hooks := txhook.New(tx)
-		hctx := txhook.With(ctx, hooks)
-		for _, ev := range evs {
-			if err := h(hctx, tx, ev); err != nil {
-				return err
-			}
-		}
-		if before != nil {
-			before()
-		}
-		return hooks.Run(ctx)
-	})
-}
 
 // In a consumer transaction the orders of a batch see each other's takes before
 // anything is written, and the summed change is applied at the end.
@@ -40,7 +16,7 @@ func TestBatchTakesSeeEachOther(t *testing.T) {
 	pool := newDB(t)
 	h := newHandlers(t)
 	announce(t, pool, h, "o-1", "o-2", "o-3")
-	err := inBatch(pool, h.PaymentAuthorized, nil,
+	err := svctest.InBatch(pool, h.PaymentAuthorized, nil,
 		authorized(t, "o-1", item("sku-2", 2)), authorized(t, "o-2", item("sku-2", 2)), authorized(t, "o-3", item("sku-2", 2)))
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +29,7 @@ func TestBatchTakesSeeEachOther(t *testing.T) {
 		t.Fatalf("sku-2: %+v", a.SKUs["sku-2"])
 	}
 	// A release in a batch goes back, too.
-	if err := inBatch(pool, h.CancelRequested, nil, cancelRequested(t, "o-1")); err != nil {
+	if err := svctest.InBatch(pool, h.CancelRequested, nil, cancelRequested(t, "o-1")); err != nil {
 		t.Fatal(err)
 	}
 	if a := audit(t, pool); a.SKUs["sku-2"].Available != 3 || a.Orders["o-1"].Status != StatusReleased {
@@ -68,7 +44,7 @@ func TestBatchStockConflictIsRetried(t *testing.T) {
 	pool := newDB(t)
 	h := newHandlers(t)
 	announce(t, pool, h, "o-1", "o-2")
-	err := inBatch(pool, h.PaymentAuthorized, func() {
+	err := svctest.InBatch(pool, h.PaymentAuthorized, func() {
 		apptest.MustHandle(t, pool, h.PaymentAuthorized, authorized(t, "o-2", item("sku-2", 5)))
 	}, authorized(t, "o-1", item("sku-2", 5)))
 	if !errors.Is(err, ErrStockChanged) || !consumer.IsOutage(err) {
@@ -77,7 +53,7 @@ func TestBatchStockConflictIsRetried(t *testing.T) {
 	if a := audit(t, pool); a.Orders["o-1"].Status != "" || a.Orders["o-2"].Status != StatusReserved {
 		t.Fatalf("orders: %+v", a.Orders)
 	}
-	if err := inBatch(pool, h.PaymentAuthorized, nil, authorized(t, "o-1", item("sku-2", 5))); err != nil {
+	if err := svctest.InBatch(pool, h.PaymentAuthorized, nil, authorized(t, "o-1", item("sku-2", 5))); err != nil {
 		t.Fatal(err)
 	}
 	if a := audit(t, pool); a.Orders["o-1"].Status != StatusUnavailable || a.SKUs["sku-2"].Available != 0 {

@@ -1,45 +1,20 @@
 package paymentsvc
 
 import (
-	"context"
 	"errors"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/choreo-saga/choreo/app/apptest"
 	"github.com/choreo-saga/choreo/consumer"
-	"github.com/choreo-saga/choreo/event"
-	"github.com/choreo-saga/choreo/internal/txhook"
+	"github.com/choreo-saga/choreo/services/internal/svctest"
 )
-
-// inBatch runs h for evs in one transaction with before-commit hooks, as the consumer's
-// batch mode does, and commits; before runs after the handlers and before the hooks
-// (the deferred balance changes) when non-nil.
-func inBatch(pool *pgxpool.Pool, h func(context.Context, pgx.Tx, event.Event) error, before func(), evs ...event.Event) error {
-	ctx := context.Background()
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		hooks := txhook.New(tx)
-		hctx := txhook.With(ctx, hooks)
-		for _, ev := range evs {
-			if err := h(hctx, tx, ev); err != nil {
-				return err
-			}
-		}
-		if before != nil {
-			before()
-		}
-		return hooks.Run(ctx)
-	})
-}
 
 // The charges of one customer in a batch see each other before anything is written:
 // the one the balance no longer covers is declined; the sum is debited once.
 func TestBatchChargesSeeEachOther(t *testing.T) {
 	pool := newDB(t)
 	h := newHandlers(t, nil)
-	err := inBatch(pool, h.OrderCreated, nil,
+	err := svctest.InBatch(pool, h.OrderCreated, nil,
 		orderCreated(t, "o-1", "c-1", 40_000), orderCreated(t, "o-2", "c-1", 40_000), orderCreated(t, "o-3", "c-1", 40_000))
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +23,7 @@ func TestBatchChargesSeeEachOther(t *testing.T) {
 		t.Fatalf("balance %d, want 20000", b)
 	}
 	audit(t, pool)
-	if err := inBatch(pool, h.StockUnavailable, nil, stockUnavailable(t, "o-1")); err != nil {
+	if err := svctest.InBatch(pool, h.StockUnavailable, nil, stockUnavailable(t, "o-1")); err != nil {
 		t.Fatal(err)
 	}
 	if b := balance(t, pool, "c-1"); b != 60_000 {
@@ -64,7 +39,7 @@ func TestBatchBalanceConflictIsRetried(t *testing.T) {
 	pool := newDB(t)
 	h := newHandlers(t, nil)
 	apptest.MustHandle(t, pool, h.OrderCreated, orderCreated(t, "o-0", "c-1", 50_000))
-	err := inBatch(pool, h.OrderCreated, func() {
+	err := svctest.InBatch(pool, h.OrderCreated, func() {
 		apptest.MustHandle(t, pool, h.OrderCreated, orderCreated(t, "o-2", "c-1", 40_000))
 	}, orderCreated(t, "o-1", "c-1", 40_000))
 	if !errors.Is(err, ErrBalanceChanged) || !consumer.IsOutage(err) {
@@ -73,7 +48,7 @@ func TestBatchBalanceConflictIsRetried(t *testing.T) {
 	if b := balance(t, pool, "c-1"); b != 10_000 {
 		t.Fatalf("balance %d, want 10000", b)
 	}
-	if err := inBatch(pool, h.OrderCreated, nil, orderCreated(t, "o-1", "c-1", 40_000)); err != nil {
+	if err := svctest.InBatch(pool, h.OrderCreated, nil, orderCreated(t, "o-1", "c-1", 40_000)); err != nil {
 		t.Fatal(err)
 	}
 	if a := audit(t, pool); a.Orders["o-1"].Status != StatusDeclined {

@@ -6,23 +6,11 @@ import (
 	"log/slog"
 	"testing"
 
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-
 	"github.com/choreo-saga/choreo/app/apptest"
 	"github.com/choreo-saga/choreo/consumer"
-	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/services/events"
+	"github.com/choreo-saga/choreo/services/internal/svctest"
 )
-
-func resentCancel(t *testing.T, order string, attempt int) event.Event {
-	return apptest.NewEvent(t, events.SourceOrder, events.OrderCancelRequested, order,
-		events.OrderCancelRequestedV1{OrderID: order, Reason: "test", Attempt: attempt})
-}
-
-func outcome(t *testing.T, typ, order string) event.Event {
-	return apptest.NewEvent(t, events.SourceOrder, typ, order, events.OrderOutcomeV1{OrderID: order, Reason: "test"})
-}
 
 // A re-sent cancellation refunds nothing more (compensation is keyed on the order, not on
 // the event id) but repeats the answer the order service may have missed.
@@ -32,11 +20,11 @@ func TestResentCancelIsAnsweredAgainWithoutMovingMoney(t *testing.T) {
 	before := balance(t, pool, "c-1")
 	apptest.MustHandle(t, pool, h.OrderCreated, orderCreated(t, "o-1", "c-1", 1_000))
 	for attempt := 1; attempt <= 3; attempt++ {
-		apptest.MustHandle(t, pool, h.CancelRequested, resentCancel(t, "o-1", attempt))
+		apptest.MustHandle(t, pool, h.CancelRequested, svctest.CancelRequested(t, "o-1", attempt))
 	}
 	apptest.MustHandle(t, pool, h.OrderCreated, orderCreated(t, "o-2", "c-poor", 500)) // declined: over limit
-	apptest.MustHandle(t, pool, h.CancelRequested, resentCancel(t, "o-2", 1))
-	apptest.MustHandle(t, pool, h.CancelRequested, resentCancel(t, "o-2", 2))
+	apptest.MustHandle(t, pool, h.CancelRequested, svctest.CancelRequested(t, "o-2", 1))
+	apptest.MustHandle(t, pool, h.CancelRequested, svctest.CancelRequested(t, "o-2", 2))
 
 	var got []emitted
 	for _, ev := range outboxEvents(t, pool) {
@@ -83,7 +71,7 @@ func TestOnlyAnnouncedOrdersAreCharged(t *testing.T) {
 	if !errors.Is(err, ErrNotAnnounced) || consumer.Retryable(err) {
 		t.Fatalf("forged order.created: %v; want permanent ErrNotAnnounced", err)
 	}
-	apptest.MustHandle(t, pool, h.OrderOutcome, outcome(t, events.OrderRejected, "o-late"))
+	apptest.MustHandle(t, pool, h.OrderOutcome, svctest.Outcome(t, events.OrderRejected, "o-late"))
 	apptest.MustHandle(t, pool, h.OrderCreated, orderCreated(t, "o-late", "c-1", 1_000))
 	if n := len(outboxEvents(t, pool)); n != 0 {
 		t.Fatalf("%d events emitted", n)
@@ -106,9 +94,8 @@ func TestOnlyAnnouncedOrdersAreCharged(t *testing.T) {
 func TestReconciliationRefundsUnneededCharges(t *testing.T) {
 	ctx := context.Background()
 	pool := newDB(t)
-	reader := sdkmetric.NewManualReader()
-	h, err := NewHandlers(newOutbox(t), Config{Customers: testCustomers}, slog.New(slog.DiscardHandler),
-		sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	m := svctest.NewMeter()
+	h, err := NewHandlers(newOutbox(t), Config{Customers: testCustomers}, slog.New(slog.DiscardHandler), m.Provider)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,22 +103,16 @@ func TestReconciliationRefundsUnneededCharges(t *testing.T) {
 		apptest.MustHandle(t, pool, h.OrderCreated, orderCreated(t, o, "c-2", 1_000))
 	}
 	apptest.MustHandle(t, pool, h.CancelRequested, cancelRequested(t, "o-refunded"))
-	apptest.MustHandle(t, pool, h.OrderOutcome, outcome(t, events.OrderRejected, "o-rejected"))
-	apptest.MustHandle(t, pool, h.OrderOutcome, outcome(t, events.OrderCancelled, "o-cancelled"))
-	apptest.MustHandle(t, pool, h.OrderOutcome, outcome(t, events.OrderConfirmed, "o-confirmed"))
-	apptest.MustHandle(t, pool, h.OrderOutcome, outcome(t, events.OrderCancelled, "o-refunded"))
-	apptest.MustHandle(t, pool, h.OrderOutcome, outcome(t, events.OrderCancelled, "o-refunded")) // repeated
+	apptest.MustHandle(t, pool, h.OrderOutcome, svctest.Outcome(t, events.OrderRejected, "o-rejected"))
+	apptest.MustHandle(t, pool, h.OrderOutcome, svctest.Outcome(t, events.OrderCancelled, "o-cancelled"))
+	apptest.MustHandle(t, pool, h.OrderOutcome, svctest.Outcome(t, events.OrderConfirmed, "o-confirmed"))
+	apptest.MustHandle(t, pool, h.OrderOutcome, svctest.Outcome(t, events.OrderCancelled, "o-refunded"))
+	apptest.MustHandle(t, pool, h.OrderOutcome, svctest.Outcome(t, events.OrderCancelled, "o-refunded")) // repeated
 	if _, err := pool.Exec(ctx, `DELETE FROM choreo_outbox`); err != nil {
 		t.Fatal(err)
 	}
 
-	r := NewReconciler(pool, h)
-	if n, err := r.ReconcileOnce(ctx); err != nil || n != 2 {
-		t.Fatalf("ReconcileOnce = %d, %v; want 2", n, err)
-	}
-	if n, err := r.ReconcileOnce(ctx); err != nil || n != 0 {
-		t.Fatalf("second ReconcileOnce = %d, %v; want 0", n, err)
-	}
+	svctest.ReconcileTwice(t, NewReconciler(pool, h).ReconcileOnce, 2)
 	got := map[string]string{}
 	for _, ev := range outboxEvents(t, pool) {
 		p := apptest.DecodeData[events.PaymentV1](t, ev)
@@ -157,21 +138,7 @@ func TestReconciliationRefundsUnneededCharges(t *testing.T) {
 	if b := balance(t, pool, "c-2"); b != 100_000-1_000 {
 		t.Errorf("balance %d, want only the confirmed order charged", b)
 	}
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(ctx, &rm); err != nil {
-		t.Fatal(err)
-	}
-	kinds := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if s, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == MetricReconciliations {
-				for _, dp := range s.DataPoints {
-					k, _ := dp.Attributes.Value("kind")
-					kinds[k.AsString()] += dp.Value
-				}
-			}
-		}
-	}
+	kinds := m.Sum(t, MetricReconciliations, "kind")
 	if kinds["refund_rejected"] != 1 || kinds["refund_cancelled"] != 1 || len(kinds) != 2 {
 		t.Errorf("%s = %v", MetricReconciliations, kinds)
 	}

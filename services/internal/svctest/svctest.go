@@ -1,0 +1,108 @@
+// Package svctest is the test fixture that the payment and inventory services' tests
+// share: running handlers in one transaction as the consumer's batch mode does, the
+// order service's events they react to, reading a counter by attribute, and the check
+// that a reconciliation corrects once.
+//
+// It is shared by the services' tests only, so it lives under services/; what any
+// service built on app needs is in app/apptest.
+package svctest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/app/apptest"
+	"github.com/choreo-saga/choreo/consumer"
+	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/internal/txhook"
+	"github.com/choreo-saga/choreo/services/events"
+)
+
+// InBatch runs h for evs in one transaction on db with before-commit hooks, as the
+// consumer's batch mode does, and commits. before, when not nil, runs after the handlers
+// and before the hooks (the deferred stock or balance changes), so a test can slip a
+// concurrent transaction in between.
+func InBatch(db app.Beginner, h consumer.TxHandler, before func(), evs ...event.Event) error {
+	ctx := context.Background()
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		hooks := txhook.New(tx)
+		hctx := txhook.With(ctx, hooks)
+		for _, ev := range evs {
+			if err := h(hctx, tx, ev); err != nil {
+				return err
+			}
+		}
+		if before != nil {
+			before()
+		}
+		return hooks.Run(ctx)
+	})
+}
+
+// Outcome returns the order service's announcement of an order's outcome: typ is
+// events.OrderConfirmed, events.OrderRejected or events.OrderCancelled.
+func Outcome(t testing.TB, typ, order string) event.Event {
+	return apptest.NewEvent(t, events.SourceOrder, typ, order, events.OrderOutcomeV1{OrderID: order, Reason: "test"})
+}
+
+// CancelRequested returns the order service's attempt-th request to cancel an order
+// (reason "test").
+func CancelRequested(t testing.TB, order string, attempt int) event.Event {
+	return apptest.NewEvent(t, events.SourceOrder, events.OrderCancelRequested, order,
+		events.OrderCancelRequestedV1{OrderID: order, Reason: "test", Attempt: attempt})
+}
+
+// Meter is a meter provider whose int64 counters a test can read.
+type Meter struct {
+	// Provider is what the handlers under test are given.
+	Provider *sdkmetric.MeterProvider
+	reader   *sdkmetric.ManualReader
+}
+
+// NewMeter returns a Meter that is read on demand.
+func NewMeter() *Meter {
+	reader := sdkmetric.NewManualReader()
+	return &Meter{Provider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)), reader: reader}
+}
+
+// Sum returns the int64 counter name as counted so far, summed by the value of the
+// attribute attr (the reconciliations' "kind").
+func (m *Meter) Sum(t testing.TB, name string, attr attribute.Key) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := m.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	sums := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, metric := range sm.Metrics {
+			if s, ok := metric.Data.(metricdata.Sum[int64]); ok && metric.Name == name {
+				for _, dp := range s.DataPoints {
+					v, _ := dp.Attributes.Value(attr)
+					sums[v.AsString()] += dp.Value
+				}
+			}
+		}
+	}
+	return sums
+}
+
+// ReconcileTwice runs a reconciliation round (a ReconcileOnce) twice and fails the test
+// unless the first makes want corrections and the second none: each order is checked
+// once.
+func ReconcileTwice(t testing.TB, round func(context.Context) (int, error), want int) {
+	t.Helper()
+	ctx := context.Background()
+	if n, err := round(ctx); err != nil || n != want {
+		t.Fatalf("ReconcileOnce = %d, %v; want %d", n, err, want)
+	}
+	if n, err := round(ctx); err != nil || n != 0 {
+		t.Fatalf("second ReconcileOnce = %d, %v; want 0 (each order checked once)", n, err)
+	}
+}

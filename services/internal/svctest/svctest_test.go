@@ -1,0 +1,112 @@
+package svctest_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/internal/testenv"
+	"github.com/choreo-saga/choreo/internal/txhook"
+	"github.com/choreo-saga/choreo/services/events"
+	"github.com/choreo-saga/choreo/services/internal/svctest"
+)
+
+// flusher writes "<name>:flushed" into the log table when the hooks run.
+type flusher struct{ name string }
+
+func (f flusher) Flush(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `INSERT INTO log (entry) VALUES ($1)`, f.name+":flushed")
+	return err
+}
+
+// InBatch runs the handlers in order in one transaction, then before, then the hooks the
+// handlers added, and commits; a failure rolls all of it back.
+func TestInBatch(t *testing.T) {
+	ctx := context.Background()
+	pool := testenv.Postgres(t)
+	if _, err := pool.Exec(ctx, `CREATE TABLE log (n serial PRIMARY KEY, entry text NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	h := func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+		if ev.Subject == "fail" {
+			return errors.New("handler failed")
+		}
+		if hooks := txhook.For(ctx, tx); hooks != nil {
+			hooks.Flusher("log", func() txhook.Flusher { return flusher{"batch"} })
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO log (entry) VALUES ($1)`, ev.Subject)
+		return err
+	}
+	entries := func() []string {
+		rows, err := pool.Query(ctx, `SELECT entry FROM log ORDER BY n`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	ev := func(subject string) event.Event {
+		return event.Event{ID: subject, Subject: subject}
+	}
+	var sawBefore []string
+	before := func() { sawBefore = entries() } // another connection: nothing committed yet
+	if err := svctest.InBatch(pool, h, before, ev("o-1"), ev("o-2")); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"o-1", "o-2", "batch:flushed"}; !slices.Equal(entries(), want) || len(sawBefore) != 0 {
+		t.Fatalf("log %q (before saw %q), want %q (before saw nothing)", entries(), sawBefore, want)
+	}
+	if err := svctest.InBatch(pool, h, nil, ev("o-3"), ev("fail")); err == nil {
+		t.Fatal("InBatch with a failing handler: nil error")
+	}
+	if want := []string{"o-1", "o-2", "batch:flushed"}; !slices.Equal(entries(), want) {
+		t.Fatalf("after a failed batch: log %q, want %q", entries(), want)
+	}
+}
+
+// The events are the order service's, for the order, with the type and attempt asked.
+func TestEvents(t *testing.T) {
+	out := svctest.Outcome(t, events.OrderRejected, "o-1")
+	cancel := svctest.CancelRequested(t, "o-2", 3)
+	if out.Source != events.SourceOrder || out.Type != events.OrderRejected || out.Subject != "o-1" ||
+		cancel.Source != events.SourceOrder || cancel.Type != events.OrderCancelRequested || cancel.Subject != "o-2" {
+		t.Fatalf("events %+v, %+v", out, cancel)
+	}
+	var p events.OrderCancelRequestedV1
+	if err := cancel.DecodeData(&p); err != nil || p.OrderID != "o-2" || p.Attempt != 3 {
+		t.Fatalf("cancel payload %+v, %v", p, err)
+	}
+}
+
+// Sum adds up one counter by the attribute's value and ignores other counters.
+func TestMeterSum(t *testing.T) {
+	m := svctest.NewMeter()
+	meter := m.Provider.Meter("test")
+	c, err := meter.Int64Counter("fixes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := meter.Int64Counter("other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	kind := func(k string) metric.AddOption { return metric.WithAttributes(attribute.String("kind", k)) }
+	c.Add(ctx, 1, kind("a"))
+	c.Add(ctx, 2, kind("a"))
+	c.Add(ctx, 1, kind("b"))
+	other.Add(ctx, 5, kind("a"))
+	got := m.Sum(t, "fixes", "kind")
+	if len(got) != 2 || got["a"] != 3 || got["b"] != 1 {
+		t.Fatalf("Sum = %v, want a:3 b:1", got)
+	}
+}
