@@ -1,9 +1,12 @@
 package chaos
 
 import (
+	"context"
 	"net"
 	"os"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -96,5 +99,31 @@ func TestRuleAllows(t *testing.T) {
 		if got := ruleAllows(rule, tt.from, tt.to); got != tt.want {
 			t.Errorf("%s on %s -> %s: allowed %v, want %v", tt.from, tt.on, tt.to, got, tt.want)
 		}
+	}
+}
+
+// spaced injects its fault n×Scale times, each with the fault's duration, and stops
+// pausing once the load is done (ctx ended).
+func TestSpaced(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		n     int
+		scale float64
+		want  int
+	}{
+		{"as written", 2, 1, 2},
+		{"scaled up", 2, 1.5, 3},
+		{"at least once", 3, 0.1, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []time.Duration
+			faults := spaced(tt.n, 4, func(_ *run, _ context.Context, d time.Duration) { got = append(got, d) }, 7*time.Second)
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel() // the load is done: no pause
+			faults(ctx, nil, Config{Orders: 10, Rate: 1, Scale: tt.scale})
+			if len(got) != tt.want || slices.ContainsFunc(got, func(d time.Duration) bool { return d != 7*time.Second }) {
+				t.Fatalf("faults %v, want %d of 7s", got, tt.want)
+			}
+		})
 	}
 }

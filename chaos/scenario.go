@@ -92,6 +92,18 @@ func loadDuration(c Config) time.Duration {
 	return time.Duration(float64(c.Orders) / c.Rate * float64(time.Second))
 }
 
+// spaced returns the Faults of a scenario that injects one fault n times (scaled by
+// Config.Scale), each after a pause of 1/parts of the load's duration; d is the fault's
+// duration (how long the component stays down or stopped).
+func spaced(n, parts int, fault func(r *run, ctx context.Context, d time.Duration), d time.Duration) func(context.Context, *run, Config) {
+	return func(ctx context.Context, r *run, c Config) {
+		for range scaled(n, c) {
+			sleep(ctx, loadDuration(c)/time.Duration(parts))
+			fault(r, ctx, d)
+		}
+	}
+}
+
 // Scenarios are the scenarios of `make chaos`, in order.
 var Scenarios = []Scenario{
 	{
@@ -120,24 +132,14 @@ var Scenarios = []Scenario{
 		},
 	},
 	{
-		Name: "redis",
-		Doc:  "the suite's Redis is killed for 10 s and started again empty (locks and fences gone), twice",
-		Faults: func(ctx context.Context, r *run, c Config) {
-			for range scaled(2, c) {
-				sleep(ctx, loadDuration(c)/4)
-				r.redisOutage(ctx, 10*time.Second)
-			}
-		},
+		Name:   "redis",
+		Doc:    "the suite's Redis is killed for 10 s and started again empty (locks and fences gone), twice",
+		Faults: spaced(2, 4, (*run).redisOutage, 10*time.Second),
 	},
 	{
-		Name: "kafka",
-		Doc:  "devkafka is killed with SIGKILL and restarted on its data dir after 2 s, twice",
-		Faults: func(ctx context.Context, r *run, c Config) {
-			for range scaled(2, c) {
-				sleep(ctx, loadDuration(c)/3)
-				r.kafkaRestart(ctx, 2*time.Second)
-			}
-		},
+		Name:   "kafka",
+		Doc:    "devkafka is killed with SIGKILL and restarted on its data dir after 2 s, twice",
+		Faults: spaced(2, 3, (*run).kafkaRestart, 2*time.Second),
 	},
 	{
 		Name: "duplicate",
@@ -160,14 +162,9 @@ var Scenarios = []Scenario{
 		},
 	},
 	{
-		Name: "pause",
-		Doc:  "a payment or inventory instance is stopped (SIGSTOP) while it handles events, for 13 s (lock TTL 10 s), then continued; three times",
-		Faults: func(ctx context.Context, r *run, c Config) {
-			for range scaled(3, c) {
-				sleep(ctx, loadDuration(c)/5)
-				r.pauseHolder(ctx, 13*time.Second)
-			}
-		},
+		Name:   "pause",
+		Doc:    "a payment or inventory instance is stopped (SIGSTOP) while it handles events, for 13 s (lock TTL 10 s), then continued; three times",
+		Faults: spaced(3, 5, (*run).pauseHolder, 13*time.Second),
 	},
 	{
 		Name:        "overload",

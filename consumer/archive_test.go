@@ -181,18 +181,81 @@ func checkBoundedCopy(t *testing.T, d, orig *kgo.Record, row archiveRow, table s
 	}
 }
 
+// deadLetterRun is what the archive tests that run a consumer share: a source topic of
+// one partition, its dead-letter topic, a database holding the default archive, a
+// producer, and the log of the consumer that consumer starts.
+type deadLetterRun struct {
+	brokers  []string
+	src, dlq string
+	pool     *pgxpool.Pool
+	archive  *DeadLetterArchive
+	producer *kgo.Client
+	log      syncLog
+	group    string
+}
+
+// newDeadLetterRun creates the topics, the dead-letter topic with dlqConfigs, and the
+// archive.
+func newDeadLetterRun(t *testing.T, dlqConfigs map[string]*string) *deadLetterRun {
+	t.Helper()
+	d := &deadLetterRun{brokers: testenv.Kafka(t)}
+	d.src = testenv.Topic(t, d.brokers, 1)
+	d.dlq = d.src + DeadLetterSuffix
+	createTopic(t, d.brokers, d.dlq, dlqConfigs)
+	d.pool = newDB(t)
+	d.archive = newArchive(t, d.pool, "")
+	d.producer = newProducer(t, d.brokers)
+	return d
+}
+
+// consumer returns a consumer of the source topic in a group of its own, running the
+// Standard chain with a fast retry: a record whose subject is "poison" fails permanently
+// and is dead-lettered (archived, its copy bounded to valueBytes, 0 for the default), the
+// others are applied as applySeq does; it logs JSON to d.log.
+func (d *deadLetterRun) consumer(t *testing.T, valueBytes int, opts ...Option) *Consumer {
+	t.Helper()
+	h, err := Standard(StandardConfig{
+		DB: d.pool, DeadLetter: d.producer, DeadLetterArchive: d.archive, DeadLetterValueBytes: valueBytes,
+		Handler: func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+			if ev.Subject == "poison" {
+				return Permanent(errors.New("poison"))
+			}
+			return applySeq(ctx, tx, ev)
+		},
+		Logger: slog.New(slog.NewJSONHandler(&d.log, nil)),
+		Retry:  RetryConfig{BaseDelay: time.Millisecond, MaxDelay: 10 * time.Millisecond},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.group = testenv.Name(t, "g")
+	c, err := New(d.brokers, d.group, []string{d.src}, h, append([]Option{fastGroup(), WithDeadLetterTopics(nil)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// producePoisonThenGood produces a poison record and a good one for key k, both at seq.
+func (d *deadLetterRun) producePoisonThenGood(t *testing.T, seq int) {
+	t.Helper()
+	produce(t, d.producer, eventRecord(t, d.src, "test.step", "poison", seqPayload{Seq: seq}),
+		eventRecord(t, d.src, "test.step", "k", seqPayload{Seq: seq}))
+}
+
+// committedOffset returns the group's committed offset on the source topic.
+func (d *deadLetterRun) committedOffset(t *testing.T) int64 {
+	t.Helper()
+	return committed(t, d.brokers, d.group, d.src)[0]
+}
+
 // Two poison records whose dead-letter copies are refused for their size, one by the
 // client (a 5 MB value that compresses to almost nothing on its own topic) and one by the
 // broker (the dead-letter topic's max.message.bytes), are archived whole, get a bounded
 // copy each, and the partition moves on to the records behind them.
 func TestDeadLetterArchiveOversize(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	src := testenv.Topic(t, brokers, 1)
-	dlq := src + DeadLetterSuffix
-	createTopic(t, brokers, dlq, map[string]*string{"max.message.bytes": kadm.StringPtr("16384")})
-	pool := newDB(t)
-	archive := newArchive(t, pool, "")
-	producer := newProducer(t, brokers)
+	d := newDeadLetterRun(t, map[string]*string{"max.message.bytes": kadm.StringPtr("16384")})
+	brokers, src, dlq, pool := d.brokers, d.src, d.dlq, d.pool
 
 	// The source topic accepts the 5 MB value: compressed it is a few kilobytes.
 	big, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerBatchMaxBytes(8<<20),
@@ -208,33 +271,12 @@ func TestDeadLetterArchiveOversize(t *testing.T) {
 	rand.Read(noise)
 	poison := eventRecord(t, src, "test.step", "poison", map[string]string{"noise": hex.EncodeToString(noise)})
 	recs := append([]*kgo.Record{poison}, seqEvents(t, src, keys(3), 2)...)
-	produce(t, producer, recs...)
+	produce(t, d.producer, recs...)
 	end := endOffsets(t, brokers, src)[0]
 
-	var log syncLog
 	const valueBytes = 4096
-	h, err := Standard(StandardConfig{
-		DB: pool, DeadLetter: producer, DeadLetterArchive: archive, DeadLetterValueBytes: valueBytes,
-		Handler: func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
-			if ev.Subject == "poison" {
-				return Permanent(errors.New("poison"))
-			}
-			return applySeq(ctx, tx, ev)
-		},
-		Logger: slog.New(slog.NewJSONHandler(&log, nil)),
-		Retry:  RetryConfig{BaseDelay: time.Millisecond, MaxDelay: 10 * time.Millisecond},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	group := testenv.Name(t, "g")
-	c, err := New(brokers, group, []string{src}, h, fastGroup(), WithDeadLetterTopics(nil),
-		WithClientOptions(kgo.FetchMaxPartitionBytes(8<<20)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := start(t, c)
-	waitFor(t, "every record settled and committed", func() bool { return committed(t, brokers, group, src)[0] == end })
+	r := start(t, d.consumer(t, valueBytes, WithClientOptions(kgo.FetchMaxPartitionBytes(8<<20))))
+	waitFor(t, "every record settled and committed", func() bool { return d.committedOffset(t) == end })
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -248,9 +290,9 @@ func TestDeadLetterArchiveOversize(t *testing.T) {
 	}
 	copies := readTopic(t, brokers, dlq, 2)
 	origs := readTopic(t, brokers, src, 2)
-	for i, d := range copies {
-		checkBoundedCopy(t, d, origs[i], rows[i], DefaultDeadLetterTable, valueBytes)
-		if rows[i].group != group || rows[i].dlqTopic != dlq || !strings.Contains(rows[i].dlqErrText, "MESSAGE_TOO_LARGE") {
+	for i, cp := range copies {
+		checkBoundedCopy(t, cp, origs[i], rows[i], DefaultDeadLetterTable, valueBytes)
+		if rows[i].group != d.group || rows[i].dlqTopic != dlq || !strings.Contains(rows[i].dlqErrText, "MESSAGE_TOO_LARGE") {
 			t.Errorf("archive row %d: group %q dlq topic %q dlq error %q", rows[i].id, rows[i].group, rows[i].dlqTopic, rows[i].dlqErrText)
 		}
 	}
@@ -260,29 +302,38 @@ func TestDeadLetterArchiveOversize(t *testing.T) {
 	if rows[1].reason != ReasonPermanent || !strings.HasSuffix(rows[1].errText, ": poison") {
 		t.Errorf("poison record archived with reason %q error %q", rows[1].reason, rows[1].errText)
 	}
-	if got := len(log.lines(t, "record dead_lettered")); got != 2 {
+	if got := len(d.log.lines(t, "record dead_lettered")); got != 2 {
 		t.Errorf("%d dead-lettered log lines, want 2", got)
 	}
-	if got := log.lines(t, "without a dead-letter copy"); len(got) != 0 {
+	if got := d.log.lines(t, "without a dead-letter copy"); len(got) != 0 {
 		t.Errorf("Error lines although both copies were produced: %v", got)
 	}
+}
+
+// refusedCopy produces one record to a fresh source topic and returns the brokers, the
+// producer, the record as consumed, and a dead-letter topic (named apart from the source)
+// whose 100-byte limit refuses any copy of it.
+func refusedCopy(t *testing.T) (brokers []string, producer *kgo.Client, orig *kgo.Record, dlq string) {
+	t.Helper()
+	brokers = testenv.Kafka(t)
+	src := testenv.Topic(t, brokers, 1)
+	dlq = testenv.Name(t, "dlq")
+	createTopic(t, brokers, dlq, map[string]*string{"max.message.bytes": kadm.StringPtr("100")})
+	producer = newProducer(t, brokers)
+	produce(t, producer, eventRecord(t, src, "test.step", "k", seqPayload{Seq: 1}))
+	return brokers, producer, readTopic(t, brokers, src, 1)[0], dlq
 }
 
 // When even the bounded copy is refused, the archived record is settled anyway, with an
 // Error line; a record handed over again finds its archive row instead of adding one.
 func TestDeadLetterBoundedCopyRefused(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	src := testenv.Topic(t, brokers, 1)
-	dlq := testenv.Name(t, "dlq")
-	createTopic(t, brokers, dlq, map[string]*string{"max.message.bytes": kadm.StringPtr("100")})
+	brokers, producer, orig, dlq := refusedCopy(t)
+	src := orig.Topic
 	pool := newDB(t)
 	if _, err := pool.Exec(context.Background(), `CREATE SCHEMA custom`); err != nil {
 		t.Fatal(err)
 	}
 	archive := newArchive(t, pool, "custom.Dead Letters")
-	producer := newProducer(t, brokers)
-	produce(t, producer, eventRecord(t, src, "test.step", "k", seqPayload{Seq: 1}))
-	orig := readTopic(t, brokers, src, 1)[0]
 
 	var log syncLog
 	mw := DeadLetter(producer, DeadLetterArchiveTo(archive),
@@ -351,44 +402,17 @@ func TestConsumerMissingDeadLetterTopic(t *testing.T) {
 // poison record is archived and settled with an Error line, and the records behind it
 // are handled.
 func TestDeadLetterTopicDeletedAtRunTime(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	src := testenv.Topic(t, brokers, 1)
-	dlq := src + DeadLetterSuffix
-	createTopic(t, brokers, dlq, nil)
-	pool := newDB(t)
-	archive := newArchive(t, pool, "")
-	producer := newProducer(t, brokers)
-
-	var log syncLog
-	h, err := Standard(StandardConfig{
-		DB: pool, DeadLetter: producer, DeadLetterArchive: archive,
-		Handler: func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
-			if ev.Subject == "poison" {
-				return Permanent(errors.New("poison"))
-			}
-			return applySeq(ctx, tx, ev)
-		},
-		Logger: slog.New(slog.NewJSONHandler(&log, nil)),
-		Retry:  RetryConfig{BaseDelay: time.Millisecond, MaxDelay: 10 * time.Millisecond},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	group := testenv.Name(t, "g")
-	c, err := New(brokers, group, []string{src}, h, fastGroup(), WithDeadLetterTopics(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	start(t, c)
+	d := newDeadLetterRun(t, nil)
+	brokers, dlq, pool := d.brokers, d.dlq, d.pool
+	start(t, d.consumer(t, 0))
 	// A first poison record reaches the dead-letter topic, so the producer knows it.
-	produce(t, producer, eventRecord(t, src, "test.step", "poison", seqPayload{Seq: 1}),
-		eventRecord(t, src, "test.step", "k", seqPayload{Seq: 1}))
-	waitFor(t, "the first records settled", func() bool { return committed(t, brokers, group, src)[0] == 2 })
+	d.producePoisonThenGood(t, 1)
+	waitFor(t, "the first records settled", func() bool { return d.committedOffset(t) == 2 })
 	if n := endOffsets(t, brokers, dlq)[0]; n != 1 {
 		t.Fatalf("dead-letter topic holds %d records, want 1", n)
 	}
 
-	adm := kadm.NewClient(producer)
+	adm := kadm.NewClient(d.producer)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	resp, err := adm.DeleteTopic(ctx, dlq)
@@ -401,10 +425,9 @@ func TestDeadLetterTopicDeletedAtRunTime(t *testing.T) {
 	// Two more poison records, each followed by a good one.
 	for i, seq := range []int{2, 3} {
 		began := time.Now()
-		produce(t, producer, eventRecord(t, src, "test.step", "poison", seqPayload{Seq: seq}),
-			eventRecord(t, src, "test.step", "k", seqPayload{Seq: seq}))
+		d.producePoisonThenGood(t, seq)
 		want := int64(2 + 2*(i+1))
-		waitFor(t, "the partition moving past the poison record", func() bool { return committed(t, brokers, group, src)[0] == want })
+		waitFor(t, "the partition moving past the poison record", func() bool { return d.committedOffset(t) == want })
 		t.Logf("poison record %d settled through the archive %v after it was produced", i+1, time.Since(began).Round(time.Millisecond))
 	}
 
@@ -420,7 +443,7 @@ func TestDeadLetterTopicDeletedAtRunTime(t *testing.T) {
 	if n := count(t, pool, `SELECT seq FROM entities WHERE key = 'k'`); n != 3 {
 		t.Errorf("key k at seq %d, want 3", n)
 	}
-	lines := log.lines(t, "dead-letter topic missing")
+	lines := d.log.lines(t, "dead-letter topic missing")
 	if len(lines) != 2 || lines[0]["level"] != "ERROR" || lines[0]["dlq_topic"] != dlq || lines[0]["offset"] != float64(2) {
 		t.Errorf("Error lines %v", lines)
 	}
@@ -429,13 +452,7 @@ func TestDeadLetterTopicDeletedAtRunTime(t *testing.T) {
 // An archive that cannot be reached leaves the record unsettled: the error matches
 // ErrDeadLetter and carries the database's error, so the runtime hands it over again.
 func TestDeadLetterArchiveUnreachable(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	src := testenv.Topic(t, brokers, 1)
-	dlq := testenv.Name(t, "dlq")
-	createTopic(t, brokers, dlq, map[string]*string{"max.message.bytes": kadm.StringPtr("100")})
-	producer := newProducer(t, brokers)
-	produce(t, producer, eventRecord(t, src, "test.step", "k", seqPayload{Seq: 1}))
-	orig := readTopic(t, brokers, src, 1)[0]
+	_, producer, orig, dlq := refusedCopy(t)
 
 	// A port nothing listens on.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -133,6 +133,81 @@ func describeGroup(c *kfake.Cluster, group string) string {
 	return b.String()
 }
 
+// groupTest is a broker with one seeded topic that the members of one group consume,
+// and the keys they have seen.
+type groupTest struct {
+	t                  *testing.T
+	b                  *broker
+	addr, topic, group string
+	partitions         int
+	deadline           time.Duration // of every wait
+	seen               *keySet
+}
+
+// newGroupTest starts a broker (closed when the test ends) with topic seeded on
+// partitions.
+func newGroupTest(t *testing.T, topic, group string, partitions int, deadline time.Duration) *groupTest {
+	t.Helper()
+	b, err := startBroker(config{partitions: partitions, autoCreate: true, logLevel: kfake.LogLevelNone},
+		slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.close)
+	if _, err := seedTopics(b.addr(), partitions, []string{topic}); err != nil {
+		t.Fatal(err)
+	}
+	return &groupTest{t: t, b: b, addr: b.addr(), topic: topic, group: group, partitions: partitions,
+		deadline: deadline, seen: &keySet{keys: map[string]bool{}}}
+}
+
+// member starts a member of the group (see groupMember); it joins without polling.
+func (g *groupTest) member(clientID string, bal kgo.GroupBalancer, extra ...kgo.Opt) *kgo.Client {
+	g.t.Helper()
+	return groupMember(g.t, g.addr, g.group, g.topic, clientID, bal, extra...)
+}
+
+// consume polls cl in the background, adding every record's key to the seen keys, until
+// the test ends; then it closes cl.
+func (g *groupTest) consume(cl *kgo.Client) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			fs := cl.PollFetches(ctx)
+			if fs.IsClientClosed() || ctx.Err() != nil {
+				return
+			}
+			fs.EachRecord(func(r *kgo.Record) { g.seen.add(string(r.Key)) })
+		}
+	})
+	g.t.Cleanup(func() { cancel(); wg.Wait(); cl.Close() })
+}
+
+// waitFor polls cond until it holds and returns how long that took; past the deadline it
+// fails the test with what and describe's account of the group.
+func (g *groupTest) waitFor(what string, cond func() bool, describe func() string) time.Duration {
+	g.t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > g.deadline {
+			g.t.Fatalf("%s: not within %s; %s", what, g.deadline, describe())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// produceConsumed produces n records keyed "<batch>-<i>" over every partition and waits
+// until the members have consumed them all; it returns how long that took.
+func (g *groupTest) produceConsumed(batch string, n int, describe func() string) time.Duration {
+	g.t.Helper()
+	keys := produceBatch(g.t, g.addr, g.topic, batch, g.partitions, n)
+	return g.waitFor("records "+batch+" consumed", func() bool { return g.seen.missing(keys) == 0 }, func() string {
+		return fmt.Sprintf("%d of %d records not consumed; %s", g.seen.missing(keys), len(keys), describe())
+	})
+}
+
 // TestGroupSurvivesMembersKilledInRebalance reproduces the consumer-group wedge seen with
 // kill -9 and restarts of service instances: a member that joins and dies (sockets
 // closed, no LeaveGroup) while its JoinGroup waits in the rebalance barrier often gets no
@@ -177,16 +252,8 @@ func killInRebalance(t *testing.T, bal kgo.GroupBalancer, kills int, static bool
 		// one without a timer can fail the test.
 		victimSession = 6 * time.Second
 	)
-	b, err := startBroker(config{partitions: partitions, autoCreate: true, logLevel: kfake.LogLevelNone},
-		slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.close)
-	addr := b.addr()
-	if _, err := seedTopics(addr, partitions, []string{topic}); err != nil {
-		t.Fatal(err)
-	}
+	g := newGroupTest(t, topic, group, partitions, deadline)
+	describe := func() string { return "group " + describeGroup(g.b.c, group) }
 
 	// Kill a victim when its JoinGroup with a member id reaches the broker: the request
 	// is then handled on a dead connection and parks in the join barrier.
@@ -195,7 +262,7 @@ func killInRebalance(t *testing.T, bal kgo.GroupBalancer, kills int, static bool
 		armed  = map[string]*cuttable{}
 		killed = make(chan string, kills)
 	)
-	b.c.ControlKey(int16(kmsg.JoinGroup), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+	g.b.c.ControlKey(int16(kmsg.JoinGroup), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		req := kreq.(*kmsg.JoinGroupRequest)
 		mu.Lock()
 		defer mu.Unlock()
@@ -213,38 +280,8 @@ func killInRebalance(t *testing.T, bal kgo.GroupBalancer, kills int, static bool
 		return nil, nil, false // observed only: kfake handles the join
 	})
 
-	seen := &keySet{keys: map[string]bool{}}
-	live := groupMember(t, addr, group, topic, "live", bal)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			fs := live.PollFetches(ctx)
-			if fs.IsClientClosed() || ctx.Err() != nil {
-				return
-			}
-			fs.EachRecord(func(r *kgo.Record) { seen.add(string(r.Key)) })
-		}
-	})
-	t.Cleanup(func() {
-		cancel()
-		wg.Wait()
-		live.Close()
-	})
-
-	waitConsumed := func(what string, keys []string, within time.Duration) time.Duration {
-		t.Helper()
-		start := time.Now()
-		for seen.missing(keys) > 0 {
-			if time.Since(start) > within {
-				t.Fatalf("%s: %d of %d records not consumed within %s; group %s",
-					what, seen.missing(keys), len(keys), within, describeGroup(b.c, group))
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		return time.Since(start)
-	}
-	waitConsumed("before the kills", produceBatch(t, addr, topic, "before", partitions, perBatch), deadline)
+	g.consume(g.member("live", bal))
+	g.produceConsumed("before", perBatch, describe)
 
 	for i := range kills {
 		id := fmt.Sprintf("victim%d", i)
@@ -256,19 +293,19 @@ func killInRebalance(t *testing.T, bal kgo.GroupBalancer, kills int, static bool
 		if static {
 			opts = append(opts, kgo.InstanceID(id))
 		}
-		v := groupMember(t, addr, group, topic, id, bal, opts...)
+		v := g.member(id, bal, opts...)
 		t.Cleanup(v.Close) // its dialer refuses: the LeaveGroup of Close never reaches the broker
 		select {
 		case <-killed:
 		case <-time.After(deadline):
-			t.Fatalf("%s never sent a JoinGroup with its member id; group %s", id, describeGroup(b.c, group))
+			t.Fatalf("%s never sent a JoinGroup with its member id; %s", id, describe())
 		}
 		time.Sleep(time.Second) // the next instance restarts a moment later
 	}
 
-	took := waitConsumed("after the kills", produceBatch(t, addr, topic, "after", partitions, perBatch), deadline)
-	t.Logf("%d member(s) killed in the join barrier; records on every partition consumed %s after the last kill + 1s; group %s",
-		kills, took.Round(10*time.Millisecond), describeGroup(b.c, group))
+	took := g.produceConsumed("after", perBatch, describe)
+	t.Logf("%d member(s) killed in the join barrier; records on every partition consumed %s after the last kill + 1s; %s",
+		kills, took.Round(10*time.Millisecond), describe())
 }
 
 // assignment returns the partitions each member of group holds, by instance id (or
@@ -309,54 +346,24 @@ func TestStaticMemberRestartKeepsPartitions(t *testing.T) {
 		session    = 10 * time.Second
 		deadline   = 30 * time.Second
 	)
-	b, err := startBroker(config{partitions: partitions, autoCreate: true, logLevel: kfake.LogLevelNone},
-		slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.close)
-	addr := b.addr()
-	if _, err := seedTopics(addr, partitions, []string{topic}); err != nil {
-		t.Fatal(err)
-	}
+	g := newGroupTest(t, topic, group, partitions, deadline)
 	bal := kgo.CooperativeStickyBalancer()
-	seen := &keySet{keys: map[string]bool{}}
-	consume := func(cl *kgo.Client) {
-		ctx, cancel := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			for {
-				fs := cl.PollFetches(ctx)
-				if fs.IsClientClosed() || ctx.Err() != nil {
-					return
-				}
-				fs.EachRecord(func(r *kgo.Record) { seen.add(string(r.Key)) })
-			}
-		})
-		t.Cleanup(func() { cancel(); wg.Wait(); cl.Close() })
-	}
 	static := func(instance string, extra ...kgo.Opt) *kgo.Client {
-		return groupMember(t, addr, group, topic, instance, bal,
-			append([]kgo.Opt{kgo.InstanceID(instance), kgo.SessionTimeout(session)}, extra...)...)
+		return g.member(instance, bal, append([]kgo.Opt{kgo.InstanceID(instance), kgo.SessionTimeout(session)}, extra...)...)
 	}
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for start := time.Now(); !cond(); time.Sleep(50 * time.Millisecond) {
-			if time.Since(start) > deadline {
-				as, gen, state := assignment(b.c, group)
-				t.Fatalf("%s not within %s; group %s generation %d: %v", what, deadline, state, gen, as)
-			}
-		}
+	describe := func() string {
+		as, gen, state := assignment(g.b.c, group)
+		return fmt.Sprintf("group %s generation %d: %v", state, gen, as)
 	}
 
 	// svc-b first: it rejoins when svc-a arrives, so its last JoinGroup names the
 	// partitions it owned, unlike the restarted client's.
 	d := &cuttable{}
-	consume(static("svc-b", kgo.Dialer(d.dial)))
-	waitFor("svc-b alone holding every partition", func() bool {
-		as, _, _ := assignment(b.c, group)
+	g.consume(static("svc-b", kgo.Dialer(d.dial)))
+	g.waitFor("svc-b alone holding every partition", func() bool {
+		as, _, _ := assignment(g.b.c, group)
 		return len(as["svc-b"]) == partitions
-	})
+	}, describe)
 	var disturbed atomic.Int32 // svc-a partitions revoked or lost
 	onLoss := func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 		if len(m) > 0 {
@@ -364,24 +371,22 @@ func TestStaticMemberRestartKeepsPartitions(t *testing.T) {
 			disturbed.Add(1)
 		}
 	}
-	consume(static("svc-a", kgo.OnPartitionsRevoked(onLoss), kgo.OnPartitionsLost(onLoss)))
+	g.consume(static("svc-a", kgo.OnPartitionsRevoked(onLoss), kgo.OnPartitionsLost(onLoss)))
 	var before map[string][]int32
 	var gen int32
-	waitFor("both members holding partitions", func() bool {
-		as, g, state := assignment(b.c, group)
-		before, gen = as, g
+	g.waitFor("both members holding partitions", func() bool {
+		as, n, state := assignment(g.b.c, group)
+		before, gen = as, n
 		return state == "Stable" && len(as["svc-a"]) > 0 && len(as["svc-b"]) > 0 && len(as["svc-a"])+len(as["svc-b"]) == partitions
-	})
-	keys := produceBatch(t, addr, topic, "before", partitions, perBatch)
-	waitFor("records consumed before the kill", func() bool { return seen.missing(keys) == 0 })
+	}, describe)
+	g.produceConsumed("before", perBatch, describe)
 
 	d.cut()
 	killed := time.Now()
 	time.Sleep(time.Second) // the instance restarts a moment later
-	consume(static("svc-b"))
-	keys = produceBatch(t, addr, topic, "after", partitions, perBatch)
-	waitFor("records on every partition consumed after the restart", func() bool { return seen.missing(keys) == 0 })
-	after, genAfter, state := assignment(b.c, group)
+	g.consume(static("svc-b"))
+	g.produceConsumed("after", perBatch, describe)
+	after, genAfter, state := assignment(g.b.c, group)
 	t.Logf("static member killed and restarted 1s later: every partition consumed %s after the kill; group %s generation %d→%d, before %v, after %v",
 		time.Since(killed).Round(10*time.Millisecond), state, gen, genAfter, before, after)
 	if fmt.Sprint(after) != fmt.Sprint(before) {
