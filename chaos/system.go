@@ -107,6 +107,8 @@ type System struct {
 
 	mu     sync.Mutex
 	closed bool
+
+	logMu sync.Mutex // serializes logf: faults run on several goroutines and Log need not be safe
 }
 
 // Build builds the binaries the suite runs (devkafka, sagactl and the three services)
@@ -264,6 +266,8 @@ func databaseURL(base, db string) (string, error) {
 func (s *System) logPath(name string) string { return filepath.Join(s.dir, "logs", name+".log") }
 
 func (s *System) logf(format string, args ...any) {
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
 	fmt.Fprintf(s.opts.Log, "chaos: "+format+"\n", args...)
 }
 
