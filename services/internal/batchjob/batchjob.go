@@ -89,6 +89,27 @@ type Claimed struct {
 	Committed func(ctx context.Context) int
 }
 
+// Sort reads the rows of a claim query that selects (order id, whether the order needs a
+// correction) into Claimed: Rows counts them, Todo holds those that need a correction,
+// Fine the others.
+func Sort(rows pgx.Rows) (Claimed, error) {
+	var (
+		c    Claimed
+		id   string
+		need bool
+	)
+	_, err := pgx.ForEachRow(rows, []any{&id, &need}, func() error {
+		c.Rows++
+		if need {
+			c.Todo = append(c.Todo, id)
+		} else {
+			c.Fine = append(c.Fine, id)
+		}
+		return nil
+	})
+	return c, err
+}
+
 // Reconciliation is a job that checks the rows of a table once each and corrects the
 // orders that need it. The table has one row per order, keyed by order_id, and a boolean
 // column checked; a row stays unchecked until the order needs nothing or is corrected.

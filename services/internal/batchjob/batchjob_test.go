@@ -117,26 +117,12 @@ func newFixture(t *testing.T, rows map[string]bool) *fixture {
 	f := &fixture{pool: pool}
 	f.job = batchjob.Reconciliation{DB: pool, Outbox: ob, Table: "jobs", Size: 3, Name: "test: reconcile",
 		Claim: func(ctx context.Context, tx pgx.Tx, limit int) (batchjob.Claimed, error) {
-			var c batchjob.Claimed
 			rows, err := tx.Query(ctx, `SELECT order_id, need FROM jobs WHERE NOT checked
 				ORDER BY order_id LIMIT $1 FOR UPDATE SKIP LOCKED`, limit)
 			if err != nil {
-				return c, err
+				return batchjob.Claimed{}, err
 			}
-			var (
-				id   string
-				need bool
-			)
-			_, err = pgx.ForEachRow(rows, []any{&id, &need}, func() error {
-				c.Rows++
-				if need {
-					c.Todo = append(c.Todo, id)
-				} else {
-					c.Fine = append(c.Fine, id)
-				}
-				return nil
-			})
-			return c, err
+			return batchjob.Sort(rows)
 		},
 		Correct: func(ctx context.Context, tx pgx.Tx, order string) (bool, error) {
 			_, err := tx.Exec(ctx, `UPDATE jobs SET fixed = fixed + 1 WHERE order_id = $1`, order)

@@ -54,27 +54,13 @@ func (r *Reconciler) ReconcileOnce(ctx context.Context) (int, error) {
 // the order handlers' lock order), so a correction never holds the locks of several
 // orders.
 func (r *Reconciler) claim(ctx context.Context, tx pgx.Tx, limit int) (batchjob.Claimed, error) {
-	var c batchjob.Claimed
 	rows, err := tx.Query(ctx, `SELECT x.order_id, x.outcome <> 'CONFIRMED' AND coalesce(p.status = 'authorized', false)
 		FROM payment_order_outcomes x LEFT JOIN payment_orders p ON p.order_id = x.order_id
 		WHERE NOT x.checked ORDER BY x.at LIMIT $1 FOR UPDATE OF x SKIP LOCKED`, limit)
 	if err != nil {
-		return c, err
+		return batchjob.Claimed{}, err
 	}
-	var (
-		id   string
-		need bool
-	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &need}, func() error {
-		c.Rows++
-		if need {
-			c.Todo = append(c.Todo, id)
-		} else {
-			c.Fine = append(c.Fine, id)
-		}
-		return nil
-	})
-	return c, err
+	return batchjob.Sort(rows)
 }
 
 // correct refunds the charge of one order whose outcome needs none, if it is still
