@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -22,7 +21,6 @@ const (
 	EnvKafkaPartitions = "KAFKA_PARTITIONS"
 	EnvHTTPAddr        = "HTTP_ADDR"
 	EnvLogLevel        = "LOG_LEVEL"
-	EnvJaegerUIURL     = "JAEGER_UI_URL"
 	EnvShutdownTimeout = "SHUTDOWN_TIMEOUT"
 	EnvConsumerBatch   = "CONSUMER_BATCH"
 	EnvPprof           = "PPROF"
@@ -36,7 +34,7 @@ const (
 // deployment manifests and their tests.
 func EnvVars() []string {
 	return append([]string{EnvDatabaseURL, EnvDatabaseConns, EnvRedisAddr, EnvRedisURL, EnvRedisTLSCAFile, EnvKafkaBrokers, EnvKafkaPartitions,
-		EnvHTTPAddr, EnvAdminAddr, EnvLogLevel, EnvJaegerUIURL, EnvShutdownTimeout, EnvConsumerBatch, EnvPprof,
+		EnvHTTPAddr, EnvAdminAddr, EnvLogLevel, EnvShutdownTimeout, EnvConsumerBatch, EnvPprof,
 		EnvKafkaInstanceID, EnvKafkaSessionTimeout, EnvKafkaRebalanceTimeout,
 		EnvIdempotencyRetention, EnvDeadLetterRetention}, kafkaSecurityVars()...)
 }
@@ -46,7 +44,6 @@ const (
 	DefaultRedisAddr       = "127.0.0.1:6379"
 	DefaultKafkaBrokers    = "127.0.0.1:9092"
 	DefaultKafkaPartitions = 6
-	DefaultJaegerUIURL     = "http://localhost:16686"
 	DefaultShutdownTimeout = 30 * time.Second
 	DefaultConsumerBatch   = 16
 	// DefaultKafkaSessionTimeout is how long the group coordinator waits for a member's
@@ -116,9 +113,6 @@ type Config struct {
 	AdminAddr string
 	// LogLevel is the minimum level logged (LOG_LEVEL; default info).
 	LogLevel slog.Level
-	// JaegerUIURL is the base URL of the trace UI, for links to a saga's trace
-	// (JAEGER_UI_URL; default DefaultJaegerUIURL).
-	JaegerUIURL string
 	// ShutdownTimeout bounds the whole graceful shutdown (SHUTDOWN_TIMEOUT; default
 	// DefaultShutdownTimeout).
 	ShutdownTimeout time.Duration
@@ -220,7 +214,6 @@ func LoadConfig(env *Env, service, defaultHTTPAddr string) Config {
 		HTTPAddr:        env.String(EnvHTTPAddr, defaultHTTPAddr),
 		AdminAddr:       env.String(EnvAdminAddr, defaultAdminAddr(env.String(EnvHTTPAddr, defaultHTTPAddr))),
 		LogLevel:        env.Level(EnvLogLevel, slog.LevelInfo),
-		JaegerUIURL:     env.String(EnvJaegerUIURL, DefaultJaegerUIURL),
 		ShutdownTimeout: env.Duration(EnvShutdownTimeout, DefaultShutdownTimeout),
 		ConsumerBatch:   env.Int(EnvConsumerBatch, DefaultConsumerBatch),
 		Pprof:           env.Bool(EnvPprof, false),
@@ -290,9 +283,6 @@ func (c Config) problems() []problem {
 	}
 	if _, _, err := net.SplitHostPort(c.AdminAddr); c.AdminAddr != "" && err != nil {
 		ps = append(ps, problem{EnvAdminAddr, "not [host]:port (or none)"})
-	}
-	if u, err := url.Parse(c.JaegerUIURL); c.JaegerUIURL != "" && (err != nil || u.Scheme == "" || u.Host == "") {
-		ps = append(ps, problem{EnvJaegerUIURL, "not an absolute URL"})
 	}
 	if c.ShutdownTimeout <= 0 {
 		ps = append(ps, problem{EnvShutdownTimeout, "must be positive"})

@@ -20,7 +20,6 @@
 //	HTTP_ADDR           the service's routes, /healthz and a /readyz without details
 //	ADMIN_ADDR          /healthz, /readyz with details and /metrics (default loopback, HTTP port+1000)
 //	LOG_LEVEL           debug, info, warn, error (default info)
-//	JAEGER_UI_URL       base URL for trace links (default http://localhost:16686)
 //	SHUTDOWN_TIMEOUT    bound of the graceful shutdown (default 30s)
 //	CONSUMER_BATCH      most waiting records of a partition per transaction (default 16; 1: off)
 //	PPROF               1: serve net/http/pprof under /debug/pprof/ on the admin listener (default off)

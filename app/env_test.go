@@ -115,7 +115,6 @@ func TestLoadConfig(t *testing.T) {
 		{EnvKafkaBrokers, "broker", "is not host:port"},
 		{EnvKafkaPartitions, "0", "at least 1"},
 		{EnvHTTPAddr, "8080", "not [host]:port"},
-		{EnvJaegerUIURL, "localhost:16686", "not an absolute URL"},
 		{EnvShutdownTimeout, "0s", "must be positive"},
 		{EnvConsumerBatch, "-1", "must not be negative"},
 	}

@@ -75,7 +75,7 @@ func StartApp(t testing.TB, in Infra, name string, run func(ctx context.Context,
 	cfg := app.Config{
 		Service: name, DatabaseURL: in.DatabaseURL, RedisAddr: in.RedisAddr, KafkaBrokers: in.Brokers,
 		KafkaPartitions: 3, HTTPAddr: ln.Addr().String(), LogLevel: slog.LevelWarn,
-		JaegerUIURL: app.DefaultJaegerUIURL, ShutdownTimeout: time.Minute,
+		ShutdownTimeout: time.Minute,
 	}
 	opts := []app.Option{
 		app.WithListener(ln), app.WithoutSignals(), app.WithLogOutput(io.Discard),

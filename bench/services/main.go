@@ -304,7 +304,7 @@ func endToEnd(ctx context.Context, c config) (float64, error) {
 	cfg := paymentsvc.Config{
 		App: app.Config{Service: "payment", DatabaseURL: dsn, RedisAddr: redisAddr, KafkaBrokers: brokers,
 			KafkaPartitions: 6, DatabaseMaxConns: 32, HTTPAddr: ln.Addr().String(), LogLevel: slog.LevelError,
-			JaegerUIURL: app.DefaultJaegerUIURL, ShutdownTimeout: time.Minute},
+			ShutdownTimeout: time.Minute},
 		Group:     "payment",
 		Customers: cs,
 		AppOptions: []app.Option{app.WithListener(ln), app.WithoutSignals(), app.WithLogOutput(io.Discard),

@@ -76,7 +76,7 @@ func startSaga(t *testing.T) saga {
 	// A PENDING order counts as stuck after 2s here, so `load -wait-stuck` and `stuck`
 	// see the hung order quickly; the saga deadline stays far away.
 	oenv := common(map[string]string{ordersvc.EnvStuckAfter: "2s", ordersvc.EnvSagaTimeout: "10m",
-		ordersvc.EnvSweepInterval: "200ms", app.EnvJaegerUIURL: "http://localhost:16686"})
+		ordersvc.EnvSweepInterval: "200ms", ordersvc.EnvJaegerUIURL: "http://localhost:16686"})
 	ocfg := ordersvc.LoadConfig(oenv)
 	penv := common(map[string]string{paymentsvc.EnvHangCustomers: "c-hang"})
 	pcfg := paymentsvc.LoadConfig(penv)

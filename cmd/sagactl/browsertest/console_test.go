@@ -62,11 +62,11 @@ func startStack(t *testing.T) stack {
 	}
 	env := func(extra map[string]string) *app.Env {
 		m := map[string]string{
-			app.EnvDatabaseURL:  testenv.PostgresDSN(t),
-			app.EnvRedisAddr:    redisAddr,
-			app.EnvKafkaBrokers: brokers,
-			app.EnvLogLevel:     "warn",
-			app.EnvJaegerUIURL:  "http://localhost:16686",
+			app.EnvDatabaseURL:      testenv.PostgresDSN(t),
+			app.EnvRedisAddr:        redisAddr,
+			app.EnvKafkaBrokers:     brokers,
+			app.EnvLogLevel:         "warn",
+			ordersvc.EnvJaegerUIURL: "http://localhost:16686",
 		}
 		for k, v := range extra {
 			m[k] = v

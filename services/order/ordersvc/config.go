@@ -3,6 +3,7 @@ package ordersvc
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"time"
 
 	"github.com/choreo-saga/choreo/app"
@@ -10,8 +11,11 @@ import (
 
 // Environment variables read by LoadConfig, besides the shared ones of app.LoadConfig
 // (DATABASE_URL, REDIS_ADDR, KAFKA_BROKERS, KAFKA_PARTITIONS, HTTP_ADDR, LOG_LEVEL,
-// JAEGER_UI_URL, SHUTDOWN_TIMEOUT, OTEL_*).
+// SHUTDOWN_TIMEOUT, OTEL_*).
 const (
+	// EnvJaegerUIURL: the base URL of the trace UI, from which the order API builds each
+	// order's jaeger_url (default DefaultJaegerUIURL; empty: no links).
+	EnvJaegerUIURL = "JAEGER_UI_URL"
 	// EnvStuckAfter: how long an order may stay in a non-terminal state before it is
 	// stuck (default DefaultStuckAfter).
 	EnvStuckAfter = "ORDER_STUCK_AFTER"
@@ -55,19 +59,20 @@ const (
 	DefaultAPIConns = 32
 	// MaxCompensationRetries bounds EnvCompensationRetries.
 	MaxCompensationRetries = 20
+	// DefaultJaegerUIURL is the default EnvJaegerUIURL: Jaeger's UI on this host.
+	DefaultJaegerUIURL = "http://localhost:16686"
 )
 
 // EnvVars returns the names of the environment variables the order service reads
 // itself (the shared ones are app's).
 func EnvVars() []string {
-	return []string{EnvStuckAfter, EnvStuckAfterCancelling, EnvSagaTimeout, EnvCompensationTimeout, EnvCompensationRetries,
+	return []string{EnvJaegerUIURL, EnvStuckAfter, EnvStuckAfterCancelling, EnvSagaTimeout, EnvCompensationTimeout, EnvCompensationRetries,
 		EnvSweepInterval, EnvGroup, EnvAPIToken, EnvMaxPending}
 }
 
 // Config is the order service's configuration.
 type Config struct {
-	// App is the shared plumbing configuration. Its JaegerUIURL builds the API's trace
-	// links.
+	// App is the shared plumbing configuration.
 	App app.Config
 	// Settings are the domain settings (deadlines, stuck thresholds, sweep period).
 	Settings Settings
@@ -110,6 +115,7 @@ func LoadConfig(env *app.Env) Config {
 				Cancelling: env.Duration(EnvStuckAfterCancelling, stuck),
 			},
 			SweepInterval: env.Duration(EnvSweepInterval, DefaultSweepInterval),
+			JaegerUIURL:   env.String(EnvJaegerUIURL, DefaultJaegerUIURL),
 		},
 		Group:    env.String(EnvGroup, DefaultGroup),
 		APIToken: env.String(EnvAPIToken, ""),
@@ -122,7 +128,6 @@ func LoadConfig(env *app.Env) Config {
 	c.MaxInFlight = env.Int(app.EnvHTTPMaxInFlight, int(c.App.DatabaseMaxConns))
 	env.Check(app.EnvHTTPMaxInFlight, c.MaxInFlight >= 0, "must be 0 (off) or positive")
 	c.MaxPending = env.Int(EnvMaxPending, DefaultMaxPending)
-	c.Settings.JaegerUIURL = c.App.JaegerUIURL
 	for _, p := range c.problems() {
 		env.Fail(p.key, p.reason)
 	}
@@ -151,6 +156,8 @@ func (c Config) problems() []problem {
 			EnvStuckAfter, s.StuckAfter[Pending]))
 	check(EnvGroup, c.Group != "", "empty consumer group")
 	check(EnvMaxPending, c.MaxPending >= 0, "must be 0 (off) or positive")
+	u, err := url.Parse(s.JaegerUIURL)
+	check(EnvJaegerUIURL, s.JaegerUIURL == "" || (err == nil && u.Scheme != "" && u.Host != ""), "not an absolute URL")
 	return ps
 }
 

@@ -29,11 +29,7 @@ func setup(ctx context.Context, a *app.App, cfg Config) error {
 	if err := a.EnsureTopics(ctx, events.Topics...); err != nil {
 		return fmt.Errorf("ordersvc: %w", err)
 	}
-	settings := cfg.Settings
-	if settings.JaegerUIURL == "" {
-		settings.JaegerUIURL = cfg.App.JaegerUIURL
-	}
-	svc, err := New(a.Pool, settings,
+	svc, err := New(a.Pool, cfg.Settings,
 		WithLogger(a.Logger),
 		WithTracerProvider(a.Telemetry.TracerProvider),
 		WithMeterProvider(a.Telemetry.MeterProvider),

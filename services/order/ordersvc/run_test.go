@@ -64,11 +64,11 @@ func TestLoadConfig(t *testing.T) {
 	bad := app.MapEnv(map[string]string{
 		"ORDER_STUCK_AFTER": "5m", "ORDER_SAGA_TIMEOUT": "1m", "ORDER_COMPENSATION_TIMEOUT": "soon",
 		"ORDER_SWEEP_INTERVAL": "0s", "ORDER_COMPENSATION_RETRIES": "21", "HTTP_MAX_IN_FLIGHT": "-1",
-		"ORDER_MAX_PENDING": "-5",
+		"ORDER_MAX_PENDING": "-5", "JAEGER_UI_URL": "localhost:16686",
 	})
 	ordersvc.LoadConfig(bad)
 	apptest.WantConfigError(t, bad, "ORDER_SAGA_TIMEOUT", "must be longer than ORDER_STUCK_AFTER", "ORDER_COMPENSATION_TIMEOUT", "ORDER_SWEEP_INTERVAL",
-		"ORDER_COMPENSATION_RETRIES", "HTTP_MAX_IN_FLIGHT", "ORDER_MAX_PENDING")
+		"ORDER_COMPENSATION_RETRIES", "HTTP_MAX_IN_FLIGHT", "ORDER_MAX_PENDING", "JAEGER_UI_URL", "not an absolute URL")
 }
 
 // TestRun runs the whole service (app plumbing, consumer, relay, sweeper) against real
