@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -68,6 +69,10 @@ type rateResult struct {
 	LoadAvg             [3]float64              `json:"load_average"`
 	Services            map[string]serviceStats `json:"services"` // and devkafka, redis
 	Profiles            map[string]string       `json:"profiles,omitempty"`
+	// DB is what each service's database wrote from the start of the window to the end
+	// of the drain, per order sent at this rate (background work and an earlier rate's
+	// backlog included: read it at a rate that settles everything).
+	DB map[string]dbAccount `json:"db,omitempty"`
 }
 
 // serviceStats is one service (all its instances) during a rate's window.
@@ -201,6 +206,25 @@ func printResults(w io.Writer, r *results) {
 				parts = []string{"(all idle)"}
 			}
 			fmt.Fprintf(w, "  %-9s %s\n", svc, strings.Join(parts, ", "))
+		}
+	}
+	fmt.Fprintln(w, "\nPostgres per order sent (window + drain; commits, then rows inserted/updated/deleted per table):")
+	for _, rr := range r.Rates {
+		if len(rr.DB) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "%d/s offered:\n", rr.Offered)
+		for _, svc := range serviceNames {
+			a, ok := rr.DB[svc]
+			if !ok {
+				continue
+			}
+			var parts []string
+			for _, t := range slices.Sorted(maps.Keys(a.RowsPerOrder)) {
+				x := a.RowsPerOrder[t]
+				parts = append(parts, fmt.Sprintf("%s %.2f/%.2f/%.2f", t, x[0], x[1], x[2]))
+			}
+			fmt.Fprintf(w, "  %-9s %.2f commits (%.2f rollbacks); %s\n", svc, a.CommitsPerOrder, a.RollbacksPerOrder, strings.Join(parts, ", "))
 		}
 	}
 	for _, rr := range r.Rates {

@@ -82,6 +82,11 @@ func run(ctx context.Context, cfg config) (*results, error) {
 	}
 	defer admin.Close()
 	waits := newWaitSampler(admin, sys.Databases())
+	dbs, err := newDBStats(ctx, benchutil.DefaultPostgresDSN(), sys.Databases())
+	if err != nil {
+		return res, err
+	}
+	defer dbs.close()
 	sctx, stopSampling := context.WithCancel(ctx)
 	defer stopSampling()
 
@@ -109,7 +114,7 @@ func run(ctx context.Context, cfg config) (*results, error) {
 			return res, ctx.Err()
 		}
 		samplerOnce.Do(func() { go waits.run(sctx, 100*time.Millisecond) })
-		r, err := runRate(ctx, cfg, rate, gen, w, waits, pids, sys)
+		r, err := runRate(ctx, cfg, rate, gen, w, waits, dbs, pids, sys)
 		if r != nil {
 			res.Rates = append(res.Rates, *r)
 			logf("%d/s offered: sent %.0f/s, confirmed %.1f/s, p50 %s p99 %s, %d unsettled", rate, r.SentPerSec,
@@ -136,9 +141,11 @@ func run(ctx context.Context, cfg config) (*results, error) {
 
 // runRate offers rate orders/s for cfg.duration, measures the window, then drains.
 func runRate(ctx context.Context, cfg config, rate int, gen *generator, w *watcher, waits *waitSampler,
-	pids map[string][]int, sys *chaos.System) (*rateResult, error) {
+	dbs *dbStats, pids map[string][]int, sys *chaos.System) (*rateResult, error) {
 	r := &rateResult{Offered: rate, Services: map[string]serviceStats{}}
 	waits.reset()
+	db0 := dbs.snapshot(ctx)
+	t0 := time.Now()
 	pw := newProcWatch(pids)
 	gen0, _ := benchutil.SampleCPU()
 	start := time.Now()
@@ -201,6 +208,9 @@ func runRate(ctx context.Context, cfg config, rate int, gen *generator, w *watch
 		time.Sleep(200 * time.Millisecond)
 	}
 	r.DrainSeconds = time.Since(drainStart).Seconds()
+	// Postgres 15 backends report their counters at most once a second.
+	time.Sleep(1500 * time.Millisecond)
+	r.DB = account(db0, dbs.snapshot(ctx), r.Sent, time.Since(t0))
 	var lat []time.Duration
 	for _, o := range b.orders {
 		if o == nil || o.id == "" {
