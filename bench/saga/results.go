@@ -70,7 +70,7 @@ type rateResult struct {
 	Services            map[string]serviceStats `json:"services"` // and devkafka, redis
 	Profiles            map[string]string       `json:"profiles,omitempty"`
 	// DB is what each service's database wrote from the start of the window to the end
-	// of the drain, per order sent at this rate (background work and an earlier rate's
+	// of the drain, per order created (POST answered 201) at this rate (background work and an earlier rate's
 	// backlog included: read it at a rate that settles everything).
 	DB map[string]dbAccount `json:"db,omitempty"`
 }
@@ -208,7 +208,7 @@ func printResults(w io.Writer, r *results) {
 			fmt.Fprintf(w, "  %-9s %s\n", svc, strings.Join(parts, ", "))
 		}
 	}
-	fmt.Fprintln(w, "\nPostgres per order sent (window + drain; commits, then rows inserted/updated/deleted per table):")
+	fmt.Fprintln(w, "\nPostgres per order created (window + drain; commits, then rows inserted/updated/deleted per table):")
 	for _, rr := range r.Rates {
 		if len(rr.DB) == 0 {
 			continue

@@ -210,7 +210,13 @@ func runRate(ctx context.Context, cfg config, rate int, gen *generator, w *watch
 	r.DrainSeconds = time.Since(drainStart).Seconds()
 	// Postgres 15 backends report their counters at most once a second.
 	time.Sleep(1500 * time.Millisecond)
-	r.DB = account(db0, dbs.snapshot(ctx), r.Sent, time.Since(t0))
+	created := 0
+	for _, o := range b.orders {
+		if o != nil && o.id != "" {
+			created++
+		}
+	}
+	r.DB = account(db0, dbs.snapshot(ctx), created, time.Since(t0))
 	var lat []time.Duration
 	for _, o := range b.orders {
 		if o == nil || o.id == "" {
