@@ -171,7 +171,7 @@ func TestQueue(t *testing.T) {
 	if err := pool.SendBatch(ctx, batch).Close(); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := pool.Query(ctx, "SELECT topic, key, payload FROM choreo_outbox ORDER BY id")
+	rows, err := pool.Query(ctx, "SELECT topic, key, convert_from(payload, 'UTF8') FROM choreo_outbox ORDER BY id")
 	if err != nil {
 		t.Fatal(err)
 	}
