@@ -41,7 +41,10 @@ func statementsCluster(ctx context.Context) (*pgcluster.Cluster, error) {
 // statementCount is one statement's calls and rows per order created, in one
 // service's database.
 type statementCount struct {
-	Query         string  `json:"query"`
+	Query string `json:"query"`
+	// Nested: run by Postgres itself inside another statement (a foreign key's
+	// check), not sent by the service.
+	Nested        bool    `json:"nested,omitempty"`
 	CallsPerOrder float64 `json:"calls_per_order"`
 	RowsPerOrder  float64 `json:"rows_per_order"`
 	MeanMs        float64 `json:"mean_exec_ms"`
@@ -57,21 +60,22 @@ func readStatements(ctx context.Context, admin *pgxpool.Pool, databases map[stri
 	out := map[string][]statementCount{}
 	n := float64(max(orders, 1))
 	for svc, db := range databases {
-		rows, err := admin.Query(ctx, `SELECT s.query, sum(s.calls)::bigint, sum(s.rows)::bigint,
+		rows, err := admin.Query(ctx, `SELECT s.query, NOT s.toplevel, sum(s.calls)::bigint, sum(s.rows)::bigint,
 			sum(s.total_exec_time) / greatest(sum(s.calls), 1)
 			FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
-			WHERE d.datname = $1 GROUP BY s.query ORDER BY 2 DESC`, db)
+			WHERE d.datname = $1 GROUP BY s.query, s.toplevel ORDER BY 3 DESC`, db)
 		if err != nil {
 			continue
 		}
 		var (
 			q          string
+			nested     bool
 			calls, rws int64
 			meanMs     float64
 			list       []statementCount
 		)
-		_, err = pgx.ForEachRow(rows, []any{&q, &calls, &rws, &meanMs}, func() error {
-			list = append(list, statementCount{Query: strings.Join(strings.Fields(q), " "),
+		_, err = pgx.ForEachRow(rows, []any{&q, &nested, &calls, &rws, &meanMs}, func() error {
+			list = append(list, statementCount{Query: strings.Join(strings.Fields(q), " "), Nested: nested,
 				CallsPerOrder: float64(calls) / n, RowsPerOrder: float64(rws) / n, MeanMs: meanMs})
 			return nil
 		})
