@@ -111,20 +111,9 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, topic string, evs ...ev
 	if len(evs) == 0 {
 		return nil
 	}
-	keys := make([]string, len(evs))
-	headers := make([]string, len(evs))
-	payloads := make([][]byte, len(evs))
-	for i, ev := range evs {
-		rec, err := event.ToRecord(topic, ev)
-		if err != nil {
-			return fmt.Errorf("outbox: enqueue %s: %w", ev.Type, err)
-		}
-		tracing.Inject(ctx, rec)
-		h, err := encodeHeaders(rec.Headers)
-		if err != nil {
-			return fmt.Errorf("outbox: enqueue %s: %w", ev.Type, err)
-		}
-		keys[i], headers[i], payloads[i] = string(rec.Key), h, rec.Value
+	keys, headers, payloads, err := encodeRows(ctx, topic, evs)
+	if err != nil {
+		return err
 	}
 	if hooks := txhook.For(ctx, tx); hooks != nil {
 		p := hooks.Flusher(flushKey(o.names.table), func() txhook.Flusher { return &pending{table: o.names.table} }).(*pending)
@@ -136,25 +125,71 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, topic string, evs ...ev
 		p.payloads = append(p.payloads, payloads...)
 		return nil
 	}
-	var err error
-	if len(evs) == 1 {
-		_, err = tx.Exec(ctx, "INSERT INTO "+o.names.table+" (topic, key, headers, payload) VALUES ($1, $2, $3::jsonb, $4)",
-			topic, keys[0], headers[0], payloads[0])
-	} else {
-		// One round trip for the whole slice; unnest yields the arrays in order,
-		// so ids follow the order of evs.
-		_, err = tx.Exec(ctx, "INSERT INTO "+o.names.table+" (topic, key, headers, payload) "+
-			"SELECT $1, k, h::jsonb, p FROM unnest($2::text[], $3::text[], $4::bytea[]) WITH ORDINALITY AS u(k, h, p, n) ORDER BY n",
-			topic, keys, headers, payloads)
-	}
-	if err != nil {
+	sql, args := o.insert(topic, keys, headers, payloads)
+	if _, err := tx.Exec(ctx, sql, args...); err != nil {
 		return fmt.Errorf("outbox: enqueue into %s: %w", o.names.table, err)
 	}
 	return nil
 }
 
-// flushKey identifies an outbox table's buffer among a transaction's hooks: every
-// Outbox value of one table shares it, so ids follow the order of the calls.
+// Queue adds the insert of evs for topic to b, in order, with the same rows and
+// validation as [Outbox.Enqueue]: the rows are written when b is sent, with b's other
+// statements and in their transaction. A batch sent outside an explicit transaction
+// (pgxpool.Pool.SendBatch, pgx.Conn.SendBatch) runs in one implicit transaction, so
+// an entity's rows and its events commit together in a single round trip: queue the
+// entity's writes first, then its events. After the batch succeeded, call
+// [Outbox.Wake]. An error from the insert is returned by the batch's Close.
+func (o *Outbox) Queue(ctx context.Context, b *pgx.Batch, topic string, evs ...event.Event) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	keys, headers, payloads, err := encodeRows(ctx, topic, evs)
+	if err != nil {
+		return err
+	}
+	sql, args := o.insert(topic, keys, headers, payloads)
+	table := o.names.table
+	b.Queue(sql, args...).Fn = func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("outbox: enqueue into %s: %w", table, err)
+		}
+		return nil
+	}
+	return nil
+}
+
+// encodeRows validates evs and turns them into the outbox rows' keys, headers (with
+// the trace context of ctx) and payloads.
+func encodeRows(ctx context.Context, topic string, evs []event.Event) (keys, headers []string, payloads [][]byte, err error) {
+	keys = make([]string, len(evs))
+	headers = make([]string, len(evs))
+	payloads = make([][]byte, len(evs))
+	for i, ev := range evs {
+		rec, err := event.ToRecord(topic, ev)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("outbox: enqueue %s: %w", ev.Type, err)
+		}
+		tracing.Inject(ctx, rec)
+		h, err := encodeHeaders(rec.Headers)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("outbox: enqueue %s: %w", ev.Type, err)
+		}
+		keys[i], headers[i], payloads[i] = string(rec.Key), h, rec.Value
+	}
+	return keys, headers, payloads, nil
+}
+
+// insert is the statement that inserts the rows of one topic, in order.
+func (o *Outbox) insert(topic string, keys, headers []string, payloads [][]byte) (string, []any) {
+	if len(keys) == 1 {
+		return "INSERT INTO " + o.names.table + " (topic, key, headers, payload) VALUES ($1, $2, $3::jsonb, $4)",
+			[]any{topic, keys[0], headers[0], payloads[0]}
+	}
+	return "INSERT INTO " + o.names.table + " (topic, key, headers, payload) " +
+			"SELECT $1, k, h::jsonb, p FROM unnest($2::text[], $3::text[], $4::bytea[]) WITH ORDINALITY AS u(k, h, p, n) ORDER BY n",
+		[]any{topic, keys, headers, payloads}
+}
+
 type flushKey string
 
 // pending are the rows enqueued into one table during a transaction run by the

@@ -151,3 +151,64 @@ func TestEnqueue(t *testing.T) {
 		t.Errorf("%d rows after rollback and invalid event, want 2", n)
 	}
 }
+
+// Queue stores the rows with a batch's other statements: in the batch's implicit
+// transaction, so a failing statement of the batch stores none of them.
+func TestQueue(t *testing.T) {
+	pool := db(t)
+	ctx := context.Background()
+	ob := newOutbox(t)
+	if _, err := pool.Exec(ctx, "CREATE TABLE queue_entity (id text PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+
+	a, b := newEvent(t, "e-1", 1), newEvent(t, "e-1", 2)
+	batch := &pgx.Batch{}
+	batch.Queue("INSERT INTO queue_entity (id) VALUES ('e-1')")
+	if err := ob.Queue(ctx, batch, "entities.events", a, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.SendBatch(ctx, batch).Close(); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := pool.Query(ctx, "SELECT topic, key, convert_from(payload, 'UTF8') FROM choreo_outbox ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type stored struct{ Topic, Key, Payload string }
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[stored])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("stored %d rows, want 2", len(got))
+	}
+	for i, want := range []event.Event{a, b} {
+		if got[i].Topic != "entities.events" || got[i].Key != want.Subject || got[i].Payload != string(want.Data) {
+			t.Errorf("row %d: %+v, want key %q payload %s", i, got[i], want.Subject, want.Data)
+		}
+	}
+
+	// The entity's insert fails (duplicate key): its event is not stored either.
+	batch = &pgx.Batch{}
+	batch.Queue("INSERT INTO queue_entity (id) VALUES ('e-1')")
+	if err := ob.Queue(ctx, batch, "entities.events", newEvent(t, "e-1", 3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.SendBatch(ctx, batch).Close(); err == nil {
+		t.Fatal("duplicate entity: the batch succeeded")
+	}
+	// An invalid event fails Queue and queues nothing.
+	bad := newEvent(t, "e-2", 1)
+	bad.Data = []byte("{not json")
+	batch = &pgx.Batch{}
+	if err := ob.Queue(ctx, batch, "entities.events", bad); !errors.Is(err, event.ErrMalformed) {
+		t.Errorf("invalid event: got %v, want event.ErrMalformed", err)
+	}
+	if batch.Len() != 0 {
+		t.Errorf("invalid event: %d statements queued, want 0", batch.Len())
+	}
+	if n := count(t, pool, "choreo_outbox"); n != 2 {
+		t.Errorf("%d rows after the failed batch, want 2", n)
+	}
+}

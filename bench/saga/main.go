@@ -45,6 +45,7 @@ type config struct {
 	jsonPath    string
 	svgPath     string
 	profileDir  string
+	statements  bool
 	profileRate int
 	seed        uint64
 	env         []string
@@ -104,6 +105,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.maxInFlight, "max-in-flight", 4096, "POST requests in flight at most; beyond, the generator falls behind its schedule (reported)")
 	fs.StringVar(&c.jsonPath, "json", "bench/results.json", "write every figure to this `file` (empty: not at all)")
 	fs.StringVar(&c.svgPath, "svg", "docs/benchmarks-saga.svg", "write the plot to this `file` (empty: not at all)")
+	fs.BoolVar(&c.statements, "statements", false, "run on a private Postgres cluster with pg_stat_statements (made and dropped by the run) and report every statement per order created")
 	fs.StringVar(&c.profileDir, "profile-dir", "", "if set, run the services with PPROF=1 and save a 10 s CPU profile of each into this `dir` during -profile-rate")
 	fs.IntVar(&c.profileRate, "profile-rate", 0, "the offered rate during which the profiles are taken (default: the highest)")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the orders' customers, SKUs and amounts")

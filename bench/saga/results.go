@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -51,11 +52,15 @@ type rateResult struct {
 	Shed            int     `json:"shed"` // POSTs answered 503 by admission control (not retried)
 	FirstError      string  `json:"first_error,omitempty"`
 	ConfirmedPerSec float64 `json:"confirmed_per_sec"` // order.confirmed read during the window, any order
-	Confirmed       int     `json:"confirmed"`         // of this rate's orders, after the drain
-	Rejected        int     `json:"rejected"`
-	Cancelled       int     `json:"cancelled"`
-	Unsettled       int     `json:"unsettled"` // of this rate's orders, after the drain
-	DrainSeconds    float64 `json:"drain_seconds"`
+	// ConfirmedPerSecLastHalf counts the second half of the window only, when the
+	// queues of this rate have formed; ConfirmedEachSecond is the window second by second.
+	ConfirmedPerSecLastHalf float64 `json:"confirmed_per_sec_last_half"`
+	ConfirmedEachSecond     []int   `json:"confirmed_each_second"`
+	Confirmed               int     `json:"confirmed"` // of this rate's orders, after the drain
+	Rejected                int     `json:"rejected"`
+	Cancelled               int     `json:"cancelled"`
+	Unsettled               int     `json:"unsettled"` // of this rate's orders, after the drain
+	DrainSeconds            float64 `json:"drain_seconds"`
 	// P50ms … P99ms: from the POST's due time to its terminal event read from Kafka,
 	// over the LatencyN orders that settled within the drain (a lower bound when some
 	// did not; all zero when none did).
@@ -68,6 +73,14 @@ type rateResult struct {
 	LoadAvg             [3]float64              `json:"load_average"`
 	Services            map[string]serviceStats `json:"services"` // and devkafka, redis
 	Profiles            map[string]string       `json:"profiles,omitempty"`
+	// DB is what each service's database wrote from the start of the window to the end
+	// of the drain, per order created (POST answered 201) at this rate (background work and an earlier rate's
+	// backlog included: read it at a rate that settles everything).
+	DB map[string]dbAccount `json:"db,omitempty"`
+	// Statements (-statements): every statement each service's database ran during the
+	// rate (window and drain), per order created.
+	Statements map[string][]statementCount `json:"statements,omitempty"`
+	created    int                         // orders created (201) at this rate
 }
 
 // serviceStats is one service (all its instances) during a rate's window.
@@ -201,6 +214,59 @@ func printResults(w io.Writer, r *results) {
 				parts = []string{"(all idle)"}
 			}
 			fmt.Fprintf(w, "  %-9s %s\n", svc, strings.Join(parts, ", "))
+		}
+	}
+	fmt.Fprintln(w, "\nconfirmed per second of each window (second half's mean):")
+	for _, rr := range r.Rates {
+		fmt.Fprintf(w, "%d/s offered: %v (%.1f/s)\n", rr.Offered, rr.ConfirmedEachSecond, rr.ConfirmedPerSecLastHalf)
+	}
+	fmt.Fprintln(w, "\nPostgres per order created (window + drain; commits, then rows inserted/updated/deleted per table):")
+	for _, rr := range r.Rates {
+		if len(rr.DB) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "%d/s offered:\n", rr.Offered)
+		for _, svc := range serviceNames {
+			a, ok := rr.DB[svc]
+			if !ok {
+				continue
+			}
+			var parts []string
+			for _, t := range slices.Sorted(maps.Keys(a.RowsPerOrder)) {
+				x := a.RowsPerOrder[t]
+				parts = append(parts, fmt.Sprintf("%s %.2f/%.2f/%.2f", t, x[0], x[1], x[2]))
+			}
+			fmt.Fprintf(w, "  %-9s %.2f commits (%.2f rollbacks); %s\n", svc, a.CommitsPerOrder, a.RollbacksPerOrder, strings.Join(parts, ", "))
+		}
+	}
+	for _, rr := range r.Rates {
+		if len(rr.Statements) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\nstatements per order created at %d/s offered (pg_stat_statements; calls, rows, mean ms):\n", rr.Offered)
+		for _, svc := range serviceNames {
+			total, nested := 0.0, 0.0
+			for _, st := range rr.Statements[svc] {
+				if st.Nested {
+					nested += st.CallsPerOrder
+				} else {
+					total += st.CallsPerOrder
+				}
+			}
+			fmt.Fprintf(w, "  %s: %.2f statements sent per order (+ %.2f run inside them: foreign-key checks)\n", svc, total, nested)
+			for _, st := range rr.Statements[svc] {
+				if st.CallsPerOrder < 0.05 {
+					continue
+				}
+				q := st.Query
+				if len(q) > 150 {
+					q = q[:150] + "…"
+				}
+				if st.Nested {
+					q = "(inside) " + q
+				}
+				fmt.Fprintf(w, "    %6.2f %6.2f %6.3f  %s\n", st.CallsPerOrder, st.RowsPerOrder, st.MeanMs, q)
+			}
 		}
 	}
 	for _, rr := range r.Rates {

@@ -32,6 +32,16 @@ func run(ctx context.Context, cfg config) (*results, error) {
 	res.LoadAvgBefore, _ = loadAverage()
 
 	logf := func(format string, args ...any) { fmt.Fprintf(cfg.log, "saga: "+format+"\n", args...) }
+	pgURL := benchutil.DefaultPostgresDSN()
+	if cfg.statements {
+		c, err := statementsCluster(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer c.Drop()
+		pgURL = c.URL()
+		logf("private Postgres cluster %s with pg_stat_statements at %s", c.Name, c.Addr())
+	}
 	env := []string{
 		// As scripts/demo.sh runs them (every other setting at the services' defaults).
 		"ORDER_STUCK_AFTER=10s",
@@ -45,7 +55,7 @@ func run(ctx context.Context, cfg config) (*results, error) {
 	sys, err := chaos.Start(ctx, chaos.Options{
 		Instances:   cfg.instances,
 		Partitions:  cfg.partitions,
-		PostgresURL: benchutil.DefaultPostgresDSN(),
+		PostgresURL: pgURL,
 		// DATABASE_MAX_CONNS at the services' default (4 × partitions + 4), as make demo.
 		MaxConns: 4*cfg.partitions + 4,
 		Env:      env,
@@ -76,12 +86,17 @@ func run(ctx context.Context, cfg config) (*results, error) {
 		}
 	}
 
-	admin, err := pgxpool.New(ctx, benchutil.DefaultPostgresDSN())
+	admin, err := pgxpool.New(ctx, pgURL)
 	if err != nil {
 		return res, fmt.Errorf("saga: postgres: %w", err)
 	}
 	defer admin.Close()
 	waits := newWaitSampler(admin, sys.Databases())
+	dbs, err := newDBStats(ctx, pgURL, sys.Databases())
+	if err != nil {
+		return res, err
+	}
+	defer dbs.close()
 	sctx, stopSampling := context.WithCancel(ctx)
 	defer stopSampling()
 
@@ -109,7 +124,13 @@ func run(ctx context.Context, cfg config) (*results, error) {
 			return res, ctx.Err()
 		}
 		samplerOnce.Do(func() { go waits.run(sctx, 100*time.Millisecond) })
-		r, err := runRate(ctx, cfg, rate, gen, w, waits, pids, sys)
+		if cfg.statements {
+			resetStatements(ctx, admin)
+		}
+		r, err := runRate(ctx, cfg, rate, gen, w, waits, dbs, pids, sys)
+		if r != nil && cfg.statements {
+			r.Statements = readStatements(ctx, admin, sys.Databases(), r.created)
+		}
 		if r != nil {
 			res.Rates = append(res.Rates, *r)
 			logf("%d/s offered: sent %.0f/s, confirmed %.1f/s, p50 %s p99 %s, %d unsettled", rate, r.SentPerSec,
@@ -136,9 +157,11 @@ func run(ctx context.Context, cfg config) (*results, error) {
 
 // runRate offers rate orders/s for cfg.duration, measures the window, then drains.
 func runRate(ctx context.Context, cfg config, rate int, gen *generator, w *watcher, waits *waitSampler,
-	pids map[string][]int, sys *chaos.System) (*rateResult, error) {
+	dbs *dbStats, pids map[string][]int, sys *chaos.System) (*rateResult, error) {
 	r := &rateResult{Offered: rate, Services: map[string]serviceStats{}}
 	waits.reset()
+	db0 := dbs.snapshot(ctx)
+	t0 := time.Now()
 	pw := newProcWatch(pids)
 	gen0, _ := benchutil.SampleCPU()
 	start := time.Now()
@@ -180,6 +203,15 @@ func runRate(ctx context.Context, cfg config, rate int, gen *generator, w *watch
 	r.Late, r.MaxLagMs, r.PostErrors, r.FirstError = b.late, b.maxLag.Seconds()*1000, b.errors, b.firstErr
 	r.Shed = b.shed
 	r.ConfirmedPerSec = float64(w.confirmedBetween(start, end)) / secs
+	for t := start; t.Before(end); t = t.Add(time.Second) {
+		next := t.Add(time.Second)
+		if next.After(end) {
+			next = end
+		}
+		r.ConfirmedEachSecond = append(r.ConfirmedEachSecond, w.confirmedBetween(t, next))
+	}
+	half := start.Add(cfg.duration / 2)
+	r.ConfirmedPerSecLastHalf = float64(w.confirmedBetween(half, end)) / end.Sub(half).Seconds()
 	r.GeneratorCPUPercent = pct(genCPU.Process, secs)
 	r.MachineCPUPercent = pct(genCPU.Machine, secs) / float64(runtime.NumCPU())
 	for g, c := range winCPU {
@@ -201,6 +233,16 @@ func runRate(ctx context.Context, cfg config, rate int, gen *generator, w *watch
 		time.Sleep(200 * time.Millisecond)
 	}
 	r.DrainSeconds = time.Since(drainStart).Seconds()
+	// Postgres 15 backends report their counters at most once a second.
+	time.Sleep(1500 * time.Millisecond)
+	created := 0
+	for _, o := range b.orders {
+		if o != nil && o.id != "" {
+			created++
+		}
+	}
+	r.DB = account(db0, dbs.snapshot(ctx), created, time.Since(t0))
+	r.created = created
 	var lat []time.Duration
 	for _, o := range b.orders {
 		if o == nil || o.id == "" {

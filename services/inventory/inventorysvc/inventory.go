@@ -186,6 +186,14 @@ func (h *Handlers) OrderOutcome(ctx context.Context, tx pgx.Tx, ev event.Event) 
 	return recordOutcome(ctx, tx, p.OrderID, ev)
 }
 
+// recordOutcomeSQL keeps an order's first announced outcome: $1 order, $2 outcome,
+// $3 event id, $4 correlation id, $5 checked.
+const recordOutcomeSQL = `INSERT INTO inventory_orders (order_id, outcome, outcome_event_id, outcome_correlation_id, checked)
+		VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (order_id) DO UPDATE SET outcome = $2, outcome_event_id = $3, outcome_correlation_id = $4,
+			checked = $5, updated_at = now()
+		WHERE inventory_orders.outcome IS NULL`
+
 func recordOutcome(ctx context.Context, tx pgx.Tx, id string, ev event.Event) error {
 	outcome := "CANCELLED"
 	switch ev.Type {
@@ -194,11 +202,7 @@ func recordOutcome(ctx context.Context, tx pgx.Tx, id string, ev event.Event) er
 	case events.OrderRejected:
 		outcome = "REJECTED"
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO inventory_orders (order_id, outcome, outcome_event_id, outcome_correlation_id, checked)
-		VALUES ($1, $2, $3, $4, $5)
-		ON CONFLICT (order_id) DO UPDATE SET outcome = $2, outcome_event_id = $3, outcome_correlation_id = $4,
-			checked = $5, updated_at = now()
-		WHERE inventory_orders.outcome IS NULL`, id, outcome, ev.ID, ev.CorrelationID, outcome == "CONFIRMED"); err != nil {
+	if _, err := tx.Exec(ctx, recordOutcomeSQL, id, outcome, ev.ID, ev.CorrelationID, outcome == "CONFIRMED"); err != nil {
 		return fmt.Errorf("inventorysvc: record outcome: %w", err)
 	}
 	return nil
@@ -295,10 +299,7 @@ func (h *Handlers) reserve(ctx context.Context, tx pgx.Tx, ev event.Event, p eve
 		return h.emit(ctx, tx, ev, events.StockUnavailable, events.StockV1{OrderID: p.OrderID, Items: nonNil(p.Items), Reason: reason})
 	}
 	expires := time.Now().Add(h.ttl)
-	if err := insertReservation(ctx, tx, p.OrderID, StatusReserved, "", &expires); err != nil {
-		return err
-	}
-	if err := insertItems(ctx, tx, p.OrderID, items); err != nil {
+	if err := insertReserved(ctx, tx, p.OrderID, &expires, items); err != nil {
 		return err
 	}
 	h.count(ctx, "reserve")
@@ -314,8 +315,20 @@ func (h *Handlers) OrderConfirmed(ctx context.Context, tx pgx.Tx, ev event.Event
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
 	}
-	if err := recordOutcome(ctx, tx, p.OrderID, ev); err != nil {
-		return err
+	// The usual case in one round trip: record the outcome and commit a held
+	// reservation; anything else is decided below on the locked reservation.
+	var committed bool
+	if err := tx.QueryRow(ctx, `WITH o AS (`+recordOutcomeSQL+`), c AS (
+			UPDATE inventory_reservations SET status = $6, reason = '', updated_at = now(), expires_at = NULL
+			WHERE order_id = $1 AND status = $7 RETURNING 1
+		)
+		SELECT count(*) = 1 FROM c`, p.OrderID, "CONFIRMED", ev.ID, ev.CorrelationID, true,
+		StatusCommitted, StatusReserved).Scan(&committed); err != nil {
+		return fmt.Errorf("inventorysvc: record outcome and commit: %w", err)
+	}
+	if committed {
+		h.count(ctx, "commit")
+		return nil
 	}
 	r, found, err := lockReservation(ctx, tx, p.OrderID)
 	if err != nil {
@@ -473,11 +486,27 @@ func insertReservation(ctx context.Context, tx pgx.Tx, id, status, reason string
 	return nil
 }
 
-func insertItems(ctx context.Context, tx pgx.Tx, id string, items []events.Item) error {
+// insertReserved records a reservation of items that holds stock until expires, and
+// its items, in one statement (one round trip). Like insertReservation it fails when the
+// order's reservation appeared concurrently.
+func insertReserved(ctx context.Context, tx pgx.Tx, id string, expires *time.Time, items []events.Item) error {
 	skus, qtys := split(items)
-	if _, err := tx.Exec(ctx, `INSERT INTO inventory_reservation_items (order_id, sku, qty)
-		SELECT $1, sku, qty FROM unnest($2::text[], $3::bigint[]) AS r(sku, qty)`, id, skus, qtys); err != nil {
-		return fmt.Errorf("inventorysvc: record reservation items: %w", err)
+	var inserted bool
+	err := tx.QueryRow(ctx, `WITH r AS (
+			INSERT INTO inventory_reservations (order_id, status, reason, expires_at)
+			VALUES ($1, $2, '', $3) ON CONFLICT (order_id) DO NOTHING RETURNING order_id
+		), i AS (
+			INSERT INTO inventory_reservation_items (order_id, sku, qty)
+			SELECT r.order_id, x.sku, x.qty FROM r, unnest($4::text[], $5::bigint[]) AS x(sku, qty)
+		)
+		SELECT count(*) = 1 FROM r`, id, StatusReserved, expires, skus, qtys).Scan(&inserted)
+	if err != nil {
+		return fmt.Errorf("inventorysvc: record reservation: %w", err)
+	}
+	if !inserted {
+		// As insertReservation: roll back (with the stock taken) and let the retry see
+		// the concurrent decision.
+		return fmt.Errorf("inventorysvc: reservation of order %s appeared concurrently", id)
 	}
 	return nil
 }

@@ -78,7 +78,8 @@ func (r CreateRequest) Validate() error {
 }
 
 // Create validates req and creates a PENDING order, its history entry and its
-// order.created event in one transaction. The order id is a new UUIDv7, the correlation
+// order.created event in one transaction (without a key: one pipelined round trip in an
+// implicit transaction). The order id is a new UUIDv7, the correlation
 // id of its saga, and the current span (the HTTP request's) becomes the saga's trace.
 //
 // With a non-empty idempotency key, the request is done at most once per key
@@ -99,12 +100,13 @@ func (s *Service) Create(ctx context.Context, req CreateRequest, key string) (o 
 		if err := s.admitNew(octx); err != nil {
 			return Order{}, false, err
 		}
-		err := pgx.BeginFunc(octx, s.db, func(tx pgx.Tx) error {
-			var err error
-			o, err = s.insert(octx, tx, id, req)
-			return err
-		})
-		if err != nil {
+		// No BEGIN/COMMIT: the batch is one implicit transaction and one round trip, so
+		// no transaction stays open while this process waits to be scheduled.
+		b := &pgx.Batch{}
+		if err := s.queueInsert(octx, b, id, req, &o); err != nil {
+			return Order{}, false, err
+		}
+		if err := s.db.SendBatch(octx, b).Close(); err != nil {
 			return Order{}, false, err
 		}
 		s.pending.Add(1)
@@ -123,9 +125,11 @@ func (s *Service) Create(ctx context.Context, req CreateRequest, key string) (o 
 			if err := s.admitNew(ctx); err != nil {
 				return nil, err
 			}
-			var err error
-			o, err = s.insert(ctx, tx, id, req)
-			if err != nil {
+			b := &pgx.Batch{}
+			if err := s.queueInsert(ctx, b, id, req, &o); err != nil {
+				return nil, err
+			}
+			if err := tx.SendBatch(ctx, b).Close(); err != nil {
 				return nil, err
 			}
 			return []byte(id), nil

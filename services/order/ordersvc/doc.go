@@ -42,7 +42,7 @@
 //	ORDER_COMPENSATION_RETRIES    3    re-sends of the cancellation before COMPENSATION_FAILED (0 to 20)
 //	ORDER_SWEEP_INTERVAL          1s   period of the deadline sweeper and the stuck gauge
 //	ORDER_GROUP                   order  consumer group of payments.events and inventory.events
-//	ORDER_MAX_PENDING             1000 new orders are refused (503) while this many are PENDING or CANCELLING (0: off)
+//	ORDER_MAX_PENDING             300 new orders are refused (503) while this many are PENDING or CANCELLING (0: off)
 //
 // and reports every invalid value at once.
 //

@@ -219,6 +219,16 @@ func (s *Service) handleCreate(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("%s must be 1 to %d printable ASCII characters", HeaderIdempotencyKey, idempotency.MaxKeyBytes))
 		return
 	}
+	if key == "" {
+		// Shed before reading the body: above saturation most POSTs are refused, and
+		// decoding and validating each of them took CPU from the orders in flight. (A
+		// keyed request is shed after its key's claim instead, so that a replay still
+		// returns its order: see Create.)
+		if err := s.admitNew(r.Context()); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
 	var req CreateRequest
 	if status, msg := decodeBody(w, r, &req); status != 0 {
 		code := CodeInvalidRequest

@@ -164,33 +164,40 @@ func (s *Service) Get(ctx context.Context, id string) (Order, []HistoryEntry, er
 	return o, hist, nil
 }
 
-// insert writes a new PENDING order, its creation history entry and order.created, in tx.
-func (s *Service) insert(ctx context.Context, tx pgx.Tx, id string, req CreateRequest) (Order, error) {
+// queueInsert queues on b the statements that write a new PENDING order, its creation
+// history entry and order.created; *o receives the order when b is sent. Sent as one
+// batch (one round trip), they commit together: in the batch's implicit transaction, or
+// in the transaction that sends it.
+func (s *Service) queueInsert(ctx context.Context, b *pgx.Batch, id string, req CreateRequest, o *Order) error {
 	var traceID, spanID string
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		traceID, spanID = sc.TraceID().String(), sc.SpanID().String()
-	}
-	// The order and its creation history entry in one statement (one round trip).
-	o, err := s.scanOrder(tx.QueryRow(ctx, `WITH h AS (
-			INSERT INTO order_history (order_id, from_state, to_state, cause_event_type) VALUES ($1, '', $5, $9)
-		)
-		INSERT INTO orders (id, customer_id, items, amount, state, deadline_at, trace_id, span_id)
-		VALUES ($1, $2, $3, $4, $5, now() + $6::bigint * interval '1 microsecond', $7, $8)
-		RETURNING `+orderColumns,
-		id, req.CustomerID, req.Items, req.Amount, string(Pending), s.cfg.SagaTimeout.Microseconds(), traceID, spanID, cmdCreate))
-	if err != nil {
-		return Order{}, fmt.Errorf("ordersvc: insert order: %w", err)
 	}
 	ev, err := event.New(events.SourceOrder, events.OrderCreated, id, events.OrderCreatedV1{
 		OrderID: id, CustomerID: req.CustomerID, Items: req.Items, Amount: req.Amount,
 	})
 	if err != nil {
-		return Order{}, fmt.Errorf("ordersvc: build order.created: %w", err)
+		return fmt.Errorf("ordersvc: build order.created: %w", err)
 	}
-	if err := s.outbox.Enqueue(ctx, tx, events.TopicOrders, ev); err != nil {
-		return Order{}, fmt.Errorf("ordersvc: %w", err)
+	// The order and its creation history entry in one statement, then its event.
+	b.Queue(`WITH h AS (
+			INSERT INTO order_history (order_id, from_state, to_state, cause_event_type) VALUES ($1, '', $5, $9)
+		)
+		INSERT INTO orders (id, customer_id, items, amount, state, deadline_at, trace_id, span_id)
+		VALUES ($1, $2, $3, $4, $5, now() + $6::bigint * interval '1 microsecond', $7, $8)
+		RETURNING `+orderColumns,
+		id, req.CustomerID, req.Items, req.Amount, string(Pending), s.cfg.SagaTimeout.Microseconds(), traceID, spanID, cmdCreate,
+	).QueryRow(func(row pgx.Row) error {
+		var err error
+		if *o, err = s.scanOrder(row); err != nil {
+			return fmt.Errorf("ordersvc: insert order: %w", err)
+		}
+		return nil
+	})
+	if err := s.outbox.Queue(ctx, b, events.TopicOrders, ev); err != nil {
+		return fmt.Errorf("ordersvc: %w", err)
 	}
-	return o, nil
+	return nil
 }
 
 // apply applies trigger t to o, whose row tx has locked (load with forUpdate). cause is

@@ -102,6 +102,18 @@ func readCustomer(ctx context.Context, tx pgx.Tx, id string) (c customerRow, fou
 
 // changeBalance adds d to the customer's balance: at the end of the transaction when it
 // is the consumer's, at once otherwise.
+// seedCustomer gives the transaction's balance moves the customer's row as the
+// transaction first read it, when the handler already read it with another statement:
+// readCustomer then needs no round trip of its own. Outside a consumer transaction (no
+// hooks) it does nothing and readCustomer reads and locks the row itself.
+func seedCustomer(ctx context.Context, tx pgx.Tx, id string, c customerRow) {
+	if p := pendingFor(ctx, tx); p != nil {
+		if _, ok := p.read[id]; !ok {
+			p.read[id] = c
+		}
+	}
+}
+
 func changeBalance(ctx context.Context, tx pgx.Tx, id string, d int64) error {
 	if p := pendingFor(ctx, tx); p != nil {
 		p.delta[id] += d

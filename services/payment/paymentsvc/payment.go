@@ -166,10 +166,16 @@ func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event) 
 	if ev.Source != events.SourceOrder {
 		return consumer.Permanent(fmt.Errorf("%w: order.created %s from source %q", ErrNotAnnounced, ev.ID, ev.Source))
 	}
-	// One round trip: the order's row, if any, and its announced outcome, if any.
-	var status, outcome *string
+	// One round trip: the order's row, if any, its announced outcome, if any, and the
+	// customer's balance and limit (kept for readCustomer below).
+	var (
+		status, outcome *string
+		balance, limit  *int64
+	)
 	err = tx.QueryRow(ctx, `SELECT (SELECT status FROM payment_orders WHERE order_id = $1),
-		(SELECT outcome FROM payment_order_outcomes WHERE order_id = $1)`, p.OrderID).Scan(&status, &outcome)
+		(SELECT outcome FROM payment_order_outcomes WHERE order_id = $1),
+		c.balance, c.charge_limit
+		FROM (SELECT 1) AS one LEFT JOIN payment_customers c ON c.id = $2`, p.OrderID, p.CustomerID).Scan(&status, &outcome, &balance, &limit)
 	switch {
 	case err != nil:
 		return fmt.Errorf("paymentsvc: read order: %w", err)
@@ -214,6 +220,9 @@ func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event) 
 	}
 
 	reason := ""
+	if balance != nil && limit != nil {
+		seedCustomer(ctx, tx, p.CustomerID, customerRow{balance: *balance, limit: *limit})
+	}
 	c, known, err := readCustomer(ctx, tx, p.CustomerID) // see "Balance moves" in balance.go
 	switch {
 	case err != nil:
@@ -238,15 +247,23 @@ func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event) 
 		h.log.InfoContext(ctx, "payment: declined", slog.String("reason", reason), slog.Int64("amount", p.Amount))
 		return h.emit(ctx, tx, ev, events.PaymentDeclined, out)
 	}
-	inserted, err := insertOrder(ctx, tx, p.OrderID, p.CustomerID, p.Amount, StatusAuthorized, p.Amount, "")
-	if err != nil || !inserted {
-		return err
+	// The order's row and its ledger charge in one statement (one round trip).
+	var inserted bool
+	if err := tx.QueryRow(ctx, `WITH o AS (
+			INSERT INTO payment_orders (order_id, customer_id, amount, status, charged_amount, reason)
+			VALUES ($1, $2, $3, $4, $3, '') ON CONFLICT (order_id) DO NOTHING RETURNING order_id
+		), l AS (
+			INSERT INTO payment_ledger (order_id, kind, customer_id, amount, event_id)
+			SELECT order_id, 'charge', $2, $3, $5 FROM o
+		)
+		SELECT count(*) = 1 FROM o`, p.OrderID, p.CustomerID, p.Amount, StatusAuthorized, ev.ID).Scan(&inserted); err != nil {
+		return fmt.Errorf("paymentsvc: record charge: %w", err)
+	}
+	if !inserted {
+		return nil // a concurrent handling of the same order won (as insertOrder)
 	}
 	if err := changeBalance(ctx, tx, p.CustomerID, -p.Amount); err != nil {
 		return fmt.Errorf("paymentsvc: debit: %w", err)
-	}
-	if err := ledger(ctx, tx, p.OrderID, "charge", p.CustomerID, p.Amount, ev.ID); err != nil {
-		return err
 	}
 	h.count(ctx, "charge")
 	h.amounts.Add(ctx, p.Amount, metric.WithAttributes(attribute.String("op", "charge")))
