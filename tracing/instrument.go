@@ -65,11 +65,12 @@ func WithPropagator(p propagation.TextMapPropagator) InstrumentOption {
 	return func(c *instrumentConfig) { c.prop = p }
 }
 
-// WithRootSpans lets database and Redis calls made without a span in their
-// context start traces of their own. Default: such calls are not traced,
-// because background work (relay polling, lock refreshes, sweepers) would
-// otherwise flood the backend with one-span traces; calls inside a trace
-// always get their client span.
+// WithRootSpans lets Redis calls made without a span in their context start
+// traces of their own (otelpgx never does: it traces a statement only inside
+// a recording span). Default: such calls are not traced, because background
+// work (relay polling, lock refreshes, sweepers) would otherwise flood the
+// backend with one-span traces; calls inside a recorded trace always get
+// their client span.
 func WithRootSpans() InstrumentOption {
 	return func(c *instrumentConfig) { c.rootSpans = true }
 }
