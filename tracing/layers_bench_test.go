@@ -71,7 +71,8 @@ var sagaStatements = []struct{ sql, tag string }{
 // real connection for the connection attributes) and the send span of the
 // event it publishes. "otelpgx defaults" is how NewPool configured otelpgx
 // before (acquire spans, connection attributes, a duration histogram per
-// statement); "choreo" is NewPool's configuration now.
+// statement); "choreo" is NewPool's configuration now, "choreo+statement
+// metrics" the same with WithStatementMetrics.
 func BenchmarkEventTelemetry(b *testing.B) {
 	conn, err := pgx.Connect(context.Background(), testenv.PostgresDSN(b))
 	if err != nil {
@@ -81,13 +82,16 @@ func BenchmarkEventTelemetry(b *testing.B) {
 	in := benchRecord(b)
 	in.Partition, in.Offset = 3, 48271
 	for _, mode := range traceModes {
-		for _, inst := range []string{"otelpgx defaults", "choreo"} {
+		for _, inst := range []string{"otelpgx defaults", "choreo+statement metrics", "choreo"} {
 			b.Run(mode+"/"+inst, func(b *testing.B) {
 				tp, mp := modeProvider(b, mode), benchMeter(b)
 				var pt pgx.QueryTracer
-				if inst == "choreo" {
+				switch inst {
+				case "choreo":
 					pt = tracing.PgxTracerForTest(tracing.WithTracerProvider(tp), tracing.WithMeterProvider(mp))
-				} else {
+				case "choreo+statement metrics":
+					pt = tracing.PgxTracerForTest(tracing.WithTracerProvider(tp), tracing.WithMeterProvider(mp), tracing.WithStatementMetrics())
+				default:
 					pt = otelpgx.NewTracer(otelpgx.WithTracerProvider(tp), otelpgx.WithMeterProvider(mp))
 				}
 				k := tracing.NewKafka(tracing.WithTracerProvider(tp))
