@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/exaring/otelpgx"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/multitracer"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/extra/redisotel/v9"
@@ -104,11 +105,15 @@ func instrumentPgx(cfg *pgxpool.Config, opts ...InstrumentOption) {
 		otelpgx.WithDisableAcquireTracer(),
 		otelpgx.WithDisableConnectionDetailsInAttributes(),
 	)
+	var pt pgx.QueryTracer = t
+	if !c.statementMetrics {
+		pt = recordingPgx{t: t}
+	}
 	if prev := cfg.ConnConfig.Tracer; prev != nil {
-		cfg.ConnConfig.Tracer = multitracer.New(prev, t)
+		cfg.ConnConfig.Tracer = multitracer.New(prev, pt)
 		return
 	}
-	cfg.ConnConfig.Tracer = t
+	cfg.ConnConfig.Tracer = pt
 }
 
 // NewPool instruments cfg (client spans for every query, batch, COPY,
