@@ -2,7 +2,9 @@ package tracing_test
 
 import (
 	"context"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/exaring/otelpgx"
 	"github.com/jackc/pgx/v5"
@@ -26,6 +28,22 @@ import (
 //     discards the batches (the production path minus the network).
 //
 // See docs/benchmarks-tracing.md for the figures.
+
+// cpuTime returns the CPU time (user + system) this process used so far.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the process's CPU time per iteration since start as
+// cpu-ns/op: on a shared machine the CPU a layer burns (including the batch
+// span processor's goroutine and the GC) is steadier than the wall time.
+func reportCPU(b *testing.B, start time.Duration) {
+	b.ReportMetric(float64(cpuTime(b)-start)/float64(b.N), "cpu-ns/op")
+}
 
 // discardExporter is a span exporter that drops what it is given.
 type discardExporter struct{}
@@ -100,6 +118,7 @@ func BenchmarkEventTelemetry(b *testing.B) {
 					tags[i] = pgconn.NewCommandTag(s.tag)
 				}
 				b.ReportAllocs()
+				start := cpuTime(b)
 				for b.Loop() {
 					ctx, process := k.StartProcess(context.Background(), in, "inventory")
 					ctx = tracing.WithEntity(tracing.WithCorrelationID(ctx, "o-48271"), "order.id", "o-48271")
@@ -114,6 +133,7 @@ func BenchmarkEventTelemetry(b *testing.B) {
 					tracing.EndSend(send, out, nil)
 					process.End()
 				}
+				reportCPU(b, start)
 			})
 		}
 	}
@@ -147,11 +167,13 @@ func BenchmarkRedisCommand(b *testing.B) {
 				ctx, span := tp.Tracer("bench").Start(ctx, "handler")
 				b.Cleanup(func() { span.End() })
 				b.ReportAllocs()
+				start := cpuTime(b)
 				for b.Loop() {
 					if err := rdb.Set(ctx, ns+"k", "v", 0).Err(); err != nil {
 						b.Fatal(err)
 					}
 				}
+				reportCPU(b, start)
 			})
 		}
 	}
