@@ -747,8 +747,14 @@ func (a *App) Run(ctx context.Context) (err error) {
 
 	a.state.Store(stateRunning)
 	close(a.ready)
+	traces := a.Telemetry.TracesExporter
+	if traces == "" {
+		traces = "none"
+	}
 	log.Info("app: started", slog.String("http_addr", addr), slog.String("admin_addr", a.AdminAddr()),
-		slog.Int("consumers", len(a.consumers)), slog.Int("background", len(a.workers)))
+		slog.Int("consumers", len(a.consumers)), slog.Int("background", len(a.workers)),
+		// Without an exporter spans carry ids only (tracing.Setup): say so where operators look.
+		slog.String("traces_exporter", traces), slog.Bool("spans_recorded", a.Telemetry.RecordsSpans))
 
 	var cause error
 	select {

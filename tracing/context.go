@@ -129,7 +129,11 @@ func spanAttributes(ctx context.Context) []attribute.KeyValue {
 // ids were known, such as the HTTP server span of the request that creates
 // the order, or a consumer span before the event was decoded.
 func AnnotateSpan(ctx context.Context) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
 	if attrs := spanAttributes(ctx); len(attrs) > 0 {
-		trace.SpanFromContext(ctx).SetAttributes(attrs...)
+		span.SetAttributes(attrs...)
 	}
 }

@@ -18,10 +18,13 @@
 //	OTEL_SDK_DISABLED=true   no exporters
 //
 // With no endpoint configured nothing is exported, nothing connects and
-// nothing logs export errors, but spans are still created and sampled, so
-// trace ids still reach logs and Kafka headers. This rule (the OTel default
-// would export to localhost) is why Setup picks exporters itself instead of
-// using go.opentelemetry.io/contrib/exporters/autoexport.
+// nothing logs export errors. Spans are then not recorded either (nothing
+// would read them): unless OTEL_TRACES_SAMPLER names a sampler, they carry
+// trace and span ids only, so trace ids still reach logs, Kafka headers and
+// HTTP headers (traceparent, with the sampled flag cleared) at a fraction of
+// the CPU ([Telemetry.RecordsSpans]; docs/benchmarks-tracing.md). This rule
+// (the OTel default would export to localhost) is why Setup picks exporters
+// itself instead of using go.opentelemetry.io/contrib/exporters/autoexport.
 //
 // Setup also installs its providers and propagator as the otel globals,
 // because instrumentation libraries and [Inject]/[Extract] read them, and an
@@ -40,7 +43,7 @@
 //
 //   - every span started in that context, as saga.correlation_id and the
 //     entity attribute, through [CorrelationProcessor] (installed by Setup) —
-//     including the client spans of otelpgx, redisotel and otelhttp;
+//     including the client spans of otelpgx, Redis and otelhttp;
 //   - W3C baggage (correlation id only), hence outgoing records and requests;
 //   - every log line, through the slog handler of [NewLogHandler], with
 //     trace_id and span_id.
@@ -61,9 +64,12 @@
 //
 // # Postgres and Redis
 //
-// [NewPool] wires github.com/exaring/otelpgx into a pgx pool
-// and [InstrumentRedis] wires github.com/redis/go-redis/extra/redisotel into a
-// go-redis client. By default they trace only calls made inside a trace, so
-// background polling and lock refreshes do not flood the tracing backend with
-// one-span traces ([WithRootSpans] changes that).
+// [NewPool] wires github.com/exaring/otelpgx into a pgx pool (a client span
+// per statement with its SQL text; per-statement metrics only with
+// [WithStatementMetrics]) and [InstrumentRedis] adds a client span per Redis
+// command or pipeline and github.com/redis/go-redis/extra/redisotel's metrics
+// to a go-redis client. They trace only calls made inside a recorded trace,
+// so background polling and lock refreshes do not flood the tracing backend
+// with one-span traces ([WithRootSpans] changes that for Redis), and an
+// unrecorded trace costs them one check per call.
 package tracing

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/exaring/otelpgx"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/multitracer"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/extra/redisotel/v9"
@@ -13,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/plugin/kotel"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
+	noopmetric "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/embedded"
@@ -22,10 +24,11 @@ import (
 type InstrumentOption func(*instrumentConfig)
 
 type instrumentConfig struct {
-	tp        trace.TracerProvider
-	mp        metric.MeterProvider
-	prop      propagation.TextMapPropagator
-	rootSpans bool
+	tp               trace.TracerProvider
+	mp               metric.MeterProvider
+	prop             propagation.TextMapPropagator
+	rootSpans        bool
+	statementMetrics bool
 }
 
 func newInstrumentConfig(opts []InstrumentOption) instrumentConfig {
@@ -63,32 +66,60 @@ func WithPropagator(p propagation.TextMapPropagator) InstrumentOption {
 	return func(c *instrumentConfig) { c.prop = p }
 }
 
-// WithRootSpans lets database and Redis calls made without a span in their
-// context start traces of their own. Default: such calls are not traced,
-// because background work (relay polling, lock refreshes, sweepers) would
-// otherwise flood the backend with one-span traces; calls inside a trace
-// always get their client span.
+// WithRootSpans lets Redis calls made without a span in their context start
+// traces of their own (otelpgx never does: it traces a statement only inside
+// a recording span). Default: such calls are not traced, because background
+// work (relay polling, lock refreshes, sweepers) would otherwise flood the
+// backend with one-span traces; calls inside a recorded trace always get
+// their client span.
 func WithRootSpans() InstrumentOption {
 	return func(c *instrumentConfig) { c.rootSpans = true }
 }
 
+// WithStatementMetrics makes [NewPool] record otelpgx's per-statement metrics
+// (db.client.operation.duration, a histogram, and db.client.operation.errors)
+// for every query, batch, prepare, connect and pool acquire. Default: off,
+// because recording a histogram per SQL statement cost 2–4% of each reference
+// service's CPU (docs/benchmarks-tracing.md) while the consumer's
+// choreo.consumer.process.duration already times each handler and its
+// transaction, the statement spans time each statement of a sampled trace,
+// and the pool's own statistics (pgxpool.*) are recorded either way.
+func WithStatementMetrics() InstrumentOption {
+	return func(c *instrumentConfig) { c.statementMetrics = true }
+}
+
 // instrumentPgx sets an otelpgx tracer on cfg, next to any tracer already there.
+// Its spans: one per query, batch, prepare and connect, with the SQL text; none
+// for pool acquires (the pgxpool.* statistics show waits) and no connection
+// details (server, port, user and database are the same on every span of a
+// pool).
 func instrumentPgx(cfg *pgxpool.Config, opts ...InstrumentOption) {
 	c := newInstrumentConfig(opts)
+	mp := metric.MeterProvider(noopmetric.NewMeterProvider())
+	if c.statementMetrics {
+		mp = c.mp
+	}
 	t := otelpgx.NewTracer(
 		otelpgx.WithTracerProvider(c.tp),
-		otelpgx.WithMeterProvider(c.mp),
+		otelpgx.WithMeterProvider(mp),
+		otelpgx.WithDisableAcquireTracer(),
+		otelpgx.WithDisableConnectionDetailsInAttributes(),
 	)
+	var pt pgx.QueryTracer = t
+	if !c.statementMetrics {
+		pt = recordingPgx{t: t}
+	}
 	if prev := cfg.ConnConfig.Tracer; prev != nil {
-		cfg.ConnConfig.Tracer = multitracer.New(prev, t)
+		cfg.ConnConfig.Tracer = multitracer.New(prev, pt)
 		return
 	}
-	cfg.ConnConfig.Tracer = t
+	cfg.ConnConfig.Tracer = pt
 }
 
 // NewPool instruments cfg (client spans for every query, batch, COPY,
-// prepare, connect and pool acquire, and operation-duration metrics, through
-// github.com/exaring/otelpgx; a tracer already in cfg.ConnConfig.Tracer is
+// prepare and connect inside a recorded trace, through
+// github.com/exaring/otelpgx, and per-statement metrics with
+// [WithStatementMetrics]; a tracer already in cfg.ConnConfig.Tracer is
 // kept and called too), opens the pool and reports its statistics
 // (pgxpool.* connection metrics) through the meter provider. Parse cfg with
 // pgxpool.ParseConfig and adjust it (pool size, AfterConnect, ...) first.
@@ -110,19 +141,20 @@ func NewPool(ctx context.Context, cfg *pgxpool.Config, opts ...InstrumentOption)
 }
 
 // InstrumentRedis adds client spans (one per command or pipeline, with the
-// command text) and connection-pool metrics to rdb (a *redis.Client,
-// *redis.ClusterClient or *redis.Ring) through
-// github.com/redis/go-redis/extra/redisotel. Call it once per client, before
-// use. Caller file/line attributes are off: they cost a stack walk per
-// command.
+// command text, inside a recorded trace; redisotel's span names and
+// attributes) and, through github.com/redis/go-redis/extra/redisotel,
+// command-duration and connection-pool metrics to rdb (a *redis.Client,
+// *redis.ClusterClient or *redis.Ring). Call it once per client, before use.
+// The spans come from this package's own hook rather than redisotel's, which
+// formats every command and starts a span even when the trace is not
+// recorded; there are no dial spans and no caller file/line attributes.
 func InstrumentRedis(rdb redis.UniversalClient, opts ...InstrumentOption) error {
 	c := newInstrumentConfig(opts)
-	if err := redisotel.InstrumentTracing(rdb,
-		redisotel.WithTracerProvider(c.tp),
-		redisotel.WithCallerEnabled(false),
-	); err != nil {
+	h, err := newRedisTracing(rdb, c)
+	if err != nil {
 		return fmt.Errorf("tracing: instrument redis tracing: %w", err)
 	}
+	rdb.AddHook(h)
 	if err := redisotel.InstrumentMetrics(rdb, redisotel.WithMeterProvider(c.mp)); err != nil {
 		return fmt.Errorf("tracing: instrument redis metrics: %w", err)
 	}

@@ -149,3 +149,43 @@ func TestKafkaClientMetrics(t *testing.T) {
 		t.Errorf("no broker connections counted (all: %v)", got)
 	}
 }
+
+// otelpgx's per-statement metrics are recorded only with WithStatementMetrics.
+func TestNewPoolStatementMetricsOptIn(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []tracing.InstrumentOption
+		want bool
+	}{{"default", nil, false}, {"WithStatementMetrics", []tracing.InstrumentOption{tracing.WithStatementMetrics()}, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			reader := sdkmetric.NewManualReader()
+			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+			t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+			tp, _ := newRecorder(t)
+			pool, err := newPool(t, append([]tracing.InstrumentOption{tracing.WithMeterProvider(mp), tracing.WithTracerProvider(tp)}, tc.opts...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			ctx, span := tp.Tracer("t").Start(context.Background(), "handler")
+			var one int
+			if err := pool.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+				t.Fatal(err)
+			}
+			span.End()
+			var rm metricdata.ResourceMetrics
+			if err := reader.Collect(context.Background(), &rm); err != nil {
+				t.Fatal(err)
+			}
+			names := map[string]bool{}
+			for _, sm := range rm.ScopeMetrics {
+				for _, m := range sm.Metrics {
+					names[m.Name] = true
+				}
+			}
+			if names["db.client.operation.duration"] != tc.want {
+				t.Errorf("db.client.operation.duration recorded = %v, want %v (metrics %v)", !tc.want, tc.want, names)
+			}
+		})
+	}
+}

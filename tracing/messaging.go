@@ -68,13 +68,14 @@ func (k *Kafka) propagator() propagation.TextMapPropagator {
 // injects its context into r's headers (replacing any trace headers already
 // there). r.Topic must be set. Call [EndSend] once the broker acknowledged
 // (or failed) the record. The span also carries the correlation id and entity attribute of ctx.
+// The attributes are set after the span started, and only if it records, so
+// a sampler does not see them and an unrecorded span costs no attribute work.
 func (k *Kafka) StartSend(ctx context.Context, r *kgo.Record) (context.Context, trace.Span) {
-	attrs := k.recordAttrs(r, semconv.MessagingOperationTypeSend, "send", false)
-	attrs = append(attrs, spanAttributes(ctx)...)
-	ctx, span := k.tracer.Start(ctx, "send "+r.Topic,
-		trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(attrs...),
-	)
+	ctx, span := k.tracer.Start(ctx, "send "+r.Topic, trace.WithSpanKind(trace.SpanKindProducer))
+	if span.IsRecording() {
+		attrs := k.recordAttrs(r, semconv.MessagingOperationTypeSend, "send", false)
+		span.SetAttributes(append(attrs, spanAttributes(ctx)...)...)
+	}
 	k.propagator().Inject(ctx, RecordCarrier{Record: r})
 	return ctx, span
 }
@@ -100,18 +101,19 @@ func EndSend(span trace.Span, r *kgo.Record, err error) {
 // no trace context the span starts a new trace. The span also carries
 // the correlation id and entity attribute of ctx; attributes added to the context later (e.g. the
 // correlation id once the event is decoded) can be set with
-// [AnnotateSpan].
+// [AnnotateSpan]. As with [Kafka.StartSend], the attributes are set only on a
+// recording span.
 func (k *Kafka) StartProcess(ctx context.Context, r *kgo.Record, group string) (context.Context, trace.Span) {
 	ctx = k.propagator().Extract(ctx, RecordCarrier{Record: r})
-	attrs := k.recordAttrs(r, semconv.MessagingOperationTypeProcess, "process", true)
-	if group != "" {
-		attrs = append(attrs, semconv.MessagingConsumerGroupName(group))
+	ctx, span := k.tracer.Start(ctx, "process "+r.Topic, trace.WithSpanKind(trace.SpanKindConsumer))
+	if span.IsRecording() {
+		attrs := k.recordAttrs(r, semconv.MessagingOperationTypeProcess, "process", true)
+		if group != "" {
+			attrs = append(attrs, semconv.MessagingConsumerGroupName(group))
+		}
+		span.SetAttributes(append(attrs, spanAttributes(ctx)...)...)
 	}
-	attrs = append(attrs, spanAttributes(ctx)...)
-	return k.tracer.Start(ctx, "process "+r.Topic,
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(attrs...),
-	)
+	return ctx, span
 }
 
 // recordAttrs returns the messaging attributes known for r. fetched says r

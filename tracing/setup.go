@@ -61,10 +61,15 @@ const (
 // through [WithTracerProvider], [WithMeterProvider] and [WithPropagator])
 // instead of reading the otel globals.
 type Telemetry struct {
-	// TracerProvider is the SDK tracer provider. Spans are always recorded
-	// (so trace and span ids exist for propagation and logs) even when no
-	// exporter is configured.
+	// TracerProvider is the SDK tracer provider. Every span it starts has a
+	// trace and span id (for propagation and logs); whether spans are also
+	// recorded is told by RecordsSpans.
 	TracerProvider *sdktrace.TracerProvider
+	// RecordsSpans is false when [Setup] found nothing that would read a
+	// recorded span (no exporter, no [WithSpanProcessor], no
+	// OTEL_TRACES_SAMPLER, no [WithSampler]): its spans then carry ids only
+	// and are neither recorded nor marked sampled. See [Setup].
+	RecordsSpans bool
 	// MeterProvider is the SDK meter provider. It always has a Prometheus
 	// reader registered in Registry, plus an OTLP push reader when
 	// configured.
@@ -141,13 +146,16 @@ func WithoutGlobals() Option {
 }
 
 // WithSampler overrides the sampler. Default: the one named by
-// OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG, else parentbased_always_on.
+// OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG, else parentbased_always_on
+// when spans are exported or processed, else never-sample (ids only; see
+// [Setup]).
 func WithSampler(s sdktrace.Sampler) Option {
 	return func(c *setupConfig) { c.sampler = s }
 }
 
 // WithSpanProcessor adds a span processor after the exporter's batcher, for
-// example a tracetest.SpanRecorder in tests. Default: none.
+// example a tracetest.SpanRecorder in tests. Like an exporter, it makes
+// [Setup] record spans. Default: none.
 func WithSpanProcessor(p sdktrace.SpanProcessor) Option {
 	return func(c *setupConfig) { c.processors = append(c.processors, p) }
 }
@@ -186,10 +194,20 @@ func WithoutCorrelationAttributes() Option {
 // process exits. serviceName is the service.name resource attribute unless
 // OTEL_SERVICE_NAME overrides it.
 //
-// Traces. Spans are always created and sampled (default
-// parentbased_always_on, or OTEL_TRACES_SAMPLER), so trace ids reach the logs
-// and the Kafka headers even when nothing is exported. The exporter is chosen
-// by OTEL_TRACES_EXPORTER:
+// Traces. Every span gets a trace id and a span id, so trace ids reach the
+// logs and the Kafka and HTTP headers (traceparent) whether or not anything is
+// exported. With an exporter (or a [WithSpanProcessor]) spans are sampled by
+// OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG, default parentbased_always_on.
+// Without one, and unless OTEL_TRACES_SAMPLER or [WithSampler] names a sampler,
+// spans are not recorded at all (the SDK's never-sample: no attributes, no
+// events, no span processors run, and otelpgx and the Redis hook skip their
+// client spans), since nothing would read them; they still carry ids, but the
+// traceparent they propagate has the sampled flag cleared ("-00"), so a
+// downstream service that exports and samples parent-based records nothing
+// of those traces. A service without an exporter whose downstream services
+// export should set OTEL_TRACES_SAMPLER=parentbased_always_on: it then records
+// (and drops) its spans and passes the sampled flag on, as before. The exporter
+// is chosen by OTEL_TRACES_EXPORTER:
 //
 //   - unset: OTLP if OTEL_EXPORTER_OTLP_ENDPOINT or
 //     OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set, otherwise none. This is the
@@ -211,8 +229,9 @@ func WithoutCorrelationAttributes() Option {
 // exporter by the same rules as traces ("prometheus" means just the pull
 // reader; this package never opens a port of its own).
 //
-// OTEL_SDK_DISABLED=true disables every exporter; spans and metrics are still
-// recorded in-process.
+// OTEL_SDK_DISABLED=true disables every exporter; metrics are still recorded
+// in-process (and served on /metrics), spans only carry ids as without an
+// exporter.
 //
 // Propagation is W3C tracecontext + W3C baggage. Unless [WithoutGlobals] is
 // given, Setup installs the providers and the propagator as the otel globals
@@ -259,8 +278,14 @@ func Setup(ctx context.Context, serviceName string, opts ...Option) (*Telemetry,
 		tel.TracesExporter = strings.Join(names, ",")
 	}
 	tpOpts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
-	if cfg.sampler != nil {
+	tel.RecordsSpans = true
+	switch {
+	case cfg.sampler != nil:
 		tpOpts = append(tpOpts, sdktrace.WithSampler(cfg.sampler))
+	case len(spanExps) == 0 && len(cfg.processors) == 0 && envLower(envTracesSampler) == "":
+		// Nothing would read a recorded span: create ids only (see Setup).
+		tpOpts = append(tpOpts, sdktrace.WithSampler(sdktrace.NeverSample()))
+		tel.RecordsSpans = false
 	}
 	if !cfg.noCorrelation {
 		tpOpts = append(tpOpts, sdktrace.WithSpanProcessor(CorrelationProcessor()))

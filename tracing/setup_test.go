@@ -61,19 +61,20 @@ func setup(t *testing.T, opts ...tracing.Option) *tracing.Telemetry {
 	return tel
 }
 
-// Without an endpoint nothing is exported, yet spans get real, sampled ids so
-// logs and headers still correlate, and Shutdown has nothing to wait for.
+// Without an endpoint nothing is exported and spans are not recorded, yet
+// they get real ids so logs and headers still correlate, and Shutdown has
+// nothing to wait for.
 func TestSetupWithoutEndpointExportsNothing(t *testing.T) {
 	cleanEnv(t)
 	tel := setup(t)
-	if tel.TracesExporter != "" || tel.MetricsExporter != "" {
-		t.Fatalf("exporters = %q/%q, want none", tel.TracesExporter, tel.MetricsExporter)
+	if tel.TracesExporter != "" || tel.MetricsExporter != "" || tel.RecordsSpans {
+		t.Fatalf("exporters = %q/%q, records spans %v, want none", tel.TracesExporter, tel.MetricsExporter, tel.RecordsSpans)
 	}
 	_, span := tel.TracerProvider.Tracer("t").Start(context.Background(), "op")
-	span.End()
-	if sc := span.SpanContext(); !sc.IsValid() || !sc.IsSampled() {
-		t.Fatalf("span context %v: want valid and sampled", sc)
+	if sc := span.SpanContext(); !sc.IsValid() || sc.IsSampled() || span.IsRecording() {
+		t.Fatalf("span context %v, recording %v: want valid, unsampled, not recording", sc, span.IsRecording())
 	}
+	span.End()
 	if err := tel.Shutdown(context.Background()); err != nil {
 		t.Fatalf("Shutdown: %v", err)
 	}
@@ -180,7 +181,9 @@ func TestSetupSamplerFromEnv(t *testing.T) {
 		env         []string
 		wantSampled bool
 	}{
-		{nil, true},
+		{nil, false}, // no exporter: ids only
+		{[]string{"OTEL_TRACES_SAMPLER", "parentbased_always_on"}, true},
+		{[]string{"OTEL_TRACES_EXPORTER", "otlp"}, true},
 		{[]string{"OTEL_TRACES_SAMPLER", "always_off"}, false},
 		{[]string{"OTEL_TRACES_SAMPLER", "traceidratio", "OTEL_TRACES_SAMPLER_ARG", "0"}, false},
 		{[]string{"OTEL_TRACES_SAMPLER", "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG", "1"}, true},
@@ -190,9 +193,13 @@ func TestSetupSamplerFromEnv(t *testing.T) {
 			cleanEnv(t, tt.env...)
 			tel := setup(t)
 			_, span := tel.TracerProvider.Tracer("t").Start(context.Background(), "op")
+			recording := span.IsRecording()
 			span.End()
-			if got := span.SpanContext().IsSampled(); got != tt.wantSampled {
-				t.Fatalf("sampled = %v, want %v", got, tt.wantSampled)
+			if got := span.SpanContext().IsSampled(); got != tt.wantSampled || recording != tt.wantSampled {
+				t.Fatalf("sampled = %v, recording = %v, want %v", got, recording, tt.wantSampled)
+			}
+			if tel.RecordsSpans != tt.wantSampled && tt.env == nil {
+				t.Fatalf("RecordsSpans = %v", tel.RecordsSpans)
 			}
 		})
 	}
