@@ -198,6 +198,16 @@ func TestQueue(t *testing.T) {
 	if err := pool.SendBatch(ctx, batch).Close(); err == nil {
 		t.Fatal("duplicate entity: the batch succeeded")
 	}
+	// A statement after the queued rows fails: the rows, already inserted when it ran,
+	// are rolled back with the batch's implicit transaction.
+	batch = &pgx.Batch{}
+	if err := ob.Queue(ctx, batch, "entities.events", newEvent(t, "e-3", 1)); err != nil {
+		t.Fatal(err)
+	}
+	batch.Queue("INSERT INTO queue_entity (id) VALUES ('e-1')")
+	if err := pool.SendBatch(ctx, batch).Close(); err == nil {
+		t.Fatal("duplicate entity after the events: the batch succeeded")
+	}
 	// An invalid event fails Queue and queues nothing.
 	bad := newEvent(t, "e-2", 1)
 	bad.Data = []byte("{not json")
