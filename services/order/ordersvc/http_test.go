@@ -339,3 +339,40 @@ func TestCounts(t *testing.T) {
 		t.Fatalf("POST /orders/counts: status %d", resp.StatusCode)
 	}
 }
+
+// A saga whose first span was not sampled stays unsampled: later commands continue its
+// trace with the sampling decision taken at its start, not a forced "sampled".
+func TestSagaKeepsItsSamplingDecision(t *testing.T) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	f := newFixture(t, ordersvc.Settings{}, ordersvc.WithTracerProvider(tp))
+	for _, tt := range []struct {
+		name, flags string
+	}{{"unsampled", "00"}, {"sampled", "01"}} {
+		t.Run(tt.name, func(t *testing.T) {
+			const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+			var o ordersvc.OrderJSON
+			parent := map[string]string{"traceparent": "00-" + traceID + "-00f067aa0ba902b7-" + tt.flags}
+			if resp := f.do(t, "POST", "/orders", validBody, parent, &o); resp.StatusCode != http.StatusCreated || o.TraceID != traceID {
+				t.Fatalf("create: status %d, trace %q", resp.StatusCode, o.TraceID)
+			}
+			if resp := f.do(t, "POST", "/orders/"+o.ID+"/cancel", "", nil, nil); resp.StatusCode != http.StatusAccepted {
+				t.Fatalf("cancel: status %d", resp.StatusCode)
+			}
+			var got []string
+			for _, r := range f.outbox(t) {
+				if r.Payload["order_id"] == o.ID {
+					got = append(got, r.TraceParent)
+				}
+			}
+			if len(got) != 2 {
+				t.Fatalf("%d events of the order, want 2", len(got))
+			}
+			for _, tp := range got {
+				if !strings.Contains(tp, traceID) || !strings.HasSuffix(tp, "-"+tt.flags) {
+					t.Errorf("traceparent %q: want trace %s with flags %s", tp, traceID, tt.flags)
+				}
+			}
+		})
+	}
+}

@@ -38,6 +38,11 @@ ALTER TABLE orders ADD COLUMN IF NOT EXISTS compensation_attempts integer NOT NU
 UPDATE orders SET compensation_attempts = 1
     WHERE compensation_attempts = 0 AND state IN ('CANCELLING', 'COMPENSATION_FAILED');
 
+-- The sampled flag of the creating span (trace_id, span_id): later commands continue
+-- the saga's trace with its sampling decision. Added after the first release; orders
+-- created before were sampled (the services recorded every span then).
+ALTER TABLE orders ADD COLUMN IF NOT EXISTS trace_sampled boolean NOT NULL DEFAULT true;
+
 CREATE INDEX IF NOT EXISTS orders_deadline_idx ON orders (deadline_at)
     WHERE state IN ('PENDING', 'CANCELLING');
 CREATE INDEX IF NOT EXISTS orders_open_since_idx ON orders (state, state_since)

@@ -34,6 +34,9 @@ type Order struct {
 	DeadlineAt time.Time
 	// TraceID and SpanID identify the span that created the order: the saga's trace.
 	TraceID, SpanID string
+	// TraceSampled is the sampled flag of that span: later work on the order continues
+	// the trace with the sampling decision taken at its start.
+	TraceSampled bool
 	CreatedAt       time.Time
 	UpdatedAt       time.Time
 	// Version counts the order's updates.
@@ -57,8 +60,11 @@ func (o Order) sagaSpanContext() (trace.SpanContext, bool) {
 		return trace.SpanContext{}, false
 	}
 	sc := trace.NewSpanContext(trace.SpanContextConfig{
-		TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, Remote: true,
+		TraceID: tid, SpanID: sid, Remote: true,
 	})
+	if o.TraceSampled {
+		sc = sc.WithTraceFlags(trace.FlagsSampled)
+	}
 	return sc, sc.IsValid()
 }
 
@@ -82,7 +88,7 @@ const cmdCreate = "command.create"
 
 const orderColumns = `id::text, customer_id, items, amount, state, reason,
 	payment_authorized, payment_declined, payment_refunded, stock_reserved, stock_unavailable, stock_released,
-	state_since, deadline_at, trace_id, span_id, created_at, updated_at, version, compensation_attempts, now()`
+	state_since, deadline_at, trace_id, span_id, trace_sampled, created_at, updated_at, version, compensation_attempts, now()`
 
 func (s *Service) scanOrder(row pgx.Row) (Order, error) {
 	var (
@@ -94,7 +100,7 @@ func (s *Service) scanOrder(row pgx.Row) (Order, error) {
 	)
 	err := row.Scan(&o.ID, &o.CustomerID, &o.Items, &o.Amount, &state, &o.Reason,
 		&f.PaymentAuthorized, &f.PaymentDeclined, &f.PaymentRefunded, &f.StockReserved, &f.StockUnavailable, &f.StockReleased,
-		&o.StateSince, &deadline, &o.TraceID, &o.SpanID, &o.CreatedAt, &o.UpdatedAt, &o.Version, &o.CompensationAttempts, &now)
+		&o.StateSince, &deadline, &o.TraceID, &o.SpanID, &o.TraceSampled, &o.CreatedAt, &o.UpdatedAt, &o.Version, &o.CompensationAttempts, &now)
 	if err != nil {
 		return Order{}, err
 	}
@@ -170,7 +176,8 @@ func (s *Service) Get(ctx context.Context, id string) (Order, []HistoryEntry, er
 // in the transaction that sends it.
 func (s *Service) queueInsert(ctx context.Context, b *pgx.Batch, id string, req CreateRequest, o *Order) error {
 	var traceID, spanID string
-	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+	sc := trace.SpanContextFromContext(ctx)
+	if sc.IsValid() {
 		traceID, spanID = sc.TraceID().String(), sc.SpanID().String()
 	}
 	ev, err := event.New(events.SourceOrder, events.OrderCreated, id, events.OrderCreatedV1{
@@ -183,10 +190,11 @@ func (s *Service) queueInsert(ctx context.Context, b *pgx.Batch, id string, req 
 	b.Queue(`WITH h AS (
 			INSERT INTO order_history (order_id, from_state, to_state, cause_event_type) VALUES ($1, '', $5, $9)
 		)
-		INSERT INTO orders (id, customer_id, items, amount, state, deadline_at, trace_id, span_id)
-		VALUES ($1, $2, $3, $4, $5, now() + $6::bigint * interval '1 microsecond', $7, $8)
+		INSERT INTO orders (id, customer_id, items, amount, state, deadline_at, trace_id, span_id, trace_sampled)
+		VALUES ($1, $2, $3, $4, $5, now() + $6::bigint * interval '1 microsecond', $7, $8, $10)
 		RETURNING `+orderColumns,
 		id, req.CustomerID, req.Items, req.Amount, string(Pending), s.cfg.SagaTimeout.Microseconds(), traceID, spanID, cmdCreate,
+		sc.IsSampled(),
 	).QueryRow(func(row pgx.Row) error {
 		var err error
 		if *o, err = s.scanOrder(row); err != nil {
