@@ -37,8 +37,8 @@ type Order struct {
 	// TraceSampled is the sampled flag of that span: later work on the order continues
 	// the trace with the sampling decision taken at its start.
 	TraceSampled bool
-	CreatedAt       time.Time
-	UpdatedAt       time.Time
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
 	// Version counts the order's updates.
 	Version int64
 	// CompensationAttempts is how many times the order sent order.cancel_requested (0
