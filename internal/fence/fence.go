@@ -1,28 +1,64 @@
-// Package fence holds the fencing-token check that package lock runs with CheckFence and
-// that the consumer sends in one round trip with the idempotency claim (see
-// internal/txhook's Leading statements), so the statement is written once.
+// Package fence holds the fencing-token check, written once: package lock runs it with
+// CheckFence (one entity), and the consumer sends it in one round trip with the
+// idempotency claim (see internal/txhook's Leading statements) for the one lease of a
+// record or every lease of a batch.
 package fence
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 )
 
-// CheckSQL records $2 as the latest token of $1 and returns a row unless a higher token is
-// already recorded (the caller's lease is stale). The upsert row-locks the entity's fence
-// until the transaction ends.
-const CheckSQL = `INSERT INTO choreo_lock_fences AS f (entity, token) VALUES ($1, $2)
-ON CONFLICT (entity) DO UPDATE SET token = EXCLUDED.token, updated_at = now()
-WHERE f.token <= EXCLUDED.token
-RETURNING f.token`
+// ErrStale is lock.ErrStaleToken, defined here so that the check's errors are built in
+// one place (package lock cannot be imported here).
+var ErrStale = errors.New("lock: stale fencing token")
 
-// Scan reads CheckSQL's result: stale is true when no row came back.
-func Scan(row pgx.Row) (stale bool, err error) {
-	var stored int64
-	err = row.Scan(&stored)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return true, nil
+// CheckSQL records, for every i, $2[i] as the latest token of entity $1[i], in the order
+// of the arrays, and returns one row: the 1-based index of the first entity whose
+// recorded token is higher (the caller's lease of it is stale), or NULL when none is.
+// The entities must be distinct. The upsert row-locks every entity's fence until the
+// transaction ends; callers that pass the entities sorted take those locks in one
+// global order, so transactions fencing overlapping sets wait for each other instead of
+// deadlocking. Every entity is upserted even when one is stale: the caller rolls back.
+const CheckSQL = `WITH r AS (
+    SELECT e, t, o FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS r (e, t, o)
+), up AS (
+    INSERT INTO choreo_lock_fences AS f (entity, token)
+    SELECT e, t FROM r ORDER BY o
+    ON CONFLICT (entity) DO UPDATE SET token = EXCLUDED.token, updated_at = now()
+    WHERE f.token <= EXCLUDED.token
+    RETURNING f.entity
+)
+SELECT min(o) FROM r WHERE NOT EXISTS (SELECT 1 FROM up WHERE up.entity = r.e)`
+
+// Check is one run of CheckSQL: Entities[i] fenced with Tokens[i].
+type Check struct {
+	Entities []string
+	Tokens   []int64
+}
+
+// Args returns CheckSQL's arguments.
+func (c Check) Args() []any { return []any{c.Entities, c.Tokens} }
+
+// Scan reads CheckSQL's row. A stale token is an error wrapping ErrStale that names the
+// first stale entity and its token; a database error names the entity (or the first of
+// several).
+func (c Check) Scan(row pgx.Row) error {
+	var stale *int64
+	if err := row.Scan(&stale); err != nil {
+		if len(c.Entities) == 1 {
+			return fmt.Errorf("lock: check fence %q: %w", c.Entities[0], err)
+		}
+		return fmt.Errorf("lock: check fences of %d entities from %q: %w", len(c.Entities), c.Entities[0], err)
 	}
-	return false, err
+	if stale == nil {
+		return nil
+	}
+	i := int(*stale) - 1
+	if i < 0 || i >= len(c.Entities) {
+		return fmt.Errorf("lock: check fences: stale index %d out of %d entities", *stale, len(c.Entities))
+	}
+	return fmt.Errorf("%w: %q token %d", ErrStale, c.Entities[i], c.Tokens[i])
 }
