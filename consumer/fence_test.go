@@ -29,7 +29,7 @@ type fenceTrace struct {
 }
 
 func (f *fenceTrace) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	if d.SQL == fence.CheckSQL {
+	if isFence(d.SQL) {
 		f.mu.Lock()
 		f.alone++
 		f.args = append(f.args, d.Args)
@@ -37,6 +37,9 @@ func (f *fenceTrace) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.Tra
 	}
 	return ctx
 }
+
+// isFence reports whether sql is a fence check (internal/fence).
+func isFence(sql string) bool { return sql == fence.CheckSQL || sql == fence.CheckOneSQL }
 
 func (f *fenceTrace) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
@@ -51,7 +54,7 @@ func (f *fenceTrace) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.Trace
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.batches[len(f.batches)-1] = append(f.batches[len(f.batches)-1], d.SQL)
-	if d.SQL == fence.CheckSQL {
+	if isFence(d.SQL) {
 		f.args = append(f.args, d.Args)
 	}
 }
@@ -72,7 +75,7 @@ func (f *fenceTrace) fenceInBatches() int {
 	n := 0
 	for _, b := range f.batches {
 		for i, sql := range b {
-			if sql == fence.CheckSQL && i+1 < len(b) && strings.Contains(b[i+1], `INSERT INTO "`+idempotency.DefaultTable+`"`) {
+			if isFence(sql) && i+1 < len(b) && strings.Contains(b[i+1], `INSERT INTO "`+idempotency.DefaultTable+`"`) {
 				n++
 			}
 		}
@@ -208,7 +211,8 @@ func TestBatchFence(t *testing.T) {
 	}
 }
 
-// One record's fence check is the same statement with one lease, leading its claim.
+// One record's fence check is the same check (internal/fence.Check) with one lease, leading
+// its claim.
 func TestOneRecordFenceLeadsClaim(t *testing.T) {
 	trace := new(fenceTrace)
 	pool := tracedDB(t, trace)

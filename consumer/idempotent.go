@@ -193,7 +193,8 @@ func handleErr(m *Message, err error) error {
 // fenceStmt returns the fence check of the leases held for ms (held, sorted by entity,
 // or if held is nil the distinct leases the messages hold, sorted here) as one statement
 // to lead the idempotency claim (txhook.WithLeading): internal/fence's check, which
-// lock.Lease.CheckFence runs for one lease, with the same errors. It returns nil when no
+// lock.Lease.CheckFence runs for one lease, with the same errors (one lease is its
+// one-entity case, which has a statement of its own). It returns nil when no
 // lease is held, and first fails with a lease's error if the lease is already known to
 // be lost.
 func fenceStmt(ms []*Message, held []*lock.Lease) (*txhook.Stmt, error) {
@@ -217,7 +218,8 @@ func fenceStmt(ms []*Message, held []*lock.Lease) (*txhook.Stmt, error) {
 		}
 		c.Entities[i], c.Tokens[i] = lease.Key(), lease.Token()
 	}
-	return &txhook.Stmt{SQL: fence.CheckSQL, Args: c.Args(), Row: c.Scan}, nil
+	sql, args := c.Statement()
+	return &txhook.Stmt{SQL: sql, Args: args, Row: c.Scan}, nil
 }
 
 // claim claims the events of ms and reports which are duplicates.

@@ -58,7 +58,8 @@ func CheckFence(ctx context.Context, tx pgx.Tx, entity string, token int64) erro
 		return fmt.Errorf("%w: empty", ErrInvalidEntity)
 	}
 	c := fence.Check{Entities: []string{entity}, Tokens: []int64{token}}
-	return c.Scan(tx.QueryRow(ctx, fence.CheckSQL, c.Args()...))
+	sql, args := c.Statement()
+	return c.Scan(tx.QueryRow(ctx, sql, args...))
 }
 
 // CheckFence is CheckFence(ctx, tx, ls.Key(), ls.Token()), and first fails
