@@ -19,10 +19,11 @@ import (
 // record. For a batch it decodes every record and applies the router's filter (ignored
 // types are settled, unknown types fail the batch), acquires one lease per distinct
 // entity of the batch, together (lock.Locker.AcquireAll: one round trip, all or none; an
-// entity may repeat within the batch), then in one transaction checks each lease's fence
-// once, in entity order (if Fence), claims every event's idempotency key in one statement
-// (idempotency.Store.ClaimAll, which inserts in key order so that concurrent transactions
-// on the same keys cannot deadlock), and calls the business handler, in offset order,
+// entity may repeat within the batch), then in one transaction checks every lease's fence
+// in one statement, in entity order (if Fence), sent in one round trip with the
+// statement that claims every event's idempotency key (idempotency.Store.ClaimAll, which
+// inserts in key order so that concurrent transactions on the same keys cannot
+// deadlock), and calls the business handler, in offset order,
 // for every event that is not a duplicate (copies of one event within the batch
 // included); then it commits, runs the AfterCommit hooks once, and releases the leases
 // together. Each record still gets its own consumer span (child of its producer's span),

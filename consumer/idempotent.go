@@ -29,8 +29,9 @@ type IdempotentConfig struct {
 	// must both see every event need different names. Default "handler".
 	Name string
 	// Fence, when true and the message holds a lease (Lock), checks the lease's fencing
-	// token with lock.Lease.CheckFence first in the transaction, so that a holder whose lease
-	// expired cannot commit after a newer holder did.
+	// token first in the transaction, as lock.Lease.CheckFence does and in the same round
+	// trip as the idempotency claim, so that a holder whose lease expired cannot commit
+	// after a newer holder did (lock.ErrStaleToken).
 	Fence bool
 	// AfterCommit functions run after each commit of a first-time handling, e.g.
 	// outbox.Outbox.Wake to wake the relay without serialising commits.
@@ -103,12 +104,12 @@ func (t *transactor) handle(ctx context.Context, m *Message) error {
 }
 
 // run claims and handles ms, decoded records of one group in offset order, in one
-// transaction on t.db. In the transaction it checks the fencing token of each distinct
-// lease once, in entity
-// order (if fence; held lists them sorted by entity when the caller knows them, else they
-// are collected from ms), claims every event's key under the scope "<group>/<name>" in one
-// statement (idempotency.Store.Claim for one record, ClaimAll for several: a copy of an
-// event within ms is a duplicate of it), and calls h, in order, for every event that is
+// transaction on t.db. In the transaction it checks the fencing tokens of the distinct
+// leases, in entity order, in one statement (if fence; held lists them sorted by entity
+// when the caller knows them, else they are collected from ms), sent in one round trip
+// with the statement that claims every event's key under the scope "<group>/<name>"
+// (idempotency.Store.Claim for one record, ClaimAll for several: a copy of an event
+// within ms is a duplicate of it), and calls h, in order, for every event that is
 // not a duplicate, with ctxs[i] as its context (ctx when ctxs is nil); ctx carries the
 // transaction's own statements. Each handler's context carries the transaction's
 // before-commit hooks (internal/txhook), which run after the last handler: the outbox
@@ -127,14 +128,16 @@ func (t *transactor) run(ctx context.Context, ms []*Message, ctxs []context.Cont
 	err := pgx.BeginFunc(ctx, t.db, func(tx pgx.Tx) error {
 		hooks := txhook.New(tx) // writes deferred to the commit, e.g. outbox rows
 		cctx := ctx
-		if lease := ms[0].lease; len(ms) == 1 && t.fence && lease != nil {
-			// One record: its fence check leads the claim in one round trip.
-			if err := lease.Err(); err != nil {
+		if t.fence {
+			// The fence check of every lease leads the claim: one statement, one
+			// round trip with it.
+			st, err := fenceStmt(ms, held)
+			if err != nil {
 				return err
 			}
-			cctx = txhook.WithLeading(ctx, fenceStmt(lease))
-		} else if err := t.checkFences(ctx, tx, ms, held); err != nil {
-			return err
+			if st != nil {
+				cctx = txhook.WithLeading(ctx, *st)
+			}
 		}
 		var err error
 		if dup, err = t.claim(cctx, tx, ms); err != nil {
@@ -187,41 +190,36 @@ func handleErr(m *Message, err error) error {
 	return fmt.Errorf("consumer: handle %s %s: %w", m.Event.Type, m.Event.ID, err)
 }
 
-// checkFences, if t.fence, checks each distinct lease's fencing token once, in entity order: those of held, or if held
-// is nil, those the messages hold.
-func (t *transactor) checkFences(ctx context.Context, tx pgx.Tx, ms []*Message, held []*lock.Lease) error {
-	if !t.fence {
-		return nil
-	}
+// fenceStmt returns the fence check of the leases held for ms (held, sorted by entity,
+// or if held is nil the distinct leases the messages hold, sorted here) as one statement
+// to lead the idempotency claim (txhook.WithLeading): internal/fence's check, which
+// lock.Lease.CheckFence runs for one lease, with the same errors (one lease is its
+// one-entity case, which has a statement of its own). It returns nil when no
+// lease is held, and first fails with a lease's error if the lease is already known to
+// be lost.
+func fenceStmt(ms []*Message, held []*lock.Lease) (*txhook.Stmt, error) {
 	if held == nil {
 		for _, m := range ms {
 			if m.lease != nil && !slices.Contains(held, m.lease) {
 				held = append(held, m.lease)
 			}
 		}
-		slices.SortFunc(held, func(a, b *lock.Lease) int { return strings.Compare(a.Entity(), b.Entity()) })
-	}
-	for _, lease := range held {
-		if err := lease.CheckFence(ctx, tx); err != nil {
-			return err
+		if len(held) > 1 {
+			slices.SortFunc(held, func(a, b *lock.Lease) int { return strings.Compare(a.Entity(), b.Entity()) })
 		}
 	}
-	return nil
-}
-
-// fenceStmt is lease.CheckFence as a statement that leads the idempotency claim
-// (txhook.WithLeading): same SQL, same errors.
-func fenceStmt(lease *lock.Lease) txhook.Stmt {
-	return txhook.Stmt{SQL: fence.CheckSQL, Args: []any{lease.Key(), lease.Token()}, Row: func(row pgx.Row) error {
-		stale, err := fence.Scan(row)
-		switch {
-		case stale:
-			return fmt.Errorf("%w: %q token %d", lock.ErrStaleToken, lease.Key(), lease.Token())
-		case err != nil:
-			return fmt.Errorf("lock: check fence %q: %w", lease.Key(), err)
+	if len(held) == 0 {
+		return nil, nil
+	}
+	c := fence.Check{Entities: make([]string, len(held)), Tokens: make([]int64, len(held))}
+	for i, lease := range held {
+		if err := lease.Err(); err != nil {
+			return nil, err
 		}
-		return nil
-	}}
+		c.Entities[i], c.Tokens[i] = lease.Key(), lease.Token()
+	}
+	sql, args := c.Statement()
+	return &txhook.Stmt{SQL: sql, Args: args, Row: c.Scan}, nil
 }
 
 // claim claims the events of ms and reports which are duplicates.

@@ -3,11 +3,14 @@ package idempotency
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/choreo-saga/choreo/internal/txhook"
 )
 
 // Request is one key to claim and its request hash.
@@ -71,8 +74,12 @@ func (s *Store) ClaimAll(ctx context.Context, tx pgx.Tx, scope string, reqs []Re
 		hashes = append(hashes, nonNil(r.Hash))
 	}
 
-	seen, err := s.claimAll(ctx, tx, scope, keys, hashes)
+	seen, err := s.claimAll(ctx, tx, scope, keys, hashes, txhook.Leading(ctx))
 	if err != nil {
+		var lerr leadingError
+		if errors.As(err, &lerr) {
+			return nil, lerr.err
+		}
 		return nil, err
 	}
 
@@ -89,33 +96,47 @@ func (s *Store) ClaimAll(ctx context.Context, tx pgx.Tx, scope string, reqs []Re
 		}
 		first = i
 		// A key absent from seen gets Claim's full passes.
-		if claims[i], err = s.claim(ctx, tx, scope, r.Key, nonNil(r.Hash), seen[r.Key]); err != nil {
+		if claims[i], err = s.claim(ctx, tx, scope, r.Key, nonNil(r.Hash), seen[r.Key], nil); err != nil {
 			return nil, err
 		}
 	}
 	return claims, nil
 }
 
-// claimAll runs claimAllSQL for keys (sorted, distinct) and returns what it
-// saw of each key it returned.
-func (s *Store) claimAll(ctx context.Context, tx pgx.Tx, scope string, keys []string, hashes [][]byte) (map[string]*record, error) {
-	rows, err := tx.Query(ctx, s.claimAllSQL, scope, keys, hashes, s.retention.Microseconds())
-	if err != nil {
-		return nil, fmt.Errorf("idempotency: claim %d keys in %s: %w", len(keys), scope, err)
-	}
-	defer rows.Close()
+// claimAll runs claimAllSQL for keys (sorted, distinct), after the leading
+// statements in the same round trip (see withLeading; their error is a
+// leadingError), and returns what it saw of each key it returned.
+func (s *Store) claimAll(ctx context.Context, tx pgx.Tx, scope string, keys []string, hashes [][]byte, leading []txhook.Stmt) (map[string]*record, error) {
+	args := []any{scope, keys, hashes, s.retention.Microseconds()}
 	seen := make(map[string]*record, len(keys))
-	for rows.Next() {
-		var (
-			key string
-			r   record
-		)
-		if err := rows.Scan(&key, &r.claimed, &r.stored, &r.response, &r.expired); err != nil {
-			return nil, fmt.Errorf("idempotency: claim %d keys in %s: %w", len(keys), scope, err)
+	read := func(rows pgx.Rows) error {
+		for rows.Next() {
+			var (
+				key string
+				r   record
+			)
+			if err := rows.Scan(&key, &r.claimed, &r.stored, &r.response, &r.expired); err != nil {
+				return err
+			}
+			seen[key] = &r
 		}
-		seen[key] = &r
+		return rows.Err()
 	}
-	if err := rows.Err(); err != nil {
+	var err error
+	if len(leading) == 0 {
+		var rows pgx.Rows
+		if rows, err = tx.Query(ctx, s.claimAllSQL, args...); err == nil {
+			err = read(rows)
+			rows.Close()
+		}
+	} else {
+		err = withLeading(ctx, tx, leading, s.claimAllSQL, args, read)
+	}
+	var lerr leadingError
+	switch {
+	case errors.As(err, &lerr):
+		return nil, err
+	case err != nil:
 		return nil, fmt.Errorf("idempotency: claim %d keys in %s: %w", len(keys), scope, err)
 	}
 	return seen, nil

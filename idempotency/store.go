@@ -251,7 +251,7 @@ func (s *Store) Claim(ctx context.Context, tx pgx.Tx, scope, key string, request
 	if err := checkKey(scope, key); err != nil {
 		return Claim{}, err
 	}
-	return s.claim(ctx, tx, scope, key, nonNil(requestHash), nil)
+	return s.claim(ctx, tx, scope, key, nonNil(requestHash), nil, txhook.Leading(ctx))
 }
 
 // record is what one statement saw of a key's row: either it inserted the
@@ -265,14 +265,15 @@ type record struct {
 // claim decides the claim of a checked key with a non-nil requestHash. seen,
 // if not nil, is what an earlier statement of tx (ClaimAll's) saw of the
 // key; it stands for the first pass's claimSQL, so a decided record costs no
-// round trip.
-func (s *Store) claim(ctx context.Context, tx pgx.Tx, scope, key string, requestHash []byte, seen *record) (Claim, error) {
+// round trip. leading (txhook.WithLeading's statements; nil with seen) go out
+// with the first claimSQL, in one round trip; their first error is returned as
+// it is.
+func (s *Store) claim(ctx context.Context, tx pgx.Tx, scope, key string, requestHash []byte, seen *record, leading []txhook.Stmt) (Claim, error) {
 	retention := s.retention.Microseconds()
 	// Each pass ends in a decision unless a concurrent transaction changed
 	// the record under us (took over or deleted an expired record); then the
 	// next pass sees the new state. Three passes are plenty: every retry
 	// means another transaction made progress on this key.
-	leading := txhook.Leading(ctx) // sent with the first claimSQL only
 	for range 3 {
 		r := seen
 		seen = nil
@@ -322,13 +323,28 @@ type leadingError struct{ err error }
 
 func (e leadingError) Error() string { return e.err.Error() }
 
-// queryClaim runs claimSQL into r. With leading statements it sends them and
-// claimSQL in one pgx batch (one round trip) and reports the first leading
-// statement's error as a leadingError.
+// queryClaim runs claimSQL into r, after the leading statements in the same
+// round trip (see withLeading).
 func (s *Store) queryClaim(ctx context.Context, tx pgx.Tx, leading []txhook.Stmt, r *record, args ...any) error {
 	if len(leading) == 0 {
 		return tx.QueryRow(ctx, s.claimSQL, args...).Scan(&r.claimed, &r.stored, &r.response, &r.expired)
 	}
+	return withLeading(ctx, tx, leading, s.claimSQL, args, func(rows pgx.Rows) error {
+		if !rows.Next() {
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			return pgx.ErrNoRows
+		}
+		return rows.Scan(&r.claimed, &r.stored, &r.response, &r.expired)
+	})
+}
+
+// withLeading sends the leading statements and then sql in one pgx batch (one
+// round trip), reads sql's rows with read, and reports the first leading
+// statement's error as a leadingError, before sql's own error: a claim that
+// follows a failed statement of the batch fails too.
+func withLeading(ctx context.Context, tx pgx.Tx, leading []txhook.Stmt, sql string, args []any, read func(pgx.Rows) error) error {
 	b := &pgx.Batch{}
 	var lerr, cerr error
 	for _, st := range leading {
@@ -339,8 +355,8 @@ func (s *Store) queryClaim(ctx context.Context, tx pgx.Tx, leading []txhook.Stmt
 			return nil
 		})
 	}
-	b.Queue(s.claimSQL, args...).QueryRow(func(row pgx.Row) error {
-		cerr = row.Scan(&r.claimed, &r.stored, &r.response, &r.expired)
+	b.Queue(sql, args...).Query(func(rows pgx.Rows) error {
+		cerr = read(rows)
 		return nil
 	})
 	err := tx.SendBatch(ctx, b).Close()

@@ -57,14 +57,9 @@ func CheckFence(ctx context.Context, tx pgx.Tx, entity string, token int64) erro
 	if entity == "" {
 		return fmt.Errorf("%w: empty", ErrInvalidEntity)
 	}
-	stale, err := fence.Scan(tx.QueryRow(ctx, fence.CheckSQL, entity, token))
-	switch {
-	case stale:
-		return fmt.Errorf("%w: %q token %d", ErrStaleToken, entity, token)
-	case err != nil:
-		return fmt.Errorf("lock: check fence %q: %w", entity, err)
-	}
-	return nil
+	c := fence.Check{Entities: []string{entity}, Tokens: []int64{token}}
+	sql, args := c.Statement()
+	return c.Scan(tx.QueryRow(ctx, sql, args...))
 }
 
 // CheckFence is CheckFence(ctx, tx, ls.Key(), ls.Token()), and first fails

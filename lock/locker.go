@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/choreo-saga/choreo/internal/backoff"
+	"github.com/choreo-saga/choreo/internal/fence"
 )
 
 var (
@@ -35,7 +36,7 @@ var (
 	// for the entity has already been recorded: the caller's lease is no
 	// longer the latest and its transaction must roll back. Not retryable
 	// with the same lease.
-	ErrStaleToken = errors.New("lock: stale fencing token")
+	ErrStaleToken = fence.ErrStale
 
 	// ErrInvalidEntity is returned for an empty entity.
 	ErrInvalidEntity = errors.New("lock: invalid entity")
