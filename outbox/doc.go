@@ -88,7 +88,11 @@
 // (<table>_dead) with the reason, in one statement; rows behind it carry on.
 // Configure the client's ProducerBatchMaxBytes no larger than the topic's
 // max.message.bytes, so oversized records are refused by the client one by
-// one rather than by the broker batch-wise.
+// one rather than by the broker batch-wise. This matters for order too: when
+// franz-go splits the rows of one partition over several produce batches and
+// the broker rejects an earlier one, the later ones are still written, so
+// their rows are published before the rejected batch's neighbours are retried
+// on their own, and per-key order breaks for keys that had rows in both.
 //
 // A crash between the broker's acknowledgement and the delete republishes
 // that batch (at most [WithBatchSize] rows). The leader's session runs with
