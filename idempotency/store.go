@@ -156,10 +156,12 @@ func NewStore(opts ...Option) (*Store, error) {
 		// committed before the statement began. If the INSERT had to wait for
 		// a concurrent transaction that then committed the same key, the
 		// statement's snapshot predates that commit and no row comes back;
-		// Claim then reads it with lookupSQL, a new statement.
+		// Claim then reads it with lookupSQL, a new statement. $5 is the
+		// response stored with a new record (ClaimWithResponse; NULL for
+		// Claim).
 		claimSQL: `WITH ins AS (
-    INSERT INTO ` + t + ` (scope, key, request_hash, expires_at)
-    VALUES ($1, $2, $3, now() + $4::bigint * interval '1 microsecond')
+    INSERT INTO ` + t + ` (scope, key, request_hash, expires_at, response)
+    VALUES ($1, $2, $3, now() + $4::bigint * interval '1 microsecond', $5)
     ON CONFLICT (scope, key) DO NOTHING
     RETURNING 1
 )
@@ -199,7 +201,7 @@ WHERE NOT EXISTS (SELECT 1 FROM ins WHERE ins.key = k.key)`,
 		// yet. The WHERE is re-checked after waiting for a concurrent
 		// takeover, so only one transaction wins.
 		takeoverSQL: `UPDATE ` + t + `
-SET request_hash = $3, response = NULL, created_at = now(),
+SET request_hash = $3, response = $5, created_at = now(),
     expires_at = now() + $4::bigint * interval '1 microsecond'
 WHERE scope = $1 AND key = $2 AND expires_at <= now()`,
 		doneSQL: `UPDATE ` + t + ` SET response = $3 WHERE scope = $1 AND key = $2`,
@@ -251,7 +253,22 @@ func (s *Store) Claim(ctx context.Context, tx pgx.Tx, scope, key string, request
 	if err := checkKey(scope, key); err != nil {
 		return Claim{}, err
 	}
-	return s.claim(ctx, tx, scope, key, nonNil(requestHash), nil, txhook.Leading(ctx))
+	return s.claim(ctx, tx, scope, key, nonNil(requestHash), nil, nil, txhook.Leading(ctx))
+}
+
+// ClaimWithResponse is Claim for a caller that knows its response before
+// doing the work (e.g. an id it generated up front): a first-time claim
+// stores response with the record in the claim's own statement, as Claim
+// followed by Complete would, one round trip fewer. If tx rolls back, the
+// record and its response roll back together; if it commits, the record is
+// complete. Duplicates and ErrKeyReused are as for Claim (a duplicate gets
+// the response stored by the first claim, not this one). A nil response
+// stores none, like Claim.
+func (s *Store) ClaimWithResponse(ctx context.Context, tx pgx.Tx, scope, key string, requestHash, response []byte) (Claim, error) {
+	if err := checkKey(scope, key); err != nil {
+		return Claim{}, err
+	}
+	return s.claim(ctx, tx, scope, key, nonNil(requestHash), response, nil, txhook.Leading(ctx))
 }
 
 // record is what one statement saw of a key's row: either it inserted the
@@ -262,13 +279,14 @@ type record struct {
 	expired          bool
 }
 
-// claim decides the claim of a checked key with a non-nil requestHash. seen,
+// claim decides the claim of a checked key with a non-nil requestHash; a
+// first-time claim stores response (nil: none) with the record. seen,
 // if not nil, is what an earlier statement of tx (ClaimAll's) saw of the
 // key; it stands for the first pass's claimSQL, so a decided record costs no
 // round trip. leading (txhook.WithLeading's statements; nil with seen) go out
 // with the first claimSQL, in one round trip; their first error is returned as
 // it is.
-func (s *Store) claim(ctx context.Context, tx pgx.Tx, scope, key string, requestHash []byte, seen *record, leading []txhook.Stmt) (Claim, error) {
+func (s *Store) claim(ctx context.Context, tx pgx.Tx, scope, key string, requestHash, response []byte, seen *record, leading []txhook.Stmt) (Claim, error) {
 	retention := s.retention.Microseconds()
 	// Each pass ends in a decision unless a concurrent transaction changed
 	// the record under us (took over or deleted an expired record); then the
@@ -279,7 +297,7 @@ func (s *Store) claim(ctx context.Context, tx pgx.Tx, scope, key string, request
 		seen = nil
 		if r == nil {
 			r = new(record)
-			err := s.queryClaim(ctx, tx, leading, r, scope, key, requestHash, retention)
+			err := s.queryClaim(ctx, tx, leading, r, scope, key, requestHash, retention, response)
 			var lerr leadingError
 			if errors.As(err, &lerr) {
 				return Claim{}, lerr.err
@@ -300,7 +318,7 @@ func (s *Store) claim(ctx context.Context, tx pgx.Tx, scope, key string, request
 			return Claim{}, nil
 		}
 		if r.expired {
-			tag, err := tx.Exec(ctx, s.takeoverSQL, scope, key, requestHash, retention)
+			tag, err := tx.Exec(ctx, s.takeoverSQL, scope, key, requestHash, retention, response)
 			if err != nil {
 				return Claim{}, fmt.Errorf("idempotency: claim %s/%s: take over expired record: %w", scope, key, err)
 			}

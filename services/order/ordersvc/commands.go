@@ -83,7 +83,8 @@ func (r CreateRequest) Validate() error {
 // id of its saga, and the current span (the HTTP request's) becomes the saga's trace.
 //
 // With a non-empty idempotency key, the request is done at most once per key
-// (idempotency.Store.Do): a repetition with the same body returns the order created
+// (idempotency.Store.ClaimWithResponse, which stores the new order's id with the
+// key's claim in one statement): a repetition with the same body returns the order created
 // first and created == false; the same key with another body fails with an error
 // wrapping idempotency.ErrKeyReused.
 func (s *Service) Create(ctx context.Context, req CreateRequest, key string) (o Order, created bool, err error) {
@@ -118,22 +119,28 @@ func (s *Service) Create(ctx context.Context, req CreateRequest, key string) (o 
 	if err != nil {
 		return Order{}, false, fmt.Errorf("ordersvc: encode request: %w", err)
 	}
-	resp, dup, err := s.idem.Do(octx, s.db, idempotScope, key, idempotency.Hash(body),
-		func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
-			// Shed here, after the key's claim: a replay never gets this far and still
-			// returns its order; a refusal rolls the claim back, so nothing is written.
-			if err := s.admitNew(ctx); err != nil {
-				return nil, err
-			}
-			b := &pgx.Batch{}
-			if err := s.queueInsert(ctx, b, id, req, &o); err != nil {
-				return nil, err
-			}
-			if err := tx.SendBatch(ctx, b).Close(); err != nil {
-				return nil, err
-			}
-			return []byte(id), nil
-		})
+	// The response (the order id) is known up front, so it is stored with the claim
+	// (ClaimWithResponse): BEGIN, claim, order batch, COMMIT, with no Complete. A
+	// rollback (refusal, error) takes the claim and its response with it.
+	var c idempotency.Claim
+	err = pgx.BeginFunc(octx, s.db, func(tx pgx.Tx) error {
+		var err error
+		c, err = s.idem.ClaimWithResponse(octx, tx, idempotScope, key, idempotency.Hash(body), []byte(id))
+		if err != nil || c.Duplicate {
+			return err
+		}
+		// Shed here, after the key's claim: a replay never gets this far and still
+		// returns its order; a refusal rolls the claim back, so nothing is written.
+		if err := s.admitNew(octx); err != nil {
+			return err
+		}
+		b := &pgx.Batch{}
+		if err := s.queueInsert(octx, b, id, req, &o); err != nil {
+			return err
+		}
+		return tx.SendBatch(octx, b).Close()
+	})
+	resp, dup := c.Response, c.Duplicate
 	switch {
 	case errors.Is(err, idempotency.ErrInvalidKey):
 		return Order{}, false, fmt.Errorf("%w: Idempotency-Key must be 1 to %d bytes", ErrInvalidRequest, idempotency.MaxKeyBytes)
