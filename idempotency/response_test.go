@@ -163,3 +163,108 @@ func TestClaimWithResponseConcurrent(t *testing.T) {
 		t.Fatalf("duplicates got %v, want %d times %q", responses, n-1, winners[0])
 	}
 }
+
+// TestQueueNewClaim: the queued claim takes a new key with its response in
+// the batch's transaction; a key that has a record (committed, or expired and
+// not swept) fails the batch with ErrKeyExists and nothing queued after it is
+// written; ClaimWithResponse then tells the duplicate from the reuse.
+func TestQueueNewClaim(t *testing.T) {
+	pool := setup(t)
+	ctx := context.Background()
+	store := newStore(t)
+	send := func(key string, hash, resp []byte) error {
+		t.Helper()
+		b := &pgx.Batch{}
+		if err := store.QueueNewClaim(b, "http", key, hash, resp); err != nil {
+			return err
+		}
+		b.Queue(`INSERT INTO effects (key, n) VALUES ($1, 1)
+			ON CONFLICT (key) DO UPDATE SET n = effects.n + 1`, key)
+		return pool.SendBatch(ctx, b).Close()
+	}
+	if err := send("k", []byte("h1"), []byte("r1")); err != nil {
+		t.Fatalf("first: %v", err)
+	}
+	for _, hash := range []string{"h1", "h2"} {
+		if err := send("k", []byte(hash), []byte("r2")); !errors.Is(err, idempotency.ErrKeyExists) {
+			t.Fatalf("again with %s: %v, want ErrKeyExists", hash, err)
+		}
+	}
+	if n := effects(t, pool, "k"); n != 1 {
+		t.Fatalf("effects = %d, want 1: a failed claim must write nothing", n)
+	}
+	for _, s := range []struct {
+		hash    string
+		wantErr error
+	}{{"h1", nil}, {"h2", idempotency.ErrKeyReused}} {
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			c, err := store.ClaimWithResponse(ctx, tx, "http", "k", []byte(s.hash), []byte("r3"))
+			if err == nil && (!c.Duplicate || string(c.Response) != "r1") {
+				t.Fatalf("%s: claim %+v, want the duplicate of r1", s.hash, c)
+			}
+			return err
+		})
+		if !errors.Is(err, s.wantErr) || (s.wantErr == nil && err != nil) {
+			t.Fatalf("%s: %v, want %v", s.hash, err, s.wantErr)
+		}
+	}
+	if err := store.QueueNewClaim(&pgx.Batch{}, "http", "", nil, nil); !errors.Is(err, idempotency.ErrInvalidKey) {
+		t.Fatalf("empty key: %v, want ErrInvalidKey", err)
+	}
+
+	expiring := newStore(t, idempotency.WithRetention(time.Microsecond))
+	b := &pgx.Batch{}
+	if err := expiring.QueueNewClaim(b, "http", "x", []byte("h"), []byte("old")); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.SendBatch(ctx, b).Close(); err != nil {
+		t.Fatal(err)
+	}
+	b = &pgx.Batch{}
+	if err := expiring.QueueNewClaim(b, "http", "x", []byte("h"), []byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.SendBatch(ctx, b).Close(); !errors.Is(err, idempotency.ErrKeyExists) {
+		t.Fatalf("expired record: %v, want ErrKeyExists (ClaimWithResponse takes it over)", err)
+	}
+}
+
+// TestQueueNewClaimConcurrent: of many batches claiming one key at once,
+// exactly one writes its effect; the others fail with ErrKeyExists.
+func TestQueueNewClaimConcurrent(t *testing.T) {
+	pool := setupWide(t, 12)
+	ctx := context.Background()
+	store := newStore(t)
+	const n = 10
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		ok     int
+		exists int
+	)
+	for range n {
+		wg.Go(func() {
+			b := &pgx.Batch{}
+			if err := store.QueueNewClaim(b, "http", "k", []byte("h"), []byte("r")); err != nil {
+				t.Error(err)
+				return
+			}
+			b.Queue(`INSERT INTO effects (key, n) VALUES ('k', 1) ON CONFLICT (key) DO UPDATE SET n = effects.n + 1`)
+			err := pool.SendBatch(ctx, b).Close()
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				ok++
+			case errors.Is(err, idempotency.ErrKeyExists):
+				exists++
+			default:
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if ok != 1 || exists != n-1 || effects(t, pool, "k") != 1 {
+		t.Fatalf("ok %d, exists %d, effects %d; want 1, %d, 1", ok, exists, effects(t, pool, "k"), n-1)
+	}
+}

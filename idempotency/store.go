@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/choreo-saga/choreo/internal/sqlname"
 	"github.com/choreo-saga/choreo/internal/txhook"
@@ -39,6 +40,14 @@ var (
 	// ErrNotClaimed is returned by Complete when the transaction holds no
 	// record for the key, i.e. Claim was not called first.
 	ErrNotClaimed = errors.New("idempotency: key not claimed")
+
+	// ErrKeyExists is returned, through the batch, by the statement
+	// QueueNewClaim queued when the key already has a record (committed, by
+	// a transaction it waited for, or expired and not yet swept). The batch's
+	// transaction is aborted and must roll back; claim the key with Claim or
+	// ClaimWithResponse in a new transaction to learn whether it is a
+	// duplicate, a reuse or an expired record to take over.
+	ErrKeyExists = errors.New("idempotency: key already has a record")
 
 	// ErrInvalidOption is returned by NewStore, NewSweeper and Migrate for an
 	// invalid option value.
@@ -126,6 +135,7 @@ type Store struct {
 	lookupSQL   string
 	takeoverSQL string
 	doneSQL     string
+	newSQL      string
 }
 
 // Claim is the outcome of claiming a key.
@@ -205,6 +215,10 @@ SET request_hash = $3, response = $5, created_at = now(),
     expires_at = now() + $4::bigint * interval '1 microsecond'
 WHERE scope = $1 AND key = $2 AND expires_at <= now()`,
 		doneSQL: `UPDATE ` + t + ` SET response = $3 WHERE scope = $1 AND key = $2`,
+		// QueueNewClaim's statement: no ON CONFLICT, so an existing record
+		// fails it (unique_violation) and aborts its transaction.
+		newSQL: `INSERT INTO ` + t + ` (scope, key, request_hash, expires_at, response)
+VALUES ($1, $2, $3, now() + $4::bigint * interval '1 microsecond', $5)`,
 	}, nil
 }
 
@@ -278,6 +292,40 @@ type record struct {
 	stored, response []byte
 	expired          bool
 }
+
+// QueueNewClaim queues into b a statement that claims (scope, key) as a
+// first time, with requestHash and response, and fails if the key already
+// has a record: then the batch's error wraps ErrKeyExists, the statements
+// queued after it do not run, and its transaction must roll back (an
+// implicit transaction, a batch sent on a pool or connection, rolls back by
+// itself). It lets a caller that knows its response up front send the claim
+// in the same round trip as the work it guards: the common first time costs
+// no round trip of its own, and a key that exists falls back to
+// ClaimWithResponse in a new transaction (a duplicate, ErrKeyReused, or the
+// takeover of an expired record). Like Claim, the statement waits for a
+// concurrent transaction holding the same key; if that one commits, this
+// one fails with ErrKeyExists. An invalid scope or key is ErrInvalidKey,
+// returned before anything is queued.
+func (s *Store) QueueNewClaim(b *pgx.Batch, scope, key string, requestHash, response []byte) error {
+	if err := checkKey(scope, key); err != nil {
+		return err
+	}
+	b.Queue(s.newSQL, scope, key, nonNil(requestHash), s.retention.Microseconds(), response).Fn = func(br pgx.BatchResults) error {
+		_, err := br.Exec()
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == uniqueViolation {
+			return fmt.Errorf("%w: scope %q key %q", ErrKeyExists, scope, key)
+		}
+		if err != nil {
+			return fmt.Errorf("idempotency: claim %s/%s: %w", scope, key, err)
+		}
+		return nil
+	}
+	return nil
+}
+
+// uniqueViolation is Postgres' SQLSTATE for a duplicate primary key.
+const uniqueViolation = "23505"
 
 // claim decides the claim of a checked key with a non-nil requestHash; a
 // first-time claim stores response (nil: none) with the record. seen,
