@@ -3,12 +3,14 @@
 //
 //   - POST /orders through the HTTP API (JSON decoding, validation, the
 //     Idempotency-Key claim with its response, INSERT order + history + outbox row,
-//     COMMIT), with 1, 8 and 32 concurrent clients over loopback;
+//     all in one pipelined round trip), with 1, 8 and 32 concurrent clients over
+//     loopback;
 //   - one saga step in the order consumer's business handler (idempotency claim,
 //     SELECT ... FOR UPDATE, UPDATE through the transition table, history row, outbox
 //     row, COMMIT: stock.reserved -> CONFIRMED), with 1 and 8 workers;
 //   - pgbench running the same SQL statements per transaction with the same client
-//     counts: the database's limit for that work.
+//     counts: the database's limit for that work (one statement per round trip in
+//     BEGIN/COMMIT: the service's single round trip can beat it).
 //
 // Usage:
 //
@@ -294,7 +296,8 @@ func run(ctx context.Context, c config) error {
 }
 
 // createScript is the SQL of one POST /orders with an Idempotency-Key, one statement per
-// round trip as ordersvc sends them.
+// round trip in an explicit transaction (ordersvc pipelines them in one round trip, an
+// implicit transaction, unless the key already has a record).
 const createScript = `BEGIN;
 INSERT INTO choreo_idempotency (scope, key, request_hash, expires_at, response) VALUES ('bench/create', gen_random_uuid()::text, '\x00', now() + interval '7 days', '\x00');
 INSERT INTO orders (id, customer_id, items, amount, state, deadline_at) VALUES (gen_random_uuid(), 'c-1', '[{"sku":"sku-1","qty":2},{"sku":"sku-2","qty":1}]', 4200, 'PENDING', now() + interval '2 minutes') RETURNING id AS oid \gset
