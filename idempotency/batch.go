@@ -96,7 +96,7 @@ func (s *Store) ClaimAll(ctx context.Context, tx pgx.Tx, scope string, reqs []Re
 		}
 		first = i
 		// A key absent from seen gets Claim's full passes.
-		if claims[i], err = s.claim(ctx, tx, scope, r.Key, nonNil(r.Hash), seen[r.Key], nil); err != nil {
+		if claims[i], err = s.claim(ctx, tx, scope, r.Key, nonNil(r.Hash), nil, seen[r.Key], nil); err != nil {
 			return nil, err
 		}
 	}

@@ -31,6 +31,13 @@
 // or let Do open, run and commit the transaction, as an HTTP handler would
 // for an Idempotency-Key header.
 //
+// A caller that knows its response before doing the work (an id it
+// generated up front) stores it with the claim: ClaimWithResponse is Claim
+// and Complete in one statement, and QueueNewClaim puts a first-time claim
+// into the caller's pgx.Batch, in the same round trip as the work; if the key
+// already has a record, the batch fails with ErrKeyExists, writes nothing,
+// and ClaimWithResponse in a new transaction decides.
+//
 // A transaction that handles a batch of events claims all their keys with
 // one ClaimAll: one round trip for the whole batch in the common case, with
 // the outcome of calling Claim for each key in sorted order. It inserts the

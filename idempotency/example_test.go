@@ -113,6 +113,57 @@ func ExampleStore_Do() {
 	// {"charge":"o-7","status":"created"} true <nil>
 }
 
+// A create whose response (the new id) is known before the work: the claim
+// leads the work in one round trip (QueueNewClaim, in the batch's implicit
+// transaction); a key that already has a record writes nothing and falls back
+// to ClaimWithResponse in a transaction, which returns the first response.
+func ExampleStore_QueueNewClaim() {
+	ctx := context.Background()
+	pool, cleanup := exampleDB(ctx)
+	defer cleanup()
+	if err := idempotency.Migrate(ctx, pool); err != nil {
+		panic(err)
+	}
+	store, err := idempotency.NewStore()
+	if err != nil {
+		panic(err)
+	}
+
+	create := func(key, newID string, body []byte) (id string, created bool, err error) {
+		hash := idempotency.Hash(body)
+		b := &pgx.Batch{}
+		if err := store.QueueNewClaim(b, "POST /charges", key, hash, []byte(newID)); err != nil {
+			return "", false, err
+		}
+		b.Queue(`INSERT INTO charges VALUES ($1, 10)`, newID)
+		err = pool.SendBatch(ctx, b).Close()
+		if !errors.Is(err, idempotency.ErrKeyExists) {
+			return newID, err == nil, err
+		}
+		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			c, err := store.ClaimWithResponse(ctx, tx, "POST /charges", key, hash, []byte(newID))
+			if err != nil || c.Duplicate {
+				id = string(c.Response)
+				return err
+			}
+			id, created = newID, true // an expired record was taken over
+			_, err = tx.Exec(ctx, `INSERT INTO charges VALUES ($1, 10)`, newID)
+			return err
+		})
+		return id, created, err
+	}
+
+	body := []byte(`{"amount":10}`)
+	fmt.Println(create("key-1", "ch-1", body))
+	fmt.Println(create("key-1", "ch-2", body)) // the client retries
+	_, _, err = create("key-1", "ch-3", []byte(`{"amount":11}`))
+	fmt.Println(errors.Is(err, idempotency.ErrKeyReused))
+	// Output:
+	// ch-1 true <nil>
+	// ch-1 false <nil>
+	// true
+}
+
 // Each service runs a Sweeper next to its consumers.
 func ExampleSweeper() {
 	ctx := context.Background()

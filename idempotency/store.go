@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/choreo-saga/choreo/internal/sqlname"
 	"github.com/choreo-saga/choreo/internal/txhook"
@@ -39,6 +40,14 @@ var (
 	// ErrNotClaimed is returned by Complete when the transaction holds no
 	// record for the key, i.e. Claim was not called first.
 	ErrNotClaimed = errors.New("idempotency: key not claimed")
+
+	// ErrKeyExists is returned, through the batch, by the statement
+	// QueueNewClaim queued when the key already has a record (committed, by
+	// a transaction it waited for, or expired and not yet swept). The batch's
+	// transaction is aborted and must roll back; claim the key with Claim or
+	// ClaimWithResponse in a new transaction to learn whether it is a
+	// duplicate, a reuse or an expired record to take over.
+	ErrKeyExists = errors.New("idempotency: key already has a record")
 
 	// ErrInvalidOption is returned by NewStore, NewSweeper and Migrate for an
 	// invalid option value.
@@ -126,6 +135,7 @@ type Store struct {
 	lookupSQL   string
 	takeoverSQL string
 	doneSQL     string
+	newSQL      string
 }
 
 // Claim is the outcome of claiming a key.
@@ -156,10 +166,12 @@ func NewStore(opts ...Option) (*Store, error) {
 		// committed before the statement began. If the INSERT had to wait for
 		// a concurrent transaction that then committed the same key, the
 		// statement's snapshot predates that commit and no row comes back;
-		// Claim then reads it with lookupSQL, a new statement.
+		// Claim then reads it with lookupSQL, a new statement. $5 is the
+		// response stored with a new record (ClaimWithResponse; NULL for
+		// Claim).
 		claimSQL: `WITH ins AS (
-    INSERT INTO ` + t + ` (scope, key, request_hash, expires_at)
-    VALUES ($1, $2, $3, now() + $4::bigint * interval '1 microsecond')
+    INSERT INTO ` + t + ` (scope, key, request_hash, expires_at, response)
+    VALUES ($1, $2, $3, now() + $4::bigint * interval '1 microsecond', $5)
     ON CONFLICT (scope, key) DO NOTHING
     RETURNING 1
 )
@@ -199,10 +211,14 @@ WHERE NOT EXISTS (SELECT 1 FROM ins WHERE ins.key = k.key)`,
 		// yet. The WHERE is re-checked after waiting for a concurrent
 		// takeover, so only one transaction wins.
 		takeoverSQL: `UPDATE ` + t + `
-SET request_hash = $3, response = NULL, created_at = now(),
+SET request_hash = $3, response = $5, created_at = now(),
     expires_at = now() + $4::bigint * interval '1 microsecond'
 WHERE scope = $1 AND key = $2 AND expires_at <= now()`,
 		doneSQL: `UPDATE ` + t + ` SET response = $3 WHERE scope = $1 AND key = $2`,
+		// QueueNewClaim's statement: no ON CONFLICT, so an existing record
+		// fails it (unique_violation) and aborts its transaction.
+		newSQL: `INSERT INTO ` + t + ` (scope, key, request_hash, expires_at, response)
+VALUES ($1, $2, $3, now() + $4::bigint * interval '1 microsecond', $5)`,
 	}, nil
 }
 
@@ -251,7 +267,22 @@ func (s *Store) Claim(ctx context.Context, tx pgx.Tx, scope, key string, request
 	if err := checkKey(scope, key); err != nil {
 		return Claim{}, err
 	}
-	return s.claim(ctx, tx, scope, key, nonNil(requestHash), nil, txhook.Leading(ctx))
+	return s.claim(ctx, tx, scope, key, nonNil(requestHash), nil, nil, txhook.Leading(ctx))
+}
+
+// ClaimWithResponse is Claim for a caller that knows its response before
+// doing the work (e.g. an id it generated up front): a first-time claim
+// stores response with the record in the claim's own statement, as Claim
+// followed by Complete would, one round trip fewer. If tx rolls back, the
+// record and its response roll back together; if it commits, the record is
+// complete. Duplicates and ErrKeyReused are as for Claim (a duplicate gets
+// the response stored by the first claim, not this one). A nil response
+// stores none, like Claim.
+func (s *Store) ClaimWithResponse(ctx context.Context, tx pgx.Tx, scope, key string, requestHash, response []byte) (Claim, error) {
+	if err := checkKey(scope, key); err != nil {
+		return Claim{}, err
+	}
+	return s.claim(ctx, tx, scope, key, nonNil(requestHash), response, nil, txhook.Leading(ctx))
 }
 
 // record is what one statement saw of a key's row: either it inserted the
@@ -262,13 +293,48 @@ type record struct {
 	expired          bool
 }
 
-// claim decides the claim of a checked key with a non-nil requestHash. seen,
+// QueueNewClaim queues into b a statement that claims (scope, key) as a
+// first time, with requestHash and response, and fails if the key already
+// has a record: then the batch's error wraps ErrKeyExists, the statements
+// queued after it do not run, and its transaction must roll back (an
+// implicit transaction, a batch sent on a pool or connection, rolls back by
+// itself). It lets a caller that knows its response up front send the claim
+// in the same round trip as the work it guards: the common first time costs
+// no round trip of its own, and a key that exists falls back to
+// ClaimWithResponse in a new transaction (a duplicate, ErrKeyReused, or the
+// takeover of an expired record). Like Claim, the statement waits for a
+// concurrent transaction holding the same key; if that one commits, this
+// one fails with ErrKeyExists. An invalid scope or key is ErrInvalidKey,
+// returned before anything is queued.
+func (s *Store) QueueNewClaim(b *pgx.Batch, scope, key string, requestHash, response []byte) error {
+	if err := checkKey(scope, key); err != nil {
+		return err
+	}
+	b.Queue(s.newSQL, scope, key, nonNil(requestHash), s.retention.Microseconds(), response).Fn = func(br pgx.BatchResults) error {
+		_, err := br.Exec()
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == uniqueViolation {
+			return fmt.Errorf("%w: scope %q key %q", ErrKeyExists, scope, key)
+		}
+		if err != nil {
+			return fmt.Errorf("idempotency: claim %s/%s: %w", scope, key, err)
+		}
+		return nil
+	}
+	return nil
+}
+
+// uniqueViolation is Postgres' SQLSTATE for a duplicate primary key.
+const uniqueViolation = "23505"
+
+// claim decides the claim of a checked key with a non-nil requestHash; a
+// first-time claim stores response (nil: none) with the record. seen,
 // if not nil, is what an earlier statement of tx (ClaimAll's) saw of the
 // key; it stands for the first pass's claimSQL, so a decided record costs no
 // round trip. leading (txhook.WithLeading's statements; nil with seen) go out
 // with the first claimSQL, in one round trip; their first error is returned as
 // it is.
-func (s *Store) claim(ctx context.Context, tx pgx.Tx, scope, key string, requestHash []byte, seen *record, leading []txhook.Stmt) (Claim, error) {
+func (s *Store) claim(ctx context.Context, tx pgx.Tx, scope, key string, requestHash, response []byte, seen *record, leading []txhook.Stmt) (Claim, error) {
 	retention := s.retention.Microseconds()
 	// Each pass ends in a decision unless a concurrent transaction changed
 	// the record under us (took over or deleted an expired record); then the
@@ -279,7 +345,7 @@ func (s *Store) claim(ctx context.Context, tx pgx.Tx, scope, key string, request
 		seen = nil
 		if r == nil {
 			r = new(record)
-			err := s.queryClaim(ctx, tx, leading, r, scope, key, requestHash, retention)
+			err := s.queryClaim(ctx, tx, leading, r, scope, key, requestHash, retention, response)
 			var lerr leadingError
 			if errors.As(err, &lerr) {
 				return Claim{}, lerr.err
@@ -300,7 +366,7 @@ func (s *Store) claim(ctx context.Context, tx pgx.Tx, scope, key string, request
 			return Claim{}, nil
 		}
 		if r.expired {
-			tag, err := tx.Exec(ctx, s.takeoverSQL, scope, key, requestHash, retention)
+			tag, err := tx.Exec(ctx, s.takeoverSQL, scope, key, requestHash, retention, response)
 			if err != nil {
 				return Claim{}, fmt.Errorf("idempotency: claim %s/%s: take over expired record: %w", scope, key, err)
 			}

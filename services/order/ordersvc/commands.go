@@ -83,7 +83,9 @@ func (r CreateRequest) Validate() error {
 // id of its saga, and the current span (the HTTP request's) becomes the saga's trace.
 //
 // With a non-empty idempotency key, the request is done at most once per key
-// (idempotency.Store.Do): a repetition with the same body returns the order created
+// (idempotency.Store.QueueNewClaim: the key's claim, with the new order's id as its
+// response, goes in the order's round trip; a key that has a record falls back to
+// ClaimWithResponse in a transaction): a repetition with the same body returns the order created
 // first and created == false; the same key with another body fails with an error
 // wrapping idempotency.ErrKeyReused.
 func (s *Service) Create(ctx context.Context, req CreateRequest, key string) (o Order, created bool, err error) {
@@ -100,54 +102,94 @@ func (s *Service) Create(ctx context.Context, req CreateRequest, key string) (o 
 		if err := s.admitNew(octx); err != nil {
 			return Order{}, false, err
 		}
-		// No BEGIN/COMMIT: the batch is one implicit transaction and one round trip, so
-		// no transaction stays open while this process waits to be scheduled.
-		b := &pgx.Batch{}
-		if err := s.queueInsert(octx, b, id, req, &o); err != nil {
-			return Order{}, false, err
-		}
-		if err := s.db.SendBatch(octx, b).Close(); err != nil {
-			return Order{}, false, err
-		}
-		s.pending.Add(1)
-		s.outbox.Wake()
-		return o, true, nil
+		o, err := s.insertNow(octx, id, req, nil)
+		return o, err == nil, err
 	}
 
 	body, err := json.Marshal(req) // canonical form: the hash ignores formatting
 	if err != nil {
 		return Order{}, false, fmt.Errorf("ordersvc: encode request: %w", err)
 	}
-	resp, dup, err := s.idem.Do(octx, s.db, idempotScope, key, idempotency.Hash(body),
-		func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
-			// Shed here, after the key's claim: a replay never gets this far and still
-			// returns its order; a refusal rolls the claim back, so nothing is written.
-			if err := s.admitNew(ctx); err != nil {
-				return nil, err
-			}
-			b := &pgx.Batch{}
-			if err := s.queueInsert(ctx, b, id, req, &o); err != nil {
-				return nil, err
-			}
-			if err := tx.SendBatch(ctx, b).Close(); err != nil {
-				return nil, err
-			}
-			return []byte(id), nil
+	hash := idempotency.Hash(body)
+	keyErr := func(err error) error {
+		if errors.Is(err, idempotency.ErrInvalidKey) {
+			return fmt.Errorf("%w: Idempotency-Key must be 1 to %d bytes", ErrInvalidRequest, idempotency.MaxKeyBytes)
+		}
+		return err
+	}
+	// The response (the order id) is known up front, so it is stored with the claim.
+	// Fast path, below the pending limit: the key's claim leads the order's batch in one
+	// implicit transaction, one round trip like a create without a key. If the key has a
+	// record (a replay, a reuse, a concurrent request that committed first, an expired
+	// record), the claim fails, the batch writes nothing, and the slow path decides.
+	if !s.atLimit() {
+		o, err := s.insertNow(octx, id, req, func(b *pgx.Batch) error {
+			return s.idem.QueueNewClaim(b, idempotScope, key, hash, []byte(id))
 		})
+		if !errors.Is(err, idempotency.ErrKeyExists) {
+			return o, err == nil, keyErr(err)
+		}
+	}
+	// Slow path: BEGIN, the claim with its response (ClaimWithResponse), the order's
+	// batch, COMMIT, with no Complete. A rollback (refusal, error) takes the claim and
+	// its response with it.
+	var c idempotency.Claim
+	err = pgx.BeginFunc(octx, s.db, func(tx pgx.Tx) error {
+		var err error
+		c, err = s.idem.ClaimWithResponse(octx, tx, idempotScope, key, hash, []byte(id))
+		if err != nil || c.Duplicate {
+			return err
+		}
+		// Shed here, after the key's claim: a replay never gets this far and still
+		// returns its order; a refusal rolls the claim back, so nothing is written.
+		if err := s.admitNew(octx); err != nil {
+			return err
+		}
+		b := &pgx.Batch{}
+		if err := s.queueInsert(octx, b, id, req, &o); err != nil {
+			return err
+		}
+		return tx.SendBatch(octx, b).Close()
+	})
 	switch {
-	case errors.Is(err, idempotency.ErrInvalidKey):
-		return Order{}, false, fmt.Errorf("%w: Idempotency-Key must be 1 to %d bytes", ErrInvalidRequest, idempotency.MaxKeyBytes)
 	case err != nil:
-		return Order{}, false, err
-	case dup:
-		id = string(resp)
+		return Order{}, false, keyErr(err)
+	case c.Duplicate:
+		id = string(c.Response)
 		ctx = withOrder(ctx, id)
 		o, err = s.load(ctx, s.db, id, false)
 		return o, false, err
 	}
+	s.created()
+	return o, true, nil
+}
+
+// insertNow inserts the new order id in one pipelined round trip, after the statements
+// claim (if not nil) queues. No BEGIN/COMMIT: the batch is one implicit transaction, so
+// no transaction stays open while this process waits to be scheduled, and a failing
+// statement writes nothing.
+func (s *Service) insertNow(ctx context.Context, id string, req CreateRequest, claim func(*pgx.Batch) error) (Order, error) {
+	b := &pgx.Batch{}
+	if claim != nil {
+		if err := claim(b); err != nil {
+			return Order{}, err
+		}
+	}
+	var o Order
+	if err := s.queueInsert(ctx, b, id, req, &o); err != nil {
+		return Order{}, err
+	}
+	if err := s.db.SendBatch(ctx, b).Close(); err != nil {
+		return Order{}, err
+	}
+	s.created()
+	return o, nil
+}
+
+// created counts a new PENDING order and wakes the outbox relay for its event.
+func (s *Service) created() {
 	s.pending.Add(1)
 	s.outbox.Wake()
-	return o, true, nil
 }
 
 // Cancel requests the cancellation of an order: PENDING moves to CANCELLING and

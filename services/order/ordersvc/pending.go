@@ -111,16 +111,18 @@ func (s *Service) RunPendingCounter(ctx context.Context) error {
 	}
 }
 
+// atLimit reports whether the pending limit is reached (without counting a refusal).
+func (s *Service) atLimit() bool {
+	return s.maxPending != 0 && s.pending.Load() >= s.maxPending
+}
+
 // admitNew reports whether a new order may be created; if not it counts and logs the
 // refusal and returns ErrOverloaded.
 func (s *Service) admitNew(ctx context.Context) error {
-	if s.maxPending == 0 {
+	if !s.atLimit() {
 		return nil
 	}
 	n := s.pending.Load()
-	if n < s.maxPending {
-		return nil
-	}
 	total := s.shedPending.Add(1)
 	s.shedCount.Add(ctx, 1)
 	now := time.Now().UnixNano()

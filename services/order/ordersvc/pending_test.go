@@ -69,6 +69,10 @@ func TestMaxPending(t *testing.T) {
 	if n := f.svc.ShedByPending(); n != 2 {
 		t.Fatalf("ShedByPending %d, want 2", n)
 	}
+	var claims int
+	if err := f.pool.QueryRow(context.Background(), `SELECT count(*) FROM choreo_idempotency WHERE key = 'k-new'`).Scan(&claims); err != nil || claims != 0 {
+		t.Fatalf("idempotency records of the refused key: %d (%v), want 0", claims, err)
+	}
 
 	var replay ordersvc.OrderJSON
 	resp := f.do(t, "POST", "/orders", validBody, map[string]string{"Idempotency-Key": "k-first"}, &replay)
