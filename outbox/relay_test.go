@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -533,24 +532,7 @@ func TestDeadLetter(t *testing.T) {
 			if dups := checkDelivery(t, readAll(t, brokers, topic), want); dups != 0 {
 				t.Errorf("%d duplicates", dups)
 			}
-			rs, err := pool.Query(context.Background(), "SELECT key, reason FROM choreo_outbox_dead ORDER BY id")
-			if err != nil {
-				t.Fatal(err)
-			}
-			var n int
-			for rs.Next() {
-				var key, reason string
-				if err := rs.Scan(&key, &reason); err != nil {
-					t.Fatal(err)
-				}
-				n++
-				if key != "huge" || !strings.Contains(reason, "MESSAGE_TOO_LARGE") {
-					t.Errorf("dead letter %q with reason %q", key, reason)
-				}
-			}
-			if n != 2 {
-				t.Errorf("%d dead letters, want the 2 oversized records", n)
-			}
+			checkDeadLetters(t, pool, 2)
 			var rm metricdata.ResourceMetrics
 			if err := reader.Collect(context.Background(), &rm); err != nil {
 				t.Fatal(err)
