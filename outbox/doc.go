@@ -96,8 +96,9 @@
 // ones: their rows would be written before the refused batch's rows, retried on their
 // own, and per-key order would break for keys with rows in both. The relay prevents
 // this at the source. The first time it meets a topic it asks the broker for the
-// topic's max.message.bytes (DescribeConfigs through kadm on its own client, at most 5
-// seconds; asked again every 5 minutes and in the round after a size refusal). When the
+// topic's max.message.bytes (DescribeConfigs through kadm on its own client, one request
+// for all the round's new topics, at most 5 seconds; asked again every 5 minutes and in
+// the round after a size refusal). When the
 // client's ProducerBatchMaxBytes for the topic (kgo.ProducerBatchMaxBytesFn, as the
 // client reports it) exceeds that limit, a round carries no more of that topic's
 // record bytes than one batch may hold: the longest prefix in id order, counted as

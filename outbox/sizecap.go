@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -37,7 +38,7 @@ const (
 
 	limitTTL        = 5 * time.Minute // a learned limit is asked again after this
 	limitRetry      = time.Minute     // after a failed lookup
-	describeTimeout = 5 * time.Second // bounds one lookup; the round waits at most this
+	describeTimeout = 5 * time.Second // bounds one lookup (of all the round's due topics)
 )
 
 // topicLimit is what the relay knows of one topic's max.message.bytes.
@@ -60,6 +61,8 @@ type limits struct {
 	compress  bool               // the client may compress a batch
 	byTopic   map[string]*topicLimit
 	round     uint64
+	topics    []string // scratch: the round's topics
+	due       []string // scratch: those to look up
 }
 
 func newLimits(cl *kgo.Client) *limits {
@@ -81,26 +84,22 @@ func newLimits(cl *kgo.Client) *limits {
 	return l
 }
 
-// limit returns topic's entry, asking the broker for its max.message.bytes the first time
-// and whenever the entry is due (at most describeTimeout; a failure leaves the topic
-// uncapped, as before the cap existed, until the next attempt).
-func (r *Relay) limit(ctx context.Context, topic string, now time.Time) *topicLimit {
-	l := r.limits
-	tl := l.byTopic[topic]
-	if tl == nil {
-		tl = &topicLimit{}
-		l.byTopic[topic] = tl
-	}
-	if now.Before(tl.next) {
-		return tl
-	}
-	if ctx.Err() != nil {
-		return tl // shutting down: no new lookups
-	}
-	limit, err := r.describeLimit(ctx, topic)
-	if err != nil {
-		tl.next = now.Add(limitRetry)
-		if ctx.Err() == nil && !tl.failing {
+// lookUp refreshes the entries of topics (those due among the round's topics) with one
+// DescribeConfigs request, bounded by describeTimeout: the round waits at most that
+// long, once per topic every limitTTL. A topic whose lookup fails stays as it was
+// (uncapped while its limit is unknown, as before the cap existed) until limitRetry
+// has passed; the failure is logged once per streak.
+func (r *Relay) lookUp(ctx context.Context, topics []string, now time.Time) {
+	got, errs := r.describeLimits(ctx, topics)
+	for _, topic := range topics {
+		tl := r.limits.byTopic[topic]
+		limit, ok := got[topic]
+		if !ok {
+			err := errs[topic]
+			tl.next = now.Add(limitRetry)
+			if ctx.Err() != nil || tl.failing {
+				continue
+			}
 			tl.failing = true
 			if tl.limit == 0 {
 				r.log.Warn("outbox relay: cannot read the topic's max.message.bytes; its rounds are not capped until it can, so a broker refusal for size may reorder its keys",
@@ -109,53 +108,67 @@ func (r *Relay) limit(ctx context.Context, topic string, now time.Time) *topicLi
 				r.log.Warn("outbox relay: cannot read the topic's max.message.bytes again; keeping the value read before",
 					"topic", topic, "err", err, "retry_in", limitRetry, "max_message_bytes", tl.limit)
 			}
+			continue
 		}
-		return tl // keeps a limit learned before, if any
-	}
-	tl.next = now.Add(limitTTL)
-	clientMax := int(l.clientMax(topic))
-	budget := 0
-	if clientMax-clientBatchSlack > limit {
-		budget = limit
-	}
-	if tl.failing || limit != tl.limit || budget != tl.budget {
-		if budget > 0 {
+		tl.next = now.Add(limitTTL)
+		clientMax := int(r.limits.clientMax(topic))
+		budget := 0
+		if clientMax-clientBatchSlack > limit {
+			budget = limit
+		}
+		switch {
+		case budget > 0 && (tl.failing || limit != tl.limit || budget != tl.budget):
 			r.log.Info("outbox relay: the topic's max.message.bytes is below the client's ProducerBatchMaxBytes; capping its bytes per round to it",
 				"topic", topic, "max_message_bytes", limit, "producer_batch_max_bytes", clientMax)
-		} else if tl.failing || tl.budget > 0 {
+		case budget == 0 && (tl.failing || tl.budget > 0):
 			r.log.Info("outbox relay: the topic's max.message.bytes is known; its rounds are not capped",
 				"topic", topic, "max_message_bytes", limit, "producer_batch_max_bytes", clientMax)
 		}
+		tl.limit, tl.budget, tl.failing = limit, budget, false
 	}
-	tl.limit, tl.budget, tl.failing = limit, budget, false
-	return tl
 }
 
-// describeLimit asks the broker for topic's max.message.bytes.
-func (r *Relay) describeLimit(ctx context.Context, topic string) (int, error) {
+// describeLimits asks the broker for the topics' max.message.bytes in one request. A
+// topic missing from got has its error in errs.
+func (r *Relay) describeLimits(ctx context.Context, topics []string) (got map[string]int, errs map[string]error) {
+	got, errs = map[string]int{}, map[string]error{}
 	dctx, cancel := context.WithTimeout(ctx, describeTimeout)
 	defer cancel()
-	rcs, err := r.limits.admin.DescribeTopicConfigs(dctx, topic)
-	if err != nil {
-		return 0, fmt.Errorf("describe configs: %w", err)
+	rcs, err := r.limits.admin.DescribeTopicConfigs(dctx, topics...)
+	for _, topic := range topics {
+		if err != nil {
+			errs[topic] = fmt.Errorf("describe configs: %w", err)
+			continue
+		}
+		n, terr := limitOf(rcs, topic)
+		if terr != nil {
+			errs[topic] = fmt.Errorf("describe configs: %w", terr)
+			continue
+		}
+		got[topic] = n
 	}
+	return got, errs
+}
+
+// limitOf reads topic's max.message.bytes from a DescribeConfigs answer.
+func limitOf(rcs kadm.ResourceConfigs, topic string) (int, error) {
 	rc, err := rcs.On(topic, nil)
 	if err == nil {
 		err = rc.Err
 	}
 	if err != nil {
-		return 0, fmt.Errorf("describe configs: %w", err)
+		return 0, err
 	}
 	for _, c := range rc.Configs {
 		if c.Key == "max.message.bytes" && c.Value != nil {
 			n, err := strconv.Atoi(*c.Value)
 			if err != nil || n <= 0 {
-				return 0, fmt.Errorf("describe configs: max.message.bytes %q", *c.Value)
+				return 0, fmt.Errorf("max.message.bytes %q", *c.Value)
 			}
 			return n, nil
 		}
 	}
-	return 0, errors.New("describe configs: no max.message.bytes in the answer")
+	return 0, errors.New("no max.message.bytes in the answer")
 }
 
 // refreshLimit makes the next round ask for topic's limit again (after a size refusal:
@@ -176,23 +189,41 @@ func (r *Relay) refreshLimit(topic string) {
 // In the default configuration (every topic's limit at least the client's batch size,
 // or unknown) it returns rows itself after one comparison per run of rows of one topic.
 func (r *Relay) fit(ctx context.Context, conn *pgx.Conn, rows []row) (out []row, held bool, err error) {
-	now := time.Now()
-	capped := false
-	var cur string
+	l := r.limits
+	topics := l.topics[:0] // the round's topics
 	for i := range rows {
-		if i > 0 && rows[i].topic == cur {
+		if i > 0 && rows[i].topic == rows[i-1].topic {
 			continue
 		}
-		cur = rows[i].topic
-		if r.limit(ctx, cur, now).budget > 0 {
-			capped = true
+		if !slices.Contains(topics, rows[i].topic) {
+			topics = append(topics, rows[i].topic)
 		}
+	}
+	l.topics = topics
+	now := time.Now()
+	due := l.due[:0]
+	for _, topic := range topics {
+		tl := l.byTopic[topic]
+		if tl == nil {
+			tl = &topicLimit{}
+			l.byTopic[topic] = tl
+		}
+		if !now.Before(tl.next) {
+			due = append(due, topic)
+		}
+	}
+	l.due = due
+	if len(due) > 0 && ctx.Err() == nil { // no new lookups while shutting down
+		r.lookUp(ctx, due, now)
+	}
+	capped := false
+	for _, topic := range topics {
+		capped = capped || l.byTopic[topic].budget > 0
 	}
 	if !capped {
 		return rows, false, nil
 	}
 
-	l := r.limits
 	l.round++
 	out = rows[:0:0]
 	heldBy := map[string]int{}
