@@ -187,7 +187,8 @@ func (r *Relay) refreshLimit(topic string) {
 // topic is concerned, for the broker to decide. held reports whether rows were held back.
 //
 // In the default configuration (every topic's limit at least the client's batch size,
-// or unknown) it returns rows itself after one comparison per run of rows of one topic.
+// or unknown) it returns rows itself, after a string comparison per row and a look at
+// the round's few topics (BenchmarkFitUncapped: 8–14 ns per row, no allocation).
 func (r *Relay) fit(ctx context.Context, conn *pgx.Conn, rows []row) (out []row, held bool, err error) {
 	l := r.limits
 	topics := l.topics[:0] // the round's topics
