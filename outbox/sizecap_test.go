@@ -336,3 +336,64 @@ func (h *shared) WithAttrs(as []slog.Attr) slog.Handler {
 	return &shared{root: h.root, with: append(append([]slog.Attr{}, h.with...), as...)}
 }
 func (h *shared) WithGroup(string) slog.Handler { return h }
+
+// TestSizeCapLimitLowered: a topic's max.message.bytes is lowered while the relay runs.
+// The first size refusal makes the relay read the limit again, and the rounds after it
+// are capped.
+func TestSizeCapLimitLowered(t *testing.T) {
+	c := testenv.KafkaCluster(t)
+	brokers := c.ListenAddrs()
+	topic := testenv.Topic(t, brokers, 1)
+	pool := db(t)
+	ob := newOutbox(t)
+	logs := &records{}
+	reader := sdkmetric.NewManualReader()
+	start(t, pool, producer(t, brokers, kgo.ProducerBatchCompression(kgo.NoCompression())), ob, outbox.WithLogger(slog.New(logs)),
+		outbox.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+
+	want := map[string]int{"k00": 1}
+	enqueue(t, pool, ob, topic, newEvent(t, "k00", 1))
+	testenv.Eventually(t, deadline, "the first row to be published", func() bool { return count(t, pool, "choreo_outbox") == 0 })
+	if n := len(logs.matching("capping")); n != 0 {
+		t.Fatalf("%d capping log lines with the default limit, want 0", n)
+	}
+
+	alterTopic(t, brokers, topic, map[string]*string{"max.message.bytes": ptr("4096")})
+	// Refused by the broker (5 KiB, no compression): the relay learns the new limit.
+	large, err := event.New("outbox-test", "test.happened", "huge", payload{Key: "huge", Pad: strings.Repeat("x", 5<<10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueue(t, pool, ob, topic, large)
+	testenv.Eventually(t, deadline, "the refused row to be dead-lettered", func() bool { return count(t, pool, "choreo_outbox_dead") == 1 })
+
+	pad := strings.Repeat("p", 200)
+	var evs []event.Event
+	for n := range 100 {
+		k := keyName(n % 3)
+		want[k]++
+		ev, err := event.New("outbox-test", "test.happened", k, payload{Key: k, Seq: want[k], Pad: pad})
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, ev)
+	}
+	enqueue(t, pool, ob, topic, evs...)
+	testenv.Eventually(t, deadline, "the outbox to drain", func() bool { return count(t, pool, "choreo_outbox") == 0 })
+
+	if dups := checkDelivery(t, readAll(t, brokers, topic), want); dups != 0 {
+		t.Errorf("%d duplicates", dups)
+	}
+	checkDeadLetters(t, pool, 1)
+	capping := logs.matching("capping")
+	if len(capping) != 1 || capping[0].attrs["topic"] != topic || capping[0].attrs["max_message_bytes"] != "4096" {
+		t.Errorf("capping log lines %+v, want one for %s with max_message_bytes 4096", capping, topic)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	if n := sumInt(metricsByName(rm)[outbox.MetricDeferred]); n == 0 {
+		t.Errorf("%s = 0 after the limit was lowered: the rounds were not capped", outbox.MetricDeferred)
+	}
+}
