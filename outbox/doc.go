@@ -108,8 +108,9 @@
 // rest of the topic's rows stay in the table for the next round; other topics are not
 // affected. No batch of the round can then exceed the limit, however franz-go splits
 // it, so the broker never refuses one for size. Each held-back row is counted in
-// [MetricDeferred]; the cap is logged once per topic (topic, max_message_bytes,
-// producer_batch_max_bytes). A row whose record cannot fit even alone is moved to the
+// [MetricDeferred]; the cap is logged once per topic (topic, reason,
+// max_message_bytes, producer_batch_max_bytes), and so is a failed lookup (topic,
+// reason describe_configs_failed, err). A row whose record cannot fit even alone is moved to the
 // dead-letter table at once, without a produce attempt, when the client does not
 // compress (kgo.ProducerBatchCompression(kgo.NoCompression())); with compression it
 // may still fit, so it is produced alone among its topic's rows and a refusal

@@ -103,10 +103,10 @@ func (r *Relay) lookUp(ctx context.Context, topics []string, now time.Time) {
 			tl.failing = true
 			if tl.limit == 0 {
 				r.log.Warn("outbox relay: cannot read the topic's max.message.bytes; its rounds are not capped until it can, so a broker refusal for size may reorder its keys",
-					"topic", topic, "err", err, "retry_in", limitRetry)
+					"topic", topic, "reason", "describe_configs_failed", "err", err, "retry_in", limitRetry)
 			} else {
 				r.log.Warn("outbox relay: cannot read the topic's max.message.bytes again; keeping the value read before",
-					"topic", topic, "err", err, "retry_in", limitRetry, "max_message_bytes", tl.limit)
+					"topic", topic, "reason", "describe_configs_failed", "err", err, "retry_in", limitRetry, "max_message_bytes", tl.limit)
 			}
 			continue
 		}
@@ -119,10 +119,10 @@ func (r *Relay) lookUp(ctx context.Context, topics []string, now time.Time) {
 		switch {
 		case budget > 0 && (tl.failing || limit != tl.limit || budget != tl.budget):
 			r.log.Info("outbox relay: the topic's max.message.bytes is below the client's ProducerBatchMaxBytes; capping its bytes per round to it",
-				"topic", topic, "max_message_bytes", limit, "producer_batch_max_bytes", clientMax)
+				"topic", topic, "reason", "max_message_bytes_below_producer_batch_max_bytes", "max_message_bytes", limit, "producer_batch_max_bytes", clientMax)
 		case budget == 0 && (tl.failing || tl.budget > 0):
 			r.log.Info("outbox relay: the topic's max.message.bytes is known; its rounds are not capped",
-				"topic", topic, "max_message_bytes", limit, "producer_batch_max_bytes", clientMax)
+				"topic", topic, "reason", "producer_batch_max_bytes_within_limit", "max_message_bytes", limit, "producer_batch_max_bytes", clientMax)
 		}
 		tl.limit, tl.budget, tl.failing = limit, budget, false
 	}

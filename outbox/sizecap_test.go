@@ -195,7 +195,8 @@ func TestSizeCapDescribeRefused(t *testing.T) {
 	if len(warned) != 1 {
 		t.Fatalf("%d log lines about the unknown limit, want 1 (logged once): %v", len(warned), warned)
 	}
-	if w := warned[0]; w.Level != slog.LevelWarn || w.attrs["topic"] != topic || !strings.Contains(w.attrs["err"], "TOPIC_AUTHORIZATION_FAILED") {
+	if w := warned[0]; w.Level != slog.LevelWarn || w.attrs["topic"] != topic || w.attrs["reason"] != "describe_configs_failed" ||
+		!strings.Contains(w.attrs["err"], "TOPIC_AUTHORIZATION_FAILED") {
 		t.Errorf("log line %+v: want a warning naming the topic and the broker's error", w)
 	}
 	var rm metricdata.ResourceMetrics
