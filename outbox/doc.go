@@ -96,32 +96,33 @@
 // ones: their rows would be written before the refused batch's rows, retried on their
 // own, and per-key order would break for keys with rows in both. The relay prevents
 // this at the source. The first time it meets a topic it asks the broker for the
-// topic's max.message.bytes (DescribeConfigs through kadm on its own client, one request
-// for all the round's new topics, at most 5 seconds; asked again every 5 minutes and in
-// the round after a size refusal). When the
-// client's ProducerBatchMaxBytes for the topic (kgo.ProducerBatchMaxBytesFn, as the
-// client reports it) exceeds that limit, a round carries no more of that topic's
-// record bytes than one batch may hold: the longest prefix in id order, counted as
-// franz-go encodes the records before compression (compression only shrinks a batch
-// franz-go sends, as it falls back to the uncompressed form), with the widest offset
-// and timestamp deltas, plus the traceparent header the producer span may add. The
-// rest of the topic's rows stay in the table for the next round; other topics are not
-// affected. No batch of the round can then exceed the limit, however franz-go splits
-// it, so the broker never refuses one for size. Each held-back row is counted in
+// topic's max.message.bytes (DescribeConfigs through kadm on its own client, one
+// request for all the round's new topics, at most 5 seconds; asked again every 5
+// minutes and in the round after a size refusal). When the client's
+// ProducerBatchMaxBytes for the topic (kgo.ProducerBatchMaxBytesFn, as the client
+// reports it) exceeds that limit, a round carries no more of that topic's record bytes
+// than one batch may hold: the longest prefix in id order, counted as franz-go encodes
+// the records before compression (compression only shrinks a batch franz-go sends, as
+// it falls back to the uncompressed form), with the widest offset and timestamp
+// deltas, plus the traceparent header the producer span may add. The rest of the
+// topic's rows stay in the table for the next round; other topics are not affected. No
+// batch of the round can then exceed the limit, however franz-go splits it, so the
+// broker never refuses one for size. Each held-back row is counted in
 // [MetricDeferred]; the cap is logged once per topic (topic, reason,
 // max_message_bytes, producer_batch_max_bytes), and so is a failed lookup (topic,
-// reason describe_configs_failed, err). A row whose record cannot fit even alone is moved to the
-// dead-letter table at once, without a produce attempt, when the client does not
-// compress (kgo.ProducerBatchCompression(kgo.NoCompression())); with compression it
-// may still fit, so it is produced alone among its topic's rows and a refusal
-// dead-letters it as above. With a default client and broker (franz-go's 1,000,012
-// bytes, Kafka's 1,048,588) no topic is capped, and a round costs a string comparison
-// per row (about 10 ns), plus one DescribeConfigs per topic every 5 minutes. A
-// capped topic moves at most its limit's worth of bytes per round (one round trip to
-// the broker), for all of its partitions together, and each capped round reads the
-// held-back rows again; to avoid that cost, give the client ProducerBatchMaxBytes (or
-// kgo.ProducerBatchMaxBytesFn per topic) no larger than the topics' limits, which is
-// also what makes franz-go refuse an oversized record alone before sending it.
+// reason describe_configs_failed, err). A row whose record cannot fit even alone is
+// moved to the dead-letter table at once, without a produce attempt, when the client
+// does not compress (kgo.ProducerBatchCompression(kgo.NoCompression())); with
+// compression it may still fit, so it is produced alone among its topic's rows and a
+// refusal dead-letters it as above. With a default client and broker (franz-go's
+// 1,000,012 bytes, Kafka's 1,048,588) no topic is capped, and a round costs a string
+// comparison per row (about 10 ns), plus one DescribeConfigs per topic every 5
+// minutes. A capped topic moves at most its limit's worth of bytes per round (one
+// round trip to the broker), for all of its partitions together, and each capped round
+// reads the held-back rows again; to avoid that cost, give the client
+// ProducerBatchMaxBytes (or kgo.ProducerBatchMaxBytesFn per topic) no larger than the
+// topics' limits, which is also what makes franz-go refuse an oversized record alone
+// before sending it.
 //
 // What remains. If the broker refuses DescribeConfigs (no DescribeConfigs ACL on the
 // topic) or the call fails, the relay logs it once per topic, publishes that topic
