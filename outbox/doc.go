@@ -37,7 +37,8 @@
 // notification or listen connection delays rows by at most that much.
 //
 // The leader reads rows in id order in batches of at most [WithBatchSize]
-// (default 1000), produces them with the caller's franz-go client, waits for
+// (default 1000; fewer of a topic whose max.message.bytes is below the client's
+// batch size, see Failures), produces them with the caller's franz-go client, waits for
 // every acknowledgement, and deletes the acknowledged rows in one statement
 // (pipelined with the next read). While a full batch is in flight, or when
 // a wake-up arrives during one, the next batch is read already, excluding the
@@ -86,13 +87,59 @@
 // rejects a whole batch for one oversized record, so its neighbours get their
 // own chance — and, if it fails again, moved to the dead-letter table
 // (<table>_dead) with the reason, in one statement; rows behind it carry on.
-// Configure the client's ProducerBatchMaxBytes no larger than the topic's
-// max.message.bytes, so oversized records are refused by the client one by
-// one rather than by the broker batch-wise. This matters for order too: when
-// franz-go splits the rows of one partition over several produce batches and
-// the broker rejects an earlier one, the later ones are still written, so
-// their rows are published before the rejected batch's neighbours are retried
-// on their own, and per-key order breaks for keys that had rows in both.
+//
+// A broker refuses a produce batch as a whole when it is larger than the topic's
+// max.message.bytes, and franz-go builds batches up to the client's
+// ProducerBatchMaxBytes. When that is the larger of the two, and franz-go splits one
+// partition's rows of a round over several batches (it sends the first as soon as it
+// can; later records form the next), a refused earlier batch does not stop the later
+// ones: their rows would be written before the refused batch's rows, retried on their
+// own, and per-key order would break for keys with rows in both. The relay prevents
+// this at the source. The first time it meets a topic it asks the broker for the
+// topic's max.message.bytes (DescribeConfigs through kadm on its own client, one
+// request for all the round's new topics, at most 5 seconds; asked again every 5
+// minutes and in the round after a size refusal). When the client's
+// ProducerBatchMaxBytes for the topic (kgo.ProducerBatchMaxBytesFn, as the client
+// reports it) exceeds that limit, a round carries no more of that topic's record bytes
+// than one batch may hold: the longest prefix in id order, counted as franz-go encodes
+// the records before compression (compression only shrinks a batch franz-go sends, as
+// it falls back to the uncompressed form), with the widest offset and timestamp
+// deltas, plus the traceparent header the producer span may add. The rest of the
+// topic's rows stay in the table for the next round; other topics are not affected. No
+// batch of the round can then exceed the limit, however franz-go splits it, so the
+// broker never refuses one for size. Each held-back row is counted in
+// [MetricDeferred]; the cap is logged once per topic (topic, reason,
+// max_message_bytes, producer_batch_max_bytes), and so is a failed lookup (topic,
+// reason describe_configs_failed, err). A row whose record cannot fit even alone is
+// moved to the dead-letter table at once, without a produce attempt, when the client
+// does not compress (kgo.ProducerBatchCompression(kgo.NoCompression())); with
+// compression it may still fit, so it is produced alone among its topic's rows and a
+// refusal dead-letters it as above. With a default client and broker (franz-go's
+// 1,000,012 bytes, Kafka's 1,048,588) no topic is capped, and a round costs a string
+// comparison per row (about 10 ns), plus one DescribeConfigs per topic every 5
+// minutes. A capped topic moves at most its limit's worth of bytes per round (one
+// round trip to the broker), for all of its partitions together, and each capped round
+// reads the held-back rows again; to avoid that cost, give the client
+// ProducerBatchMaxBytes (or kgo.ProducerBatchMaxBytesFn per topic) no larger than the
+// topics' limits, which is also what makes franz-go refuse an oversized record alone
+// before sending it.
+//
+// What remains. If the broker refuses DescribeConfigs (no DescribeConfigs ACL on the
+// topic) or the call fails, the relay logs it once per topic, publishes that topic
+// uncapped as before, and asks again after a minute; with a limit below the client's
+// batch size, such a topic keeps the old risk. A limit lowered while the relay runs can
+// refuse one round's batch before the relay reads the new value (the next round does).
+// A topic whose compression.type names a codec other than the producer's makes the
+// broker recompress, and a recompressed batch can in principle come out larger. The
+// cap counts the relay's records only: records of the same partition produced
+// through the same client by someone else at the same moment can share a batch with
+// them. Finally, a broker may refuse a batch for a record's content rather than its
+// size (INVALID_RECORD: a null key on a compacted topic, which the relay never sends,
+// or a broker-side record validation): franz-go fails the whole batch and writes the
+// partition's later batches, so per-key order can break around such a record exactly
+// as it did around an oversized batch. No client-side cap prevents that; avoid
+// broker-side validation on topics fed by an outbox, or give such a topic an outbox
+// table of its own whose relay sends one row per round ([WithBatchSize](1)).
 //
 // A crash between the broker's acknowledgement and the delete republishes
 // that batch (at most [WithBatchSize] rows). The leader's session runs with

@@ -21,6 +21,7 @@ const (
 	MetricLatency      = "choreo.outbox.publish.duration" // histogram s: row insert → broker ack
 	MetricErrors       = "choreo.outbox.publish.errors"   // counter {event}: failed produce attempts
 	MetricDeadLettered = "choreo.outbox.dead_lettered"    // counter {event}: rows moved to the dead-letter table
+	MetricDeferred     = "choreo.outbox.deferred"         // counter {event}: rows left for a later round by their topic's max.message.bytes (once per round they wait)
 )
 
 type relayMetrics struct {
@@ -29,6 +30,7 @@ type relayMetrics struct {
 	published    metric.Int64Counter
 	errors       metric.Int64Counter
 	deadLettered metric.Int64Counter
+	held         metric.Int64Counter
 	latency      metric.Float64Histogram
 	backlog      metric.Int64ObservableGauge
 	oldest       metric.Float64ObservableGauge
@@ -38,7 +40,7 @@ type relayMetrics struct {
 
 func newRelayMetrics(m metric.Meter, table string) (*relayMetrics, error) {
 	rm := &relayMetrics{meter: m, table: attribute.String("choreo.outbox.table", table)}
-	var errs [7]error
+	var errs [8]error
 	rm.published, errs[0] = m.Int64Counter(MetricPublished, metric.WithUnit("{event}"),
 		metric.WithDescription("Outbox rows acknowledged by the broker."))
 	rm.errors, errs[1] = m.Int64Counter(MetricErrors, metric.WithUnit("{event}"),
@@ -54,6 +56,8 @@ func newRelayMetrics(m metric.Meter, table string) (*relayMetrics, error) {
 		metric.WithDescription("Age of the oldest outbox row waiting to be published (0 when empty)."))
 	rm.leader, errs[6] = m.Int64ObservableGauge(MetricLeader,
 		metric.WithDescription("1 while this relay holds the outbox leader lock, else 0."))
+	rm.held, errs[7] = m.Int64Counter(MetricDeferred, metric.WithUnit("{event}"),
+		metric.WithDescription("Outbox rows left in the table for a later round because their topic's rows in the round filled its max.message.bytes, which is below the client's ProducerBatchMaxBytes; a row counts once per round it waits."))
 	for _, err := range errs {
 		if err != nil {
 			return nil, fmt.Errorf("outbox: metrics: %w", err)

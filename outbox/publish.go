@@ -63,11 +63,22 @@ func (r *Relay) drain(ctx context.Context, conn *pgx.Conn) error {
 		if len(rows) == 0 {
 			return nil
 		}
+		claimed := len(rows)
+		rows, held, err := r.fit(ctx, conn, rows)
+		if err != nil {
+			return err
+		}
+		if len(rows) == 0 {
+			continue // all dead-lettered: read again
+		}
 
-		r.last = sent{rows: len(rows), at: time.Now()}
+		r.last = sent{rows: claimed, at: time.Now()}
+		if held {
+			r.last.rows = r.cfg.batchSize // more is waiting: no linger
+		}
 		batch := r.send(ctx, rows)
 		var aheadErr error
-		if ctx.Err() == nil && (len(rows) == r.cfg.batchSize || r.wokenDuring(batch)) {
+		if ctx.Err() == nil && (claimed == r.cfg.batchSize || held || r.wokenDuring(batch)) {
 			r.lingerBeforeRead(ctx)
 			next, aheadErr = r.claim(ctx, conn, acked, batch.ids)
 			if aheadErr == nil {
@@ -118,6 +129,11 @@ func (r *Relay) drain(ctx context.Context, conn *pgx.Conn) error {
 		for _, f := range failed {
 			if errors.Is(f.err, kgo.ErrClientClosed) {
 				return fmt.Errorf("outbox: produce: %w", f.err)
+			}
+		}
+		for _, f := range failed {
+			if errors.Is(f.err, kerr.MessageTooLarge) || errors.Is(f.err, kerr.RecordListTooLarge) {
+				r.refreshLimit(f.row.topic) // the topic's limit may have been lowered
 			}
 		}
 		if allPermanent(failed) {
@@ -336,7 +352,7 @@ func (r *Relay) deadLetter(ctx context.Context, conn *pgx.Conn, x row, cause err
 		return fmt.Errorf("outbox: dead-letter row %d: %w", x.id, err)
 	}
 	r.metrics.deadLettered.Add(ctx, 1, r.metrics.topicAttrs(x.topic))
-	r.log.Error("outbox relay: broker rejected a row permanently, moved it to the dead-letter table",
+	r.log.Error("outbox relay: a row can never be published (refused by the broker or the client, or too large for its topic), moved it to the dead-letter table",
 		"id", x.id, "topic", x.topic, "key", x.key, "dead_letter_table", r.names.dead, "reason", cause)
 	return nil
 }
@@ -463,11 +479,10 @@ func (f *inflight) wait() (results []result, abandoned bool) {
 // whose parent is the trace context stored with the row (not whatever ctx
 // carries). The record then carries the producer span's context onward.
 func (r *Relay) record(ctx context.Context, x row) (*kgo.Record, trace.Span, error) {
-	hs, err := decodeHeaders(x.headers)
+	rec, err := r.build(x)
 	if err != nil {
 		return nil, nil, err
 	}
-	rec := &kgo.Record{Topic: x.topic, Key: []byte(x.key), Value: x.payload, Headers: hs}
 	parent := tracing.Extract(trace.ContextWithSpanContext(ctx, trace.SpanContext{}), rec)
 	if cid := (tracing.RecordCarrier{Record: rec}).Get(event.HeaderCorrelationID); cid != "" {
 		parent = tracing.WithCorrelationID(parent, cid)
@@ -478,4 +493,13 @@ func (r *Relay) record(ctx context.Context, x row) (*kgo.Record, trace.Span, err
 	_, span := r.kafka.StartSend(parent, rec)
 	span.SetAttributes(attribute.Int64("choreo.outbox.id", x.id))
 	return rec, span, nil
+}
+
+// build rebuilds the Kafka record of a row, without trace context of its own.
+func (r *Relay) build(x row) (*kgo.Record, error) {
+	hs, err := decodeHeaders(x.headers)
+	if err != nil {
+		return nil, err
+	}
+	return &kgo.Record{Topic: x.topic, Key: []byte(x.key), Value: x.payload, Headers: hs}, nil
 }

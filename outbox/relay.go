@@ -35,8 +35,9 @@ type Relay struct {
 	wake    chan struct{} // buffered(1): coalesced wake-ups for the leader
 	leader  atomic.Bool
 	running atomic.Bool
-	linger  bool // the client lingers before sending: flush after each batch
-	last    sent // the leader's last batch (used by the leader's goroutine only)
+	linger  bool    // the client lingers before sending: flush after each batch
+	last    sent    // the leader's last batch (used by the leader's goroutine only)
+	limits  *limits // topics' max.message.bytes (used by the leader's goroutine only)
 
 	kafka   *tracing.Kafka
 	metrics *relayMetrics
@@ -233,6 +234,7 @@ func NewRelay(pool *pgxpool.Pool, client *kgo.Client, ob *Outbox, opts ...RelayO
 		kafka:  tracing.NewKafka(tracing.WithTracerProvider(cfg.tracerProvider)),
 		log:    cfg.logger.With("outbox_table", ob.names.table),
 	}
+	r.limits = newLimits(client)
 	if d, ok := client.OptValue(kgo.ProducerLinger).(time.Duration); ok && d > 0 {
 		r.linger = true
 	}
