@@ -77,18 +77,13 @@ func (ls *Lease) CheckFence(ctx context.Context, tx pgx.Tx) error {
 // deleted. Pruning an entity's row removes its protection only against a
 // holder that was paused for longer than olderThan (a newer holder writes a
 // new row), so keep olderThan far above any plausible pause: days.
-//
-// A fence check refreshes a row's updated_at only once it is a minute old
-// (so that the checks of a hot entity update its row in place, without new
-// index entries), and PruneFences adds that minute to olderThan: a row
-// written less than olderThan ago is never deleted.
 func PruneFences(ctx context.Context, db Execer, olderThan time.Duration, batch int) (int64, error) {
 	if olderThan <= 0 || batch <= 0 {
 		return 0, fmt.Errorf("lock: prune fences: olderThan %v and batch %d must be positive", olderThan, batch)
 	}
 	const sql = `DELETE FROM choreo_lock_fences AS f USING (
     SELECT entity FROM choreo_lock_fences
-    WHERE updated_at < now() - $1::bigint * interval '1 microsecond' - interval '` + fence.StampEvery + `'
+    WHERE updated_at < now() - $1::bigint * interval '1 microsecond'
     ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED
 ) AS x WHERE f.entity = x.entity`
 	var total int64

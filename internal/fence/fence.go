@@ -16,18 +16,6 @@ import (
 // one place (package lock cannot be imported here).
 var ErrStale = errors.New("lock: stale fencing token")
 
-// StampEvery is how stale a fence row's updated_at may get before a check that writes
-// the row sets it to now() again. Between two stamps a check leaves updated_at as it
-// is, so no indexed column changes and Postgres updates the row in place (a HOT update:
-// no new entries in the table's two indexes, no index bloat on a hot entity). updated_at
-// therefore lags the row's last write by less than StampEvery; lock.PruneFences adds
-// StampEvery to its olderThan, so it still never deletes a row written less than
-// olderThan ago.
-const StampEvery = "1 minute"
-
-// stamp is updated_at's new value in the upsert (f is the existing row).
-const stamp = `CASE WHEN f.updated_at < now() - interval '` + StampEvery + `' THEN now() ELSE f.updated_at END`
-
 // CheckSQL records, for every i, $2[i] as the latest token of entity $1[i], in the order
 // of the arrays, and returns one row: the entities whose token it recorded (NULL when
 // none). An entity missing from it has a higher token recorded (the caller's lease of it
@@ -42,7 +30,7 @@ const stamp = `CASE WHEN f.updated_at < now() - interval '` + StampEvery + `' TH
 const CheckSQL = `WITH up AS (
     INSERT INTO choreo_lock_fences AS f (entity, token)
     SELECT e, t FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS r (e, t, o) ORDER BY o
-    ON CONFLICT (entity) DO UPDATE SET token = EXCLUDED.token, updated_at = ` + stamp + `
+    ON CONFLICT (entity) DO UPDATE SET token = EXCLUDED.token, updated_at = now()
     WHERE f.token <= EXCLUDED.token
     RETURNING f.entity
 )
@@ -51,7 +39,7 @@ SELECT array_agg(entity) FROM up`
 // CheckOneSQL is CheckSQL for one entity, $1 with token $2: the same upsert, returning
 // the entity if it recorded the token and no row if the caller's lease is stale.
 const CheckOneSQL = `INSERT INTO choreo_lock_fences AS f (entity, token) VALUES ($1, $2)
-ON CONFLICT (entity) DO UPDATE SET token = EXCLUDED.token, updated_at = ` + stamp + `
+ON CONFLICT (entity) DO UPDATE SET token = EXCLUDED.token, updated_at = now()
 WHERE f.token <= EXCLUDED.token
 RETURNING f.entity`
 
