@@ -31,12 +31,6 @@
 // or let Do open, run and commit the transaction, as an HTTP handler would
 // for an Idempotency-Key header.
 //
-// A first-time Claim is one statement, a plain INSERT ... ON CONFLICT DO
-// NOTHING; a key that already has a record (a duplicate, a reused key, an
-// expired record) costs a second statement that reads it. Duplicates are the
-// exception, so the common path is kept as cheap for Postgres as it can be
-// (docs/benchmarks.md, "Hot entities").
-//
 // A caller that knows its response before doing the work (an id it
 // generated up front) stores it with the claim: ClaimWithResponse is Claim
 // and Complete in one statement, and QueueNewClaim puts a first-time claim
