@@ -160,21 +160,25 @@ func NewStore(opts ...Option) (*Store, error) {
 	return &Store{
 		table:     cfg.table,
 		retention: cfg.retention,
-		// A first-time claim is one plain INSERT, one round trip. DO
-		// NOTHING leaves an existing record alone without locking it, so
-		// duplicates are cheap; the statement then returns no row and Claim
-		// reads the record with lookupSQL, a new statement whose snapshot
-		// also sees a concurrent claim that the INSERT waited for. $5 is the
+		// One round trip in the common cases. The INSERT takes a new key;
+		// DO NOTHING leaves an existing record alone without locking it, so
+		// duplicates are cheap. The second branch returns a record that was
+		// committed before the statement began. If the INSERT had to wait for
+		// a concurrent transaction that then committed the same key, the
+		// statement's snapshot predates that commit and no row comes back;
+		// Claim then reads it with lookupSQL, a new statement. $5 is the
 		// response stored with a new record (ClaimWithResponse; NULL for
-		// Claim). An earlier form also returned an existing record in the
-		// same statement (a CTE with a UNION ALL branch); measured on the
-		// hot-entity benchmark, the plain INSERT costs Postgres less per
-		// first-time claim, which is the common case, for one round trip more
-		// per duplicate (docs/benchmarks.md, "Hot entities").
-		claimSQL: `INSERT INTO ` + t + ` (scope, key, request_hash, expires_at, response)
-VALUES ($1, $2, $3, now() + $4::bigint * interval '1 microsecond', $5)
-ON CONFLICT (scope, key) DO NOTHING
-RETURNING true, NULL::bytea, NULL::bytea, false`,
+		// Claim).
+		claimSQL: `WITH ins AS (
+    INSERT INTO ` + t + ` (scope, key, request_hash, expires_at, response)
+    VALUES ($1, $2, $3, now() + $4::bigint * interval '1 microsecond', $5)
+    ON CONFLICT (scope, key) DO NOTHING
+    RETURNING 1
+)
+SELECT true, NULL::bytea, NULL::bytea, false FROM ins
+UNION ALL
+SELECT false, request_hash, response, expires_at <= now() FROM ` + t + `
+WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM ins)`,
 		// ClaimAll's statement: claimSQL for many keys of one scope. $2 and
 		// $3 are the keys, sorted and distinct, and their hashes; the rows
 		// are inserted in that order (see ClaimAll). A key that comes back
@@ -243,9 +247,8 @@ func (s *Store) Retention() time.Duration { return s.retention }
 // are cheap. An expired record still in the table (not yet swept) counts as
 // absent: one claim takes it over, the others then see that claim's record.
 //
-// A first-time claim takes one round trip; a duplicate, a claim that waited
-// for a concurrent winner, or one that takes over an expired record, takes
-// two.
+// The common cases take one round trip; a claim that waited for a
+// concurrent winner, or takes over an expired record, takes two.
 //
 // A transaction may claim several keys (a batch of events): prefer
 // ClaimAll, which claims them in one round trip. Claim them one by one only
@@ -349,8 +352,7 @@ func (s *Store) claim(ctx context.Context, tx pgx.Tx, scope, key string, request
 			}
 			leading = nil
 			if errors.Is(err, pgx.ErrNoRows) {
-				// The key has a record: committed before (a duplicate, or an
-				// expired record), or by a concurrent claim we waited for.
+				// We waited for a concurrent claim of this key that committed.
 				err = tx.QueryRow(ctx, s.lookupSQL, scope, key).Scan(&r.claimed, &r.stored, &r.response, &r.expired)
 				if errors.Is(err, pgx.ErrNoRows) {
 					continue // deleted meanwhile (swept after expiring): claim again
