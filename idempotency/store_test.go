@@ -607,3 +607,44 @@ func newSweeper(t testing.TB, db idempotency.Execer, opts ...idempotency.Option)
 	}
 	return s
 }
+
+// TestClaimStatements checks that Claim sends one statement for a first-time claim, a
+// duplicate and a key reused with another hash alike: the claim statement returns an
+// existing record itself (a plain INSERT followed by a lookup would make every duplicate
+// two round trips; docs/benchmarks.md, "Hot entities", measured that variant).
+func TestClaimStatements(t *testing.T) {
+	pool, counter := setupCounted(t, "")
+	ctx := context.Background()
+	store := newStore(t)
+	h1 := idempotency.Hash([]byte("order.created"), []byte(`{"id":1}`))
+	h2 := idempotency.Hash([]byte("order.created"), []byte(`{"id":2}`))
+	steps := []struct {
+		name          string
+		hash          []byte
+		wantDuplicate bool
+		wantErr       error
+		statements    int64
+	}{
+		{"first time", h1, false, nil, 1},
+		{"duplicate", h1, true, nil, 1},
+		{"key reused", h2, false, idempotency.ErrKeyReused, 1},
+	}
+	for _, s := range steps {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := counter.n.Load()
+		c, err := store.Claim(ctx, tx, "payment", "ev-1", s.hash)
+		n := counter.n.Load() - before
+		if !errors.Is(err, s.wantErr) || (s.wantErr == nil && err != nil) || c.Duplicate != s.wantDuplicate {
+			t.Fatalf("%s: Claim = %+v, %v; want duplicate=%v, %v", s.name, c, err, s.wantDuplicate, s.wantErr)
+		}
+		if n != s.statements {
+			t.Fatalf("%s: Claim sent %d statements, want %d", s.name, n, s.statements)
+		}
+		if err := tx.Commit(ctx); err != nil && s.wantErr == nil {
+			t.Fatal(err)
+		}
+	}
+}

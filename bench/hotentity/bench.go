@@ -173,6 +173,10 @@ type measured struct {
 	perSec  float64
 	cpu     benchutil.CPUTime // per input event
 	evPerTx float64
+	// pgCPU and redisCPU are the database's backends' and the Redis server's CPU per
+	// input event; relayBatch is the mean number of rows per relay round.
+	pgCPU, redisCPU time.Duration
+	relayBatch      float64
 }
 
 // rounds runs pgbench and every mode c.repeat times, in turn, and summarises each.
@@ -210,7 +214,8 @@ func (b *bench) rounds(ctx context.Context) ([]figures, error) {
 		out[i] = figures{
 			Mode: names[i], EventsPerSec: med.perSec, Min: ms[0].perSec, Max: ms[len(ms)-1].perSec,
 			CPUMachineUS: float64(med.cpu.Machine) / 1e3, CPUProcessUS: float64(med.cpu.Process) / 1e3,
-			EventsPerTx: med.evPerTx,
+			EventsPerTx: med.evPerTx, CPUPostgresUS: float64(med.pgCPU) / 1e3,
+			CPURedisUS: float64(med.redisCPU) / 1e3, RelayRowsPerRound: med.relayBatch,
 		}
 	}
 	for i := range out {
@@ -245,11 +250,13 @@ func (b *bench) mode(ctx context.Context, name string, handWrittenMode bool, bat
 
 	var (
 		acked    atomic.Int64
+		rounds   atomic.Int64 // relay rounds acknowledged
 		once     sync.Once
 		finished = make(chan time.Time, 1)
 		unique   = int64(b.w.unique)
 	)
 	onAcked := func(n int) {
+		rounds.Add(1)
 		if acked.Add(int64(n)) >= unique {
 			once.Do(func() { finished <- time.Now() })
 		}
@@ -279,6 +286,7 @@ func (b *bench) mode(ctx context.Context, name string, handWrittenMode bool, bat
 		}
 	}
 
+	serverBefore := sampleServerCPU(ctx, b.pool, b.rdb)
 	before, err := benchutil.SampleCPU()
 	if err != nil {
 		return measured{}, err
@@ -299,6 +307,7 @@ func (b *bench) mode(ctx context.Context, name string, handWrittenMode bool, bat
 		return measured{}, fmt.Errorf("timed out after %v with %d of %d output records", modeTimeout, acked.Load(), unique)
 	}
 	after, cpuErr := benchutil.SampleCPU()
+	pgCPU, redisCPU := sampleServerCPU(ctx, b.pool, b.rdb).since(serverBefore, b.c.events)
 	cancel()
 	if err := errors.Join(<-done, cpuErr); err != nil {
 		return measured{}, err
@@ -310,6 +319,8 @@ func (b *bench) mode(ctx context.Context, name string, handWrittenMode bool, bat
 		perSec:  float64(b.c.events) / end.Sub(start).Seconds(),
 		cpu:     after.Sub(before).Per(b.c.events),
 		evPerTx: evPerTx(),
+		pgCPU:   pgCPU, redisCPU: redisCPU,
+		relayBatch: float64(acked.Load()) / float64(max(rounds.Load(), 1)),
 	}, nil
 }
 

@@ -193,6 +193,13 @@ func TestSmokeAllModes(t *testing.T) {
 			t.Errorf("%s: %.1f events/s, %.1f events/tx", m.Mode, m.EventsPerSec, m.EventsPerTx)
 		}
 	}
+	for _, m := range r.Modes[1:] {
+		// Postgres runs on this machine in the tests, so its backends' CPU is read; every
+		// pipeline relays at least one row per round.
+		if m.CPUPostgresUS <= 0 || m.RelayRowsPerRound < 1 {
+			t.Errorf("%s: Postgres CPU %.1f µs/event, %.1f relay rows/round", m.Mode, m.CPUPostgresUS, m.RelayRowsPerRound)
+		}
+	}
 	if r.Modes[1].VsFloor != 1 {
 		t.Errorf("the hand-written row's ratio to itself is %v", r.Modes[1].VsFloor)
 	}

@@ -40,8 +40,10 @@
 //
 // Each round runs pgbench, then every mode in turn; the table shows each mode's median
 // round by throughput and the min–max, the ratios to the hand-written floor and to
-// pgbench, the CPU per input event (whole machine, and this process, which also hosts the
-// in-process broker) and the mean events per transaction. -json FILE writes the figures as
+// pgbench, the CPU per input event (whole machine; this process, which also hosts the
+// in-process broker; the Postgres backends of the benchmark's database, from
+// /proc/<pid>/schedstat; the Redis server, from INFO cpu, other clients' work included),
+// the mean events per transaction and the relay's mean rows per round. -json FILE writes the figures as
 // {"hotentity": {...}}. -cpuprofile FILE profiles the whole run with the pprof label
 // mode=<mode> on every pipeline goroutine: `go tool pprof -tagfocus mode=choreo FILE`.
 //
@@ -125,6 +127,12 @@ type figures struct {
 	CPUMachineUS float64 `json:"cpu_per_event_machine_us"` // whole machine's busy CPU per input event
 	CPUProcessUS float64 `json:"cpu_per_event_process_us"` // this process's (pgbench: pgbench's)
 	EventsPerTx  float64 `json:"events_per_tx"`
+	// The Postgres backends of the benchmark's database and the Redis server (every
+	// client's work, other users' included), per input event; 0 for pgbench and where
+	// they could not be read (Postgres on another machine).
+	CPUPostgresUS     float64 `json:"cpu_per_event_postgres_us"`
+	CPURedisUS        float64 `json:"cpu_per_event_redis_us"`
+	RelayRowsPerRound float64 `json:"relay_rows_per_round"` // mean rows the relay acknowledged per round
 }
 
 // report is what a run measured; -json writes it under the key "hotentity".
@@ -200,11 +208,12 @@ func commit() string {
 }
 
 func printTable(w io.Writer, r report) {
-	fmt.Fprintf(w, "\n| mode (%d partitions, %d accounts) | events/s (median) | min–max | vs hand-written | vs pgbench | events/tx | CPU/event: machine | of which this process |\n",
+	fmt.Fprintf(w, "\n| mode (%d partitions, %d accounts) | events/s (median) | min–max | vs hand-written | vs pgbench | events/tx | CPU/event: machine | of which this process | Postgres | Redis | relay rows/round |\n",
 		r.Partitions, r.Accounts)
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, f := range r.Modes {
-		fmt.Fprintf(w, "| %s | %.0f | %.0f–%.0f | %.2f× | %.0f%% | %.1f | %.0f µs | %.0f µs |\n",
-			f.Mode, f.EventsPerSec, f.Min, f.Max, f.VsFloor, 100*f.VsPgbench, f.EventsPerTx, f.CPUMachineUS, f.CPUProcessUS)
+		fmt.Fprintf(w, "| %s | %.0f | %.0f–%.0f | %.2f× | %.0f%% | %.1f | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.1f |\n",
+			f.Mode, f.EventsPerSec, f.Min, f.Max, f.VsFloor, 100*f.VsPgbench, f.EventsPerTx, f.CPUMachineUS, f.CPUProcessUS,
+			f.CPUPostgresUS, f.CPURedisUS, f.RelayRowsPerRound)
 	}
 }
