@@ -160,6 +160,42 @@ func applyDeltas(ctx context.Context, tx pgx.Tx, delta map[shardKey]int64) error
 	return br.Close()
 }
 
+// queueLoad queues on b the (unlocked) read of the shards of skus that the transaction
+// has not read yet, and returns those SKUs: call loaded with them once b has been sent.
+// Nil pending changes queue nothing.
+func (p *pendingStock) queueLoad(b *pgx.Batch, skus []string) []string {
+	if p == nil {
+		return nil
+	}
+	var missing []string
+	for _, sku := range skus {
+		if !p.known[sku] && !slices.Contains(missing, sku) {
+			missing = append(missing, sku)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	b.Queue(`SELECT sku, shard, available FROM inventory_stock_shards WHERE sku = ANY($1)`, missing).Query(func(rows pgx.Rows) error {
+		var (
+			k shardKey
+			n int64
+		)
+		if _, err := pgx.ForEachRow(rows, []any{&k.sku, &k.shard, &n}, func() error { p.read[k] = n; return nil }); err != nil {
+			return fmt.Errorf("inventorysvc: read stock: %w", err)
+		}
+		return nil
+	})
+	return missing
+}
+
+// loaded marks skus, read by the statement queueLoad queued, as read.
+func (p *pendingStock) loaded(skus []string) {
+	for _, sku := range skus {
+		p.known[sku] = true
+	}
+}
+
 // load reads the shards of skus that the transaction has not read yet; lock locks them
 // (in (SKU, shard) order) as it reads.
 func (p *pendingStock) load(ctx context.Context, tx pgx.Tx, skus []string, lock bool) error {

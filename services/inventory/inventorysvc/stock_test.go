@@ -87,3 +87,40 @@ func TestSeedSpreadsOldStock(t *testing.T) {
 		t.Fatalf("sku-1: %+v", a.SKUs["sku-1"])
 	}
 }
+
+// In a consumer transaction, payment.authorized of an announced order takes two round
+// trips: one reads and locks the order, reads whether it has a reservation and reads the
+// stock of its SKUs; one records the reservation (the outbox row and the stock move are
+// written at commit). A second order of an SKU already read does not read it again.
+func TestPaymentAuthorizedRoundTrips(t *testing.T) {
+	pool := newDB(t)
+	h := newHandlers(t)
+	announce(t, pool, h, "o-1", "o-2", "o-3")
+	n, err := svctest.InCountedBatch(pool, h.PaymentAuthorized, authorized(t, "o-1", item("sku-1", 2), item("sku-2", 1)))
+	if err != nil || n != 2 {
+		t.Fatalf("one order: %d round trips, %v; want 2", n, err)
+	}
+	n, err = svctest.InCountedBatch(pool, h.PaymentAuthorized,
+		authorized(t, "o-2", item("sku-1", 1)), authorized(t, "o-3", item("sku-1", 9)))
+	if err != nil || n != 4 {
+		t.Fatalf("two orders: %d round trips, %v; want 4", n, err)
+	}
+	a := audit(t, pool)
+	if a.Orders["o-1"].Status != StatusReserved || a.Orders["o-2"].Status != StatusReserved || a.Orders["o-3"].Status != StatusUnavailable {
+		t.Fatalf("orders: %+v", a.Orders)
+	}
+	if a.SKUs["sku-1"].Available != 7 || a.SKUs["sku-1"].Reserved != 3 || a.SKUs["sku-2"].Available != 4 {
+		t.Fatalf("stock: %+v", a.SKUs)
+	}
+	if err := a.Conserved(); err != nil {
+		t.Fatal(err)
+	}
+	// A redelivery under another id finds the reservation (read, then locked) and
+	// changes nothing.
+	if err := svctest.InBatch(pool, h.PaymentAuthorized, nil, authorized(t, "o-1", item("sku-1", 2), item("sku-2", 1))); err != nil {
+		t.Fatal(err)
+	}
+	if b := audit(t, pool); b.SKUs["sku-1"] != a.SKUs["sku-1"] || b.SKUs["sku-2"] != a.SKUs["sku-2"] {
+		t.Fatalf("redelivery moved stock: %+v -> %+v", a.SKUs, b.SKUs)
+	}
+}
