@@ -151,10 +151,16 @@ func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event) 
 	var (
 		heldID, heldCorrelation, outcome *string
 		heldData                         []byte
+		reserved                         bool
 	)
+	// Whether the order has a reservation is read (without a lock, see readOrder) for a
+	// held payment: reserveNew then needs no round trip to lock a reservation that is
+	// not there.
 	err = tx.QueryRow(ctx, `INSERT INTO inventory_orders (order_id, announced) VALUES ($1, true)
 		ON CONFLICT (order_id) DO UPDATE SET announced = true, updated_at = now()
-		RETURNING held_event_id, held_correlation_id, held_data, outcome`, p.OrderID).Scan(&heldID, &heldCorrelation, &heldData, &outcome)
+		RETURNING held_event_id, held_correlation_id, held_data, outcome,
+			held_event_id IS NOT NULL AND EXISTS (SELECT 1 FROM inventory_reservations r WHERE r.order_id = $1)`,
+		p.OrderID).Scan(&heldID, &heldCorrelation, &heldData, &outcome, &reserved)
 	if err != nil {
 		return fmt.Errorf("inventorysvc: record announced order: %w", err)
 	}
@@ -172,6 +178,9 @@ func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event) 
 		return consumer.Permanent(fmt.Errorf("%w: held payment: %w", ErrInvalidEvent, err))
 	}
 	h.log.InfoContext(ctx, "inventory: order announced, reserving for its held payment", slog.String("held_event_id", held.ID))
+	if !reserved {
+		return h.reserveNew(ctx, tx, held, pa, outcome)
+	}
 	return h.reserve(ctx, tx, held, pa, outcome)
 }
 
@@ -242,8 +251,17 @@ func (h *Handlers) PaymentAuthorized(ctx context.Context, tx pgx.Tx, ev event.Ev
 		if !errors.Is(err, pgx.ErrNoRows) || created {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO inventory_orders (order_id) VALUES ($1) ON CONFLICT (order_id) DO NOTHING`, p.OrderID); err != nil {
-			return fmt.Errorf("inventorysvc: record order: %w", err)
+		// Not announced yet (payment.authorized overtook order.created, which travels on
+		// another topic): the order's row is created holding the event, in one statement.
+		// If order.created created the row first, the loop reads it again.
+		tag, err := tx.Exec(ctx, `INSERT INTO inventory_orders (order_id, held_event_id, held_correlation_id, held_data, held_at)
+			VALUES ($1, $2, $3, $4, now()) ON CONFLICT (order_id) DO NOTHING`, p.OrderID, ev.ID, ev.CorrelationID, ev.Data)
+		if err != nil {
+			return fmt.Errorf("inventorysvc: hold payment: %w", err)
+		}
+		if tag.RowsAffected() == 1 {
+			h.held(ctx, ev)
+			return nil
 		}
 	}
 	announced, held, outcome = st.announced, st.held, st.outcome
@@ -256,15 +274,20 @@ func (h *Handlers) PaymentAuthorized(ctx context.Context, tx pgx.Tx, ev event.Ev
 			held_at = now(), updated_at = now() WHERE order_id = $1`, p.OrderID, ev.ID, ev.CorrelationID, ev.Data); err != nil {
 			return fmt.Errorf("inventorysvc: hold payment: %w", err)
 		}
-		h.count(ctx, "hold_unannounced")
-		h.log.WarnContext(ctx, "inventory: payment.authorized for an order not announced by the order service; held until order.created",
-			slog.String("event_id", ev.ID))
+		h.held(ctx, ev)
 		return nil
 	}
 	if !st.reserved {
 		return h.reserveNew(ctx, tx, ev, p, outcome)
 	}
 	return h.reserve(ctx, tx, ev, p, outcome)
+}
+
+// held counts and logs a payment.authorized held until its order is announced.
+func (h *Handlers) held(ctx context.Context, ev event.Event) {
+	h.count(ctx, "hold_unannounced")
+	h.log.WarnContext(ctx, "inventory: payment.authorized for an order not announced by the order service; held until order.created",
+		slog.String("event_id", ev.ID))
 }
 
 // orderState is what PaymentAuthorized reads of an order in its first round trip.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/choreo-saga/choreo/app/apptest"
 	"github.com/choreo-saga/choreo/consumer"
+	"github.com/choreo-saga/choreo/services/events"
 	"github.com/choreo-saga/choreo/services/internal/svctest"
 )
 
@@ -122,5 +123,41 @@ func TestPaymentAuthorizedRoundTrips(t *testing.T) {
 	}
 	if b := audit(t, pool); b.SKUs["sku-1"] != a.SKUs["sku-1"] || b.SKUs["sku-2"] != a.SKUs["sku-2"] {
 		t.Fatalf("redelivery moved stock: %+v -> %+v", a.SKUs, b.SKUs)
+	}
+}
+
+// A payment.authorized that overtakes its order.created is held in two round trips (the
+// read that finds no order, the insert of the order's row holding it); the order.created
+// then reserves for it without locking a reservation that is not there: its upsert, the
+// release of the held event, the stock read and the reservation.
+func TestHeldPaymentRoundTrips(t *testing.T) {
+	pool := newDB(t)
+	h := newHandlers(t)
+	pa := authorized(t, "o-1", item("sku-2", 2))
+	n, err := svctest.InCountedBatch(pool, h.PaymentAuthorized, pa)
+	if err != nil || n != 2 {
+		t.Fatalf("held: %d round trips, %v; want 2", n, err)
+	}
+	if a := audit(t, pool); a.SKUs["sku-2"].Available != 5 || len(outboxEvents(t, pool)) != 0 {
+		t.Fatalf("a held payment changed inventory: %+v", a)
+	}
+	n, err = svctest.InCountedBatch(pool, h.PaymentAuthorized, authorized(t, "o-1", item("sku-2", 2))) // redelivered
+	if err != nil || n != 1 {
+		t.Fatalf("held again: %d round trips, %v; want 1", n, err)
+	}
+	n, err = svctest.InCountedBatch(pool, h.OrderCreated, created(t, "o-1"))
+	if err != nil || n != 4 {
+		t.Fatalf("announced: %d round trips, %v; want 4", n, err)
+	}
+	a := audit(t, pool)
+	if a.Orders["o-1"].Status != StatusReserved || a.SKUs["sku-2"].Available != 3 || a.SKUs["sku-2"].Reserved != 2 {
+		t.Fatalf("audit %+v", a)
+	}
+	if got := outboxEvents(t, pool); len(got) != 1 || got[0].Type != events.StockReserved || got[0].CausationID != pa.ID {
+		t.Fatalf("events %+v", got)
+	}
+	var held int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM inventory_orders WHERE held_event_id IS NOT NULL`).Scan(&held); err != nil || held != 0 {
+		t.Fatalf("held rows %d, %v", held, err)
 	}
 }
