@@ -344,7 +344,8 @@ var expected = map[Trigger]Facts{
 // The UPDATE takes the row lock, and under READ COMMITTED it rechecks the condition on
 // the row's latest version, so the decision is applied to exactly the order it was taken
 // for. ok is false, with nothing written, when the order is in any other state (or does
-// not exist): apply on the locked row decides then.
+// not exist): apply on the locked row decides then. The Order returned has only its ID,
+// State, Reason and CompensationAttempts.
 func (s *Service) applyExpected(ctx context.Context, tx pgx.Tx, id string, t Trigger, ev *event.Event, reason string) (o Order, d Decision, ok bool, err error) {
 	f, known := expected[t]
 	if !known {
@@ -361,16 +362,19 @@ func (s *Service) applyExpected(ctx context.Context, tx pgx.Tx, id string, t Tri
 	}
 	args := transitionArgs(id, d, stored, 0, false, ev.ID, t, note)
 	args = append(args, f.PaymentAuthorized, f.PaymentDeclined, f.PaymentRefunded, f.StockReserved, f.StockUnavailable, f.StockReleased)
-	o, err = s.scanOrder(tx.QueryRow(ctx, `WITH u AS (
+	// Only what the event and the log need comes back (not the whole row: the items'
+	// JSON, the times).
+	o = Order{ID: id, State: d.To}
+	err = tx.QueryRow(ctx, `WITH u AS (
 			`+updateOrderSQL+` AND state = $12 AND compensation_attempts = 0
 			AND payment_authorized = $16 AND payment_declined = $17 AND payment_refunded = $18
 			AND stock_reserved = $19 AND stock_unavailable = $20 AND stock_released = $21
-			RETURNING `+orderColumns+`
+			RETURNING reason, compensation_attempts
 		), h AS (
 			INSERT INTO order_history (order_id, from_state, to_state, cause_event_id, cause_event_type, ignored, note)
 			SELECT $1::uuid, $12::text, $2::text, $13::text, $14::text, false, $15::text FROM u
 		)
-		SELECT * FROM u`, args...))
+		SELECT * FROM u`, args...).Scan(&o.Reason, &o.CompensationAttempts)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Order{}, Decision{}, false, nil
 	}
