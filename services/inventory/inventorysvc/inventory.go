@@ -310,24 +310,23 @@ type orderState struct {
 func readOrder(ctx context.Context, tx pgx.Tx, p events.PaymentV1) (orderState, error) {
 	var st orderState
 	b := &pgx.Batch{}
+	// The stock first: its levels are kept even when the order has no row yet (a batch
+	// stops reading results at the first error), so the retry does not read them again.
+	if items, reason := normalize(p.Items); reason == "" {
+		skus, _ := split(items)
+		pending(ctx, tx).queueLoad(b, skus)
+	}
 	b.Queue(`SELECT o.announced, o.held_event_id IS NOT NULL, o.outcome,
 			EXISTS (SELECT 1 FROM inventory_reservations r WHERE r.order_id = o.order_id)
 		FROM inventory_orders o WHERE o.order_id = $1 FOR UPDATE OF o`, p.OrderID).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&st.announced, &st.held, &st.outcome, &st.reserved)
 	})
-	pend := pending(ctx, tx)
-	var missing []string
-	if items, reason := normalize(p.Items); reason == "" && pend != nil {
-		skus, _ := split(items)
-		missing = pend.queueLoad(b, skus)
-	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return st, err
 		}
 		return st, fmt.Errorf("inventorysvc: read order: %w", err)
 	}
-	pend.loaded(missing)
 	return st, nil
 }
 

@@ -161,11 +161,11 @@ func applyDeltas(ctx context.Context, tx pgx.Tx, delta map[shardKey]int64) error
 }
 
 // queueLoad queues on b the (unlocked) read of the shards of skus that the transaction
-// has not read yet, and returns those SKUs: call loaded with them once b has been sent.
-// Nil pending changes queue nothing.
-func (p *pendingStock) queueLoad(b *pgx.Batch, skus []string) []string {
+// has not read yet; the SKUs count as read once its result has been read. Nil pending
+// changes (no consumer transaction) queue nothing.
+func (p *pendingStock) queueLoad(b *pgx.Batch, skus []string) {
 	if p == nil {
-		return nil
+		return
 	}
 	var missing []string
 	for _, sku := range skus {
@@ -174,7 +174,7 @@ func (p *pendingStock) queueLoad(b *pgx.Batch, skus []string) []string {
 		}
 	}
 	if len(missing) == 0 {
-		return nil
+		return
 	}
 	b.Queue(`SELECT sku, shard, available FROM inventory_stock_shards WHERE sku = ANY($1)`, missing).Query(func(rows pgx.Rows) error {
 		var (
@@ -184,16 +184,11 @@ func (p *pendingStock) queueLoad(b *pgx.Batch, skus []string) []string {
 		if _, err := pgx.ForEachRow(rows, []any{&k.sku, &k.shard, &n}, func() error { p.read[k] = n; return nil }); err != nil {
 			return fmt.Errorf("inventorysvc: read stock: %w", err)
 		}
+		for _, sku := range missing {
+			p.known[sku] = true
+		}
 		return nil
 	})
-	return missing
-}
-
-// loaded marks skus, read by the statement queueLoad queued, as read.
-func (p *pendingStock) loaded(skus []string) {
-	for _, sku := range skus {
-		p.known[sku] = true
-	}
 }
 
 // load reads the shards of skus that the transaction has not read yet; lock locks them
