@@ -26,6 +26,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -50,6 +51,7 @@ type config struct {
 	seed        uint64
 	env         []string
 	replot      string
+	cpuProfile  string
 	log         io.Writer
 }
 
@@ -83,11 +85,23 @@ func main() {
 		}
 		return
 	}
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "saga:", err)
+			os.Exit(2)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	res, err := run(ctx, cfg)
 	if res != nil {
 		printResults(os.Stdout, res)
 	}
 	if err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "saga:", err)
 		os.Exit(1)
 	}
@@ -109,6 +123,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.profileDir, "profile-dir", "", "if set, run the services with PPROF=1 and save a 10 s CPU profile of each into this `dir` during -profile-rate")
 	fs.IntVar(&c.profileRate, "profile-rate", 0, "the offered rate during which the profiles are taken (default: the highest)")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the orders' customers, SKUs and amounts")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the harness itself (the load generator, the Kafka reader, the samplers) to this `file`")
 	fs.StringVar(&c.replot, "replot", "", "run nothing: read the results `file` of an earlier run, print its tables and write -svg")
 	var env envFlags
 	fs.Var(&env, "env", "extra `KEY=VALUE` for every service process (repeatable), e.g. -env CONSUMER_BATCH=1")

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -105,4 +106,58 @@ func ReconcileTwice(t testing.TB, round func(context.Context) (int, error), want
 	if n, err := round(ctx); err != nil || n != 0 {
 		t.Fatalf("second ReconcileOnce = %d, %v; want 0 (each order checked once)", n, err)
 	}
+}
+
+// CountingTx is a transaction that counts the round trips its user makes: each Exec,
+// Query, QueryRow and SendBatch (a whole batch is one round trip). Give the handler under
+// test the CountingTx itself (and create the transaction's hooks with it), not the
+// transaction it wraps.
+type CountingTx struct {
+	pgx.Tx
+	// RoundTrips is the number of calls so far.
+	RoundTrips int
+}
+
+// Exec counts one round trip.
+func (c *CountingTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	c.RoundTrips++
+	return c.Tx.Exec(ctx, sql, args...)
+}
+
+// Query counts one round trip.
+func (c *CountingTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	c.RoundTrips++
+	return c.Tx.Query(ctx, sql, args...)
+}
+
+// QueryRow counts one round trip.
+func (c *CountingTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	c.RoundTrips++
+	return c.Tx.QueryRow(ctx, sql, args...)
+}
+
+// SendBatch counts one round trip.
+func (c *CountingTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	c.RoundTrips++
+	return c.Tx.SendBatch(ctx, b)
+}
+
+// InCountedBatch is InBatch with the handlers given a CountingTx: it returns the round
+// trips the handlers made before the transaction's hooks ran.
+func InCountedBatch(db app.Beginner, h consumer.TxHandler, evs ...event.Event) (int, error) {
+	ctx := context.Background()
+	n := 0
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		ctr := &CountingTx{Tx: tx}
+		hooks := txhook.New(ctr)
+		hctx := txhook.With(context.Background(), hooks)
+		for _, ev := range evs {
+			if err := h(hctx, ctr, ev); err != nil {
+				return err
+			}
+		}
+		n = ctr.RoundTrips
+		return hooks.Run(hctx)
+	})
+	return n, err
 }

@@ -7,9 +7,11 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/choreo-saga/choreo/app/apptest"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/internal/txhook"
@@ -25,25 +27,16 @@ func (f flusher) Flush(ctx context.Context, tx pgx.Tx) error {
 	return err
 }
 
-// InBatch runs the handlers in order in one transaction, then before, then the hooks the
-// handlers added, and commits; a failure rolls all of it back.
-func TestInBatch(t *testing.T) {
+// logDB returns a database with an empty log table and a function that reads its
+// entries in order.
+func logDB(t *testing.T) (*pgxpool.Pool, func() []string) {
+	t.Helper()
 	ctx := context.Background()
 	pool := testenv.Postgres(t)
 	if _, err := pool.Exec(ctx, `CREATE TABLE log (n serial PRIMARY KEY, entry text NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	h := func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
-		if ev.Subject == "fail" {
-			return errors.New("handler failed")
-		}
-		if hooks := txhook.For(ctx, tx); hooks != nil {
-			hooks.Flusher("log", func() txhook.Flusher { return flusher{"batch"} })
-		}
-		_, err := tx.Exec(ctx, `INSERT INTO log (entry) VALUES ($1)`, ev.Subject)
-		return err
-	}
-	entries := func() []string {
+	return pool, func() []string {
 		rows, err := pool.Query(ctx, `SELECT entry FROM log ORDER BY n`)
 		if err != nil {
 			t.Fatal(err)
@@ -53,6 +46,22 @@ func TestInBatch(t *testing.T) {
 			t.Fatal(err)
 		}
 		return got
+	}
+}
+
+// InBatch runs the handlers in order in one transaction, then before, then the hooks the
+// handlers added, and commits; a failure rolls all of it back.
+func TestInBatch(t *testing.T) {
+	pool, entries := logDB(t)
+	h := func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+		if ev.Subject == "fail" {
+			return errors.New("handler failed")
+		}
+		if hooks := txhook.For(ctx, tx); hooks != nil {
+			hooks.Flusher("log", func() txhook.Flusher { return flusher{"batch"} })
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO log (entry) VALUES ($1)`, ev.Subject)
+		return err
 	}
 	ev := func(subject string) event.Event {
 		return event.Event{ID: subject, Subject: subject}
@@ -108,5 +117,37 @@ func TestMeterSum(t *testing.T) {
 	got := m.Sum(t, "fixes", "kind")
 	if len(got) != 2 || got["a"] != 3 || got["b"] != 1 {
 		t.Fatalf("Sum = %v, want a:3 b:1", got)
+	}
+}
+
+// InCountedBatch counts the handlers' round trips (a pgx batch is one), not the hooks',
+// and commits what they wrote.
+func TestInCountedBatch(t *testing.T) {
+	pool, entries := logDB(t)
+	h := func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO log (entry) VALUES ($1)`, ev.Subject); err != nil {
+			return err
+		}
+		b := &pgx.Batch{}
+		b.Queue(`INSERT INTO log (entry) VALUES ($1)`, ev.Subject+":batch")
+		b.Queue(`SELECT 1`)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		if hooks := txhook.For(ctx, tx); hooks != nil {
+			hooks.Flusher(ev.Subject, func() txhook.Flusher { return flusher{ev.Subject} })
+		} else {
+			return errors.New("no hooks for the counting transaction")
+		}
+		return nil
+	}
+	n, err := svctest.InCountedBatch(pool, h,
+		apptest.NewEvent(t, events.SourceOrder, events.OrderCreated, "a", events.OrderOutcomeV1{OrderID: "a"}),
+		apptest.NewEvent(t, events.SourceOrder, events.OrderCreated, "b", events.OrderOutcomeV1{OrderID: "b"}))
+	if err != nil || n != 4 {
+		t.Fatalf("InCountedBatch = %d, %v; want 4 round trips (2 per handler)", n, err)
+	}
+	if want, got := []string{"a", "a:batch", "b", "b:batch", "a:flushed", "b:flushed"}, entries(); !slices.Equal(got, want) {
+		t.Fatalf("log = %q, want %q", got, want)
 	}
 }

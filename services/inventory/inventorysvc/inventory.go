@@ -151,10 +151,16 @@ func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event) 
 	var (
 		heldID, heldCorrelation, outcome *string
 		heldData                         []byte
+		reserved                         bool
 	)
+	// Whether the order has a reservation is read (without a lock, see readOrder) for a
+	// held payment: reserveNew then needs no round trip to lock a reservation that is
+	// not there.
 	err = tx.QueryRow(ctx, `INSERT INTO inventory_orders (order_id, announced) VALUES ($1, true)
 		ON CONFLICT (order_id) DO UPDATE SET announced = true, updated_at = now()
-		RETURNING held_event_id, held_correlation_id, held_data, outcome`, p.OrderID).Scan(&heldID, &heldCorrelation, &heldData, &outcome)
+		RETURNING held_event_id, held_correlation_id, held_data, outcome,
+			held_event_id IS NOT NULL AND EXISTS (SELECT 1 FROM inventory_reservations r WHERE r.order_id = $1)`,
+		p.OrderID).Scan(&heldID, &heldCorrelation, &heldData, &outcome, &reserved)
 	if err != nil {
 		return fmt.Errorf("inventorysvc: record announced order: %w", err)
 	}
@@ -172,6 +178,9 @@ func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event) 
 		return consumer.Permanent(fmt.Errorf("%w: held payment: %w", ErrInvalidEvent, err))
 	}
 	h.log.InfoContext(ctx, "inventory: order announced, reserving for its held payment", slog.String("held_event_id", held.ID))
+	if !reserved {
+		return h.reserveNew(ctx, tx, held, pa, outcome)
+	}
 	return h.reserve(ctx, tx, held, pa, outcome)
 }
 
@@ -225,24 +234,37 @@ func (h *Handlers) PaymentAuthorized(ctx context.Context, tx pgx.Tx, ev event.Ev
 		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
 	}
 	// The row lock orders this handler with OrderCreated of the same order. The row of an
-	// announced order exists: one statement in the common case.
+	// announced order exists: in the common case one round trip reads and locks it, reads
+	// whether the order has a reservation, and reads the stock of its SKUs (see
+	// readOrder).
 	var (
 		announced, held bool
 		outcome         *string
+		st              orderState
 	)
 	for created := false; ; created = true {
-		err := tx.QueryRow(ctx, `SELECT announced, held_event_id IS NOT NULL, outcome FROM inventory_orders
-			WHERE order_id = $1 FOR UPDATE`, p.OrderID).Scan(&announced, &held, &outcome)
+		var err error
+		st, err = readOrder(ctx, tx, p)
 		if err == nil {
 			break
 		}
 		if !errors.Is(err, pgx.ErrNoRows) || created {
-			return fmt.Errorf("inventorysvc: read order: %w", err)
+			return err
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO inventory_orders (order_id) VALUES ($1) ON CONFLICT (order_id) DO NOTHING`, p.OrderID); err != nil {
-			return fmt.Errorf("inventorysvc: record order: %w", err)
+		// Not announced yet (payment.authorized overtook order.created, which travels on
+		// another topic): the order's row is created holding the event, in one statement.
+		// If order.created created the row first, the loop reads it again.
+		tag, err := tx.Exec(ctx, `INSERT INTO inventory_orders (order_id, held_event_id, held_correlation_id, held_data, held_at)
+			VALUES ($1, $2, $3, $4, now()) ON CONFLICT (order_id) DO NOTHING`, p.OrderID, ev.ID, ev.CorrelationID, ev.Data)
+		if err != nil {
+			return fmt.Errorf("inventorysvc: hold payment: %w", err)
+		}
+		if tag.RowsAffected() == 1 {
+			h.held(ctx, ev)
+			return nil
 		}
 	}
+	announced, held, outcome = st.announced, st.held, st.outcome
 	if !announced {
 		if held {
 			h.log.InfoContext(ctx, "inventory: payment of an unannounced order already held")
@@ -252,12 +274,60 @@ func (h *Handlers) PaymentAuthorized(ctx context.Context, tx pgx.Tx, ev event.Ev
 			held_at = now(), updated_at = now() WHERE order_id = $1`, p.OrderID, ev.ID, ev.CorrelationID, ev.Data); err != nil {
 			return fmt.Errorf("inventorysvc: hold payment: %w", err)
 		}
-		h.count(ctx, "hold_unannounced")
-		h.log.WarnContext(ctx, "inventory: payment.authorized for an order not announced by the order service; held until order.created",
-			slog.String("event_id", ev.ID))
+		h.held(ctx, ev)
 		return nil
 	}
+	if !st.reserved {
+		return h.reserveNew(ctx, tx, ev, p, outcome)
+	}
 	return h.reserve(ctx, tx, ev, p, outcome)
+}
+
+// held counts and logs a payment.authorized held until its order is announced.
+func (h *Handlers) held(ctx context.Context, ev event.Event) {
+	h.count(ctx, "hold_unannounced")
+	h.log.WarnContext(ctx, "inventory: payment.authorized for an order not announced by the order service; held until order.created",
+		slog.String("event_id", ev.ID))
+}
+
+// orderState is what PaymentAuthorized reads of an order in its first round trip.
+type orderState struct {
+	announced, held bool
+	outcome         *string
+	// reserved: the order has a row in inventory_reservations (read without a lock).
+	reserved bool
+}
+
+// readOrder reads and locks (FOR UPDATE) the order's inventory_orders row, reads whether
+// it has a reservation and, in a consumer's transaction, reads the stock of the payment's
+// SKUs that the transaction has not read yet (without a lock, as take does): one round
+// trip. It returns an error wrapping pgx.ErrNoRows when the order has no row.
+//
+// The reservation is read without its row lock: if there is none, the reservation's
+// insert (ON CONFLICT DO NOTHING) is what detects a concurrent one, as it did when the
+// lock was taken on a missing row (which locks nothing); if there is one, reserve locks
+// it and decides on the locked row.
+func readOrder(ctx context.Context, tx pgx.Tx, p events.PaymentV1) (orderState, error) {
+	var st orderState
+	b := &pgx.Batch{}
+	// The stock first: its levels are kept even when the order has no row yet (a batch
+	// stops reading results at the first error), so the retry does not read them again.
+	if items, reason := normalize(p.Items); reason == "" {
+		skus, _ := split(items)
+		pending(ctx, tx).queueLoad(b, skus)
+	}
+	b.Queue(`SELECT o.announced, o.held_event_id IS NOT NULL, o.outcome,
+			EXISTS (SELECT 1 FROM inventory_reservations r WHERE r.order_id = o.order_id)
+		FROM inventory_orders o WHERE o.order_id = $1 FOR UPDATE OF o`, p.OrderID).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&st.announced, &st.held, &st.outcome, &st.reserved)
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return st, err
+		}
+		return st, fmt.Errorf("inventorysvc: read order: %w", err)
+	}
+	return st, nil
 }
 
 // reserve is PaymentAuthorized for an announced order; ev is the payment.authorized and
@@ -279,7 +349,14 @@ func (h *Handlers) reserve(ctx context.Context, tx pgx.Tx, ev event.Event, p eve
 		h.count(ctx, "unavailable")
 		return h.emit(ctx, tx, ev, events.StockUnavailable, events.StockV1{OrderID: p.OrderID, Items: nonNil(p.Items), Reason: ReasonOrderCancelled})
 	}
+	return h.reserveNew(ctx, tx, ev, p, outcome)
+}
 
+// reserveNew is reserve for an order that has no reservation (as last read): it takes
+// the stock or decides it is unavailable, and records the decision; a reservation that
+// appeared concurrently fails the record's insert, and the retry decides on it.
+func (h *Handlers) reserveNew(ctx context.Context, tx pgx.Tx, ev event.Event, p events.PaymentV1, outcome *string) error {
+	var err error
 	items, reason := normalize(p.Items)
 	if outcome != nil && *outcome != "CONFIRMED" {
 		reason = ReasonOrderEnded + " " + *outcome // it needs no stock any more

@@ -160,19 +160,28 @@ func applyDeltas(ctx context.Context, tx pgx.Tx, delta map[shardKey]int64) error
 	return br.Close()
 }
 
+// queueLoad queues on b the (unlocked) read of the shards of skus that the transaction
+// has not read yet; the SKUs count as read once its result has been read. Nil pending
+// changes (no consumer transaction) queue nothing.
+func (p *pendingStock) queueLoad(b *pgx.Batch, skus []string) {
+	if p == nil {
+		return
+	}
+	missing := p.unread(skus)
+	if len(missing) == 0 {
+		return
+	}
+	b.Queue(readStockSQL, missing).Query(func(rows pgx.Rows) error { return p.store(rows, missing) })
+}
+
 // load reads the shards of skus that the transaction has not read yet; lock locks them
 // (in (SKU, shard) order) as it reads.
 func (p *pendingStock) load(ctx context.Context, tx pgx.Tx, skus []string, lock bool) error {
-	var missing []string
-	for _, sku := range skus {
-		if !p.known[sku] {
-			missing = append(missing, sku)
-		}
-	}
+	missing := p.unread(skus)
 	if len(missing) == 0 {
 		return nil
 	}
-	q := `SELECT sku, shard, available FROM inventory_stock_shards WHERE sku = ANY($1)`
+	q := readStockSQL
 	if lock {
 		q += ` ORDER BY sku, shard FOR NO KEY UPDATE`
 	}
@@ -180,6 +189,25 @@ func (p *pendingStock) load(ctx context.Context, tx pgx.Tx, skus []string, lock 
 	if err != nil {
 		return fmt.Errorf("inventorysvc: read stock: %w", err)
 	}
+	return p.store(rows, missing)
+}
+
+// readStockSQL reads the shards of the SKUs $1.
+const readStockSQL = `SELECT sku, shard, available FROM inventory_stock_shards WHERE sku = ANY($1)`
+
+// unread returns the SKUs of skus the transaction has not read, each once.
+func (p *pendingStock) unread(skus []string) []string {
+	var missing []string
+	for _, sku := range skus {
+		if !p.known[sku] && !slices.Contains(missing, sku) {
+			missing = append(missing, sku)
+		}
+	}
+	return missing
+}
+
+// store keeps the levels rows (of readStockSQL) read and marks skus as read.
+func (p *pendingStock) store(rows pgx.Rows, skus []string) error {
 	var (
 		k shardKey
 		n int64
@@ -187,7 +215,7 @@ func (p *pendingStock) load(ctx context.Context, tx pgx.Tx, skus []string, lock 
 	if _, err := pgx.ForEachRow(rows, []any{&k.sku, &k.shard, &n}, func() error { p.read[k] = n; return nil }); err != nil {
 		return fmt.Errorf("inventorysvc: read stock: %w", err)
 	}
-	for _, sku := range missing {
+	for _, sku := range skus {
 		p.known[sku] = true
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 
 	"github.com/choreo-saga/choreo/app/apptest"
 	"github.com/choreo-saga/choreo/consumer"
+	"github.com/choreo-saga/choreo/services/events"
 	"github.com/choreo-saga/choreo/services/internal/svctest"
 )
 
@@ -85,5 +86,78 @@ func TestSeedSpreadsOldStock(t *testing.T) {
 	}
 	if a := audit(t, pool); a.SKUs["sku-1"].Available != 47 {
 		t.Fatalf("sku-1: %+v", a.SKUs["sku-1"])
+	}
+}
+
+// In a consumer transaction, payment.authorized of an announced order takes two round
+// trips: one reads and locks the order, reads whether it has a reservation and reads the
+// stock of its SKUs; one records the reservation (the outbox row and the stock move are
+// written at commit). A second order of an SKU already read does not read it again.
+func TestPaymentAuthorizedRoundTrips(t *testing.T) {
+	pool := newDB(t)
+	h := newHandlers(t)
+	announce(t, pool, h, "o-1", "o-2", "o-3")
+	n, err := svctest.InCountedBatch(pool, h.PaymentAuthorized, authorized(t, "o-1", item("sku-1", 2), item("sku-2", 1)))
+	if err != nil || n != 2 {
+		t.Fatalf("one order: %d round trips, %v; want 2", n, err)
+	}
+	n, err = svctest.InCountedBatch(pool, h.PaymentAuthorized,
+		authorized(t, "o-2", item("sku-1", 1)), authorized(t, "o-3", item("sku-1", 9)))
+	if err != nil || n != 4 {
+		t.Fatalf("two orders: %d round trips, %v; want 4", n, err)
+	}
+	a := audit(t, pool)
+	if a.Orders["o-1"].Status != StatusReserved || a.Orders["o-2"].Status != StatusReserved || a.Orders["o-3"].Status != StatusUnavailable {
+		t.Fatalf("orders: %+v", a.Orders)
+	}
+	if a.SKUs["sku-1"].Available != 7 || a.SKUs["sku-1"].Reserved != 3 || a.SKUs["sku-2"].Available != 4 {
+		t.Fatalf("stock: %+v", a.SKUs)
+	}
+	if err := a.Conserved(); err != nil {
+		t.Fatal(err)
+	}
+	// A redelivery under another id finds the reservation (read, then locked) and
+	// changes nothing.
+	if err := svctest.InBatch(pool, h.PaymentAuthorized, nil, authorized(t, "o-1", item("sku-1", 2), item("sku-2", 1))); err != nil {
+		t.Fatal(err)
+	}
+	if b := audit(t, pool); b.SKUs["sku-1"] != a.SKUs["sku-1"] || b.SKUs["sku-2"] != a.SKUs["sku-2"] {
+		t.Fatalf("redelivery moved stock: %+v -> %+v", a.SKUs, b.SKUs)
+	}
+}
+
+// A payment.authorized that overtakes its order.created is held in two round trips (the
+// read that finds no order, the insert of the order's row holding it); the order.created
+// then reserves for it without locking a reservation that is not there: its upsert, the
+// release of the held event, the stock read and the reservation.
+func TestHeldPaymentRoundTrips(t *testing.T) {
+	pool := newDB(t)
+	h := newHandlers(t)
+	pa := authorized(t, "o-1", item("sku-2", 2))
+	n, err := svctest.InCountedBatch(pool, h.PaymentAuthorized, pa)
+	if err != nil || n != 2 {
+		t.Fatalf("held: %d round trips, %v; want 2", n, err)
+	}
+	if a := audit(t, pool); a.SKUs["sku-2"].Available != 5 || len(outboxEvents(t, pool)) != 0 {
+		t.Fatalf("a held payment changed inventory: %+v", a)
+	}
+	n, err = svctest.InCountedBatch(pool, h.PaymentAuthorized, authorized(t, "o-1", item("sku-2", 2))) // redelivered
+	if err != nil || n != 1 {
+		t.Fatalf("held again: %d round trips, %v; want 1", n, err)
+	}
+	n, err = svctest.InCountedBatch(pool, h.OrderCreated, created(t, "o-1"))
+	if err != nil || n != 4 {
+		t.Fatalf("announced: %d round trips, %v; want 4", n, err)
+	}
+	a := audit(t, pool)
+	if a.Orders["o-1"].Status != StatusReserved || a.SKUs["sku-2"].Available != 3 || a.SKUs["sku-2"].Reserved != 2 {
+		t.Fatalf("audit %+v", a)
+	}
+	if got := outboxEvents(t, pool); len(got) != 1 || got[0].Type != events.StockReserved || got[0].CausationID != pa.ID {
+		t.Fatalf("events %+v", got)
+	}
+	var held int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM inventory_orders WHERE held_event_id IS NOT NULL`).Scan(&held); err != nil || held != 0 {
+		t.Fatalf("held rows %d, %v", held, err)
 	}
 }

@@ -296,6 +296,15 @@ func (s *Service) HandleEvent(ctx context.Context, tx pgx.Tx, ev event.Event) er
 	if err != nil {
 		return err
 	}
+	// The usual case in one round trip (applyExpected); any other on the locked row.
+	o2, d, ok, err := s.applyExpected(ctx, tx, id, Trigger(ev.Type), &ev, reason)
+	if err != nil {
+		return err
+	}
+	if ok {
+		s.logTransition(ctx, d, ev, o2)
+		return nil
+	}
 	o, err := s.load(ctx, tx, id, true)
 	if errors.Is(err, ErrNotFound) {
 		return consumer.Permanent(err)
@@ -303,7 +312,7 @@ func (s *Service) HandleEvent(ctx context.Context, tx pgx.Tx, ev event.Event) er
 	if err != nil {
 		return err
 	}
-	o2, d, err := s.apply(ctx, tx, o, Trigger(ev.Type), &ev, reason)
+	o2, d, err = s.apply(ctx, tx, o, Trigger(ev.Type), &ev, reason)
 	if errors.Is(err, ErrInvalidTransition) {
 		s.log.WarnContext(ctx, "order: event ignored: invalid in state",
 			"state", string(o.State), "event_type", ev.Type, "event_id", ev.ID)
@@ -312,6 +321,12 @@ func (s *Service) HandleEvent(ctx context.Context, tx pgx.Tx, ev event.Event) er
 	if err != nil {
 		return err
 	}
+	s.logTransition(ctx, d, ev, o2)
+	return nil
+}
+
+// logTransition logs the transition d that event ev made (o2: the order after it).
+func (s *Service) logTransition(ctx context.Context, d Decision, ev event.Event, o2 Order) {
 	switch {
 	case d.From == CompensationFailed && d.To == Cancelled:
 		s.log.WarnContext(ctx, "order: failed compensation completed late", "from", string(d.From), "to", string(d.To),
@@ -320,7 +335,6 @@ func (s *Service) HandleEvent(ctx context.Context, tx pgx.Tx, ev event.Event) er
 		s.log.InfoContext(ctx, "order: transition", "from", string(d.From), "to", string(d.To),
 			"event_type", ev.Type, "event_id", ev.ID, "reason", o2.Reason)
 	}
-	return nil
 }
 
 // eventReason decodes the payload of a payment or stock event, checks that it is about

@@ -84,7 +84,13 @@
 // retried: its facts and an "ignored" history entry are written, a warning is logged
 // and MetricIgnored is counted. Each transition runs in one transaction that locks the
 // order row (SELECT ... FOR UPDATE), updates it, appends to order_history (from, to,
-// causing event id and type, time) and enqueues the outgoing event in the outbox.
+// causing event id and type, time) and enqueues the outgoing event in the outbox. An event
+// of the forward path arriving as usual (payment's answer to a PENDING order with no
+// facts yet, inventory's answer after payment.authorized) skips the separate lock: the
+// transition is decided for that state and those facts and written by one statement that
+// updates the row only if it still has exactly them (the UPDATE's own row lock and READ
+// COMMITTED's recheck make that the state decided on) and appends the history entry only
+// if it did; any other state takes the locked path.
 //
 // # Cancellation races
 //

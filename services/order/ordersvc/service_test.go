@@ -11,8 +11,11 @@ import (
 
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/choreo-saga/choreo/app/apptest"
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/services/events"
+	"github.com/choreo-saga/choreo/services/internal/svctest"
 	"github.com/choreo-saga/choreo/services/order/ordersvc"
 )
 
@@ -467,4 +470,65 @@ func TestRetryCompensationByHand(t *testing.T) {
 		!strings.Contains(e.Error.Message, "order is CANCELLED") {
 		t.Fatalf("retry of a CANCELLED order: %d %+v", resp.StatusCode, e)
 	}
+}
+
+// The forward path's events, arriving as usual, take one round trip each in a consumer
+// transaction (the order's update with its history entry; order.confirmed's outbox row
+// is written at commit). Arriving otherwise (stock.reserved overtaking the
+// payment.authorized that caused it, a late event after the outcome), the conditional
+// update writes nothing and the event is decided on the locked row, with the same result
+// as before: one history entry per event, the facts of both.
+func TestHandleEventRoundTrips(t *testing.T) {
+	f := newFixture(t, ordersvc.Settings{})
+	handle := func(t *testing.T, order, typ string) int {
+		t.Helper()
+		var data any = events.PaymentV1{OrderID: order, CustomerID: "c-1", Amount: 4200}
+		source := events.SourcePayment
+		if typ == events.StockReserved {
+			data, source = events.StockV1{OrderID: order, Items: []events.Item{{SKU: "sku-1", Qty: 2}}}, events.SourceInventory
+		}
+		n, err := svctest.InCountedBatch(f.pool, f.svc.HandleEvent, apptest.NewEvent(t, source, typ, order, data))
+		if err != nil {
+			t.Fatalf("%s: %v", typ, err)
+		}
+		return n
+	}
+	check := func(t *testing.T, id string, want []string) {
+		t.Helper()
+		o, hist, err := f.svc.Get(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.State != ordersvc.Confirmed || !o.Facts.PaymentAuthorized || !o.Facts.StockReserved || o.DeadlineAt != (time.Time{}) {
+			t.Fatalf("order %+v", o)
+		}
+		var got []string
+		for _, h := range hist {
+			got = append(got, fmt.Sprintf("%s>%s %s ignored=%v", h.From, h.To, h.CauseEventType, h.Ignored))
+		}
+		if strings.Join(got, "; ") != strings.Join(want, "; ") {
+			t.Fatalf("history\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+		if got := f.typesFor(t, id); strings.Join(got, ",") != "order.created,order.confirmed" {
+			t.Fatalf("events %v", got)
+		}
+	}
+
+	usual := f.create(t)
+	if n := handle(t, usual.ID, events.PaymentAuthorized); n != 1 {
+		t.Fatalf("payment.authorized: %d round trips, want 1", n)
+	}
+	if n := handle(t, usual.ID, events.StockReserved); n != 1 {
+		t.Fatalf("stock.reserved: %d round trips, want 1", n)
+	}
+	check(t, usual.ID, []string{">PENDING command.create ignored=false",
+		"PENDING>PENDING payment.authorized ignored=false", "PENDING>CONFIRMED stock.reserved ignored=false"})
+
+	overtaken := f.create(t)
+	if n := handle(t, overtaken.ID, events.StockReserved); n != 3 {
+		t.Fatalf("stock.reserved first: %d round trips, want 3 (no match, lock, apply)", n)
+	}
+	handle(t, overtaken.ID, events.PaymentAuthorized)
+	check(t, overtaken.ID, []string{">PENDING command.create ignored=false",
+		"PENDING>CONFIRMED stock.reserved ignored=false", "CONFIRMED>CONFIRMED payment.authorized ignored=false"})
 }

@@ -253,7 +253,6 @@ func (s *Service) apply(ctx context.Context, tx pgx.Tx, o Order, t Trigger, caus
 	case d.To == Cancelled:
 		stored = "" // keep the cancellation's reason; the settling event's goes to the history
 	}
-	f := d.Facts
 	// Every send of the cancellation (the first, a re-send at the deadline, one by hand)
 	// is a compensation attempt with its own deadline.
 	send := d.Emit == events.OrderCancelRequested
@@ -267,7 +266,42 @@ func (s *Service) apply(ctx context.Context, tx pgx.Tx, o Order, t Trigger, caus
 			INSERT INTO order_history (order_id, from_state, to_state, cause_event_id, cause_event_type, ignored, note)
 			VALUES ($1, $12, $2, $13, $14, false, $15)
 		)
-		UPDATE orders SET
+		`+updateOrderSQL+`
+		RETURNING `+orderColumns,
+		transitionArgs(o.ID, d, stored, s.cfg.attemptTimeout(attempt), send, causeID, t, note)...))
+	if err != nil {
+		return o, d, fmt.Errorf("ordersvc: update order %s: %w", o.ID, err)
+	}
+	if err := s.applied(ctx, tx, o2, d, t, cause, send && o.CompensationAttempts > 0); err != nil {
+		return o, d, err
+	}
+	return o2, d, nil
+}
+
+// applied does what follows an order's update by a transition d, in tx: it enqueues the
+// rule's event and counts the transition (and the re-send, if resend).
+func (s *Service) applied(ctx context.Context, tx pgx.Tx, o2 Order, d Decision, t Trigger, cause *event.Event, resend bool) error {
+	if d.Emit != "" {
+		ev, err := newEvent(d.Emit, o2.ID, o2.Reason, o2.CompensationAttempts, cause)
+		if err != nil {
+			return err
+		}
+		if err := s.outbox.Enqueue(ctx, tx, events.TopicOrders, ev); err != nil {
+			return fmt.Errorf("ordersvc: %w", err)
+		}
+	}
+	if resend {
+		s.resends.Add(ctx, 1, metric.WithAttributes(attribute.String("trigger", string(t))))
+	}
+	if d.From != d.To {
+		s.transitions.Add(ctx, 1, metric.WithAttributes(attribute.String("from", string(d.From)), attribute.String("to", string(d.To))))
+	}
+	return nil
+}
+
+// updateOrderSQL moves order $1 to state $2 with the facts $5..$10 (see transitionArgs):
+// the one UPDATE of every transition.
+const updateOrderSQL = `UPDATE orders SET
 		state = $2,
 		reason = CASE WHEN $3 = '' OR state = $2 THEN reason ELSE $3 END,
 		state_since = CASE WHEN state = $2 THEN state_since ELSE now() END,
@@ -280,30 +314,77 @@ func (s *Service) apply(ctx context.Context, tx pgx.Tx, o Order, t Trigger, caus
 		payment_authorized = $5, payment_declined = $6, payment_refunded = $7,
 		stock_reserved = $8, stock_unavailable = $9, stock_released = $10,
 		updated_at = now(), version = version + 1
-		WHERE id = $1
-		RETURNING `+orderColumns,
-		o.ID, string(d.To), stored, s.cfg.attemptTimeout(attempt).Microseconds(),
+		WHERE id = $1`
+
+// transitionArgs are the parameters $1..$15 of a transition's statement: the order, the
+// decision, the reason stored on the order, the deadline of a cancellation's send (send),
+// and the history entry's cause and note.
+func transitionArgs(id string, d Decision, stored string, attemptTimeout time.Duration, send bool, causeID string, t Trigger, note string) []any {
+	f := d.Facts
+	return []any{id, string(d.To), stored, attemptTimeout.Microseconds(),
 		f.PaymentAuthorized, f.PaymentDeclined, f.PaymentRefunded, f.StockReserved, f.StockUnavailable, f.StockReleased,
-		send, string(d.From), causeID, string(t), note))
-	if err != nil {
-		return o, d, fmt.Errorf("ordersvc: update order %s: %w", o.ID, err)
+		send, string(d.From), causeID, string(t), note}
+}
+
+// expected are, for the events of the forward path, the facts a PENDING order usually
+// has when the event arrives: payment's answer to order.created comes first, inventory's
+// answer to payment.authorized second.
+var expected = map[Trigger]Facts{
+	OnPaymentAuthorized: {},
+	OnPaymentDeclined:   {},
+	OnStockReserved:     {PaymentAuthorized: true},
+	OnStockUnavailable:  {PaymentAuthorized: true},
+}
+
+// applyExpected applies event ev (trigger t) in one round trip when order id is in the
+// state it usually is when t arrives (see expected): PENDING, with exactly the expected
+// facts, never cancelled. It decides the transition for that state and facts with Decide,
+// and sends one statement that updates the order only if its row still has that state,
+// those facts and no compensation attempt, and appends the history entry only if it did.
+// The UPDATE takes the row lock, and under READ COMMITTED it rechecks the condition on
+// the row's latest version, so the decision is applied to exactly the order it was taken
+// for. ok is false, with nothing written, when the order is in any other state (or does
+// not exist): apply on the locked row decides then. The Order returned has only its ID,
+// State, Reason and CompensationAttempts.
+func (s *Service) applyExpected(ctx context.Context, tx pgx.Tx, id string, t Trigger, ev *event.Event, reason string) (o Order, d Decision, ok bool, err error) {
+	f, known := expected[t]
+	if !known {
+		return Order{}, Decision{}, false, nil
 	}
-	if d.Emit != "" {
-		ev, err := newEvent(d.Emit, o.ID, o2.Reason, o2.CompensationAttempts, cause)
-		if err != nil {
-			return o, d, err
-		}
-		if err := s.outbox.Enqueue(ctx, tx, events.TopicOrders, ev); err != nil {
-			return o, d, fmt.Errorf("ordersvc: %w", err)
-		}
+	f.ResendsLeft = s.cfg.CompensationRetries // as scanOrder derives it with no attempt yet
+	d, err = Decide(Pending, f, t)
+	if err != nil || d.Noop || d.Emit == events.OrderCancelRequested {
+		return Order{}, Decision{}, false, nil // not a transition this path writes
 	}
-	if send && o.CompensationAttempts > 0 {
-		s.resends.Add(ctx, 1, metric.WithAttributes(attribute.String("trigger", string(t))))
-	}
+	stored, note := reason, ""
 	if d.From != d.To {
-		s.transitions.Add(ctx, 1, metric.WithAttributes(attribute.String("from", string(d.From)), attribute.String("to", string(d.To))))
+		note = reason
 	}
-	return o2, d, nil
+	args := transitionArgs(id, d, stored, 0, false, ev.ID, t, note)
+	args = append(args, f.PaymentAuthorized, f.PaymentDeclined, f.PaymentRefunded, f.StockReserved, f.StockUnavailable, f.StockReleased)
+	// Only what the event and the log need comes back (not the whole row: the items'
+	// JSON, the times).
+	o = Order{ID: id, State: d.To}
+	err = tx.QueryRow(ctx, `WITH u AS (
+			`+updateOrderSQL+` AND state = $12 AND compensation_attempts = 0
+			AND payment_authorized = $16 AND payment_declined = $17 AND payment_refunded = $18
+			AND stock_reserved = $19 AND stock_unavailable = $20 AND stock_released = $21
+			RETURNING reason, compensation_attempts
+		), h AS (
+			INSERT INTO order_history (order_id, from_state, to_state, cause_event_id, cause_event_type, ignored, note)
+			SELECT $1::uuid, $12::text, $2::text, $13::text, $14::text, false, $15::text FROM u
+		)
+		SELECT * FROM u`, args...).Scan(&o.Reason, &o.CompensationAttempts)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Order{}, Decision{}, false, nil
+	}
+	if err != nil {
+		return Order{}, Decision{}, false, fmt.Errorf("ordersvc: update order %s: %w", id, err)
+	}
+	if err := s.applied(ctx, tx, o, d, t, ev, false); err != nil {
+		return Order{}, Decision{}, false, err
+	}
+	return o, d, true, nil
 }
 
 func (s *Service) writeFacts(ctx context.Context, tx pgx.Tx, id string, f Facts) error {
