@@ -51,12 +51,10 @@ func WithTable(name string) Option {
 // runs elsewhere, or a second instance of a service whose relay leads in the
 // first). NOTIFYs are coalesced: at most one is in flight per Outbox, any number
 // of Wake calls during it add one more, and two NOTIFYs are at least
-// [NotifySpacing] apart (the first after a quiet spell goes at once). Each NOTIFY is
-// its own transaction, and Postgres gives it a transaction id and a commit record;
-// it commits with synchronous_commit off, so it neither waits for the WAL flush
-// nor holds Postgres's global NOTIFY lock through one (a NOTIFY lost in a crash
-// only delays rows until the relay's poll). Default: none, so without an
-// in-process leader the relay finds the rows at its next poll.
+// [NotifySpacing] apart (the first after a quiet spell goes at once). Each NOTIFY
+// is a transaction of its own, with a transaction id and a commit record.
+// Default: none, so without an in-process leader the relay finds the rows at its
+// next poll.
 func WithNotifier(db Execer) Option {
 	return func(o *Outbox) { o.notifier = db }
 }
@@ -271,12 +269,9 @@ func (o *Outbox) Wake() {
 
 // NotifySpacing is the least time between two NOTIFYs of one Outbox ([WithNotifier]):
 // the relay's [DefaultBatchLinger]. A leader that just read a small batch reads again
-// no sooner than that, so more frequent NOTIFYs would only cost transactions.
+// no sooner than that, so more frequent NOTIFYs would only cost transactions (each
+// one has a transaction id and a commit record).
 const NotifySpacing = DefaultBatchLinger
-
-// notifySQL sends the NOTIFY in a transaction that commits without waiting for the
-// WAL flush (set_config with is_local applies to the statement's own transaction).
-const notifySQL = "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, '')"
 
 // notifyLoop sends NOTIFYs, at least NotifySpacing apart, until no Wake arrived
 // during the last one or the pause after it. Errors are dropped on purpose: the
@@ -285,7 +280,7 @@ func (o *Outbox) notifyLoop() {
 	for {
 		sent := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, _ = o.notifier.Exec(ctx, notifySQL, o.names.channel)
+		_, _ = o.notifier.Exec(ctx, "SELECT pg_notify($1, '')", o.names.channel)
 		cancel()
 		if d := NotifySpacing - time.Since(sent); d > 0 {
 			time.Sleep(d) // Wake calls meanwhile set dirty: one NOTIFY covers them all
