@@ -22,7 +22,9 @@
 // BEGIN and COMMIT (the order service's POST /orders writes its order this way).
 // When the relay of the same Outbox ([NewRelay]) leads in the same process, Wake
 // signals it in memory; otherwise, with [WithNotifier], it sends one coalesced
-// NOTIFY after the commit. Without either, the relay's poll finds the rows.
+// NOTIFY after the commit (at most one in flight, at least [NotifySpacing] apart:
+// Postgres gives every NOTIFY a transaction id and a commit record). Without
+// either, the relay's poll finds the rows.
 //
 // # Relaying
 //

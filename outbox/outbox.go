@@ -48,9 +48,13 @@ func WithTable(name string) Option {
 
 // WithNotifier sets the database Wake uses to send a NOTIFY on the outbox channel
 // when no relay leads in this process (for example in a service whose relay
-// runs elsewhere). NOTIFYs are coalesced: at most one is in flight per Outbox
-// and any number of Wake calls during it add one more. Default: none, so
-// without an in-process leader the relay finds the rows at its next poll.
+// runs elsewhere, or a second instance of a service whose relay leads in the
+// first). NOTIFYs are coalesced: at most one is in flight per Outbox, any number
+// of Wake calls during it add one more, and two NOTIFYs are at least
+// [NotifySpacing] apart (the first after a quiet spell goes at once). Each NOTIFY
+// is a transaction of its own, with a transaction id and a commit record.
+// Default: none, so without an in-process leader the relay finds the rows at its
+// next poll.
 func WithNotifier(db Execer) Option {
 	return func(o *Outbox) { o.notifier = db }
 }
@@ -263,13 +267,24 @@ func (o *Outbox) Wake() {
 	go o.notifyLoop()
 }
 
-// notifyLoop sends NOTIFYs until no Wake arrived during the last one. Errors
-// are dropped on purpose: the relay's poll is the fallback for a lost NOTIFY.
+// NotifySpacing is the least time between two NOTIFYs of one Outbox ([WithNotifier]):
+// the relay's [DefaultBatchLinger]. A leader that just read a small batch reads again
+// no sooner than that, so more frequent NOTIFYs would only cost transactions (each
+// one has a transaction id and a commit record).
+const NotifySpacing = DefaultBatchLinger
+
+// notifyLoop sends NOTIFYs, at least NotifySpacing apart, until no Wake arrived
+// during the last one or the pause after it. Errors are dropped on purpose: the
+// relay's poll is the fallback for a lost NOTIFY.
 func (o *Outbox) notifyLoop() {
 	for {
+		sent := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, _ = o.notifier.Exec(ctx, "SELECT pg_notify($1, '')", o.names.channel)
 		cancel()
+		if d := NotifySpacing - time.Since(sent); d > 0 {
+			time.Sleep(d) // Wake calls meanwhile set dirty: one NOTIFY covers them all
+		}
 		o.mu.Lock()
 		if !o.dirty {
 			o.notifying = false

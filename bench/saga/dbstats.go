@@ -90,6 +90,36 @@ func (s *dbStats) snapshot(ctx context.Context) map[string]dbCounters {
 	return out
 }
 
+// walCounters is one snapshot of the cluster's pg_stat_wal: WAL records written and
+// WAL flushes (fsyncs, by backends and the WAL writer). They are cluster-wide: on the
+// shared server they include every other database's traffic, so read them from a
+// -statements run (a private cluster).
+type walCounters struct{ records, syncs int64 }
+
+// walAccount is what the cluster's WAL did during one rate (window and drain), per order created.
+type walAccount struct {
+	RecordsPerOrder float64 `json:"records_per_order"`
+	SyncsPerOrder   float64 `json:"syncs_per_order"`
+	Syncs           int64   `json:"syncs"`
+	Private         bool    `json:"private_cluster"` // false: other databases' traffic included
+}
+
+// wal reads pg_stat_wal over any of the connections; ok is false if it cannot.
+func (s *dbStats) wal(ctx context.Context) (w walCounters, ok bool) {
+	for _, c := range s.conns {
+		err := c.QueryRow(ctx, "SELECT wal_records, wal_sync FROM pg_stat_wal").Scan(&w.records, &w.syncs)
+		return w, err == nil
+	}
+	return w, false
+}
+
+// accountWAL turns two WAL snapshots into per-order figures.
+func accountWAL(before, after walCounters, orders int, private bool) *walAccount {
+	n := float64(max(orders, 1))
+	return &walAccount{RecordsPerOrder: float64(after.records-before.records) / n,
+		SyncsPerOrder: float64(after.syncs-before.syncs) / n, Syncs: after.syncs - before.syncs, Private: private}
+}
+
 // account turns two snapshots into per-order figures for orders orders.
 func account(before, after map[string]dbCounters, orders int, d time.Duration) map[string]dbAccount {
 	out := map[string]dbAccount{}

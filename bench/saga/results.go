@@ -77,6 +77,8 @@ type rateResult struct {
 	// of the drain, per order created (POST answered 201) at this rate (background work and an earlier rate's
 	// backlog included: read it at a rate that settles everything).
 	DB map[string]dbAccount `json:"db,omitempty"`
+	// WAL is the cluster's WAL records and flushes over the same span, per order created.
+	WAL *walAccount `json:"wal,omitempty"`
 	// Statements (-statements): every statement each service's database ran during the
 	// rate (window and drain), per order created.
 	Statements map[string][]statementCount `json:"statements,omitempty"`
@@ -238,6 +240,16 @@ func printResults(w io.Writer, r *results) {
 			}
 			fmt.Fprintf(w, "  %-9s %.2f commits (%.2f rollbacks); %s\n", svc, a.CommitsPerOrder, a.RollbacksPerOrder, strings.Join(parts, ", "))
 		}
+	}
+	for _, rr := range r.Rates {
+		if rr.WAL == nil {
+			continue
+		}
+		where := "shared server: other databases' traffic included"
+		if rr.WAL.Private {
+			where = "private cluster"
+		}
+		fmt.Fprintf(w, "%d/s offered: WAL per order created: %.2f records, %.2f flushes (%s)\n", rr.Offered, rr.WAL.RecordsPerOrder, rr.WAL.SyncsPerOrder, where)
 	}
 	for _, rr := range r.Rates {
 		if len(rr.Statements) == 0 {

@@ -161,6 +161,7 @@ func runRate(ctx context.Context, cfg config, rate int, gen *generator, w *watch
 	r := &rateResult{Offered: rate, Services: map[string]serviceStats{}}
 	waits.reset()
 	db0 := dbs.snapshot(ctx)
+	wal0, walOK := dbs.wal(ctx)
 	t0 := time.Now()
 	pw := newProcWatch(pids)
 	gen0, _ := benchutil.SampleCPU()
@@ -242,6 +243,9 @@ func runRate(ctx context.Context, cfg config, rate int, gen *generator, w *watch
 		}
 	}
 	r.DB = account(db0, dbs.snapshot(ctx), created, time.Since(t0))
+	if wal1, ok := dbs.wal(ctx); ok && walOK {
+		r.WAL = accountWAL(wal0, wal1, created, cfg.statements)
+	}
 	r.created = created
 	var lat []time.Duration
 	for _, o := range b.orders {

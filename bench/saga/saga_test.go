@@ -47,6 +47,10 @@ func TestHarness(t *testing.T) {
 	if r.Confirmed == 0 {
 		t.Errorf("no order confirmed")
 	}
+	// Every order writes WAL; on the shared server the counters are marked as such.
+	if r.WAL == nil || r.WAL.RecordsPerOrder <= 0 || r.WAL.Private {
+		t.Errorf("WAL account %+v; want records per order > 0, not a private cluster", r.WAL)
+	}
 	for _, svc := range serviceNames {
 		if res.IdleRSSMiB[svc] <= 0 || r.Services[svc].MaxRSSMiB <= 0 {
 			t.Errorf("%s: idle RSS %v MiB, max RSS %v MiB; want both measured", svc, res.IdleRSSMiB[svc], r.Services[svc].MaxRSSMiB)
