@@ -42,8 +42,10 @@ func (l *Locker) AcquireAll(ctx context.Context, entities []string) ([]*Lease, e
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, l.cfg.maxWait)
 	defer cancel()
-	for i, c := range calls { // our own background releases of these entities first
-		if !l.awaitRelease(waitCtx, c.keys[0]) {
+	carry := l.takeForAcquire(ctx) // sent with the first attempt
+	for i, c := range calls {      // our own background releases of these entities first
+		if !l.awaitOthers(waitCtx, c.keys[0], carry) {
+			go l.sendReleases(carry)
 			return nil, notObtained(ctx, sorted[i])
 		}
 	}
@@ -51,7 +53,13 @@ func (l *Locker) AcquireAll(ctx context.Context, entities []string) ([]*Lease, e
 	defer r.stop()
 	for {
 		start := time.Now()
-		cmds := runAll(waitCtx, l.redis, obtainScript, calls)
+		var cmds []*redis.Cmd
+		if carry != nil {
+			cmds = l.obtainCarrying(waitCtx, carry, calls)
+			carry = nil
+		} else {
+			cmds = runAll(waitCtx, l.redis, obtainScript, calls)
+		}
 		tokens := make([]int64, len(cmds)) // > 0: obtained in this attempt
 		held, failed := -1, -1
 		var ferr error
@@ -181,8 +189,9 @@ type pipeliner interface {
 
 // scriptCall is one run of a script: its KEYS and ARGV.
 type scriptCall struct {
-	keys []string
-	args []any
+	script *redis.Script // nil: runAll's script
+	keys   []string
+	args   []any
 }
 
 // runAll runs script once per call and returns the commands in the order of
@@ -193,16 +202,22 @@ type scriptCall struct {
 // the calls run one after another with Script.Run.
 func runAll(ctx context.Context, c redislock.RedisClient, script *redis.Script, calls []scriptCall) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
+	scriptOf := func(call scriptCall) *redis.Script {
+		if call.script != nil {
+			return call.script
+		}
+		return script
+	}
 	p, ok := c.(pipeliner)
 	if !ok {
 		for i, call := range calls {
-			cmds[i] = script.Run(ctx, c, call.keys, call.args...)
+			cmds[i] = scriptOf(call).Run(ctx, c, call.keys, call.args...)
 		}
 		return cmds
 	}
 	pipe := p.Pipeline()
 	for i, call := range calls {
-		cmds[i] = script.EvalSha(ctx, pipe, call.keys, call.args...)
+		cmds[i] = scriptOf(call).EvalSha(ctx, pipe, call.keys, call.args...)
 	}
 	_, _ = pipe.Exec(ctx) // errors are read from each command
 	var missing []int
@@ -216,7 +231,7 @@ func runAll(ctx context.Context, c redislock.RedisClient, script *redis.Script, 
 	}
 	pipe = p.Pipeline()
 	for _, i := range missing {
-		cmds[i] = script.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
+		cmds[i] = scriptOf(calls[i]).Eval(ctx, pipe, calls[i].keys, calls[i].args...)
 	}
 	_, _ = pipe.Exec(ctx)
 	return cmds

@@ -36,6 +36,12 @@ type Lease struct {
 	// releaseDone and return releaseErr.
 	releaseDone chan struct{}
 	releaseErr  error
+
+	// A queued background release (pending.go, under the Locker's mu until sent): bgDone
+	// is closed when it has ended (after bgPrev, an older release of the key, if any).
+	bgDone   chan struct{}
+	bgPrev   chan struct{}
+	queuedAt time.Time
 }
 
 // Entity returns the entity the lease locks.

@@ -58,6 +58,14 @@ type Locker struct {
 	background sync.WaitGroup
 	mu         sync.Mutex
 	releasing  map[string]chan struct{}
+
+	// Where the client can pipeline, background releases wait in pending (under mu) for
+	// the next acquisition to carry them, at most releaseDelay: flushTimer, armed while
+	// pending is not empty, sends them on their own (pending.go).
+	pipelines  bool
+	pending    []*Lease
+	flushTimer *time.Timer
+	timerArmed bool
 }
 
 // New returns a Locker using client (a *redis.Client, *redis.ClusterClient or
@@ -71,7 +79,9 @@ func New(client redislock.RedisClient, opts ...Option) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
+	_, pipelines := client.(pipeliner)
 	return &Locker{
+		pipelines:    pipelines,
 		redis:        client,
 		cfg:          cfg,
 		ttlArg:       strconv.FormatInt(cfg.ttl.Milliseconds(), 10),
@@ -147,14 +157,23 @@ func (l *Locker) Acquire(ctx context.Context, entity string) (*Lease, error) {
 	value := randomValue()
 	waitCtx, cancel := context.WithTimeout(ctx, l.cfg.maxWait)
 	defer cancel()
-	if !l.awaitRelease(waitCtx, key) {
+	carry := l.takeForAcquire(ctx)
+	if !l.awaitOthers(waitCtx, key, carry) {
+		go l.sendReleases(carry)
 		return nil, notObtained(ctx, entity)
 	}
 	r := retrier{policy: l.cfg.retry, none: l.cfg.noRetry}
 	defer r.stop()
 	for {
 		start := time.Now()
-		token, err := obtainScript.Run(waitCtx, l.redis, keys, value, l.ttlArg, l.retentionArg).Int64()
+		var token int64
+		var err error
+		if carry != nil { // the first attempt carries the queued releases
+			token, err = l.obtainCarrying(waitCtx, carry, []scriptCall{{keys: keys, args: []any{value, l.ttlArg, l.retentionArg}}})[0].Int64()
+			carry = nil
+		} else {
+			token, err = obtainScript.Run(waitCtx, l.redis, keys, value, l.ttlArg, l.retentionArg).Int64()
+		}
 		switch {
 		case err == nil && token > 0:
 			return l.newLease(ctx, entity, key, value, token, start), nil
@@ -261,6 +280,12 @@ func (l *Locker) Do(ctx context.Context, entity string, fn func(ctx context.Cont
 // Release to see it. Locker.Wait waits for every background release, e.g. before exiting.
 func (ls *Lease) ReleaseInBackground() {
 	l := ls.locker
+	if l.pipelines {
+		if ls.beginRelease() { // else another call is releasing the lease
+			l.queueRelease(ls)
+		}
+		return
+	}
 	done := make(chan struct{})
 	l.mu.Lock()
 	prev := l.releasing[ls.key] // another lease of the key still releasing (expired leases)
@@ -284,27 +309,13 @@ func (ls *Lease) ReleaseInBackground() {
 	}()
 }
 
-// awaitRelease waits until no background release of key is in flight; false if ctx
-// ended first.
-func (l *Locker) awaitRelease(ctx context.Context, key string) bool {
-	l.mu.Lock()
-	done := l.releasing[key]
-	l.mu.Unlock()
-	if done == nil {
-		return true
-	}
-	select {
-	case <-done:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 // Wait waits until every release started with Lease.ReleaseInBackground has ended, or
 // until ctx ends (returning its error). Call it before the process exits, after the
 // work that acquires leases has stopped, so that no lock outlives its holder by up to TTL.
 func (l *Locker) Wait(ctx context.Context) error {
+	if l.pipelines {
+		go l.sendReleases(l.takePending()) // no need to wait for the next acquisition
+	}
 	done := make(chan struct{})
 	go func() {
 		l.background.Wait()
