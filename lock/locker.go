@@ -62,10 +62,11 @@ type Locker struct {
 	// Where the client can pipeline, background releases wait in pending (under mu) for
 	// the next acquisition to carry them, at most releaseDelay: flushTimer, armed while
 	// pending is not empty, sends them on their own (pending.go).
-	pipelines  bool
-	pending    []*Lease
-	flushTimer *time.Timer
-	timerArmed bool
+	pipelines    bool
+	releaseDelay time.Duration // releaseDelay, or a test's
+	pending      []*Lease
+	flushTimer   *time.Timer
+	timerArmed   bool
 }
 
 // New returns a Locker using client (a *redis.Client, *redis.ClusterClient or
@@ -82,6 +83,7 @@ func New(client redislock.RedisClient, opts ...Option) (*Locker, error) {
 	_, pipelines := client.(pipeliner)
 	return &Locker{
 		pipelines:    pipelines,
+		releaseDelay: releaseDelay,
 		redis:        client,
 		cfg:          cfg,
 		ttlArg:       strconv.FormatInt(cfg.ttl.Milliseconds(), 10),

@@ -27,9 +27,9 @@ func (l *Locker) queueRelease(ls *Lease) {
 	if !l.timerArmed {
 		l.timerArmed = true
 		if l.flushTimer == nil {
-			l.flushTimer = time.AfterFunc(releaseDelay, l.flushDue)
+			l.flushTimer = time.AfterFunc(l.releaseDelay, l.flushDue)
 		} else {
-			l.flushTimer.Reset(releaseDelay)
+			l.flushTimer.Reset(l.releaseDelay)
 		}
 	}
 	l.mu.Unlock()
@@ -55,7 +55,7 @@ func (l *Locker) flushDue() {
 	now := time.Now()
 	l.mu.Lock()
 	n := 0
-	for n < len(l.pending) && now.Sub(l.pending[n].queuedAt) >= releaseDelay {
+	for n < len(l.pending) && now.Sub(l.pending[n].queuedAt) >= l.releaseDelay {
 		n++
 	}
 	due := make([]*Lease, n)
@@ -63,7 +63,7 @@ func (l *Locker) flushDue() {
 	l.pending = append(l.pending[:0:0], l.pending[n:]...)
 	if len(l.pending) > 0 {
 		l.timerArmed = true
-		l.flushTimer.Reset(l.pending[0].queuedAt.Add(releaseDelay).Sub(now))
+		l.flushTimer.Reset(l.pending[0].queuedAt.Add(l.releaseDelay).Sub(now))
 	} else {
 		l.timerArmed = false
 		l.pending = nil
