@@ -35,6 +35,43 @@
 // ErrNotObtained (the lock stayed taken: retry later) and ErrLost (the
 // lease ended early) are distinct sentinels.
 //
+// # Releases ride on the next acquisition
+//
+// Where the client can pipeline, ReleaseInBackground does not start a round
+// trip of its own: it queues the release on its Locker, and the Locker's next
+// Acquire (or AcquireAll), from any goroutine, sends every queued release
+// script in the same pipeline as its obtain script, releases first. A
+// consumer's partition worker under a backlog thus pays one Redis round trip
+// per record instead of two. A release that no acquisition takes within a
+// short delay (1 ms: an idle worker, a stopped or revoked partition) is sent
+// on its own by a timer, and Wait sends the queued releases at once. Every
+// guarantee of a background release holds:
+//
+//   - The release is queued by the caller after its work (for consumer.Lock,
+//     after the transaction committed or rolled back), so a lock is never
+//     released before its work ended; it is held at most the delay longer
+//     than before (plus the round trip), never more than TTL.
+//   - The release script is the same compare-and-delete by the lease's random
+//     value: a queued release of a lease that expired and was taken over
+//     deletes nothing and reports ErrLost, as before.
+//   - A queued release of the entity being acquired goes before its obtain in
+//     the one pipeline, which Redis runs in order on one connection (one
+//     node: both keys carry the entity as hash tag), so the same worker's
+//     next record of the entity finds the lock free without waiting. Releases
+//     of the entity already in flight elsewhere are waited for, as before.
+//   - The pipeline is not cancelled with the acquiring caller's context (only
+//     bounded by its deadline), so a worker stopping mid-acquisition still
+//     delivers the releases it carries; a caller whose context has already
+//     ended hands them to a goroutine instead.
+//   - A Redis error on a carried release is dropped, as for any background
+//     release: the lock expires after TTL. The acquisition's own result is
+//     its obtain's reply, as before.
+//   - Wait (and so app.App's shutdown) still returns only when every
+//     background release has ended.
+//
+// Without pipelining (a custom RedisClient), each background release is a
+// goroutine and a round trip of its own, as before.
+//
 // # Batches
 //
 // Locker.AcquireAll obtains the leases of a set of entities, all or none,

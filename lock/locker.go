@@ -274,12 +274,16 @@ func (l *Locker) Do(ctx context.Context, entity string, fn func(ctx context.Cont
 	return rerr
 }
 
-// ReleaseInBackground releases the lease like Release, in a goroutine, and returns at
-// once, so that a caller does not wait for the round trip to Redis. Acquire and AcquireAll
-// of the same Locker first wait for such a release of the same entity to end, so a worker
-// that handles the same entity next does not find its own lock still held. The release is
-// bounded by TTL (an unreleased lock expires by then anyway) and its error is dropped; use
-// Release to see it. Locker.Wait waits for every background release, e.g. before exiting.
+// ReleaseInBackground releases the lease like Release, later, and returns at once, so
+// that a caller does not wait for the round trip to Redis. Where the client can pipeline,
+// the release goes out with the Locker's next Acquire or AcquireAll (any entity, any
+// goroutine) in its pipeline, or on its own after at most a millisecond when none comes
+// (see the package doc); otherwise it runs in a goroutine. Acquire and AcquireAll of the
+// same Locker first let such a release of the same entity end (or send it first in their
+// pipeline), so a worker that handles the same entity next does not find its own lock
+// still held. The release is bounded by TTL (an unreleased lock expires by then anyway)
+// and its error is dropped; use Release to see it. Locker.Wait sends the queued releases
+// and waits for every background release, e.g. before exiting.
 func (ls *Lease) ReleaseInBackground() {
 	l := ls.locker
 	if l.pipelines {
