@@ -45,7 +45,9 @@ func (l *Locker) AcquireAll(ctx context.Context, entities []string) ([]*Lease, e
 	carry := l.takeForAcquire(ctx) // sent with the first attempt
 	for i, c := range calls {      // our own background releases of these entities first
 		if !l.awaitOthers(waitCtx, c.keys[0], carry) {
-			go l.sendReleases(carry)
+			if carry != nil {
+				go l.sendReleases(carry)
+			}
 			return nil, notObtained(ctx, sorted[i])
 		}
 	}

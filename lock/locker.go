@@ -161,7 +161,9 @@ func (l *Locker) Acquire(ctx context.Context, entity string) (*Lease, error) {
 	defer cancel()
 	carry := l.takeForAcquire(ctx)
 	if !l.awaitOthers(waitCtx, key, carry) {
-		go l.sendReleases(carry)
+		if carry != nil {
+			go l.sendReleases(carry)
+		}
 		return nil, notObtained(ctx, entity)
 	}
 	r := retrier{policy: l.cfg.retry, none: l.cfg.noRetry}
@@ -319,8 +321,8 @@ func (ls *Lease) ReleaseInBackground() {
 // until ctx ends (returning its error). Call it before the process exits, after the
 // work that acquires leases has stopped, so that no lock outlives its holder by up to TTL.
 func (l *Locker) Wait(ctx context.Context) error {
-	if l.pipelines {
-		go l.sendReleases(l.takePending()) // no need to wait for the next acquisition
+	if carry := l.takeForAcquire(context.Background()); carry != nil {
+		go l.sendReleases(carry) // no need to wait for a next acquisition
 	}
 	done := make(chan struct{})
 	go func() {

@@ -36,7 +36,7 @@ func (l *Locker) queueRelease(ls *Lease) {
 }
 
 // takePending removes and returns every queued release; the caller must send them
-// (carried by its pipeline or with sendReleases) and then call finishRelease for each.
+// (carried by its pipeline or with sendReleases) and then call finishReleases.
 func (l *Locker) takePending() []*Lease {
 	l.mu.Lock()
 	defer l.mu.Unlock()
