@@ -44,10 +44,7 @@ func (l *Locker) AcquireAll(ctx context.Context, entities []string) ([]*Lease, e
 	defer cancel()
 	carry := l.takeForAcquire(ctx) // sent with the first attempt
 	for i, c := range calls {      // our own background releases of these entities first
-		if !l.awaitOthers(waitCtx, c.keys[0], carry) {
-			if carry != nil {
-				go l.sendReleases(carry)
-			}
+		if !l.awaitOthers(waitCtx, c.keys[0], &carry) {
 			return nil, notObtained(ctx, sorted[i])
 		}
 	}

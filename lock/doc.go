@@ -58,7 +58,9 @@
 //     the one pipeline, which Redis runs in order on one connection (one
 //     node: both keys carry the entity as hash tag), so the same worker's
 //     next record of the entity finds the lock free without waiting. Releases
-//     of the entity already in flight elsewhere are waited for, as before.
+//     of the entity already in flight elsewhere are waited for, as before; an
+//     acquisition that must wait first sends the releases it took on their
+//     own, so two acquisitions never wait for each other's carried releases.
 //   - The pipeline is not cancelled with the acquiring caller's context (only
 //     bounded by its deadline), so a worker stopping mid-acquisition still
 //     delivers the releases it carries; a caller whose context has already

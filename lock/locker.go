@@ -160,10 +160,7 @@ func (l *Locker) Acquire(ctx context.Context, entity string) (*Lease, error) {
 	waitCtx, cancel := context.WithTimeout(ctx, l.cfg.maxWait)
 	defer cancel()
 	carry := l.takeForAcquire(ctx)
-	if !l.awaitOthers(waitCtx, key, carry) {
-		if carry != nil {
-			go l.sendReleases(carry)
-		}
+	if !l.awaitOthers(waitCtx, key, &carry) {
 		return nil, notObtained(ctx, entity)
 	}
 	r := retrier{policy: l.cfg.retry, none: l.cfg.noRetry}

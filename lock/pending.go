@@ -131,13 +131,19 @@ func carriedBy(carry []*Lease, done chan struct{}) bool {
 }
 
 // awaitOthers waits until no background release of key is in flight, except those in
-// carry (the caller sends them); false if ctx ended first.
-func (l *Locker) awaitOthers(ctx context.Context, key string, carry []*Lease) bool {
+// *carry (the caller sends them); false if ctx ended first. Before it waits, it hands
+// *carry to a goroutine of its own (and clears it): an acquisition never waits while
+// holding releases that another one may be waiting for.
+func (l *Locker) awaitOthers(ctx context.Context, key string, carry *[]*Lease) bool {
 	l.mu.Lock()
 	done := l.releasing[key]
 	l.mu.Unlock()
-	if done == nil || carriedBy(carry, done) {
+	if done == nil || carriedBy(*carry, done) {
 		return true
+	}
+	if *carry != nil {
+		go l.sendReleases(*carry)
+		*carry = nil
 	}
 	select {
 	case <-done:
