@@ -188,6 +188,7 @@ const (
 type outageEnv struct {
 	*chainEnv
 	direct  *pgxpool.Pool // the same database, not through the proxy
+	rdb     *redis.Client // the same Redis, not through the proxy
 	pgProxy *proxy
 	rdProxy *proxy
 	logs    *logRecorder
@@ -218,7 +219,7 @@ func newOutageEnv(t *testing.T) *outageEnv {
 	}
 	t.Cleanup(pool.Close)
 
-	_, ns := testenv.Redis(t) // the namespace, cleaned at the end
+	rdDirect, ns := testenv.Redis(t) // not through the proxy; the namespace is cleaned at the end
 	rdProxy := newProxy(t, testenv.RedisAddr(t))
 	rdb := redis.NewClient(&redis.Options{Addr: rdProxy.addr(), DialTimeout: 2 * time.Second})
 	t.Cleanup(func() { rdb.Close() })
@@ -235,11 +236,26 @@ func newOutageEnv(t *testing.T) *outageEnv {
 			producer: newProducer(t, brokers),
 		},
 		direct:  direct,
+		rdb:     rdDirect,
 		pgProxy: pgProxy,
 		rdProxy: rdProxy,
 		logs:    &logRecorder{},
 		reader:  sdkmetric.NewManualReader(),
 	}
+}
+
+// leasesHeld counts the lock keys of entities ks present in Redis.
+func (e *outageEnv) leasesHeld(t *testing.T, ks []string) int64 {
+	t.Helper()
+	names := make([]string, len(ks))
+	for i, k := range ks {
+		names[i] = e.locker.Key(k)
+	}
+	n, err := e.rdb.Exists(context.Background(), names...).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // start runs a consumer with the Standard chain (and StandardBatch if batch), a quick
@@ -409,6 +425,11 @@ func TestOutageRedis(t *testing.T) {
 	ks := keys(3)
 	e.produceSeq(t, ks, 1, 5)
 	waitFor(t, "the first records", func() bool { return e.effectsNow(t) == 15 })
+	// Cut Redis with no lease held: a release still on its way (sent after the commit,
+	// carried by the next acquisition or after lock's short delay) would otherwise be
+	// lost with the connection, and its lock would outlive the outage by up to TTL, a
+	// second outage (contention) after the first.
+	waitFor(t, "the first records' leases released", func() bool { return e.leasesHeld(t, ks) == 0 })
 
 	e.rdProxy.setDown(true)
 	e.produceSeq(t, ks, 6, 10)
