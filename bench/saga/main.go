@@ -11,7 +11,7 @@
 // (sampled every 100 ms). It writes every figure to -json and a plot of confirmed/s and
 // latency against offered load to -svg.
 //
-//	go run ./bench/saga                                  # 50,100,200,400,800 orders/s, 20 s each
+//	go run ./bench/saga                                  # 50,100,200,400,800,1600 orders/s, 20 s each
 //	go run ./bench/saga -rates 100,400 -duration 10s -instances 2
 //	go run ./bench/saga -rates 400 -profile-dir /tmp/prof # also a 10 s CPU profile per service
 //	go run ./bench/saga -rates 100 -env CONSUMER_BATCH=1  # a service setting changed
@@ -110,7 +110,7 @@ func main() {
 func parseFlags(args []string) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("saga", flag.ContinueOnError)
-	rates := fs.String("rates", "50,100,200,400,800", "offered `rates` in orders/s, comma-separated, run in this order")
+	rates := fs.String("rates", "50,100,200,400,800,1600", "offered `rates` in orders/s, comma-separated, run in this order")
 	fs.DurationVar(&c.duration, "duration", 20*time.Second, "how long each rate is offered")
 	fs.DurationVar(&c.warmup, "warmup", 5*time.Second, "before the first rate, offer 20 orders/s (or the first rate if lower) for this long, unmeasured: pools, prepared statements and consumer groups settle (0: none)")
 	fs.DurationVar(&c.drain, "drain", 30*time.Second, "after each rate, wait at most this long for its orders to settle")
