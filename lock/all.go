@@ -37,8 +37,7 @@ func (l *Locker) AcquireAll(ctx context.Context, entities []string) ([]*Lease, e
 	}
 	calls := make([]scriptCall, len(sorted))
 	for i, e := range sorted {
-		key := l.Key(e)
-		calls[i] = scriptCall{keys: []string{key, key + ":fence"}, args: []any{randomValue(), l.ttlArg, l.retentionArg}}
+		calls[i] = l.obtainCall(l.Key(e), randomValue())
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, l.cfg.maxWait)
 	defer cancel()
@@ -57,7 +56,7 @@ func (l *Locker) AcquireAll(ctx context.Context, entities []string) ([]*Lease, e
 			cmds = l.obtainCarrying(waitCtx, carry, calls)
 			carry = nil
 		} else {
-			cmds = runAll(waitCtx, l.redis, obtainScript, calls)
+			cmds = runAll(waitCtx, l.redis, calls)
 		}
 		tokens := make([]int64, len(cmds)) // > 0: obtained in this attempt
 		held, failed := -1, -1
@@ -110,7 +109,7 @@ func (l *Locker) giveBack(ctx context.Context, calls []scriptCall, tokens []int6
 	var release []scriptCall
 	for i, c := range calls {
 		if tokens[i] > 0 {
-			release = append(release, scriptCall{keys: c.keys[:1], args: c.args[:1]})
+			release = append(release, releaseCall(c.keys[0], c.args[0]))
 		}
 	}
 	if len(release) == 0 {
@@ -118,7 +117,7 @@ func (l *Locker) giveBack(ctx context.Context, calls []scriptCall, tokens []int6
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.ttl)
 	defer cancel()
-	for i, cmd := range runAll(rctx, l.redis, releaseScript, release) {
+	for i, cmd := range runAll(rctx, l.redis, release) {
 		if err := cmd.Err(); err != nil {
 			return fmt.Errorf("lock: release key %q after a partial acquire: %w", release[i].keys[0], err)
 		}
@@ -150,9 +149,9 @@ func ReleaseAll(ctx context.Context, leases []*Lease) error {
 		mine := claimed[l]
 		calls := make([]scriptCall, len(mine))
 		for i, ls := range mine {
-			calls[i] = scriptCall{keys: []string{ls.key}, args: []any{ls.value}}
+			calls[i] = ls.releaseCall()
 		}
-		for i, cmd := range runAll(ctx, l.redis, releaseScript, calls) {
+		for i, cmd := range runAll(ctx, l.redis, calls) {
 			n, err := cmd.Int64()
 			mine[i].endRelease(n, err)
 		}
@@ -188,35 +187,39 @@ type pipeliner interface {
 
 // scriptCall is one run of a script: its KEYS and ARGV.
 type scriptCall struct {
-	script *redis.Script // nil: runAll's script
+	script *redis.Script
 	keys   []string
 	args   []any
 }
 
-// runAll runs script once per call and returns the commands in the order of
+// obtainCall is the run of the obtain script for the lock key with the holder's value.
+func (l *Locker) obtainCall(key string, value any) scriptCall {
+	return scriptCall{script: obtainScript, keys: []string{key, key + ":fence"}, args: []any{value, l.ttlArg, l.retentionArg}}
+}
+
+// releaseCall is the run of the release script for the lock key held with value.
+func releaseCall(key string, value any) scriptCall {
+	return scriptCall{script: releaseScript, keys: []string{key}, args: []any{value}}
+}
+
+// runAll runs each call's script and returns the commands in the order of
 // calls; read each command's reply and error. When c can pipeline, every
 // call goes out as EVALSHA in one pipeline, and the calls answered NOSCRIPT
 // (a fresh or flushed script cache: nothing ran) go out again as EVAL in a
 // second one, which also caches the script for the next time. Otherwise
 // the calls run one after another with Script.Run.
-func runAll(ctx context.Context, c redislock.RedisClient, script *redis.Script, calls []scriptCall) []*redis.Cmd {
+func runAll(ctx context.Context, c redislock.RedisClient, calls []scriptCall) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
-	scriptOf := func(call scriptCall) *redis.Script {
-		if call.script != nil {
-			return call.script
-		}
-		return script
-	}
 	p, ok := c.(pipeliner)
 	if !ok {
 		for i, call := range calls {
-			cmds[i] = scriptOf(call).Run(ctx, c, call.keys, call.args...)
+			cmds[i] = call.script.Run(ctx, c, call.keys, call.args...)
 		}
 		return cmds
 	}
 	pipe := p.Pipeline()
 	for i, call := range calls {
-		cmds[i] = scriptOf(call).EvalSha(ctx, pipe, call.keys, call.args...)
+		cmds[i] = call.script.EvalSha(ctx, pipe, call.keys, call.args...)
 	}
 	_, _ = pipe.Exec(ctx) // errors are read from each command
 	var missing []int
@@ -230,7 +233,7 @@ func runAll(ctx context.Context, c redislock.RedisClient, script *redis.Script, 
 	}
 	pipe = p.Pipeline()
 	for _, i := range missing {
-		cmds[i] = scriptOf(calls[i]).Eval(ctx, pipe, calls[i].keys, calls[i].args...)
+		cmds[i] = calls[i].script.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
 	}
 	_, _ = pipe.Exec(ctx)
 	return cmds

@@ -155,8 +155,8 @@ func (l *Locker) Acquire(ctx context.Context, entity string) (*Lease, error) {
 		return nil, fmt.Errorf("%w: empty", ErrInvalidEntity)
 	}
 	key := l.Key(entity)
-	keys := []string{key, key + ":fence"}
 	value := randomValue()
+	call := l.obtainCall(key, value)
 	waitCtx, cancel := context.WithTimeout(ctx, l.cfg.maxWait)
 	defer cancel()
 	carry := l.takeForAcquire(ctx)
@@ -170,10 +170,10 @@ func (l *Locker) Acquire(ctx context.Context, entity string) (*Lease, error) {
 		var token int64
 		var err error
 		if carry != nil { // the first attempt carries the queued releases
-			token, err = l.obtainCarrying(waitCtx, carry, []scriptCall{{keys: keys, args: []any{value, l.ttlArg, l.retentionArg}}})[0].Int64()
+			token, err = l.obtainCarrying(waitCtx, carry, []scriptCall{call})[0].Int64()
 			carry = nil
 		} else {
-			token, err = obtainScript.Run(waitCtx, l.redis, keys, value, l.ttlArg, l.retentionArg).Int64()
+			token, err = obtainScript.Run(waitCtx, l.redis, call.keys, call.args...).Int64()
 		}
 		switch {
 		case err == nil && token > 0:

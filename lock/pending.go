@@ -84,12 +84,12 @@ func (l *Locker) sendReleases(leases []*Lease) {
 	for i, ls := range leases {
 		calls[i] = ls.releaseCall()
 	}
-	l.finishReleases(leases, runAll(ctx, l.redis, releaseScript, calls))
+	l.finishReleases(leases, runAll(ctx, l.redis, calls))
 }
 
 // releaseCall is the run of the release script for ls.
 func (ls *Lease) releaseCall() scriptCall {
-	return scriptCall{script: releaseScript, keys: []string{ls.key}, args: []any{ls.value}}
+	return releaseCall(ls.key, ls.value)
 }
 
 // finishReleases ends the queued releases of leases with the replies cmds[i] of their
@@ -171,7 +171,7 @@ func (l *Locker) obtainCarrying(ctx context.Context, carry []*Lease, obtains []s
 		pctx, cancel = context.WithDeadline(pctx, d)
 		defer cancel()
 	}
-	cmds := runAll(pctx, l.redis, obtainScript, calls)
+	cmds := runAll(pctx, l.redis, calls)
 	l.finishReleases(carry, cmds)
 	return cmds[len(carry):]
 }
