@@ -3,36 +3,11 @@ package consumer
 import (
 	"context"
 	"strings"
-	"sync/atomic"
 	"testing"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/lock"
 )
-
-// carriedPipes counts the pipelines that run more than one of the lock's scripts: a
-// record's release carried by the next record's acquisition.
-type carriedPipes struct{ n atomic.Int64 }
-
-func (*carriedPipes) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (*carriedPipes) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-
-func (h *carriedPipes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		scripts := 0
-		for _, c := range cmds {
-			if c.Name() == "evalsha" || c.Name() == "eval" {
-				scripts++
-			}
-		}
-		if scripts > 1 {
-			h.n.Add(1)
-		}
-		return next(ctx, cmds)
-	}
-}
 
 // Under a backlog, a partition worker's lease is released in the same round trip as the
 // next record's acquisition: pipelines carrying a release and an obtain go out. Every
@@ -42,7 +17,7 @@ func (h *carriedPipes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 func TestLockReleaseCarriedByNextRecord(t *testing.T) {
 	e := newChainEnv(t, 2)
 	rdb, ns := testenv.Redis(t)
-	h := new(carriedPipes)
+	h := new(testenv.ScriptHook) // MultiScript: a release carried by the next acquisition
 	rdb.AddHook(h)
 	e.locker = newLocker(t, rdb, lock.WithNamespace(ns))
 	const perKey = 30
@@ -63,7 +38,7 @@ func TestLockReleaseCarriedByNextRecord(t *testing.T) {
 	if n := count(t, e.pool, `SELECT count(*) FROM entities WHERE seq = $1`, perKey); n != len(keys) {
 		t.Errorf("%d of %d entities complete and in order", n, len(keys))
 	}
-	if h.n.Load() == 0 {
+	if h.MultiScript.Load() == 0 {
 		t.Error("no release went out with the next record's acquisition")
 	}
 	var left []string

@@ -16,50 +16,11 @@ import (
 	"github.com/choreo-saga/choreo/lock"
 )
 
-// scriptHook observes, on a real client, how script commands reach Redis:
-// round trips that carry EVALSHA (a pipeline counts once), and EVAL
-// commands, which this package and Script.Run send only to resend an
-// EVALSHA answered NOSCRIPT.
-type scriptHook struct {
-	roundTrips, evals atomic.Int64
-}
-
-func (h *scriptHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *scriptHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.count([]redis.Cmder{cmd})
-		return next(ctx, cmd)
-	}
-}
-
-func (h *scriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.count(cmds)
-		return next(ctx, cmds)
-	}
-}
-
-func (h *scriptHook) count(cmds []redis.Cmder) {
-	evalsha := false
-	for _, cmd := range cmds {
-		switch strings.ToLower(cmd.Name()) {
-		case "evalsha":
-			evalsha = true
-		case "eval":
-			h.evals.Add(1)
-		}
-	}
-	if evalsha {
-		h.roundTrips.Add(1)
-	}
-}
-
-// hooked returns newLocker's Locker and client with a scriptHook installed.
-func hooked(t *testing.T, opts ...lock.Option) (*lock.Locker, *redis.Client, *scriptHook) {
+// hooked returns newLocker's Locker and client with a testenv.ScriptHook installed.
+func hooked(t *testing.T, opts ...lock.Option) (*lock.Locker, *redis.Client, *testenv.ScriptHook) {
 	t.Helper()
 	locker, client := newLocker(t, opts...)
-	h := &scriptHook{}
+	h := &testenv.ScriptHook{}
 	client.AddHook(h)
 	return locker, client, h
 }
@@ -106,18 +67,18 @@ func TestAcquireAll(t *testing.T) {
 	if err := lock.ReleaseAll(ctx, nil); err != nil {
 		t.Fatalf("ReleaseAll(nil) = %v", err)
 	}
-	if n := hook.roundTrips.Load(); n != 0 {
+	if n := hook.RoundTrips.Load(); n != 0 {
 		t.Fatalf("%d EVALSHA round trips for no entity", n)
 	}
 
 	last := map[string]int64{}
 	for round := range 3 {
-		before := hook.roundTrips.Load()
+		before := hook.RoundTrips.Load()
 		leases, err := locker.AcquireAll(ctx, []string{"c", "a", "", "c", "b", "a"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := hook.roundTrips.Load() - before; got != 1 {
+		if got := hook.RoundTrips.Load() - before; got != 1 {
 			t.Fatalf("AcquireAll took %d EVALSHA round trips, want 1", got)
 		}
 		if got := fmt.Sprint(entitiesOf(leases)); got != "[a b c]" {
@@ -143,11 +104,11 @@ func TestAcquireAll(t *testing.T) {
 			t.Fatalf("Acquire(b) during AcquireAll's lease: %v", err)
 		}
 
-		before = hook.roundTrips.Load()
+		before = hook.RoundTrips.Load()
 		if err := lock.ReleaseAll(ctx, leases); err != nil {
 			t.Fatalf("ReleaseAll = %v", err)
 		}
-		if got := hook.roundTrips.Load() - before; got != 1 {
+		if got := hook.RoundTrips.Load() - before; got != 1 {
 			t.Fatalf("ReleaseAll took %d EVALSHA round trips, want 1", got)
 		}
 		if n := exists(t, client, locker, "a", "b", "c"); n != 0 {
@@ -214,12 +175,12 @@ func TestAcquireAllIsAllOrNone(t *testing.T) {
 		err    error
 	}
 	done := make(chan result, 1)
-	start := hook.roundTrips.Load()
+	start := hook.RoundTrips.Load()
 	go func() {
 		leases, err := patient.AcquireAll(ctx, set)
 		done <- result{leases, err}
 	}()
-	for hook.roundTrips.Load()-start < 2 {
+	for hook.RoundTrips.Load()-start < 2 {
 		select {
 		case r := <-done:
 			t.Fatalf("AcquireAll returned %v, %v while m was held", r.leases, r.err)
@@ -382,7 +343,7 @@ func TestReleaseAllConcurrentWithRelease(t *testing.T) {
 func TestAcquireAllAfterScriptFlush(t *testing.T) {
 	locker, client, hook := hooked(t, lock.WithoutRetry())
 	ctx := context.Background()
-	for try := 0; try < 20 && hook.evals.Load() == 0; try++ {
+	for try := 0; try < 20 && hook.Evals.Load() == 0; try++ {
 		if err := client.ScriptFlush(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -405,7 +366,7 @@ func TestAcquireAllAfterScriptFlush(t *testing.T) {
 			t.Fatalf("%d lock keys left after ReleaseAll", n)
 		}
 	}
-	if hook.evals.Load() == 0 {
+	if hook.Evals.Load() == 0 {
 		t.Fatal("no EVAL resend seen in 20 flushes: the NOSCRIPT path was not exercised")
 	}
 }
@@ -421,7 +382,7 @@ func TestAcquireAllWithoutPipelining(t *testing.T) {
 	if err != nil || fmt.Sprint(entitiesOf(leases)) != "[a b c]" {
 		t.Fatalf("AcquireAll = %v, %v", entitiesOf(leases), err)
 	}
-	if got := hook.roundTrips.Load(); got != 3 {
+	if got := hook.RoundTrips.Load(); got != 3 {
 		t.Fatalf("%d EVALSHA round trips, want 3 (one per entity)", got)
 	}
 	if _, err := locker.AcquireAll(ctx, []string{"c", "d"}); !errors.Is(err, lock.ErrNotObtained) {

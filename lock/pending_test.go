@@ -3,7 +3,6 @@ package lock_test
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,42 +12,13 @@ import (
 	"github.com/choreo-saga/choreo/lock"
 )
 
-// roundTrips counts the client's round trips to Redis that run the lock's scripts: one per
-// command, one per pipeline (the connection set-up commands of a new connection are not
-// counted).
-type roundTrips struct{ n atomic.Int64 }
-
-func (*roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if isScript(cmd) {
-			h.n.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if isScript(cmds[0]) {
-			h.n.Add(1)
-		}
-		return next(ctx, cmds)
-	}
-}
-
-func isScript(cmd redis.Cmder) bool {
-	return cmd.Name() == "evalsha" || cmd.Name() == "eval"
-}
-
 // counted returns a Locker whose round trips are counted, with background releases that
 // wait delay for an acquisition to carry them, and warms the script cache (so that no
 // NOSCRIPT retry adds a round trip).
-func counted(t *testing.T, delay time.Duration) (*lock.Locker, *redis.Client, *roundTrips) {
+func counted(t *testing.T, delay time.Duration) (*lock.Locker, *redis.Client, *testenv.ScriptHook) {
 	t.Helper()
 	rdb, ns := testenv.Redis(t)
-	h := new(roundTrips)
+	h := new(testenv.ScriptHook)
 	rdb.AddHook(h)
 	l := mustNew(t, rdb, lock.WithNamespace(ns+"lock:"), lock.WithoutRetry())
 	lock.SetReleaseDelay(l, delay)
@@ -88,12 +58,12 @@ func TestReleaseCarriedByNextAcquire(t *testing.T) {
 		if !held(t, rdb, prev.Key()) {
 			t.Fatalf("%d: the release went out before the next acquisition", i)
 		}
-		before := h.n.Load()
+		before := h.RoundTrips.Load()
 		next, err := l.Acquire(ctx, e)
 		if err != nil {
 			t.Fatalf("%d: acquire %s after a background release of %s: %v", i, e, prev.Entity(), err)
 		}
-		if got := h.n.Load() - before; got != 1 {
+		if got := h.RoundTrips.Load() - before; got != 1 {
 			t.Errorf("%d: %d round trips for a release and an acquisition, want 1", i, got)
 		}
 		if e != prev.Entity() && held(t, rdb, prev.Key()) {
@@ -108,12 +78,12 @@ func TestReleaseCarriedByNextAcquire(t *testing.T) {
 		prev = next
 	}
 	prev.ReleaseInBackground()
-	before := h.n.Load()
+	before := h.RoundTrips.Load()
 	all, err := l.AcquireAll(ctx, []string{"c", "d"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := h.n.Load() - before; got != 1 {
+	if got := h.RoundTrips.Load() - before; got != 1 {
 		t.Errorf("AcquireAll: %d round trips, want 1", got)
 	}
 	if err := lock.ReleaseAll(ctx, all); err != nil {
