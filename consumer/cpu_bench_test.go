@@ -2,14 +2,13 @@ package consumer
 
 import (
 	"context"
-	"os"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/choreo-saga/choreo/internal/procstat"
 )
 
 // cpuMeter counts the CPU time of this process and of the Postgres backends of a pool's
@@ -24,16 +23,7 @@ type cpuMeter struct {
 
 func startCPU(ctx context.Context, pool *pgxpool.Pool) *cpuMeter {
 	m := &cpuMeter{}
-	rows, err := pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
-	if err == nil {
-		for rows.Next() {
-			var pid int
-			if rows.Scan(&pid) == nil {
-				m.pids = append(m.pids, pid)
-			}
-		}
-		rows.Close()
-	}
+	m.pids, _ = procstat.PostgresBackends(ctx, pool) // none: the backends' figure is left out
 	m.backends, m.ok = m.backendCPU()
 	m.self = selfCPU()
 	return m
@@ -55,8 +45,8 @@ func (m *cpuMeter) backendCPU() (time.Duration, bool) {
 	}
 	var sum time.Duration
 	for _, pid := range m.pids {
-		d, ok := procCPU(pid)
-		if !ok {
+		d, err := procstat.CPU(pid)
+		if err != nil {
 			return 0, false
 		}
 		sum += d
@@ -68,25 +58,4 @@ func selfCPU() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// procCPU is pid's user + system CPU time from /proc/<pid>/stat (in clock ticks,
-// 100 per second on Linux).
-func procCPU(pid int) (time.Duration, bool) {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, false
-	}
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 > len(s) {
-		return 0, false
-	}
-	f := strings.Fields(s[i+2:])
-	if len(f) < 13 {
-		return 0, false
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond, true
 }

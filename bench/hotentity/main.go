@@ -42,7 +42,7 @@
 // round by throughput and the min–max, the ratios to the hand-written floor and to
 // pgbench, the CPU per input event (whole machine; this process, which also hosts the
 // in-process broker; the Postgres backends of the benchmark's database, from
-// /proc/<pid>/schedstat; the Redis server, from INFO cpu, other clients' work included),
+// /proc/<pid>/stat; the Redis server, from INFO cpu, other clients' work included),
 // the mean events per transaction and the relay's mean rows per round. -json FILE writes the figures as
 // {"hotentity": {...}}. -cpuprofile FILE profiles the whole run with the pprof label
 // mode=<mode> on every pipeline goroutine: `go tool pprof -tagfocus mode=choreo FILE`.

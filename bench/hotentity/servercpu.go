@@ -2,18 +2,18 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/choreo-saga/choreo/internal/procstat"
 )
 
 // serverCPU is the CPU consumed so far by the Postgres backends of the benchmark's
-// database (each backend's /proc/<pid>/schedstat, keyed by pid, Linux only) and by the
+// database (each backend's /proc/<pid>/stat, keyed by pid, Linux only) and by the
 // Redis server (INFO cpu: every client's work, other users' included).
 type serverCPU struct {
 	backends map[int]time.Duration
@@ -25,34 +25,13 @@ type serverCPU struct {
 // counted (every pipeline keeps its connections until after the second sample).
 func sampleServerCPU(ctx context.Context, pool *pgxpool.Pool, rdb *redis.Client) serverCPU {
 	s := serverCPU{backends: map[int]time.Duration{}, ok: true}
-	rows, err := pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
+	pids, err := procstat.PostgresBackends(ctx, pool)
 	if err != nil {
 		return serverCPU{}
 	}
-	var pids []int
-	for rows.Next() {
-		var pid int
-		if err := rows.Scan(&pid); err != nil {
-			rows.Close()
-			return serverCPU{}
-		}
-		pids = append(pids, pid)
-	}
-	if rows.Err() != nil {
-		return serverCPU{}
-	}
 	for _, pid := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
-		if err != nil {
-			continue // a backend that just ended, or Postgres on another machine
-		}
-		f := strings.Fields(string(b))
-		if len(f) == 0 {
-			continue
-		}
-		ns, err := strconv.ParseInt(f[0], 10, 64)
-		if err == nil {
-			s.backends[pid] = time.Duration(ns)
+		if d, err := procstat.CPU(pid); err == nil { // else a backend that just ended, or a remote server
+			s.backends[pid] = d
 		}
 	}
 	if len(s.backends) == 0 {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/choreo-saga/choreo/internal/procstat"
 )
 
 // waitSampler samples pg_stat_activity of the services' databases every interval:
@@ -92,7 +94,7 @@ func (s *waitSampler) sample(ctx context.Context) error {
 		svc := s.dbs[a.db]
 		if _, ok := s.backend[a.pid]; !ok {
 			s.backend[a.pid] = svc
-			s.cpu0[a.pid], _ = cpuTime(a.pid)
+			s.cpu0[a.pid], _ = procstat.CPU(a.pid)
 		}
 		if a.state == "idle" || a.state == "" {
 			continue
@@ -140,7 +142,7 @@ func (s *waitSampler) backendCPU() map[string]time.Duration {
 	defer s.mu.Unlock()
 	out := map[string]time.Duration{}
 	for pid, svc := range s.backend {
-		if c, err := cpuTime(pid); err == nil {
+		if c, err := procstat.CPU(pid); err == nil {
 			out[svc] += c - s.cpu0[pid]
 		}
 	}

@@ -6,38 +6,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/choreo-saga/choreo/internal/procstat"
 )
-
-// clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat (100 on Linux).
-const clockTicks = 100
-
-// cpuTime returns the user+system CPU time pid has used, from /proc/PID/stat.
-func cpuTime(pid int) (time.Duration, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	// The command name (field 2) is in parentheses and may hold spaces: fields after
-	// the last ')' start with field 3 (state), so utime (14) and stime (15) are 11 and 12.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no ')' in %q", pid, s)
-	}
-	fs := strings.Fields(s[i+1:])
-	if len(fs) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the name", pid, len(fs))
-	}
-	var ticks int64
-	for _, f := range fs[11:13] {
-		n, err := strconv.ParseInt(f, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
-		}
-		ticks += n
-	}
-	return time.Duration(ticks) * time.Second / clockTicks, nil
-}
 
 // memory returns pid's resident set now (VmRSS) and its peak so far (VmHWM), in bytes.
 func memory(pid int) (rss, hwm int64, err error) {
@@ -98,7 +69,7 @@ func newProcWatch(pids map[string][]int) *procWatch {
 	w := &procWatch{pids: pids, start: map[int]time.Duration{}, maxRSS: map[string]int64{}}
 	for _, ps := range pids {
 		for _, p := range ps {
-			w.start[p], _ = cpuTime(p)
+			w.start[p], _ = procstat.CPU(p)
 		}
 	}
 	w.sample()
@@ -122,7 +93,7 @@ func (w *procWatch) cpu() map[string]time.Duration {
 	out := map[string]time.Duration{}
 	for g, ps := range w.pids {
 		for _, p := range ps {
-			if c, err := cpuTime(p); err == nil {
+			if c, err := procstat.CPU(p); err == nil {
 				out[g] += c - w.start[p]
 			}
 		}

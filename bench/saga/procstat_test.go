@@ -5,13 +5,15 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/choreo-saga/choreo/internal/procstat"
 )
 
 // TestProcStat: this process's CPU time grows while it computes, and its resident set
 // and peak are read from /proc.
 func TestProcStat(t *testing.T) {
 	pid := os.Getpid()
-	before, err := cpuTime(pid)
+	before, err := procstat.CPU(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -20,7 +22,7 @@ func TestProcStat(t *testing.T) {
 		for i := range 1_000_000 {
 			x = x*31 + i
 		}
-		after, err := cpuTime(pid)
+		after, err := procstat.CPU(pid)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,66 @@
+// Package procstat reads the CPU time of local processes from /proc, for benchmarks that
+// count the CPU a run cost in each process: a service, a Postgres backend. It is Linux
+// only; elsewhere its functions return errors.
+package procstat
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat (100 on Linux).
+const clockTicks = 100
+
+// CPU returns the user + system CPU time pid has used, from /proc/PID/stat.
+func CPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces: fields after
+	// the last ')' start with field 3 (state), so utime (14) and stime (15) are 11 and 12.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no ')' in %q", pid, s)
+	}
+	fs := strings.Fields(s[i+1:])
+	if len(fs) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the name", pid, len(fs))
+	}
+	var ticks int64
+	for _, f := range fs[11:13] {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
+// Querier is what PostgresBackends needs of a pool or connection.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// PostgresBackends returns the process ids of the Postgres backends connected to db's
+// current database (its own connection included). Their CPU is readable with CPU only
+// when the server runs on this machine.
+func PostgresBackends(ctx context.Context, db Querier) ([]int, error) {
+	rows, err := db.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
+	if err != nil {
+		return nil, fmt.Errorf("procstat: list backends: %w", err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return nil, fmt.Errorf("procstat: list backends: %w", err)
+	}
+	return pids, nil
+}
