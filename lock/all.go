@@ -39,6 +39,11 @@ func (l *Locker) AcquireAll(ctx context.Context, entities []string) ([]*Lease, e
 	for i, e := range sorted {
 		calls[i] = l.obtainCall(l.Key(e), randomValue())
 	}
+	for _, c := range calls { // kept holdings of these entities: released first, carried below
+		if h := l.takeKept(c.keys[0]); h != nil {
+			l.releaseKept(h)
+		}
+	}
 	waitCtx, cancel := context.WithTimeout(ctx, l.cfg.maxWait)
 	defer cancel()
 	carry := l.takeForAcquire(ctx) // sent with the first attempt
@@ -134,16 +139,17 @@ func ReleaseAll(ctx context.Context, leases []*Lease) error {
 	// waited for.
 	var (
 		lockers []*Locker
-		claimed = make(map[*Locker][]*Lease)
+		claimed = make(map[*Locker][]*holding)
 	)
 	for _, ls := range leases {
-		if ls == nil || !ls.beginRelease() {
+		if ls == nil || !ls.end() || !ls.h.beginRelease() {
 			continue
 		}
-		if _, ok := claimed[ls.locker]; !ok {
-			lockers = append(lockers, ls.locker)
+		l := ls.h.locker
+		if _, ok := claimed[l]; !ok {
+			lockers = append(lockers, l)
 		}
-		claimed[ls.locker] = append(claimed[ls.locker], ls)
+		claimed[l] = append(claimed[l], ls.h)
 	}
 	for _, l := range lockers {
 		mine := claimed[l]
@@ -159,8 +165,7 @@ func ReleaseAll(ctx context.Context, leases []*Lease) error {
 	var errs []error
 	for _, ls := range leases {
 		if ls != nil {
-			<-ls.releaseDone
-			errs = append(errs, ls.releaseErr)
+			errs = append(errs, ls.result())
 		}
 	}
 	return errors.Join(errs...)

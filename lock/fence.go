@@ -69,7 +69,7 @@ func (ls *Lease) CheckFence(ctx context.Context, tx pgx.Tx) error {
 	if err := ls.Err(); err != nil {
 		return err
 	}
-	return CheckFence(ctx, tx, ls.key, ls.token)
+	return CheckFence(ctx, tx, ls.h.key, ls.h.token)
 }
 
 // PruneFences deletes fencing rows not written for olderThan, at most

@@ -64,9 +64,12 @@ type Locker struct {
 	// pending is not empty, sends them on their own (pending.go).
 	pipelines    bool
 	releaseDelay time.Duration // releaseDelay, or a test's
-	pending      []*Lease
+	pending      []*holding
 	flushTimer   *time.Timer
 	timerArmed   bool
+
+	// With WithKeep, the holdings kept idle after their use, by lock key (under mu; keep.go).
+	kept map[string]*holding
 }
 
 // New returns a Locker using client (a *redis.Client, *redis.ClusterClient or
@@ -89,6 +92,7 @@ func New(client redislock.RedisClient, opts ...Option) (*Locker, error) {
 		ttlArg:       strconv.FormatInt(cfg.ttl.Milliseconds(), 10),
 		retentionArg: strconv.FormatInt(cfg.fenceRetention.Milliseconds(), 10),
 		releasing:    make(map[string]chan struct{}),
+		kept:         make(map[string]*holding),
 	}, nil
 }
 
@@ -150,11 +154,20 @@ func randomValue() string {
 //
 // The lease's Context is derived from ctx and is cancelled with cause
 // ErrLost if the lock is lost, so pass it to the work done under the lock.
+//
+// With WithKeep, a holding of the entity kept idle on l is taken instead, without a round
+// trip, at the start and before every retry (see "Kept leases" in the package doc).
 func (l *Locker) Acquire(ctx context.Context, entity string) (*Lease, error) {
 	if entity == "" {
 		return nil, fmt.Errorf("%w: empty", ErrInvalidEntity)
 	}
 	key := l.Key(entity)
+	keeps := l.cfg.keep > 0 && ctx.Err() == nil
+	if keeps {
+		if ls := l.reuse(ctx, key); ls != nil {
+			return ls, nil
+		}
+	}
 	value := randomValue()
 	call := l.obtainCall(key, value)
 	waitCtx, cancel := context.WithTimeout(ctx, l.cfg.maxWait)
@@ -193,6 +206,12 @@ func (l *Locker) Acquire(ctx context.Context, entity string) (*Lease, error) {
 
 		if err := r.pause(waitCtx); err != nil {
 			return nil, notObtainedAfter(ctx, entity, err)
+		}
+		if keeps {
+			// Another lease of this Locker may have held the entity and kept it.
+			if ls := l.reuse(ctx, key); ls != nil {
+				return ls, nil
+			}
 		}
 	}
 }
@@ -256,10 +275,6 @@ func notObtained(ctx context.Context, entity string) error {
 // context), and releases the lock. It returns Acquire's error, else fn's
 // error, else Release's error (which wraps ErrLost if the lock expired while
 // fn ran).
-// Do acquires entity's lock, runs fn with the lease (and the lease's
-// context), and releases the lock. It returns Acquire's error, else fn's
-// error, else Release's error (which wraps ErrLost if the lock expired while
-// fn ran).
 func (l *Locker) Do(ctx context.Context, entity string, fn func(ctx context.Context, lease *Lease) error) error {
 	lease, err := l.Acquire(ctx, entity)
 	if err != nil {
@@ -283,18 +298,36 @@ func (l *Locker) Do(ctx context.Context, entity string, fn func(ctx context.Cont
 // still held. The release is bounded by TTL (an unreleased lock expires by then anyway)
 // and its error is dropped; use Release to see it. Locker.Wait sends the queued releases
 // and waits for every background release, e.g. before exiting.
+//
+// With WithKeep, the lock is kept instead (its lease's Context is cancelled, the lock
+// stays held) for the next Acquire of the entity on the Locker, and released once it
+// stayed unused for the keep duration or at Wait; a lock known to be lost, or whose
+// lease's Context has ended, is released as above.
 func (ls *Lease) ReleaseInBackground() {
-	l := ls.locker
+	if !ls.end() {
+		return // another call ended the lease
+	}
+	l := ls.h.locker
+	if l.cfg.keep > 0 && l.keep(ls) {
+		return
+	}
+	if ls.h.beginRelease() {
+		l.releaseInBackground(ls.h, ls.ctx)
+	}
+}
+
+// releaseInBackground releases h, whose release the caller claimed (beginRelease), in the
+// background: queued for the next acquisition where the client can pipeline, else in a
+// goroutine under a context with parent's values. Wait waits for it.
+func (l *Locker) releaseInBackground(h *holding, parent context.Context) {
 	if l.pipelines {
-		if ls.beginRelease() { // else another call is releasing the lease
-			l.queueRelease(ls)
-		}
+		l.queueRelease(h)
 		return
 	}
 	done := make(chan struct{})
 	l.mu.Lock()
-	prev := l.releasing[ls.key] // another lease of the key still releasing (expired leases)
-	l.releasing[ls.key] = done
+	prev := l.releasing[h.key] // another holding of the key still releasing (expired leases)
+	l.releasing[h.key] = done
 	l.mu.Unlock()
 	l.background.Add(1)
 	go func() {
@@ -302,22 +335,25 @@ func (ls *Lease) ReleaseInBackground() {
 		if prev != nil {
 			<-prev
 		}
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ls.ctx), l.cfg.ttl)
-		_ = ls.Release(ctx)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), l.cfg.ttl)
+		n, err := releaseScript.Run(ctx, l.redis, []string{h.key}, h.value).Int64()
 		cancel()
+		h.endRelease(n, err)
 		l.mu.Lock()
-		if l.releasing[ls.key] == done {
-			delete(l.releasing, ls.key)
+		if l.releasing[h.key] == done {
+			delete(l.releasing, h.key)
 		}
 		l.mu.Unlock()
 		close(done)
 	}()
 }
 
-// Wait waits until every release started with Lease.ReleaseInBackground has ended, or
-// until ctx ends (returning its error). Call it before the process exits, after the
-// work that acquires leases has stopped, so that no lock outlives its holder by up to TTL.
+// Wait releases every lock kept idle (WithKeep) and waits until every release started
+// with Lease.ReleaseInBackground has ended, or until ctx ends (returning its error). Call
+// it before the process exits, after the work that acquires leases has stopped, so that no
+// lock outlives its holder by up to TTL.
 func (l *Locker) Wait(ctx context.Context) error {
+	l.releaseAllKept()
 	if carry := l.takeForAcquire(context.Background()); carry != nil {
 		go l.sendReleases(carry) // no need to wait for a next acquisition
 	}

@@ -35,7 +35,8 @@ type config struct {
 	noRetry        bool
 	maxWait        time.Duration // 0: TTL
 	fenceRetention time.Duration
-	err            error // the first invalid option
+	keep           time.Duration // 0: release at once
+	err            error         // the first invalid option
 }
 
 // Option configures a Locker (New).
@@ -131,6 +132,29 @@ func WithFenceRetention(d time.Duration) Option {
 	}
 }
 
+// WithKeep makes Lease.ReleaseInBackground keep the lock for up to d instead of releasing
+// it: the lock stays held in Redis (its watchdog keeps refreshing it) and the next Acquire
+// of the entity on the same Locker, from any goroutine, gets it back within d without a
+// Redis round trip, with the same fencing token and a Context derived from its own
+// context. A lock kept unused for d is released (with the Locker's next acquisition, as
+// background releases are), and Wait releases every kept lock at once. Release and
+// ReleaseAll always release. Default 0: every lock is released after its use.
+//
+// The cost is contention across Lockers: another instance (or another Locker of this
+// process) that wants a kept entity waits for up to d, plus its retry backoff, until the
+// lock is released; so keep d short, and use WithKeep where an entity's events mostly
+// arrive at one consumer (a partition keyed by the entity), as consumer.Lock's are. See
+// "Kept leases" in the package doc. d must not be negative, must be below the TTL and
+// needs the watchdog (not WithoutWatchdog).
+func WithKeep(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 {
+			c.invalid("keep %v is negative", d)
+		}
+		c.keep = d
+	}
+}
+
 // newConfig applies opts over the defaults and validates the result.
 func newConfig(opts []Option) (config, error) {
 	c := config{
@@ -153,6 +177,9 @@ func newConfig(opts []Option) (config, error) {
 		if c.refreshEvery >= c.ttl/2 {
 			return c, fmt.Errorf("%w: refresh period %v is not below TTL/2 (%v)", ErrInvalidOption, c.refreshEvery, c.ttl/2)
 		}
+	}
+	if c.keep > 0 && (c.keep >= c.ttl || !c.watchdog) {
+		return c, fmt.Errorf("%w: keep %v needs the watchdog and must be below the TTL (%v)", ErrInvalidOption, c.keep, c.ttl)
 	}
 	if c.maxWait == 0 {
 		c.maxWait = c.ttl

@@ -12,17 +12,17 @@ import (
 // its own. See "Releases ride on the next acquisition" in the package doc.
 const releaseDelay = time.Millisecond
 
-// queueRelease queues the claimed release of ls (beginRelease returned true) to be sent
+// queueRelease queues the claimed release of h (beginRelease returned true) to be sent
 // with the Locker's next acquisition, or on its own after releaseDelay. Only for a client
 // that can pipeline.
-func (l *Locker) queueRelease(ls *Lease) {
+func (l *Locker) queueRelease(h *holding) {
 	done := make(chan struct{})
 	l.mu.Lock()
-	ls.bgPrev = l.releasing[ls.key] // another lease of the key still releasing (expired leases)
-	ls.bgDone = done
-	ls.queuedAt = time.Now()
-	l.releasing[ls.key] = done
-	l.pending = append(l.pending, ls)
+	h.bgPrev = l.releasing[h.key] // another lease of the key still releasing (expired leases)
+	h.bgDone = done
+	h.queuedAt = time.Now()
+	l.releasing[h.key] = done
+	l.pending = append(l.pending, h)
 	l.background.Add(1)
 	if !l.timerArmed {
 		l.timerArmed = true
@@ -37,7 +37,7 @@ func (l *Locker) queueRelease(ls *Lease) {
 
 // takePending removes and returns every queued release; the caller must send them
 // (carried by its pipeline or with sendReleases) and then call finishReleases.
-func (l *Locker) takePending() []*Lease {
+func (l *Locker) takePending() []*holding {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	carry := l.pending
@@ -58,7 +58,7 @@ func (l *Locker) flushDue() {
 	for n < len(l.pending) && now.Sub(l.pending[n].queuedAt) >= l.releaseDelay {
 		n++
 	}
-	due := make([]*Lease, n)
+	due := make([]*holding, n)
 	copy(due, l.pending)
 	l.pending = append(l.pending[:0:0], l.pending[n:]...)
 	if len(l.pending) > 0 {
@@ -72,58 +72,58 @@ func (l *Locker) flushDue() {
 	l.sendReleases(due)
 }
 
-// sendReleases sends the released leases' scripts in one round trip, bounded by TTL (an
+// sendReleases sends the released holdings' scripts in one round trip, bounded by TTL (an
 // unreleased lock expires by then anyway), and finishes them.
-func (l *Locker) sendReleases(leases []*Lease) {
-	if len(leases) == 0 {
+func (l *Locker) sendReleases(holdings []*holding) {
+	if len(holdings) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ttl)
 	defer cancel()
-	calls := make([]scriptCall, len(leases))
-	for i, ls := range leases {
-		calls[i] = ls.releaseCall()
+	calls := make([]scriptCall, len(holdings))
+	for i, h := range holdings {
+		calls[i] = h.releaseCall()
 	}
-	l.finishReleases(leases, runAll(ctx, l.redis, calls))
+	l.finishReleases(holdings, runAll(ctx, l.redis, calls))
 }
 
-// releaseCall is the run of the release script for ls.
-func (ls *Lease) releaseCall() scriptCall {
-	return releaseCall(ls.key, ls.value)
+// releaseCall is the run of the release script for h.
+func (h *holding) releaseCall() scriptCall {
+	return releaseCall(h.key, h.value)
 }
 
-// finishReleases ends the queued releases of leases with the replies cmds[i] of their
-// release scripts: their results are set, their contexts cancelled, and Acquire and Wait
-// stop waiting for them. A Redis error is dropped, as for any background release: the lock
+// finishReleases ends the queued releases of holdings with the replies cmds[i] of
+// their release scripts: their results are set, their users' contexts cancelled, and
+// Acquire and Wait stop waiting for them. A Redis error is dropped, as for any background release: the lock
 // then expires after TTL.
-func (l *Locker) finishReleases(leases []*Lease, cmds []*redis.Cmd) {
-	for i, ls := range leases {
+func (l *Locker) finishReleases(holdings []*holding, cmds []*redis.Cmd) {
+	for i, h := range holdings {
 		n, err := cmds[i].Int64()
-		ls.endRelease(n, err)
+		h.endRelease(n, err)
 		l.mu.Lock()
-		if l.releasing[ls.key] == ls.bgDone {
-			delete(l.releasing, ls.key)
+		if l.releasing[h.key] == h.bgDone {
+			delete(l.releasing, h.key)
 		}
 		l.mu.Unlock()
-		if prev := ls.bgPrev; prev != nil {
+		if prev := h.bgPrev; prev != nil {
 			// Keep awaitOthers' promise (every release of the key has ended) for the
 			// rare older release of an expired lease of the key still in flight.
 			go func(done chan struct{}) {
 				<-prev
 				close(done)
 				l.background.Done()
-			}(ls.bgDone)
+			}(h.bgDone)
 			continue
 		}
-		close(ls.bgDone)
+		close(h.bgDone)
 		l.background.Done()
 	}
 }
 
 // carriedBy reports whether done is the release of one of carry.
-func carriedBy(carry []*Lease, done chan struct{}) bool {
-	for _, ls := range carry {
-		if ls.bgDone == done {
+func carriedBy(carry []*holding, done chan struct{}) bool {
+	for _, h := range carry {
+		if h.bgDone == done {
 			return true
 		}
 	}
@@ -134,7 +134,7 @@ func carriedBy(carry []*Lease, done chan struct{}) bool {
 // *carry (the caller sends them); false if ctx ended first. Before it waits, it hands
 // *carry to a goroutine of its own (and clears it): an acquisition never waits while
 // holding releases that another one may be waiting for.
-func (l *Locker) awaitOthers(ctx context.Context, key string, carry *[]*Lease) bool {
+func (l *Locker) awaitOthers(ctx context.Context, key string, carry *[]*holding) bool {
 	l.mu.Lock()
 	done := l.releasing[key]
 	l.mu.Unlock()
@@ -159,10 +159,10 @@ func (l *Locker) awaitOthers(ctx context.Context, key string, carry *[]*Lease) b
 // obtain, so a worker's next record of the entity finds the lock free. The pipeline is
 // not cancelled with ctx, only bounded by its deadline: the releases it carries must reach
 // Redis even when the caller stops meanwhile.
-func (l *Locker) obtainCarrying(ctx context.Context, carry []*Lease, obtains []scriptCall) []*redis.Cmd {
+func (l *Locker) obtainCarrying(ctx context.Context, carry []*holding, obtains []scriptCall) []*redis.Cmd {
 	calls := make([]scriptCall, len(carry), len(carry)+len(obtains))
-	for i, ls := range carry {
-		calls[i] = ls.releaseCall()
+	for i, h := range carry {
+		calls[i] = h.releaseCall()
 	}
 	calls = append(calls, obtains...)
 	pctx := context.WithoutCancel(ctx)
@@ -178,7 +178,7 @@ func (l *Locker) obtainCarrying(ctx context.Context, carry []*Lease, obtains []s
 
 // takeForAcquire takes the queued releases for an acquisition under ctx: none when the
 // client cannot pipeline, and when ctx has already ended they are sent on their own at once.
-func (l *Locker) takeForAcquire(ctx context.Context) []*Lease {
+func (l *Locker) takeForAcquire(ctx context.Context) []*holding {
 	if !l.pipelines {
 		return nil
 	}

@@ -6,88 +6,104 @@ import (
 	"time"
 )
 
-// The watchdog of a lease is two timers, not a goroutine: refresh extends the lock to a
-// full TTL every refresh period, expiry cancels the lease's context with ErrLost when no
-// refresh succeeded within the TTL.
+// The watchdog of a holding is two timers, not a goroutine: refresh extends the lock to a
+// full TTL every refresh period, expiry marks the holding lost (cancelling the context of
+// the lease using it with ErrLost) when no refresh succeeded within the TTL.
 
+// firstUse is a new holding and its first lease, allocated together.
+type firstUse struct {
+	lease Lease
+	h     holding
+}
+
+// newLease returns the first lease of a holding just obtained with value and token, its
+// context derived from parent, and starts the holding's watchdog.
 func (l *Locker) newLease(parent context.Context, entity, key, value string, token int64, start time.Time) *Lease {
-	ctx, cancel := context.WithCancelCause(parent)
-	ls := &Lease{
+	u := &firstUse{h: holding{
 		locker:      l,
 		entity:      entity,
 		key:         key,
 		value:       value,
 		token:       token,
-		ctx:         ctx,
-		cancel:      cancel,
 		validUntil:  start.Add(l.cfg.ttl),
 		releaseDone: make(chan struct{}),
-	}
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	ls.expiry = time.AfterFunc(time.Until(ls.validUntil), ls.expire)
+	}}
+	h, ls := &u.h, &u.lease
+	ls.h = h
+	ls.ctx, ls.cancel = context.WithCancelCause(parent)
+	h.cur = ls
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.expiry = time.AfterFunc(time.Until(h.validUntil), h.expire)
 	if l.cfg.watchdog {
-		ls.refresh = time.AfterFunc(l.cfg.refreshEvery, ls.extend)
+		h.refresh = time.AfterFunc(l.cfg.refreshEvery, h.extend)
 	}
 	return ls
 }
 
 // expire runs when validUntil passes without a successful refresh.
-func (ls *Lease) expire() {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	if ls.released {
+func (h *holding) expire() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.released || h.lost != nil {
 		return
 	}
-	if d := time.Until(ls.validUntil); d > 0 {
-		// A refresh extended the lease while this callback was starting.
-		ls.expiry.Reset(d)
+	if d := time.Until(h.validUntil); d > 0 {
+		// A refresh extended the holding while this callback was starting.
+		h.expiry.Reset(d)
 		return
 	}
-	if ls.refresh == nil {
-		ls.cancel(fmt.Errorf("%w: %q expired after TTL %v (no watchdog)", ErrLost, ls.entity, ls.locker.cfg.ttl))
+	if h.refresh == nil {
+		h.markLost(fmt.Errorf("%w: %q expired after TTL %v (no watchdog)", ErrLost, h.entity, h.locker.cfg.ttl))
 		return
 	}
-	ls.refresh.Stop()
-	ls.cancel(fmt.Errorf("%w: %q not refreshed within TTL %v", ErrLost, ls.entity, ls.locker.cfg.ttl))
+	h.refresh.Stop()
+	h.markLost(fmt.Errorf("%w: %q not refreshed within TTL %v", ErrLost, h.entity, h.locker.cfg.ttl))
 }
 
-// extend is the refresh timer's callback: it extends the lock to a full
-// TTL and re-arms itself, or cancels the lease's context with ErrLost when
-// the lock is gone. Transient Redis errors are retried sooner; the expiry
-// timer decides when to give up.
-func (ls *Lease) extend() {
-	ls.mu.Lock()
-	if ls.released || ls.ctx.Err() != nil {
-		ls.mu.Unlock()
+// extend is the refresh timer's callback: it extends the lock to a full TTL and re-arms
+// itself, or marks the holding lost when the lock is gone. Transient Redis errors are
+// retried sooner; the expiry timer decides when to give up. While a lease uses the
+// holding, the refresh runs under that lease's context, and stops once that context has
+// ended (the use is ending: its lock is released, or expires after TTL); a holding kept
+// idle (WithKeep) is refreshed under a background context.
+func (h *holding) extend() {
+	h.mu.Lock()
+	parent := context.Background()
+	if h.cur != nil {
+		parent = h.cur.ctx
+	}
+	if h.released || h.lost != nil || parent.Err() != nil {
+		h.mu.Unlock()
 		return
 	}
-	ls.inflight.Add(1)
-	deadline := ls.validUntil
-	ls.mu.Unlock()
-	defer ls.inflight.Done()
+	h.inflight.Add(1)
+	deadline := h.validUntil
+	h.mu.Unlock()
+	defer h.inflight.Done()
 
-	cfg := ls.locker.cfg
+	cfg := h.locker.cfg
 	start := time.Now()
-	rctx, cancel := context.WithDeadline(ls.ctx, deadline)
-	n, err := refreshScript.Run(rctx, ls.locker.redis, []string{ls.key}, ls.value,
-		ls.locker.ttlArg).Int64()
+	rctx, cancel := context.WithDeadline(parent, deadline)
+	n, err := refreshScript.Run(rctx, h.locker.redis, []string{h.key}, h.value, h.locker.ttlArg).Int64()
 	cancel()
 
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	if ls.released || ls.ctx.Err() != nil {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.released || h.lost != nil {
 		return
 	}
 	switch {
 	case err == nil && n == 1:
-		ls.validUntil = start.Add(cfg.ttl)
-		ls.expiry.Reset(time.Until(ls.validUntil))
-		ls.refresh.Reset(cfg.refreshEvery)
+		h.validUntil = start.Add(cfg.ttl)
+		h.expiry.Reset(time.Until(h.validUntil))
+		h.refresh.Reset(cfg.refreshEvery)
 	case err == nil:
-		ls.expiry.Stop()
-		ls.cancel(fmt.Errorf("%w: %q is no longer held by this lease", ErrLost, ls.entity))
+		h.expiry.Stop()
+		h.markLost(fmt.Errorf("%w: %q is no longer held by this lease", ErrLost, h.entity))
+	case parent.Err() != nil && h.cur != nil && h.cur.ctx == parent:
+		// The lease's context ended during the refresh: stop refreshing, as above.
 	default:
-		ls.refresh.Reset(max(cfg.refreshEvery/4, time.Millisecond))
+		h.refresh.Reset(max(cfg.refreshEvery/4, time.Millisecond))
 	}
 }

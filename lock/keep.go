@@ -1,0 +1,122 @@
+package lock
+
+import (
+	"context"
+	"time"
+)
+
+// Kept holdings (WithKeep): see "Kept leases" in the package doc. A holding is kept in the
+// Locker's kept map (under its mu) by its key; whoever removes it from the map (a reuse,
+// the idle timer, AcquireAll, Wait) owns it.
+
+// keep keeps the holding of ls, whose use this caller ended (end returned true), idle on
+// l for the keep duration, and reports whether ls's use ended that way. It does not when
+// the holding is lost or its validity has passed, nor when ls's context has ended (a
+// stopping or revoked worker gives its locks back at once): the caller then releases it.
+func (l *Locker) keep(ls *Lease) bool {
+	h := ls.h
+	h.mu.Lock()
+	if h.lost != nil || ls.ctx.Err() != nil || !time.Now().Before(h.validUntil) {
+		h.mu.Unlock()
+		return false
+	}
+	h.cur, ls.kept = nil, true
+	h.mu.Unlock()
+	ls.cancel(nil)
+
+	l.mu.Lock()
+	if _, other := l.kept[h.key]; other {
+		// Another holding of the entity is kept already: this one's lock expired in
+		// Redis before its watchdog could tell and was obtained again. Release it.
+		l.mu.Unlock()
+		if h.beginRelease() {
+			l.releaseInBackground(h, context.Background())
+		}
+		return true
+	}
+	l.kept[h.key] = h
+	h.keptAt = time.Now()
+	if h.idleTimer == nil {
+		h.idleTimer = time.AfterFunc(l.cfg.keep, h.idleEnd)
+	} else {
+		h.idleTimer.Reset(l.cfg.keep)
+	}
+	l.mu.Unlock()
+	return true
+}
+
+// idleEnd is a kept holding's idle timer callback: it releases the holding (in the
+// background: the release rides on the Locker's next acquisition) when it has been kept
+// idle for the keep duration.
+func (h *holding) idleEnd() {
+	l := h.locker
+	l.mu.Lock()
+	if l.kept[h.key] != h {
+		l.mu.Unlock() // reused (or released) meanwhile
+		return
+	}
+	if d := l.cfg.keep - time.Since(h.keptAt); d > 0 {
+		h.idleTimer.Reset(d) // reused and kept again since the timer was set
+		l.mu.Unlock()
+		return
+	}
+	delete(l.kept, h.key)
+	l.mu.Unlock()
+	l.releaseKept(h)
+}
+
+// takeKept removes and returns the holding of key kept on l, or nil if none is.
+func (l *Locker) takeKept(key string) *holding {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := l.kept[key]
+	if h != nil {
+		delete(l.kept, key)
+		h.idleTimer.Stop() // if it already fired, idleEnd finds h no longer kept
+	}
+	return h
+}
+
+// releaseKept releases h, a holding taken out of the kept map, in the background.
+func (l *Locker) releaseKept(h *holding) {
+	if h.beginRelease() {
+		l.releaseInBackground(h, context.Background())
+	}
+}
+
+// reuse returns a new lease, with its context derived from ctx, of the holding of key
+// kept on l, or nil if none is kept. A kept holding that is known to be lost or whose
+// validity has passed is never handed out: it is released instead (its release then rides
+// on the caller's acquisition) and reuse returns nil.
+func (l *Locker) reuse(ctx context.Context, key string) *Lease {
+	h := l.takeKept(key)
+	if h == nil {
+		return nil
+	}
+	h.mu.Lock()
+	if h.lost == nil && time.Now().Before(h.validUntil) {
+		ls := &Lease{h: h}
+		ls.ctx, ls.cancel = context.WithCancelCause(ctx)
+		h.cur = ls
+		h.mu.Unlock()
+		return ls
+	}
+	h.mu.Unlock()
+	l.releaseKept(h)
+	return nil
+}
+
+// releaseAllKept releases every kept holding in the background (Wait).
+func (l *Locker) releaseAllKept() {
+	l.mu.Lock()
+	all := make([]*holding, 0, len(l.kept))
+	for key, h := range l.kept {
+		delete(l.kept, key)
+		h.idleTimer.Stop()
+		all = append(all, h)
+	}
+	l.mu.Unlock()
+	for _, h := range all {
+		l.releaseKept(h)
+	}
+}
