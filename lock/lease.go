@@ -66,7 +66,7 @@ type holding struct {
 
 	// While kept idle (keep.go, under the Locker's mu): since when, and the timer that
 	// releases the holding after the keep duration.
-	keptAt   time.Time
+	keptAt    time.Time
 	idleTimer *time.Timer
 }
 
