@@ -74,6 +74,61 @@
 // Without pipelining (a custom RedisClient), each background release is a
 // goroutine and a round trip of its own, as before.
 //
+// # Kept leases
+//
+// With WithKeep(d), a lease ended by ReleaseInBackground is not released: its Locker keeps
+// the lock, idle, for up to d, and the next Acquire of the entity on that Locker (from any
+// goroutine) gets it back without a Redis round trip. A consumer's worker whose entity's
+// records come a few hundred milliseconds apart, interleaved with other entities' records,
+// thus pays the obtain and release scripts once per run of its entity instead of once per
+// record. A Lease is therefore one use of a holding: the holding is the lock as held in
+// Redis (key, random value, fencing token, watchdog, lost state), served to one Lease at a
+// time. Every guarantee holds:
+//
+//   - Exclusion. A kept holding is held in Redis the whole time (its watchdog keeps
+//     refreshing it; idle it refreshes under a background context), so no other Locker
+//     can obtain the entity meanwhile. Within the Locker, a holding is in its kept set only
+//     while no lease uses it, and the Acquire that takes it out of the set (under the
+//     Locker's mutex) is its only user: a concurrent Acquire of the entity finds the lock
+//     taken in Redis and retries, checking the kept set before every retry, so it gets the
+//     holding once the first user keeps it. Whoever takes a holding out of the set (a
+//     reuse, its idle timer, AcquireAll, Wait) owns it; each of the others finds it gone.
+//   - Per-use context. Each Acquire gets a new Lease whose Context is derived from its own
+//     context (the record's span, correlation id and the worker's stop signal), cancelled
+//     when the lease ends (kept or released) and with cause ErrLost if the holding is lost
+//     during the use: the watchdog cancels the context of the lease using the holding.
+//     An ended lease's Release does nothing and returns nil, so an old lease can never
+//     release a lock a later lease uses.
+//   - Lost locks are never handed out. A holding is kept only while it is not known lost,
+//     its validity (last refresh plus TTL) has not passed and the ending lease's context is
+//     live (a stopping or revoked worker releases at once); Acquire re-checks the first
+//     two when it takes a holding out of the set, and releases (compare-and-delete) a
+//     lost one in its own obtain's pipeline instead of reusing it. A holding lost while
+//     kept is noticed by its watchdog's next refresh; until then it is not known lost,
+//     exactly as for a lease in use, and the fence below rejects its writes if someone
+//     else obtained the entity meanwhile.
+//   - Fencing. Leases of one holding share its token. The fence check (CheckFence, the
+//     consumer's Fence) upserts the token per transaction; the same token may check any
+//     number of times, and a newer holder's higher token, which can exist only after the
+//     kept lock was lost, still makes the stale holder's transaction fail.
+//   - Bounded holding. A holding kept idle for d is released by a timer of its own
+//     (released the way background releases are: with the Locker's next acquisition or on
+//     its own within a millisecond), Wait releases every kept holding at once, and
+//     Release and ReleaseAll always release. AcquireAll does not reuse kept holdings: it
+//     releases those of its entities in the pipeline of its obtains, releases first, and
+//     obtains all anew, so its all-or-none acquisition and its freedom from deadlock (never
+//     waiting while holding part of a set) are unchanged.
+//
+// The cost is contention across Lockers: another instance that wants a kept entity finds
+// it held for up to d after its last use, and waits that long (plus its retry backoff, and
+// within its max wait). It is why keeping is an option, off by default: it pays where an
+// entity's events mostly reach one consumer (Kafka partitions keyed by the entity, as the
+// consumer's Lock assumes), and costs latency where several services or instances share
+// an entity's lock namespace and alternate on it. d must be below the TTL, and keeping
+// needs the watchdog (WithoutWatchdog would let a reused lease start with almost no
+// validity left). Each kept holding is refreshed every refresh period (TTL/3 by default)
+// while kept, one round trip per holding.
+//
 // # Batches
 //
 // Locker.AcquireAll obtains the leases of a set of entities, all or none,
@@ -110,6 +165,6 @@
 //
 // New takes kgo-style options (WithNamespace, WithTTL, WithRefreshEvery,
 // WithoutWatchdog, WithRetryBackoff, WithoutRetry, WithMaxWait,
-// WithFenceRetention), each documented with its Default* constant. A value
+// WithFenceRetention, WithKeep), each documented with its Default* constant. A value
 // out of range is an error wrapping ErrInvalidOption returned by New.
 package lock

@@ -23,6 +23,9 @@ const (
 	// DefaultFenceRetention is how long an entity's fencing counter is kept in Redis
 	// after its last acquisition (WithFenceRetention).
 	DefaultFenceRetention = 24 * time.Hour
+	// DefaultKeep is how long ReleaseInBackground keeps a lock for the next Acquire of its
+	// entity (WithKeep): not at all.
+	DefaultKeep time.Duration = 0
 )
 
 // config is the Locker's configuration, every default applied.
@@ -138,7 +141,7 @@ func WithFenceRetention(d time.Duration) Option {
 // Redis round trip, with the same fencing token and a Context derived from its own
 // context. A lock kept unused for d is released (with the Locker's next acquisition, as
 // background releases are), and Wait releases every kept lock at once. Release and
-// ReleaseAll always release. Default 0: every lock is released after its use.
+// ReleaseAll always release. Default DefaultKeep: every lock is released after its use.
 //
 // The cost is contention across Lockers: another instance (or another Locker of this
 // process) that wants a kept entity waits for up to d, plus its retry backoff, until the

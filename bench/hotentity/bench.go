@@ -179,11 +179,34 @@ type measured struct {
 	relayBatch      float64
 }
 
+// modeSpec is one pipeline mode: the hand-written floor, or choreo one event per
+// transaction (batch 0) or in batches of batch, with locks kept for keep (0: released
+// after each use).
+type modeSpec struct {
+	name  string
+	hand  bool
+	batch int
+	keep  time.Duration
+}
+
+// modes lists the pipeline modes of a run, the floor first.
+func (c config) modes() []modeSpec {
+	ms := []modeSpec{{name: "hand-written (franz-go + pgx + redislock)", hand: true}, {name: "choreo"}}
+	if c.keep > 0 {
+		ms = append(ms, modeSpec{name: fmt.Sprintf("choreo/keep=%v", c.keep), keep: c.keep})
+	}
+	for _, n := range c.batches {
+		ms = append(ms, modeSpec{name: fmt.Sprintf("choreo/batch=%d", n), batch: n})
+	}
+	return ms
+}
+
 // rounds runs pgbench and every mode c.repeat times, in turn, and summarises each.
 func (b *bench) rounds(ctx context.Context) ([]figures, error) {
-	names := []string{"pgbench, same transaction", "hand-written (franz-go + pgx + redislock)", "choreo"}
-	for _, n := range b.c.batches {
-		names = append(names, fmt.Sprintf("choreo/batch=%d", n))
+	specs := b.c.modes()
+	names := []string{"pgbench, same transaction"}
+	for _, s := range specs {
+		names = append(names, s.name)
 	}
 	all := make([][]measured, len(names))
 	for round := range max(b.c.repeat, 1) {
@@ -195,16 +218,12 @@ func (b *bench) rounds(ctx context.Context) ([]figures, error) {
 			return nil, err
 		}
 		all[0] = append(all[0], pgb)
-		for i := 1; i < len(names); i++ {
-			batch := 0
-			if i >= 3 {
-				batch = b.c.batches[i-3]
-			}
-			m, err := b.mode(ctx, names[i], i == 1, batch, round)
+		for i, s := range specs {
+			m, err := b.mode(ctx, s, round)
 			if err != nil {
-				return nil, fmt.Errorf("%s, round %d: %w", names[i], round+1, err)
+				return nil, fmt.Errorf("%s, round %d: %w", s.name, round+1, err)
 			}
-			all[i] = append(all[i], m)
+			all[i+1] = append(all[i+1], m)
 		}
 	}
 	out := make([]figures, len(names))
@@ -231,16 +250,18 @@ type pipeline interface {
 }
 
 // mode runs one mode over the whole input from a reset state and checks its result.
-func (b *bench) mode(ctx context.Context, name string, handWrittenMode bool, batch, round int) (measured, error) {
+func (b *bench) mode(ctx context.Context, spec modeSpec, round int) (measured, error) {
 	if err := resetState(ctx, b.pool); err != nil {
 		return measured{}, err
 	}
 	slug := "choreo"
 	switch {
-	case handWrittenMode:
+	case spec.hand:
 		slug = "hand"
-	case batch > 0:
-		slug = fmt.Sprintf("batch%d", batch)
+	case spec.batch > 0:
+		slug = fmt.Sprintf("batch%d", spec.batch)
+	case spec.keep > 0:
+		slug = "keep"
 	}
 	out := fmt.Sprintf("hot-out-%s-%d-%d", slug, round, time.Now().UnixNano())
 	if err := b.createTopics(ctx, out); err != nil {
@@ -266,7 +287,7 @@ func (b *bench) mode(ctx context.Context, name string, handWrittenMode bool, bat
 		evPerTx  = func() float64 { return 1 }
 		choreoPl *choreoPipeline
 	)
-	if handWrittenMode {
+	if spec.hand {
 		p = &handWritten{
 			brokers: b.brokers, group: group, in: b.in, out: out, pool: b.pool,
 			locks: redislock.New(b.rdb), prefix: b.prefix + "hw:", kgoOpts: b.kgoOpts(), log: b.log,
@@ -274,7 +295,7 @@ func (b *bench) mode(ctx context.Context, name string, handWrittenMode bool, bat
 		}
 	} else {
 		choreoPl = &choreoPipeline{
-			brokers: b.brokers, group: group, in: b.in, out: out, batch: batch, pool: b.pool, rdb: b.rdb,
+			brokers: b.brokers, group: group, in: b.in, out: out, batch: spec.batch, keep: spec.keep, pool: b.pool, rdb: b.rdb,
 			lockNS: b.prefix + "choreo:", kgoOpts: b.kgoOpts(), log: b.log, onAcked: onAcked,
 		}
 		p = choreoPl
@@ -295,7 +316,7 @@ func (b *bench) mode(ctx context.Context, name string, handWrittenMode bool, bat
 	defer cancel()
 	done := make(chan error, 1)
 	start := time.Now()
-	go pprof.Do(runCtx, pprof.Labels("mode", name), func(ctx context.Context) { done <- p.run(ctx) })
+	go pprof.Do(runCtx, pprof.Labels("mode", spec.name), func(ctx context.Context) { done <- p.run(ctx) })
 	var end time.Time
 	select {
 	case end = <-finished:

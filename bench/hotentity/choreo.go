@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -36,12 +37,14 @@ func applyCredit(ctx context.Context, tx pgx.Tx, ev event.Event) (event.Event, e
 
 // choreoPipeline is the same pipeline on the library: consumer.Standard (Lock = lock.New,
 // Fence, AfterCommit ob.Wake; the idempotency claim is the dedup), in batch mode with
-// consumer.StandardBatch when batch > 0, and an outbox.Relay linked with WithOutbox.
+// consumer.StandardBatch when batch > 0, with locks kept for keep (lock.WithKeep) when
+// keep > 0, and an outbox.Relay linked with WithOutbox.
 type choreoPipeline struct {
 	brokers []string
 	group   string
 	in, out string
 	batch   int
+	keep    time.Duration // lock.WithKeep, if positive
 	pool    *pgxpool.Pool
 	rdb     *redis.Client
 	lockNS  string
@@ -75,7 +78,11 @@ func (p *choreoPipeline) run(ctx context.Context) error {
 		return err
 	}
 	defer dlq.Close()
-	locker, err := lock.New(p.rdb, lock.WithNamespace(p.lockNS))
+	lockOpts := []lock.Option{lock.WithNamespace(p.lockNS)}
+	if p.keep > 0 {
+		lockOpts = append(lockOpts, lock.WithKeep(p.keep))
+	}
+	locker, err := lock.New(p.rdb, lockOpts...)
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,7 @@
 // Command hotentity measures the library on hot entities against a hand-written pipeline
 // doing the same work, and against pgbench running the same transaction, in one run.
 //
-//	go run ./bench/hotentity [-events 20000] [-partitions 12] [-accounts 1000] [-dup 0.05] [-batch 16] [-repeat 3]
+//	go run ./bench/hotentity [-events 20000] [-partitions 12] [-accounts 1000] [-dup 0.05] [-batch 16] [-keep 1s] [-repeat 3]
 //
 // The work, per input event: consume → lock the account (Redis) → one transaction: dedup
 // + one UPDATE of the account's balance + one outbox insert → relay the outgoing event to
@@ -21,7 +21,10 @@
 //   - choreo: consumer.Standard (Locker lock.New, Fence, AfterCommit ob.Wake; the
 //     idempotency claim is its dedup), one event per transaction, and an outbox.Relay
 //     sharing the writers' outbox.Outbox.
-//   - choreo/batch=N: the same with consumer.WithBatch(N, consumer.StandardBatch(cfg)).
+//   - choreo/keep=D: choreo with lock.WithKeep(D) (-keep): a worker's lease of an account
+//     is kept for up to D after its record and reused, without a Redis round trip, by the
+//     account's next record (same fencing token, so the fence upsert stays per transaction).
+//   - choreo/batch=N: the same as choreo with consumer.WithBatch(N, consumer.StandardBatch(cfg)).
 //
 // Both consumers get the same franz-go options where they matter: ConsumeResetOffset at
 // the start, and FetchMaxWait only when -fetch-max-wait is set (otherwise franz-go's
@@ -76,6 +79,7 @@ type config struct {
 	accounts           int
 	dup                float64
 	batches            []int
+	keep               time.Duration
 	repeat             int
 	pgbenchT           time.Duration
 	fetchMaxWait       time.Duration
@@ -96,6 +100,7 @@ func main() {
 	flag.IntVar(&c.accounts, "accounts", 1000, "distinct accounts (record keys)")
 	flag.Float64Var(&c.dup, "dup", 0.05, "fraction of the input records that are duplicates of earlier ones")
 	flag.StringVar(&batches, "batch", "16", "comma-separated batch sizes of the choreo/batch=N modes (empty: none)")
+	flag.DurationVar(&c.keep, "keep", time.Second, "lock.WithKeep of the choreo/keep mode (one event per transaction; 0: no such mode)")
 	flag.IntVar(&c.repeat, "repeat", 3, "rounds; the table shows each mode's median round")
 	flag.DurationVar(&c.pgbenchT, "pgbench-time", 10*time.Second, "duration of each pgbench run")
 	flag.DurationVar(&c.fetchMaxWait, "fetch-max-wait", 0, "kgo.FetchMaxWait for both consumers (0: franz-go's default)")
