@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/lock"
@@ -53,5 +54,50 @@ func TestLockReleaseCarriedByNextRecord(t *testing.T) {
 	}
 	if len(left) != 0 {
 		t.Errorf("lock keys left after shutdown: %q", left)
+	}
+}
+
+// With a Locker that keeps leases (lock.WithKeep), a partition worker's next record of an
+// entity reuses the lease the previous one kept, without a Redis round trip: far fewer
+// round trips than records. Every record is still handled once and in order under the
+// fence (the kept lease's token is checked by every transaction), and once the consumer
+// has stopped and the Locker's Wait has returned, no lock key is left in Redis.
+func TestLockKeptLeases(t *testing.T) {
+	e := newChainEnv(t, 2)
+	rdb, ns := testenv.Redis(t)
+	h := new(testenv.ScriptHook)
+	rdb.AddHook(h)
+	e.locker = newLocker(t, rdb, lock.WithNamespace(ns), lock.WithKeep(5*time.Second))
+	const perKey = 30
+	keys := []string{"a", "b", "c", "d"}
+	recs := seqEvents(t, e.topic, keys, perKey)
+	produce(t, newProducer(t, e.brokers), recs...)
+
+	r := start(t, e.consumer(t, e.standard(t, StandardConfig{})))
+	waitFor(t, "every record handled", func() bool { return e.effects(t) == len(recs) })
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.locker.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, e.pool, `SELECT count(*) FROM entities WHERE seq = $1`, perKey); n != len(keys) {
+		t.Errorf("%d of %d entities complete and in order", n, len(keys))
+	}
+	if n := count(t, e.pool, `SELECT count(*) FROM choreo_lock_fences WHERE entity LIKE $1`, ns+"%"); n != len(keys) {
+		t.Errorf("%d fence rows, want one per entity (%d)", n, len(keys))
+	}
+	t.Logf("%d Redis round trips for %d records", h.RoundTrips.Load(), len(recs))
+	if got := h.RoundTrips.Load(); got > int64(len(recs)/2) {
+		t.Errorf("%d Redis round trips for %d records: kept leases were not reused", got, len(recs))
+	}
+	iter := rdb.Scan(context.Background(), 0, ns+"*", 500).Iterator()
+	for iter.Next(context.Background()) {
+		if !strings.HasSuffix(iter.Val(), ":fence") {
+			t.Errorf("lock key left after shutdown: %q", iter.Val())
+		}
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
 	}
 }

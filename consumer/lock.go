@@ -24,7 +24,9 @@ type Locker interface {
 // background (lock.Lease.ReleaseInBackground: the record does not wait for a round trip;
 // the release goes out with the worker's next acquisition, in the same Redis round trip,
 // or on its own within a millisecond when none comes, and lock.Locker.Wait before exiting
-// lets the last releases reach Redis). A lease that cannot be obtained fails with lock.ErrNotObtained and a lease lost
+// lets the last releases reach Redis). With a Locker built with lock.WithKeep, the lease
+// is kept instead for the entity's next record on this instance, which then takes it
+// without a Redis round trip (same fencing token; see lock's "Kept leases"). A lease that cannot be obtained fails with lock.ErrNotObtained and a lease lost
 // mid-handling with lock.ErrLost; both are retryable. The lock is for contention, not
 // correctness: the transaction (Idempotent, with Fence) is the guard.
 //
