@@ -192,8 +192,8 @@ type modeSpec struct {
 // modes lists the pipeline modes of a run, the floor first.
 func (c config) modes() []modeSpec {
 	ms := []modeSpec{{name: "hand-written (franz-go + pgx + redislock)", hand: true}, {name: "choreo"}}
-	if c.keep > 0 {
-		ms = append(ms, modeSpec{name: fmt.Sprintf("choreo/keep=%v", c.keep), keep: c.keep})
+	for _, d := range c.keeps {
+		ms = append(ms, modeSpec{name: fmt.Sprintf("choreo/keep=%v", d), keep: d})
 	}
 	for _, n := range c.batches {
 		ms = append(ms, modeSpec{name: fmt.Sprintf("choreo/batch=%d", n), batch: n})

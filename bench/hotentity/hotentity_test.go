@@ -179,7 +179,7 @@ func TestSmokeAllModes(t *testing.T) {
 	defer cancel()
 	r, err := run(ctx, config{
 		pg: testenv.PostgresDSN(t), redis: testenv.RedisAddr(t),
-		events: 200, partitions: 4, accounts: 20, dup: 0.05, batches: []int{8}, keep: time.Second,
+		events: 200, partitions: 4, accounts: 20, dup: 0.05, batches: []int{8}, keeps: []time.Duration{time.Second},
 		repeat: 1, pgbenchT: time.Second, seed: 1, jsonOut: jsonPath,
 	})
 	if err != nil {

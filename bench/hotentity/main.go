@@ -21,7 +21,7 @@
 //   - choreo: consumer.Standard (Locker lock.New, Fence, AfterCommit ob.Wake; the
 //     idempotency claim is its dedup), one event per transaction, and an outbox.Relay
 //     sharing the writers' outbox.Outbox.
-//   - choreo/keep=D: choreo with lock.WithKeep(D) (-keep): a worker's lease of an account
+//   - choreo/keep=D: choreo with lock.WithKeep(D) (-keep, a list): a worker's lease of an account
 //     is kept for up to D after its record and reused, without a Redis round trip, by the
 //     account's next record (same fencing token, so the fence upsert stays per transaction).
 //   - choreo/batch=N: the same as choreo with consumer.WithBatch(N, consumer.StandardBatch(cfg)).
@@ -79,7 +79,7 @@ type config struct {
 	accounts           int
 	dup                float64
 	batches            []int
-	keep               time.Duration
+	keeps              []time.Duration
 	repeat             int
 	pgbenchT           time.Duration
 	fetchMaxWait       time.Duration
@@ -100,7 +100,7 @@ func main() {
 	flag.IntVar(&c.accounts, "accounts", 1000, "distinct accounts (record keys)")
 	flag.Float64Var(&c.dup, "dup", 0.05, "fraction of the input records that are duplicates of earlier ones")
 	flag.StringVar(&batches, "batch", "16", "comma-separated batch sizes of the choreo/batch=N modes (empty: none)")
-	flag.DurationVar(&c.keep, "keep", time.Second, "lock.WithKeep of the choreo/keep mode (one event per transaction; 0: no such mode)")
+	keeps := flag.String("keep", "1s", "comma-separated lock.WithKeep durations of the choreo/keep=D modes, one event per transaction (empty: none)")
 	flag.IntVar(&c.repeat, "repeat", 3, "rounds; the table shows each mode's median round")
 	flag.DurationVar(&c.pgbenchT, "pgbench-time", 10*time.Second, "duration of each pgbench run")
 	flag.DurationVar(&c.fetchMaxWait, "fetch-max-wait", 0, "kgo.FetchMaxWait for both consumers (0: franz-go's default)")
@@ -113,6 +113,16 @@ func main() {
 		if c.batches, err = benchutil.ParseInts(batches, 1); err != nil {
 			fmt.Fprintln(os.Stderr, "bench/hotentity: -batch:", err)
 			os.Exit(2)
+		}
+	}
+	if *keeps != "" {
+		for _, f := range strings.Split(*keeps, ",") {
+			d, err := time.ParseDuration(strings.TrimSpace(f))
+			if err != nil || d <= 0 {
+				fmt.Fprintf(os.Stderr, "bench/hotentity: -keep: bad duration %q\n", f)
+				os.Exit(2)
+			}
+			c.keeps = append(c.keeps, d)
 		}
 	}
 	if _, err := run(context.Background(), c); err != nil {
