@@ -142,7 +142,10 @@ func ReleaseAll(ctx context.Context, leases []*Lease) error {
 		claimed = make(map[*Locker][]*holding)
 	)
 	for _, ls := range leases {
-		if ls == nil || !ls.end() || !ls.h.beginRelease() {
+		if ls == nil {
+			continue
+		}
+		if ended, _ := ls.end(false); !ended || !ls.h.beginRelease() {
 			continue
 		}
 		l := ls.h.locker

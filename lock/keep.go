@@ -9,30 +9,16 @@ import (
 // Locker's kept map (under its mu) by its key; whoever removes it from the map (a reuse,
 // the idle timer, AcquireAll, Wait) owns it.
 
-// keep keeps the holding of ls, whose use this caller ended (end returned true), idle on
-// l for the keep duration, and reports whether ls's use ended that way. It does not when
-// the holding is lost or its validity has passed, nor when ls's context has ended (a
-// stopping or revoked worker gives its locks back at once): the caller then releases it.
-func (l *Locker) keep(ls *Lease) bool {
-	h := ls.h
-	h.mu.Lock()
-	if h.lost != nil || ls.ctx.Err() != nil || !time.Now().Before(h.validUntil) {
-		h.mu.Unlock()
-		return false
-	}
-	h.cur, ls.kept = nil, true
-	h.mu.Unlock()
-	ls.cancel(nil)
-
+// keep keeps h, whose last lease ended with the holding kept (Lease.end), idle on l for
+// the keep duration.
+func (l *Locker) keep(h *holding) {
 	l.mu.Lock()
 	if _, other := l.kept[h.key]; other {
 		// Another holding of the entity is kept already: this one's lock expired in
 		// Redis before its watchdog could tell and was obtained again. Release it.
 		l.mu.Unlock()
-		if h.beginRelease() {
-			l.releaseInBackground(h, context.Background())
-		}
-		return true
+		l.releaseKept(h)
+		return
 	}
 	l.kept[h.key] = h
 	h.keptAt = time.Now()
@@ -42,7 +28,6 @@ func (l *Locker) keep(ls *Lease) bool {
 		h.idleTimer.Reset(l.cfg.keep)
 	}
 	l.mu.Unlock()
-	return true
 }
 
 // idleEnd is a kept holding's idle timer callback: it releases the holding (in the

@@ -119,7 +119,7 @@ func (ls *Lease) ValidUntil() time.Time {
 // ReleaseAll) has an effect; later calls return the same result (nil after a
 // ReleaseInBackground that kept the lock).
 func (ls *Lease) Release(ctx context.Context) error {
-	if ls.end() && ls.h.beginRelease() {
+	if ended, _ := ls.end(false); ended && ls.h.beginRelease() {
 		h := ls.h
 		n, err := releaseScript.Run(ctx, h.locker.redis, []string{h.key}, h.value).Int64()
 		h.endRelease(n, err)
@@ -127,16 +127,24 @@ func (ls *Lease) Release(ctx context.Context) error {
 	return ls.result()
 }
 
-// end ends the lease's use and reports whether this call did; the caller then releases
-// or keeps the holding.
-func (ls *Lease) end() bool {
-	ls.h.mu.Lock()
-	defer ls.h.mu.Unlock()
+// end ends the lease's use and reports whether this call did (ended). If keeping is set
+// it also decides, in the same step, whether the holding is kept (kept): only while it is
+// not known lost, its validity has not passed and the lease's context is live (a stopping
+// or revoked worker gives its locks back at once). A kept holding is no longer used by
+// ls; the caller must then cancel ls's context and keep the holding (Locker.keep), or
+// else release it.
+func (ls *Lease) end(keeping bool) (ended, kept bool) {
+	h := ls.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	if ls.ended {
-		return false
+		return false, false
 	}
 	ls.ended = true
-	return true
+	if keeping && h.lost == nil && ls.ctx.Err() == nil && time.Now().Before(h.validUntil) {
+		h.cur, ls.kept = nil, true
+	}
+	return true, ls.kept
 }
 
 // result waits for the end of the lease's use and returns its result: nil if the holding

@@ -304,11 +304,14 @@ func (l *Locker) Do(ctx context.Context, entity string, fn func(ctx context.Cont
 // stayed unused for the keep duration or at Wait; a lock known to be lost, or whose
 // lease's Context has ended, is released as above.
 func (ls *Lease) ReleaseInBackground() {
-	if !ls.end() {
-		return // another call ended the lease
-	}
 	l := ls.h.locker
-	if l.cfg.keep > 0 && l.keep(ls) {
+	ended, kept := ls.end(l.cfg.keep > 0)
+	switch {
+	case !ended:
+		return // another call ended the lease
+	case kept:
+		ls.cancel(nil)
+		l.keep(ls.h)
 		return
 	}
 	if ls.h.beginRelease() {
