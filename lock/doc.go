@@ -126,8 +126,12 @@
 // consumer's Lock assumes), and costs latency where several services or instances share
 // an entity's lock namespace and alternate on it. d must be below the TTL, and keeping
 // needs the watchdog (WithoutWatchdog would let a reused lease start with almost no
-// validity left). Each kept holding is refreshed every refresh period (TTL/3 by default)
-// while kept, one round trip per holding.
+// validity left). A kept holding is still refreshed every refresh period (TTL/3 by
+// default); where the client can pipeline, the refreshes of idle kept holdings that fall
+// due within an eighth of the period go out together in one round trip (a refresh waits
+// at most that long, so the lock stays valid for at least TTL − 9/8 of the period), so
+// many kept entities cost a few round trips per period, not one each. A holding in use
+// refreshes on its own, as without WithKeep.
 //
 // # Batches
 //

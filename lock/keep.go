@@ -91,6 +91,57 @@ func (l *Locker) reuse(ctx context.Context, key string) *Lease {
 	return nil
 }
 
+// queueRefresh queues the refresh of h, a kept holding whose watchdog is due, to be sent
+// with those of the other kept holdings due within refreshBatchDelay, in one round trip.
+// Only for a client that can pipeline.
+func (l *Locker) queueRefresh(h *holding) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.refreshes = append(l.refreshes, h)
+	if l.refreshArmed {
+		return
+	}
+	l.refreshArmed = true
+	if l.refreshTimer == nil {
+		l.refreshTimer = time.AfterFunc(l.refreshBatchDelay, l.refreshKept)
+	} else {
+		l.refreshTimer.Reset(l.refreshBatchDelay)
+	}
+}
+
+// refreshKept is the refresh batch timer's callback: it sends the queued refreshes of kept
+// holdings in one pipeline, bounded by the refresh period, and applies each reply as the
+// holding's own watchdog would. A holding released or lost meanwhile is skipped; one
+// reused meanwhile is refreshed all the same.
+func (l *Locker) refreshKept() {
+	l.mu.Lock()
+	queued := l.refreshes
+	l.refreshes, l.refreshArmed = nil, false
+	l.mu.Unlock()
+	live := queued[:0]
+	calls := make([]scriptCall, 0, len(queued))
+	for _, h := range queued {
+		h.mu.Lock()
+		if !h.released && h.lost == nil {
+			h.inflight.Add(1) // a release waits for the refresh
+			live = append(live, h)
+			calls = append(calls, scriptCall{script: refreshScript, keys: []string{h.key}, args: []any{h.value, l.ttlArg}})
+		}
+		h.mu.Unlock()
+	}
+	if len(live) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.refreshEvery)
+	defer cancel()
+	start := time.Now()
+	for i, cmd := range runAll(ctx, l.redis, calls) {
+		n, err := cmd.Int64()
+		live[i].extended(ctx, start, n, err)
+		live[i].inflight.Done()
+	}
+}
+
 // releaseAllKept releases every kept holding in the background (Wait).
 func (l *Locker) releaseAllKept() {
 	l.mu.Lock()

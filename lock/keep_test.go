@@ -152,6 +152,7 @@ func TestReusedLeaseLost(t *testing.T) {
 // its own obtain, one round trip, and gets a new lock.
 func TestLostKeptLockNotReused(t *testing.T) {
 	l, rdb, hook := kept(t, longKeep)
+	lock.SetRefreshBatchDelay(l, time.Hour) // sent by FlushRefreshes only
 	ctx := context.Background()
 	old, err := l.Acquire(ctx, "a")
 	if err != nil {
@@ -161,7 +162,8 @@ func TestLostKeptLockNotReused(t *testing.T) {
 	if err := rdb.Del(ctx, old.Key()).Err(); err != nil { // expired, say
 		t.Fatal(err)
 	}
-	lock.Refresh(old) // the watchdog notices
+	lock.Refresh(old) // the watchdog's refresh, queued with the other kept locks'
+	lock.FlushRefreshes(l)
 	before := hook.RoundTrips.Load()
 	next, err := l.Acquire(ctx, "a")
 	if err != nil {
@@ -346,6 +348,43 @@ func TestKeptLocksMutualExclusion(t *testing.T) {
 		if exists(t, rdb, lockers[0], fmt.Sprint("e", e)) != 0 {
 			t.Errorf("e%d still locked after Wait", e)
 		}
+	}
+}
+
+// The watchdog refreshes of kept locks go out together, in one round trip, and extend
+// every lock's validity.
+func TestKeptLocksRefreshedTogether(t *testing.T) {
+	l, _, hook := kept(t, longKeep)
+	lock.SetRefreshBatchDelay(l, time.Hour) // sent by FlushRefreshes only
+	ctx := context.Background()
+	var leases []*lock.Lease
+	for _, e := range []string{"x", "y", "z"} {
+		ls, err := l.Acquire(ctx, e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls.ReleaseInBackground()
+		leases = append(leases, ls)
+	}
+	before, batches := hook.RoundTrips.Load(), hook.MultiScript.Load()
+	valid := leases[2].ValidUntil()
+	for _, ls := range leases {
+		lock.Refresh(ls)
+	}
+	if got := hook.RoundTrips.Load() - before; got != 0 {
+		t.Errorf("%d round trips before the batch went out", got)
+	}
+	lock.FlushRefreshes(l)
+	if got := hook.RoundTrips.Load() - before; got != 1 || hook.MultiScript.Load() != batches+1 {
+		t.Errorf("%d round trips, %d with several scripts; want the 3 refreshes in 1", got, hook.MultiScript.Load()-batches)
+	}
+	for _, ls := range leases {
+		if !ls.ValidUntil().After(valid) {
+			t.Errorf("%s: validity not extended", ls.Entity())
+		}
+	}
+	if err := l.Wait(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 

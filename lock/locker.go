@@ -69,7 +69,13 @@ type Locker struct {
 	timerArmed   bool
 
 	// With WithKeep, the holdings kept idle after their use, by lock key (under mu; keep.go).
-	kept map[string]*holding
+	// Where the client can pipeline, the refreshes of kept holdings wait in refreshes
+	// (under mu) for at most refreshBatchDelay, armed by refreshTimer, and go out together.
+	kept              map[string]*holding
+	refreshes         []*holding
+	refreshTimer      *time.Timer
+	refreshArmed      bool
+	refreshBatchDelay time.Duration
 }
 
 // New returns a Locker using client (a *redis.Client, *redis.ClusterClient or
@@ -93,8 +99,15 @@ func New(client redislock.RedisClient, opts ...Option) (*Locker, error) {
 		retentionArg: strconv.FormatInt(cfg.fenceRetention.Milliseconds(), 10),
 		releasing:    make(map[string]chan struct{}),
 		kept:         make(map[string]*holding),
+		// A kept holding's refresh may wait for others this long; its lock stays valid
+		// for at least TTL − refresh period − this (a refresh is due every period).
+		refreshBatchDelay: cfg.refreshEvery / refreshBatchDivisor,
 	}, nil
 }
+
+// refreshBatchDivisor: the refreshes of kept holdings wait at most refreshEvery /
+// refreshBatchDivisor for one another (see Locker.refreshBatchDelay).
+const refreshBatchDivisor = 8
 
 // Key returns the Redis key of entity's lock.
 func (l *Locker) Key(entity string) string {

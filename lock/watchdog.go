@@ -68,6 +68,7 @@ func (h *holding) expire() {
 // ended (the use is ending: its lock is released, or expires after TTL); a holding kept
 // idle (WithKeep) is refreshed under a background context.
 func (h *holding) extend() {
+	l := h.locker
 	h.mu.Lock()
 	parent := context.Background()
 	if h.cur != nil {
@@ -77,17 +78,28 @@ func (h *holding) extend() {
 		h.mu.Unlock()
 		return
 	}
+	if h.cur == nil && l.pipelines {
+		// Kept idle: refreshed together with the other kept holdings due (keep.go).
+		h.mu.Unlock()
+		l.queueRefresh(h)
+		return
+	}
 	h.inflight.Add(1)
 	deadline := h.validUntil
 	h.mu.Unlock()
 	defer h.inflight.Done()
 
-	cfg := h.locker.cfg
 	start := time.Now()
 	rctx, cancel := context.WithDeadline(parent, deadline)
-	n, err := refreshScript.Run(rctx, h.locker.redis, []string{h.key}, h.value, h.locker.ttlArg).Int64()
+	n, err := refreshScript.Run(rctx, l.redis, []string{h.key}, h.value, l.ttlArg).Int64()
 	cancel()
+	h.extended(parent, start, n, err)
+}
 
+// extended applies the reply (n, err) of a refresh of h started at start under parent:
+// the holding is valid for a TTL from start, or lost, or the refresh is retried sooner.
+func (h *holding) extended(parent context.Context, start time.Time, n int64, err error) {
+	cfg := h.locker.cfg
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.released || h.lost != nil {
