@@ -1,7 +1,7 @@
 // Command hotentity measures the library on hot entities against a hand-written pipeline
 // doing the same work, and against pgbench running the same transaction, in one run.
 //
-//	go run ./bench/hotentity [-events 20000] [-partitions 12] [-accounts 1000] [-dup 0.05] [-batch 16] [-keep 1s] [-repeat 3]
+//	go run ./bench/hotentity [-events 20000] [-partitions 12] [-accounts 1000] [-dup 0.05] [-batch 16] [-keep 2s] [-repeat 3]
 //
 // The work, per input event: consume → lock the account (Redis) → one transaction: dedup
 // + one UPDATE of the account's balance + one outbox insert → relay the outgoing event to
@@ -100,7 +100,7 @@ func main() {
 	flag.IntVar(&c.accounts, "accounts", 1000, "distinct accounts (record keys)")
 	flag.Float64Var(&c.dup, "dup", 0.05, "fraction of the input records that are duplicates of earlier ones")
 	flag.StringVar(&batches, "batch", "16", "comma-separated batch sizes of the choreo/batch=N modes (empty: none)")
-	keeps := flag.String("keep", "1s", "comma-separated lock.WithKeep durations of the choreo/keep=D modes, one event per transaction (empty: none)")
+	keeps := flag.String("keep", "2s", "comma-separated lock.WithKeep durations of the choreo/keep=D modes, one event per transaction (empty: none)")
 	flag.IntVar(&c.repeat, "repeat", 3, "rounds; the table shows each mode's median round")
 	flag.DurationVar(&c.pgbenchT, "pgbench-time", 10*time.Second, "duration of each pgbench run")
 	flag.DurationVar(&c.fetchMaxWait, "fetch-max-wait", 0, "kgo.FetchMaxWait for both consumers (0: franz-go's default)")
