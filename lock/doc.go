@@ -97,8 +97,9 @@
 //     context (the record's span, correlation id and the worker's stop signal), cancelled
 //     when the lease ends (kept or released) and with cause ErrLost if the holding is lost
 //     during the use: the watchdog cancels the context of the lease using the holding.
-//     An ended lease's Release does nothing and returns nil, so an old lease can never
-//     release a lock a later lease uses.
+//     A lease ends once (its first Release, ReleaseInBackground or ReleaseAll); a later
+//     Release of a lease that ended by being kept does nothing and returns nil, so an old
+//     lease can never release a lock that a later lease uses.
 //   - Lost locks are never handed out. A holding is kept only while it is not known lost,
 //     its validity (last refresh plus TTL) has not passed and the ending lease's context is
 //     live (a stopping or revoked worker releases at once); Acquire re-checks the first
@@ -108,9 +109,12 @@
 //     exactly as for a lease in use, and the fence below rejects its writes if someone
 //     else obtained the entity meanwhile.
 //   - Fencing. Leases of one holding share its token. The fence check (CheckFence, the
-//     consumer's Fence) upserts the token per transaction; the same token may check any
-//     number of times, and a newer holder's higher token, which can exist only after the
-//     kept lock was lost, still makes the stale holder's transaction fail.
+//     consumer's Fence) upserts the token per transaction and row-locks the fence row
+//     until the transaction ends, as for any lease; the same token may check any number
+//     of times. A higher token can exist only once the kept lock was lost and obtained by
+//     someone else; from then on every transaction of the old holding's leases either
+//     finds that token recorded, or waits for the newer holder's row lock (READ
+//     COMMITTED re-reads the row) and finds it then, and fails with ErrStaleToken.
 //   - Bounded holding. A holding kept idle for d is released by a timer of its own
 //     (released the way background releases are: with the Locker's next acquisition or on
 //     its own within a millisecond), Wait releases every kept holding at once, and
