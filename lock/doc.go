@@ -112,9 +112,12 @@
 //     consumer's Fence) upserts the token per transaction and row-locks the fence row
 //     until the transaction ends, as for any lease; the same token may check any number
 //     of times. A higher token can exist only once the kept lock was lost and obtained by
-//     someone else; from then on every transaction of the old holding's leases either
-//     finds that token recorded, or waits for the newer holder's row lock (READ
-//     COMMITTED re-reads the row) and finds it then, and fails with ErrStaleToken.
+//     someone else. A transaction of the old holding's leases whose upsert comes after
+//     the newer holder's (committed or not) fails with ErrStaleToken: it finds the higher
+//     token, or waits for the newer holder's row lock and then re-reads the row (READ
+//     COMMITTED); one whose upsert came first is ordered before the newer holder's
+//     transaction, which waits for it. This is exactly the argument for a lease that was
+//     not kept: keeping only lets more transactions carry the same token.
 //   - Bounded holding. A holding kept idle for d is released by a timer of its own
 //     (released the way background releases are: with the Locker's next acquisition or on
 //     its own within a millisecond), Wait releases every kept holding at once, and
