@@ -379,21 +379,33 @@ func (a *App) Handle(pattern string, h http.Handler, opts ...RouteOption) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	h = withRequestTimeout(otelhttp.NewHandler(h, pattern,
-		otelhttp.WithTracerProvider(a.Telemetry.TracerProvider),
-		otelhttp.WithMeterProvider(a.Telemetry.MeterProvider),
-		otelhttp.WithPropagators(a.Telemetry.Propagator),
+	a.mux.Handle(pattern, route(a.Telemetry, pattern, h, a.opts.httpLimits.withDefaults().RequestTimeout, o.admission))
+}
+
+// route returns the handler of the route pattern: admission control by adm (none if
+// nil), then the request deadline timeout, then otelhttp's server span, then h.
+func route(tel *tracing.Telemetry, pattern string, h http.Handler, timeout time.Duration, adm *Admission) http.Handler {
+	h = withRequestTimeout(serverSpan(tel, pattern, h), timeout)
+	if adm != nil {
+		h = adm.Wrap(h)
+	}
+	return h
+}
+
+// serverSpan returns h with otelhttp's server span and request metrics, the span
+// named after the request's route pattern.
+func serverSpan(tel *tracing.Telemetry, pattern string, h http.Handler) http.Handler {
+	return otelhttp.NewHandler(h, pattern,
+		otelhttp.WithTracerProvider(tel.TracerProvider),
+		otelhttp.WithMeterProvider(tel.MeterProvider),
+		otelhttp.WithPropagators(tel.Propagator),
 		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
 			if r.Pattern != "" {
 				return r.Pattern
 			}
 			return r.Method
 		}),
-	), a.opts.httpLimits.withDefaults().RequestTimeout)
-	if o.admission != nil {
-		h = o.admission.Wrap(h)
-	}
-	a.mux.Handle(pattern, h)
+	)
 }
 
 // RouteOption configures one route of [App.Handle].
