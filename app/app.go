@@ -366,24 +366,64 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 
 // Handle registers h for pattern (http.ServeMux syntax, e.g. "POST /orders") on the
 // service's HTTP server, with a server span per request (otelhttp) whose parent is the
-// caller's traceparent. /healthz, /readyz and /metrics are taken.
-func (a *App) Handle(pattern string, h http.Handler) {
-	a.mux.Handle(pattern, otelhttp.NewHandler(h, pattern,
-		otelhttp.WithTracerProvider(a.Telemetry.TracerProvider),
-		otelhttp.WithMeterProvider(a.Telemetry.MeterProvider),
-		otelhttp.WithPropagators(a.Telemetry.Propagator),
+// caller's traceparent, under the request deadline of HTTPLimits.RequestTimeout.
+// /healthz, /readyz and /metrics are taken.
+//
+// With [WithRouteAdmission], admission control comes first: a request shed by it is
+// answered 503 before the deadline's timer and goroutine (http.TimeoutHandler) and the
+// server span exist, so a refusal costs only the answer and the shed counter
+// (http.server.shed_requests); it has no span and is not in otelhttp's request metrics.
+// The admitted ones are served exactly as without it.
+func (a *App) Handle(pattern string, h http.Handler, opts ...RouteOption) {
+	var o routeOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	a.mux.Handle(pattern, route(a.Telemetry, pattern, h, a.opts.httpLimits.withDefaults().RequestTimeout, o.admission))
+}
+
+// route returns the handler of the route pattern: admission control by adm (none if
+// nil), then the request deadline timeout, then otelhttp's server span, then h.
+func route(tel *tracing.Telemetry, pattern string, h http.Handler, timeout time.Duration, adm *Admission) http.Handler {
+	h = withRequestTimeout(serverSpan(tel, pattern, h), timeout)
+	if adm != nil {
+		h = adm.Wrap(h)
+	}
+	return h
+}
+
+// serverSpan returns h with otelhttp's server span and request metrics, the span
+// named after the request's route pattern.
+func serverSpan(tel *tracing.Telemetry, pattern string, h http.Handler) http.Handler {
+	return otelhttp.NewHandler(h, pattern,
+		otelhttp.WithTracerProvider(tel.TracerProvider),
+		otelhttp.WithMeterProvider(tel.MeterProvider),
+		otelhttp.WithPropagators(tel.Propagator),
 		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
 			if r.Pattern != "" {
 				return r.Pattern
 			}
 			return r.Method
 		}),
-	))
+	)
+}
+
+// RouteOption configures one route of [App.Handle].
+type RouteOption func(*routeOptions)
+
+type routeOptions struct {
+	admission *Admission
+}
+
+// WithRouteAdmission puts the route under adm (see [Admission]), outside its span and
+// request deadline. One Admission may cover several routes: they share its cap.
+func WithRouteAdmission(adm *Admission) RouteOption {
+	return func(o *routeOptions) { o.admission = adm }
 }
 
 // HandleFunc is Handle for a handler function.
-func (a *App) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
-	a.Handle(pattern, http.HandlerFunc(h))
+func (a *App) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request), opts ...RouteOption) {
+	a.Handle(pattern, http.HandlerFunc(h), opts...)
 }
 
 // AddCheck adds a readiness check, reported under name by /readyz next to "postgres",
@@ -544,30 +584,33 @@ func (a *App) Addr() string {
 func (a *App) Ready() <-chan struct{} { return a.ready }
 
 // Handler returns the App's HTTP handler with every endpoint: /healthz, /readyz (with
-// each check's error), /metrics and the routes registered with Handle. Run serves it on
-// one listener only without an admin listener (see Config.AdminAddr); tests may call
-// it directly.
+// each check's error), /metrics and the routes registered with Handle, each under the
+// request deadline (HTTPLimits.RequestTimeout; a route's own, see Handle). Run serves
+// it on one listener only without an admin listener (see Config.AdminAddr); tests may
+// call it directly.
 func (a *App) Handler() http.Handler {
-	mux := a.adminMux()
+	mux := a.adminMux(a.opts.httpLimits.withDefaults().RequestTimeout)
 	mux.Handle("/", a.mux)
 	return mux
 }
 
-// adminMux serves the admin endpoints: /healthz, /readyz with details, /metrics.
-func (a *App) adminMux() *http.ServeMux {
+// adminMux serves the admin endpoints, each under the request deadline timeout:
+// /healthz, /readyz with details, /metrics.
+func (a *App) adminMux(timeout time.Duration) *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.Handle("GET /healthz", HealthHandler())
-	mux.Handle("GET /readyz", ReadyHandler(ReadyTimeout, a.gate, a.checks...))
-	mux.Handle("GET /metrics", a.Telemetry.MetricsHandler())
+	mux.Handle("GET /healthz", withRequestTimeout(HealthHandler(), timeout))
+	mux.Handle("GET /readyz", withRequestTimeout(ReadyHandler(ReadyTimeout, a.gate, a.checks...), timeout))
+	mux.Handle("GET /metrics", withRequestTimeout(a.Telemetry.MetricsHandler(), timeout))
 	return mux
 }
 
 // publicHandler serves the routes, /healthz and a /readyz that reports only the status,
 // for a public listener next to an admin one.
 func (a *App) publicHandler() http.Handler {
+	timeout := a.opts.httpLimits.withDefaults().RequestTimeout
 	mux := http.NewServeMux()
-	mux.Handle("GET /healthz", HealthHandler())
-	mux.Handle("GET /readyz", publicReady(ReadyHandler(ReadyTimeout, a.gate, a.checks...)))
+	mux.Handle("GET /healthz", withRequestTimeout(HealthHandler(), timeout))
+	mux.Handle("GET /readyz", withRequestTimeout(publicReady(ReadyHandler(ReadyTimeout, a.gate, a.checks...)), timeout))
 	mux.Handle("/", a.mux)
 	return mux
 }
@@ -699,9 +742,9 @@ func (a *App) Run(ctx context.Context) (err error) {
 	var admin *http.Server
 	if adminLn != nil {
 		handler = a.publicHandler()
-		amux := a.adminMux()
+		amux := a.adminMux(DefaultRequestTimeout)
 		if a.Config.Pprof {
-			handlePprof(amux)
+			handlePprof(amux, DefaultRequestTimeout)
 		}
 		admin = newServer(amux, HTTPLimits{}.withDefaults())
 		admin.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)

@@ -31,7 +31,9 @@
 // carry trace_id, span_id and correlation_id, the database (created if missing, then
 // migrated with the idempotency, lock-fence and outbox schemas), Redis and a
 // [lock.Locker], and the Kafka producer shared by the outbox relay and dead-lettering.
-// The service then registers HTTP routes ([App.Handle], with server spans), consumer
+// The service then registers HTTP routes ([App.Handle]: a server span and a request
+// deadline per request, and optionally admission control in front of both,
+// [WithRouteAdmission]), consumer
 // groups running the standard middleware chain ([App.Consume]), and background functions
 // ([App.Go]), and calls [App.Run].
 //

@@ -97,16 +97,25 @@ func defaultAdminAddr(httpAddr string) string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p+DefaultAdminPortOffset))
 }
 
-// newServer returns an HTTP server for h with the limits l.
+// newServer returns an HTTP server for h with the limits l but the request deadline,
+// which h's endpoints apply each (withRequestTimeout), so that a route's admission
+// control can shed a request before the deadline's timer and goroutine exist.
 func newServer(h http.Handler, l HTTPLimits) *http.Server {
 	return &http.Server{
-		Handler:           http.TimeoutHandler(h, l.RequestTimeout, `{"error":{"code":"timeout","message":"request timed out"}}`),
+		Handler:           h,
 		ReadHeaderTimeout: l.ReadHeaderTimeout,
 		ReadTimeout:       l.ReadTimeout,
 		WriteTimeout:      l.WriteTimeout,
 		IdleTimeout:       l.IdleTimeout,
 		MaxHeaderBytes:    l.MaxHeaderBytes,
 	}
+}
+
+// withRequestTimeout returns h with a deadline d (http.TimeoutHandler): its request's
+// context is cancelled at d and, if h has not answered yet, the client gets 503 with
+// {"error":{"code":"timeout",...}}.
+func withRequestTimeout(h http.Handler, d time.Duration) http.Handler {
+	return http.TimeoutHandler(h, d, `{"error":{"code":"timeout","message":"request timed out"}}`)
 }
 
 // limitListener accepts at most n connections at a time; Accept waits for one to close.

@@ -16,12 +16,15 @@ import (
 	"github.com/choreo-saga/choreo/app/apptest"
 	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/lock"
+	"github.com/choreo-saga/choreo/tracing"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
 // runHTTPApp runs an App listening on HTTP_ADDR and ADMIN_ADDR (both 127.0.0.1:0) with
-// limits, and a POST /echo route reading its body and a GET /slow route that waits for
-// its deadline. It returns the public and admin base URLs.
-func runHTTPApp(t *testing.T, limits app.HTTPLimits) (string, string) {
+// limits and opts, and a POST /echo route reading its body and a GET /slow route that
+// waits for its deadline, plus the routes that register adds. It returns the public and
+// admin base URLs.
+func runHTTPApp(t *testing.T, limits app.HTTPLimits, opts []app.Option, register ...func(*app.App)) (string, string) {
 	t.Helper()
 	_, ns := testenv.Redis(t)
 	env := app.MapEnv(map[string]string{
@@ -36,8 +39,8 @@ func runHTTPApp(t *testing.T, limits app.HTTPLimits) (string, string) {
 	if cfg.AdminAddr != "127.0.0.1:0" {
 		t.Fatalf("default AdminAddr %q for HTTP_ADDR 127.0.0.1:0", cfg.AdminAddr)
 	}
-	a, err := app.New(context.Background(), cfg, app.WithoutSignals(), app.WithLogOutput(io.Discard),
-		app.WithLockOptions(lock.WithNamespace(ns)), app.WithHTTPLimits(limits))
+	a, err := app.New(context.Background(), cfg, append([]app.Option{app.WithoutSignals(), app.WithLogOutput(io.Discard),
+		app.WithLockOptions(lock.WithNamespace(ns)), app.WithHTTPLimits(limits)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,6 +55,9 @@ func runHTTPApp(t *testing.T, limits app.HTTPLimits) (string, string) {
 	a.HandleFunc("GET /slow", func(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done()
 	})
+	for _, f := range register {
+		f(a)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
@@ -74,7 +80,7 @@ func runHTTPApp(t *testing.T, limits app.HTTPLimits) (string, string) {
 // TestAdminListener: /metrics and the details of /readyz are served only on the admin
 // listener; the public one answers /healthz and /readyz with the status alone.
 func TestAdminListener(t *testing.T) {
-	base, admin := runHTTPApp(t, app.HTTPLimits{})
+	base, admin := runHTTPApp(t, app.HTTPLimits{}, nil)
 	if code, _ := get(t, base+"/metrics"); code != http.StatusNotFound {
 		t.Errorf("public /metrics: %d, want 404", code)
 	}
@@ -119,7 +125,7 @@ func readClosed(t *testing.T, c net.Conn, within time.Duration) string {
 func TestHTTPLimits(t *testing.T) {
 	limits := app.HTTPLimits{ReadHeaderTimeout: 300 * time.Millisecond, ReadTimeout: 600 * time.Millisecond,
 		RequestTimeout: 400 * time.Millisecond, WriteTimeout: time.Second, MaxHeaderBytes: 4 << 10, MaxConns: 3}
-	base, _ := runHTTPApp(t, limits)
+	base, _ := runHTTPApp(t, limits, nil)
 	host := strings.TrimPrefix(base, "http://")
 	dial := func() net.Conn {
 		c, err := net.Dial("tcp", host)
@@ -161,7 +167,7 @@ func TestHTTPLimits(t *testing.T) {
 // TestHTTPMaxConns: with MaxConns 1, a connection holding the slot (its request body
 // unfinished) keeps a second one from being served until it closes.
 func TestHTTPMaxConns(t *testing.T) {
-	base, _ := runHTTPApp(t, app.HTTPLimits{MaxConns: 1})
+	base, _ := runHTTPApp(t, app.HTTPLimits{MaxConns: 1}, nil)
 	host := strings.TrimPrefix(base, "http://")
 	holder, err := net.Dial("tcp", host)
 	if err != nil {
@@ -207,5 +213,86 @@ func TestRequireBearer(t *testing.T) {
 	}
 	if app.RequireBearer("", ok) == nil {
 		t.Error("RequireBearer with no token returned nil")
+	}
+}
+
+// TestRouteAdmission: on a route under WithRouteAdmission, a request shed at the cap is
+// answered 503 with Retry-After and {"error":{"code":"overloaded"}}, counted in
+// http.server.shed_requests, and has no server span; the admitted ones have their span
+// and their deadline (503 "timeout" past it).
+func TestRouteAdmission(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	hold := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	var adm *app.Admission
+	base, admin := runHTTPApp(t, app.HTTPLimits{RequestTimeout: 400 * time.Millisecond},
+		[]app.Option{app.WithTracingOptions(tracing.WithSpanProcessor(rec))},
+		func(a *app.App) {
+			var err error
+			if adm, err = app.NewAdmission(1, app.WithAdmissionMeterProvider(a.Telemetry.MeterProvider)); err != nil {
+				t.Fatal(err)
+			}
+			a.HandleFunc("GET /held", func(w http.ResponseWriter, r *http.Request) {
+				entered <- struct{}{}
+				select {
+				case <-hold:
+				case <-r.Context().Done():
+				}
+			}, app.WithRouteAdmission(adm))
+			a.HandleFunc("GET /past-deadline", func(w http.ResponseWriter, r *http.Request) {
+				<-r.Context().Done()
+			}, app.WithRouteAdmission(adm))
+		})
+	errorCode := func(body string) string {
+		var e struct {
+			Error struct{ Code string } `json:"error"`
+		}
+		_ = json.Unmarshal([]byte(body), &e)
+		return e.Error.Code
+	}
+
+	if code, body := get(t, base+"/past-deadline"); code != http.StatusServiceUnavailable || errorCode(body) != "timeout" {
+		t.Fatalf("admitted request past its deadline: %d %q, want 503 timeout", code, body)
+	}
+
+	first := make(chan int, 1)
+	go func() {
+		code, _ := get(t, base+"/held")
+		first <- code
+	}()
+	<-entered
+	resp, err := http.Get(base + "/held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" || errorCode(string(body)) != "overloaded" {
+		t.Fatalf("at the cap: %d, Retry-After %q, %q; want 503, 1, overloaded", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+	close(hold)
+	if code := <-first; code != http.StatusOK {
+		t.Fatalf("held request: %d, want 200", code)
+	}
+	if adm.Shed() != 1 {
+		t.Fatalf("Shed() = %d, want 1", adm.Shed())
+	}
+
+	spans := map[string]int{}
+	for _, s := range rec.Ended() {
+		spans[s.Name()]++
+	}
+	if spans["GET /held"] != 1 || spans["GET /past-deadline"] != 1 {
+		t.Fatalf("server spans %v, want one per admitted request (GET /held 1, GET /past-deadline 1)", spans)
+	}
+	_, metrics := get(t, admin+"/metrics")
+	shed := ""
+	for line := range strings.Lines(metrics) {
+		if strings.HasPrefix(line, "http_server_shed_requests_total") {
+			shed = strings.TrimSpace(line)
+		}
+	}
+	if !strings.HasSuffix(shed, " 1") {
+		t.Fatalf("shed counter %q, want 1", shed)
 	}
 }

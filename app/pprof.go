@@ -3,15 +3,21 @@ package app
 import (
 	"net/http"
 	"net/http/pprof"
+	"time"
 )
 
 // handlePprof adds net/http/pprof's endpoints under /debug/pprof/ to mux (the admin
 // listener's, when Config.Pprof is set): the index and named profiles (heap, mutex,
-// block, goroutine, ...), cmdline, profile (CPU, ?seconds=N), symbol and trace.
-func handlePprof(mux *http.ServeMux) {
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+// block, goroutine, ...), cmdline, profile (CPU, ?seconds=N), symbol and trace, each
+// under the request deadline timeout.
+func handlePprof(mux *http.ServeMux, timeout time.Duration) {
+	for pattern, h := range map[string]http.HandlerFunc{
+		"/debug/pprof/":        pprof.Index,
+		"/debug/pprof/cmdline": pprof.Cmdline,
+		"/debug/pprof/profile": pprof.Profile,
+		"/debug/pprof/symbol":  pprof.Symbol,
+		"/debug/pprof/trace":   pprof.Trace,
+	} {
+		mux.Handle(pattern, withRequestTimeout(h, timeout))
+	}
 }
