@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/lock"
 )
@@ -28,33 +30,11 @@ func TestLockReleaseCarriedByNextRecord(t *testing.T) {
 	p := newProducer(t, e.brokers)
 	produce(t, p, recs...)
 
-	r := start(t, e.consumer(t, e.standard(t, StandardConfig{})))
-	waitFor(t, "every record handled", func() bool { return e.effects(t) == len(recs) })
-	if err := r.stop(t); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.locker.Wait(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if n := count(t, e.pool, `SELECT count(*) FROM entities WHERE seq = $1`, perKey); n != len(keys) {
-		t.Errorf("%d of %d entities complete and in order", n, len(keys))
-	}
+	handleAllInOrder(t, e, len(recs), perKey, len(keys))
 	if h.MultiScript.Load() == 0 {
 		t.Error("no release went out with the next record's acquisition")
 	}
-	var left []string
-	iter := rdb.Scan(context.Background(), 0, ns+"*", 500).Iterator()
-	for iter.Next(context.Background()) {
-		if !strings.HasSuffix(iter.Val(), ":fence") {
-			left = append(left, iter.Val())
-		}
-	}
-	if err := iter.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if len(left) != 0 {
-		t.Errorf("lock keys left after shutdown: %q", left)
-	}
+	noLockKeysLeft(t, rdb, ns)
 }
 
 // With a Locker that keeps leases (lock.WithKeep), a partition worker's next record of an
@@ -73,17 +53,7 @@ func TestLockKeptLeases(t *testing.T) {
 	recs := seqEvents(t, e.topic, keys, perKey)
 	produce(t, newProducer(t, e.brokers), recs...)
 
-	r := start(t, e.consumer(t, e.standard(t, StandardConfig{})))
-	waitFor(t, "every record handled", func() bool { return e.effects(t) == len(recs) })
-	if err := r.stop(t); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.locker.Wait(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if n := count(t, e.pool, `SELECT count(*) FROM entities WHERE seq = $1`, perKey); n != len(keys) {
-		t.Errorf("%d of %d entities complete and in order", n, len(keys))
-	}
+	handleAllInOrder(t, e, len(recs), perKey, len(keys))
 	if n := count(t, e.pool, `SELECT count(*) FROM choreo_lock_fences WHERE entity LIKE $1`, ns+"%"); n != len(keys) {
 		t.Errorf("%d fence rows, want one per entity (%d)", n, len(keys))
 	}
@@ -91,13 +61,41 @@ func TestLockKeptLeases(t *testing.T) {
 	if got := h.RoundTrips.Load(); got > int64(len(recs)/2) {
 		t.Errorf("%d Redis round trips for %d records: kept leases were not reused", got, len(recs))
 	}
+	noLockKeysLeft(t, rdb, ns)
+}
+
+// handleAllInOrder runs e's Standard chain until its effects count n records, stops it,
+// waits for the Locker's background releases and checks that each of the entities ended
+// with all perKey of its records applied in order.
+func handleAllInOrder(t *testing.T, e *chainEnv, n, perKey, entities int) {
+	t.Helper()
+	r := start(t, e.consumer(t, e.standard(t, StandardConfig{})))
+	waitFor(t, "every record handled", func() bool { return e.effects(t) == n })
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.locker.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(t, e.pool, `SELECT count(*) FROM entities WHERE seq = $1`, perKey); got != entities {
+		t.Errorf("%d of %d entities complete and in order", got, entities)
+	}
+}
+
+// noLockKeysLeft checks that no lock key (fence counters aside) is left under ns.
+func noLockKeysLeft(t *testing.T, rdb *redis.Client, ns string) {
+	t.Helper()
+	var left []string
 	iter := rdb.Scan(context.Background(), 0, ns+"*", 500).Iterator()
 	for iter.Next(context.Background()) {
 		if !strings.HasSuffix(iter.Val(), ":fence") {
-			t.Errorf("lock key left after shutdown: %q", iter.Val())
+			left = append(left, iter.Val())
 		}
 	}
 	if err := iter.Err(); err != nil {
 		t.Fatal(err)
+	}
+	if len(left) != 0 {
+		t.Errorf("lock keys left after shutdown: %q", left)
 	}
 }

@@ -193,13 +193,7 @@ func TestKeptLockReleasedWhenIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 	ls.ReleaseInBackground()
-	for held(t, rdb, ls.Key()) {
-		select {
-		case <-ctx.Done():
-			t.Fatal("the kept lock was never released")
-		case <-time.After(time.Millisecond):
-		}
-	}
+	awaitReleased(ctx, t, rdb, ls.Key(), "the kept lock was never released")
 	next, err := l.Acquire(ctx, "idle")
 	if err != nil {
 		t.Fatal(err)

@@ -33,6 +33,18 @@ func counted(t *testing.T, delay time.Duration) (*lock.Locker, *redis.Client, *t
 	return l, rdb, h
 }
 
+// awaitReleased polls until key is no longer held, failing with why if ctx ends first.
+func awaitReleased(ctx context.Context, t *testing.T, rdb *redis.Client, key, why string) {
+	t.Helper()
+	for held(t, rdb, key) {
+		select {
+		case <-ctx.Done():
+			t.Fatal(why)
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
 func held(t *testing.T, rdb *redis.Client, key string) bool {
 	t.Helper()
 	n, err := rdb.Exists(context.Background(), key).Result()
@@ -104,13 +116,7 @@ func TestIdleReleaseSentAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	ls.ReleaseInBackground()
-	for held(t, rdb, ls.Key()) {
-		select {
-		case <-ctx.Done():
-			t.Fatal("the idle Locker's background release never reached Redis")
-		case <-time.After(time.Millisecond):
-		}
-	}
+	awaitReleased(ctx, t, rdb, ls.Key(), "the idle Locker's background release never reached Redis")
 	<-ls.Context().Done()
 	if !errors.Is(context.Cause(ls.Context()), context.Canceled) {
 		t.Errorf("released lease's cause %v", context.Cause(ls.Context()))
