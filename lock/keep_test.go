@@ -20,14 +20,7 @@ import (
 func kept(t *testing.T, keep time.Duration, opts ...lock.Option) (*lock.Locker, *redis.Client, *testenv.ScriptHook) {
 	t.Helper()
 	l, rdb, h := hooked(t, append([]lock.Option{lock.WithoutRetry(), lock.WithKeep(keep)}, opts...)...)
-	ctx := context.Background()
-	ls, err := l.Acquire(ctx, "warm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ls.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	warmScripts(t, l)
 	return l, rdb, h
 }
 

@@ -22,6 +22,14 @@ func counted(t *testing.T, delay time.Duration) (*lock.Locker, *redis.Client, *t
 	rdb.AddHook(h)
 	l := mustNew(t, rdb, lock.WithNamespace(ns+"lock:"), lock.WithoutRetry())
 	lock.SetReleaseDelay(l, delay)
+	warmScripts(t, l)
+	return l, rdb, h
+}
+
+// warmScripts acquires and releases one lock on l, so that Redis has its scripts cached
+// before a test counts round trips.
+func warmScripts(t *testing.T, l *lock.Locker) {
+	t.Helper()
 	ctx := context.Background()
 	ls, err := l.Acquire(ctx, "warm")
 	if err != nil {
@@ -30,7 +38,6 @@ func counted(t *testing.T, delay time.Duration) (*lock.Locker, *redis.Client, *t
 	if err := ls.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return l, rdb, h
 }
 
 // awaitReleased polls until key is no longer held, failing with why if ctx ends first.
