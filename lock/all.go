@@ -210,6 +210,16 @@ func releaseCall(key string, value any) scriptCall {
 	return scriptCall{script: releaseScript, keys: []string{key}, args: []any{value}}
 }
 
+// refreshCall is the run of the refresh script for the lock key held with value.
+func (l *Locker) refreshCall(key string, value any) scriptCall {
+	return scriptCall{script: refreshScript, keys: []string{key}, args: []any{value, l.ttlArg}}
+}
+
+// run runs the call's script on its own (EVALSHA, then EVAL if the script is not cached).
+func (c scriptCall) run(ctx context.Context, rdb redislock.RedisClient) *redis.Cmd {
+	return c.script.Run(ctx, rdb, c.keys, c.args...)
+}
+
 // runAll runs each call's script and returns the commands in the order of
 // calls; read each command's reply and error. When c can pipeline, every
 // call goes out as EVALSHA in one pipeline, and the calls answered NOSCRIPT

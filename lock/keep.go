@@ -125,7 +125,7 @@ func (l *Locker) refreshKept() {
 		if !h.released && h.lost == nil {
 			h.inflight.Add(1) // a release waits for the refresh
 			live = append(live, h)
-			calls = append(calls, scriptCall{script: refreshScript, keys: []string{h.key}, args: []any{h.value, l.ttlArg}})
+			calls = append(calls, l.refreshCall(h.key, h.value))
 		}
 		h.mu.Unlock()
 	}

@@ -121,7 +121,7 @@ func (ls *Lease) ValidUntil() time.Time {
 func (ls *Lease) Release(ctx context.Context) error {
 	if ended, _ := ls.end(false); ended && ls.h.beginRelease() {
 		h := ls.h
-		n, err := releaseScript.Run(ctx, h.locker.redis, []string{h.key}, h.value).Int64()
+		n, err := releaseCall(h.key, h.value).run(ctx, h.locker.redis).Int64()
 		h.endRelease(n, err)
 	}
 	return ls.result()

@@ -199,7 +199,7 @@ func (l *Locker) Acquire(ctx context.Context, entity string) (*Lease, error) {
 			token, err = l.obtainCarrying(waitCtx, carry, []scriptCall{call})[0].Int64()
 			carry = nil
 		} else {
-			token, err = obtainScript.Run(waitCtx, l.redis, call.keys, call.args...).Int64()
+			token, err = call.run(waitCtx, l.redis).Int64()
 		}
 		switch {
 		case err == nil && token > 0:
@@ -352,7 +352,7 @@ func (l *Locker) releaseInBackground(h *holding, parent context.Context) {
 			<-prev
 		}
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), l.cfg.ttl)
-		n, err := releaseScript.Run(ctx, l.redis, []string{h.key}, h.value).Int64()
+		n, err := releaseCall(h.key, h.value).run(ctx, l.redis).Int64()
 		cancel()
 		h.endRelease(n, err)
 		l.mu.Lock()

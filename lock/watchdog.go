@@ -91,7 +91,7 @@ func (h *holding) extend() {
 
 	start := time.Now()
 	rctx, cancel := context.WithDeadline(parent, deadline)
-	n, err := refreshScript.Run(rctx, l.redis, []string{h.key}, h.value, l.ttlArg).Int64()
+	n, err := l.refreshCall(h.key, h.value).run(rctx, l.redis).Int64()
 	cancel()
 	h.extended(parent, start, n, err)
 }
