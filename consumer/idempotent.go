@@ -11,11 +11,12 @@ import (
 
 	"github.com/choreo-saga/choreo/idempotency"
 	"github.com/choreo-saga/choreo/internal/fence"
+	"github.com/choreo-saga/choreo/internal/pipetx"
 	"github.com/choreo-saga/choreo/internal/txhook"
 	"github.com/choreo-saga/choreo/lock"
 )
 
-// errRollback makes pgx.BeginFunc roll back a duplicate's transaction, which wrote nothing.
+// errRollback makes pipetx.Run roll back a duplicate's transaction, which wrote nothing.
 var errRollback = errors.New("consumer: rollback")
 
 // IdempotentConfig configures Idempotent.
@@ -125,7 +126,7 @@ func (t *transactor) run(ctx context.Context, ms []*Message, ctxs []context.Cont
 		failed = -1
 	)
 	t.pool.check(ctx)
-	err := pgx.BeginFunc(ctx, t.db, func(tx pgx.Tx) error {
+	err := pipetx.Run(ctx, t.db, func(tx *pipetx.Tx) (*pgx.Batch, error) {
 		hooks := txhook.New(tx) // writes deferred to the commit, e.g. outbox rows
 		cctx := ctx
 		if t.fence {
@@ -133,7 +134,7 @@ func (t *transactor) run(ctx context.Context, ms []*Message, ctxs []context.Cont
 			// round trip with it.
 			st, err := fenceStmt(ms, held)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			if st != nil {
 				cctx = txhook.WithLeading(ctx, *st)
@@ -141,7 +142,7 @@ func (t *transactor) run(ctx context.Context, ms []*Message, ctxs []context.Cont
 		}
 		var err error
 		if dup, err = t.claim(cctx, tx, ms); err != nil {
-			return err
+			return nil, err
 		}
 		for i, m := range ms {
 			if dup[i] {
@@ -154,15 +155,15 @@ func (t *transactor) run(ctx context.Context, ms []*Message, ctxs []context.Cont
 			}
 			if err := t.h(txhook.With(hctx, hooks), tx, m.Event); err != nil {
 				failed = i
-				return err
+				return nil, err
 			}
 		}
 		if fresh == 0 {
-			return errRollback
+			return nil, errRollback
 		}
 		// Writes deferred by the handlers (outbox.Enqueue: one multi-row insert for
-		// the whole transaction), after every handler and before the commit.
-		return hooks.Run(ctx)
+		// the whole transaction), after every handler, sent with the commit.
+		return hooks.Batch(ctx)
 	})
 	switch {
 	case err == nil || (fresh == 0 && errors.Is(err, errRollback)):

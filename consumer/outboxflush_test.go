@@ -29,6 +29,16 @@ func (c *outboxInserts) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.
 
 func (c *outboxInserts) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+func (c *outboxInserts) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (c *outboxInserts) TraceBatchQuery(ctx context.Context, conn *pgx.Conn, d pgx.TraceBatchQueryData) {
+	c.TraceQueryStart(ctx, conn, pgx.TraceQueryStartData{SQL: d.SQL})
+}
+
+func (c *outboxInserts) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
 // The outbox rows a transaction run by the chain enqueues are written in one INSERT just
 // before its commit, on both paths, with ids in the order of the Enqueue calls (handlers
 // in offset order, calls in order within a handler) and after the handlers' own writes.

@@ -206,22 +206,33 @@ type pending struct {
 
 // Flush inserts the pending rows in one statement, ids in the order they were enqueued.
 func (p *pending) Flush(ctx context.Context, tx pgx.Tx) error {
-	var err error
+	b := &pgx.Batch{}
+	p.Queue(b)
+	return tx.SendBatch(ctx, b).Close()
+}
+
+// Queue adds Flush's statement to b (txhook.Queuer), so that the consumer sends the rows
+// with the transaction's COMMIT.
+func (p *pending) Queue(b *pgx.Batch) {
+	var qq *pgx.QueuedQuery
 	switch len(p.keys) {
 	case 0:
-		return nil
+		return
 	case 1:
-		_, err = tx.Exec(ctx, "INSERT INTO "+p.table+" (topic, key, headers, payload) VALUES ($1, $2, $3::jsonb, $4)",
+		qq = b.Queue("INSERT INTO "+p.table+" (topic, key, headers, payload) VALUES ($1, $2, $3::jsonb, $4)",
 			p.topics[0], p.keys[0], p.headers[0], p.payloads[0])
 	default:
-		_, err = tx.Exec(ctx, "INSERT INTO "+p.table+" (topic, key, headers, payload) "+
+		qq = b.Queue("INSERT INTO "+p.table+" (topic, key, headers, payload) "+
 			"SELECT t, k, h::jsonb, p FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[]) WITH ORDINALITY AS u(t, k, h, p, n) ORDER BY n",
 			p.topics, p.keys, p.headers, p.payloads)
 	}
-	if err != nil {
-		return fmt.Errorf("outbox: enqueue %d rows into %s: %w", len(p.keys), p.table, err)
+	n, table := len(p.keys), p.table
+	qq.Fn = func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("outbox: enqueue %d rows into %s: %w", n, table, err)
+		}
+		return nil
 	}
-	return nil
 }
 
 // Beginner starts a transaction; *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it.

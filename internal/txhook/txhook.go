@@ -3,7 +3,10 @@
 // transactor) creates a Hooks for its transaction, puts it in the handlers' contexts and
 // calls Run just before COMMIT; a writer (the outbox) finds it with For and buffers its
 // rows in a Flusher of its own, which Run then writes in one statement. Writes made
-// outside such a runner, or on another transaction, are not deferred.
+// outside such a runner, or on another transaction, are not deferred. A Flusher that is
+// also a Queuer has its statements queued into the batch Run returns, which the runner
+// sends with the COMMIT (internal/pipetx): the deferred writes then cost no round trip
+// of their own.
 package txhook
 
 import (
@@ -68,18 +71,48 @@ func (h *Hooks) Flusher(key any, newF func() Flusher) Flusher {
 	return f
 }
 
-// Run flushes every Flusher, in the order they were added, and stops at the first error.
-// Nil Hooks have nothing to flush.
+// Queuer is a Flusher whose writes can go out with the COMMIT: Queue adds them to b, with
+// callbacks that check their results. It queues nothing when it has nothing to write.
+type Queuer interface {
+	Flusher
+	Queue(b *pgx.Batch)
+}
+
+// Run writes what every Flusher buffered, in the order they were added, and stops at the
+// first error. Nil Hooks have nothing to write.
 func (h *Hooks) Run(ctx context.Context) error {
+	b, err := h.Batch(ctx)
+	if err != nil || b.Len() == 0 {
+		return err
+	}
+	return h.tx.SendBatch(ctx, b).Close()
+}
+
+// Batch is Run for a runner that sends the COMMIT in a batch: a Queuer's statements are
+// queued into the returned batch, which the caller must send, in the transaction, with
+// or before the COMMIT; any other Flusher first sends the statements queued so far and
+// then flushes.
+func (h *Hooks) Batch(ctx context.Context) (*pgx.Batch, error) {
+	b := &pgx.Batch{}
 	if h == nil {
-		return nil
+		return b, nil
 	}
 	for _, f := range h.fs {
+		if q, ok := f.(Queuer); ok {
+			q.Queue(b)
+			continue
+		}
+		if b.Len() > 0 {
+			if err := h.tx.SendBatch(ctx, b).Close(); err != nil {
+				return nil, fmt.Errorf("before commit: %w", err)
+			}
+			b = &pgx.Batch{}
+		}
 		if err := f.Flush(ctx, h.tx); err != nil {
-			return fmt.Errorf("before commit: %w", err)
+			return nil, fmt.Errorf("before commit: %w", err)
 		}
 	}
-	return nil
+	return b, nil
 }
 
 // Stmt is a statement that a runner wants sent in the same round trip as the next
