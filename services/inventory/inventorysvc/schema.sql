@@ -92,3 +92,27 @@ CREATE TABLE IF NOT EXISTS inventory_stock_shards (
     available bigint NOT NULL CHECK (available >= 0),
     PRIMARY KEY (sku, shard)
 );
+
+-- Applies a transaction's stock changes (stock.go, applyDeltas): locks the shards' rows
+-- in (sku, shard) order, adds each change, and fails with a serialization failure
+-- (SQLSTATE 40001, retried by the consumer) unless every shard exists and keeps
+-- available >= 0. One statement, so that it can go out in the COMMIT's round trip: the
+-- shards stay locked for that statement and the commit only.
+CREATE OR REPLACE FUNCTION inventory_apply_stock(skus text[], shards int[], deltas bigint[])
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    changed bigint;
+BEGIN
+    PERFORM 1 FROM inventory_stock_shards
+    WHERE (sku, shard) IN (SELECT * FROM unnest(skus, shards))
+    ORDER BY sku, shard FOR NO KEY UPDATE;
+    UPDATE inventory_stock_shards s SET available = s.available + r.d
+    FROM unnest(skus, shards, deltas) AS r (sku, shard, d)
+    WHERE s.sku = r.sku AND s.shard = r.shard AND s.available + r.d >= 0;
+    GET DIAGNOSTICS changed = ROW_COUNT;
+    IF changed <> cardinality(skus) THEN
+        RAISE EXCEPTION USING ERRCODE = 'serialization_failure',
+            MESSAGE = format('stock changed since it was read: %s of %s stock shards had the stock this transaction decided on',
+                changed, cardinality(skus));
+    END IF;
+END $$;

@@ -85,6 +85,9 @@ func (f stockFlush) Flush(ctx context.Context, tx pgx.Tx) error {
 	return applyDeltas(ctx, tx, f.p.delta)
 }
 
+// Queue queues the changes into the batch that carries the COMMIT (txhook.Queuer).
+func (f stockFlush) Queue(b *pgx.Batch) { queueDeltas(b, f.p.delta) }
+
 // pending returns the pending changes of the consumer's transaction tx, or nil when ctx
 // carries no hooks for tx.
 func pending(ctx context.Context, tx pgx.Tx) *pendingStock {
@@ -115,9 +118,18 @@ func (p *pendingStock) prefer(orderID string) {
 	}
 }
 
-// applyDeltas locks the changed shards' rows in (SKU, shard) order and applies delta with
-// one conditional UPDATE, in one round trip.
+// applyDeltas applies delta at once, in tx: queueDeltas' statement, in its own round trip.
 func applyDeltas(ctx context.Context, tx pgx.Tx, delta map[shardKey]int64) error {
+	b := &pgx.Batch{}
+	queueDeltas(b, delta)
+	return tx.SendBatch(ctx, b).Close()
+}
+
+// queueDeltas queues into b the statement that locks the changed shards' rows in (SKU,
+// shard) order and applies delta (inventory_apply_stock, schema.sql), if anything
+// changed. It fails with ErrStockChanged, a serialization failure, when a shard lacks the
+// stock the transaction decided on.
+func queueDeltas(b *pgx.Batch, delta map[shardKey]int64) {
 	keys := make([]shardKey, 0, len(delta))
 	for k, d := range delta {
 		if d != 0 {
@@ -125,7 +137,7 @@ func applyDeltas(ctx context.Context, tx pgx.Tx, delta map[shardKey]int64) error
 		}
 	}
 	if len(keys) == 0 {
-		return nil
+		return
 	}
 	slices.SortFunc(keys, func(a, b shardKey) int { return cmp.Or(cmp.Compare(a.sku, b.sku), cmp.Compare(a.shard, b.shard)) })
 	skus := make([]string, len(keys))
@@ -134,30 +146,17 @@ func applyDeltas(ctx context.Context, tx pgx.Tx, delta map[shardKey]int64) error
 	for i, k := range keys {
 		skus[i], shards[i], ds[i] = k.sku, k.shard, delta[k]
 	}
-	// FOR NO KEY UPDATE, the lock the UPDATE takes: it does not block the key-share locks of
-	// foreign keys (nothing references a shard, but keep the weakest lock that works).
-	b := &pgx.Batch{}
-	b.Queue(`SELECT 1 FROM inventory_stock_shards
-		WHERE (sku, shard) IN (SELECT * FROM unnest($1::text[], $2::int[]))
-		ORDER BY sku, shard FOR NO KEY UPDATE`, skus, shards)
-	b.Queue(`UPDATE inventory_stock_shards s SET available = s.available + r.d
-		FROM unnest($1::text[], $2::int[], $3::bigint[]) AS r(sku, shard, d)
-		WHERE s.sku = r.sku AND s.shard = r.shard AND s.available + r.d >= 0`, skus, shards, ds)
-	br := tx.SendBatch(ctx, b)
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return fmt.Errorf("inventorysvc: lock stock: %w", err)
+	b.Queue(`SELECT inventory_apply_stock($1, $2, $3)`, skus, shards, ds).Fn = func(br pgx.BatchResults) error {
+		_, err := br.Exec()
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "40001" { // serialization_failure, raised by the function
+			return fmt.Errorf("%w: %w", ErrStockChanged, err)
+		}
+		if err != nil {
+			return fmt.Errorf("inventorysvc: apply stock changes: %w", err)
+		}
+		return nil
 	}
-	tag, err := br.Exec()
-	if err != nil {
-		return fmt.Errorf("inventorysvc: apply stock changes: %w", err)
-	}
-	if int(tag.RowsAffected()) != len(keys) {
-		return fmt.Errorf("%w: %d of %d stock shards had the stock this transaction decided on: %w", ErrStockChanged,
-			tag.RowsAffected(), len(keys), &pgconn.PgError{Code: "40001", Severity: "ERROR",
-				Message: "stock changed since it was read"})
-	}
-	return br.Close()
 }
 
 // queueLoad queues on b the (unlocked) read of the shards of skus that the transaction

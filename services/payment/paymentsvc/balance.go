@@ -52,6 +52,9 @@ func (f balanceFlush) Flush(ctx context.Context, tx pgx.Tx) error {
 	return applyBalances(ctx, tx, f.p.delta)
 }
 
+// Queue queues the changes into the batch that carries the COMMIT (txhook.Queuer).
+func (f balanceFlush) Queue(b *pgx.Batch) { queueBalances(b, f.p.delta) }
+
 func pendingFor(ctx context.Context, tx pgx.Tx) *pendingBalances {
 	hooks := txhook.For(ctx, tx)
 	if hooks == nil {
@@ -125,9 +128,19 @@ func changeBalance(ctx context.Context, tx pgx.Tx, id string, d int64) error {
 	return nil
 }
 
-// applyBalances locks the changed customers' rows in id order and applies delta with one
-// conditional UPDATE, in one round trip.
+// applyBalances applies delta at once, in tx: queueBalances' statement, in its own round
+// trip.
 func applyBalances(ctx context.Context, tx pgx.Tx, delta map[string]int64) error {
+	b := &pgx.Batch{}
+	queueBalances(b, delta)
+	return tx.SendBatch(ctx, b).Close()
+}
+
+// queueBalances queues into b the statement that locks the changed customers' rows in id
+// order and applies delta (payment_apply_balances, schema.sql), if anything changed. It
+// fails with ErrBalanceChanged, a serialization failure, when a customer lacks the balance
+// the transaction decided on.
+func queueBalances(b *pgx.Batch, delta map[string]int64) {
 	ids := make([]string, 0, len(delta))
 	for id, d := range delta {
 		if d != 0 {
@@ -135,31 +148,22 @@ func applyBalances(ctx context.Context, tx pgx.Tx, delta map[string]int64) error
 		}
 	}
 	if len(ids) == 0 {
-		return nil
+		return
 	}
 	slices.Sort(ids)
 	ds := make([]int64, len(ids))
 	for i, id := range ids {
 		ds[i] = delta[id]
 	}
-	b := &pgx.Batch{}
-	b.Queue(`SELECT 1 FROM payment_customers WHERE id = ANY($1) ORDER BY id FOR UPDATE`, ids)
-	b.Queue(`UPDATE payment_customers c SET balance = c.balance + r.d
-		FROM unnest($1::text[], $2::bigint[]) AS r(id, d)
-		WHERE c.id = r.id AND c.balance + r.d >= 0`, ids, ds)
-	br := tx.SendBatch(ctx, b)
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return fmt.Errorf("paymentsvc: lock customers: %w", err)
+	b.Queue(`SELECT payment_apply_balances($1, $2)`, ids, ds).Fn = func(br pgx.BatchResults) error {
+		_, err := br.Exec()
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "40001" { // serialization_failure, raised by the function
+			return fmt.Errorf("%w: %w", ErrBalanceChanged, err)
+		}
+		if err != nil {
+			return fmt.Errorf("paymentsvc: apply balance changes: %w", err)
+		}
+		return nil
 	}
-	tag, err := br.Exec()
-	if err != nil {
-		return fmt.Errorf("paymentsvc: apply balance changes: %w", err)
-	}
-	if int(tag.RowsAffected()) != len(ids) {
-		return fmt.Errorf("%w: %d of %d customers had the balance this transaction decided on: %w", ErrBalanceChanged,
-			tag.RowsAffected(), len(ids), &pgconn.PgError{Code: "40001", Severity: "ERROR",
-				Message: "balance changed since it was read"})
-	}
-	return br.Close()
 }

@@ -54,3 +54,25 @@ CREATE TABLE IF NOT EXISTS payment_order_outcomes (
 );
 CREATE INDEX IF NOT EXISTS payment_order_outcomes_unchecked
     ON payment_order_outcomes (at) WHERE NOT checked;
+
+-- Applies a transaction's balance changes (balance.go, applyBalances): locks the
+-- customers' rows in id order, adds each change, and fails with a serialization failure
+-- (SQLSTATE 40001, retried by the consumer) unless every customer exists and keeps
+-- balance >= 0. One statement, so that it can go out in the COMMIT's round trip: the
+-- rows stay locked for that statement and the commit only.
+CREATE OR REPLACE FUNCTION payment_apply_balances(ids text[], deltas bigint[])
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    changed bigint;
+BEGIN
+    PERFORM 1 FROM payment_customers WHERE id = ANY (ids) ORDER BY id FOR UPDATE;
+    UPDATE payment_customers c SET balance = c.balance + r.d
+    FROM unnest(ids, deltas) AS r (id, d)
+    WHERE c.id = r.id AND c.balance + r.d >= 0;
+    GET DIAGNOSTICS changed = ROW_COUNT;
+    IF changed <> cardinality(ids) THEN
+        RAISE EXCEPTION USING ERRCODE = 'serialization_failure',
+            MESSAGE = format('balance changed since it was read: %s of %s customers had the balance this transaction decided on',
+                changed, cardinality(ids));
+    END IF;
+END $$;
