@@ -147,6 +147,10 @@
 // individually. Batches form only from records already buffered: a worker that keeps up
 // handles one record at a time. See docs/benchmarks-consumer.md.
 //
+// On a *pgxpool.Pool (or *pgx.Conn) the transaction of a record or a batch spends no round
+// trip on BEGIN or COMMIT: the BEGIN goes out with the fence check and the claims, the
+// COMMIT with the writes deferred to it (the outbox rows: outbox.Enqueue in a handler).
+//
 // StandardBatch is not a second implementation of the chain: it resolves its
 // StandardConfig exactly as Standard does (every default applied once) and runs the same
 // parts for each record of a batch: decoding, the router's filter, the consumer span,

@@ -40,9 +40,9 @@ type IdempotentConfig struct {
 }
 
 // Idempotent is the innermost handler of the chain. For each message it opens a
-// transaction on DB (pgx.BeginFunc), checks the fencing token of the lease Lock holds if
-// Fence is set, claims scope "<group>/<Name>" and key = event id with the request
-// hash SHA-256(type, payload) (idempotency.Store), and then:
+// transaction on DB, checks the fencing token of the lease Lock holds if Fence is set,
+// claims scope "<group>/<Name>" and key = event id with the request hash SHA-256(type,
+// payload) (idempotency.Store), and then:
 //   - first time: calls h with the transaction, writes what h deferred to the commit
 //     (outbox.Outbox.Enqueue's rows, in one INSERT), commits, and runs the AfterCommit
 //     hooks;
@@ -53,6 +53,12 @@ type IdempotentConfig struct {
 // Retry and DeadLetter can classify it. Store.Complete is not called: a consumer has no
 // response to replay, and skipping it saves a statement per event. The message must be
 // decoded (Decode).
+//
+// When DB is a *pgxpool.Pool or a *pgx.Conn, the BEGIN is sent with the fence check and
+// the claim, and the COMMIT with the deferred writes: no round trip of their own. The
+// transaction h gets is then not pgx's own type; it implements pgx.Tx, and h must not
+// commit or roll it back (no handler may). On any other DB (a pgx.Tx: a savepoint) the
+// transaction begins and commits as pgx.BeginFunc does.
 //
 // A nil DB or handler is an error matching ErrInvalidConfig.
 func Idempotent(cfg IdempotentConfig, h TxHandler) (Handler, error) {
