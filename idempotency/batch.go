@@ -43,10 +43,11 @@ type Request struct {
 //
 // Keys that these two statements cannot decide take Claim's extra round
 // trips, one key at a time, in key order: an expired record to take over,
-// and a key whose record was deleted (swept) between them. Because such a takeover comes after the inserts, a transaction
-// taking over the same expired record with Claim while waiting for one of
-// our new keys can, rarely, deadlock with ClaimAll (Postgres aborts one of
-// them with SQLSTATE 40P01, which is retryable).
+// and a key whose record was deleted (swept) between them. Because such a
+// takeover comes after the inserts, a transaction taking over the same
+// expired record with Claim while waiting for one of our new keys can,
+// rarely, deadlock with ClaimAll (Postgres aborts one of them with SQLSTATE
+// 40P01, which is retryable).
 //
 // Like Claim, ClaimAll is designed for READ COMMITTED. An empty reqs
 // returns nil, nil without a round trip.

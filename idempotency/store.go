@@ -282,7 +282,8 @@ type record struct {
 	expired          bool
 }
 
-// fields returns the destinations of lookupSQL's columns.
+// fields returns the destinations of lookupSQL's columns (lookupAllSQL's
+// after the key).
 func (r *record) fields() []any { return []any{&r.stored, &r.response, &r.expired} }
 
 // QueueNewClaim queues into b a statement that claims (scope, key) as a
