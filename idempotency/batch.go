@@ -21,8 +21,10 @@ type Request struct {
 	Hash []byte
 }
 
-// ClaimAll claims every request of one scope in tx, in one round trip in the
-// common case, and returns one Claim per request, in the order of reqs.
+// ClaimAll claims every request of one scope in tx and returns one Claim per
+// request, in the order of reqs. When every key is new, the common case, it
+// takes one round trip; when some have a record (duplicates, reused keys),
+// a second one reads those records.
 //
 // The outcome is that of calling Claim for each request in sorted key order
 // (byte order, as strings.Compare): a first-time claim, a Duplicate with the
@@ -39,13 +41,13 @@ type Request struct {
 // wait for each other instead of deadlocking. As with Claim, a key claimed
 // by a transaction that is still open makes ClaimAll wait until it ends.
 //
-// Keys that the single statement cannot decide take Claim's extra round
-// trips, one key at a time, in key order: a key whose concurrent claimer
-// committed while the statement waited for it, and an expired record to
-// take over. Because such a takeover comes after the inserts, a transaction
-// taking over the same expired record with Claim while waiting for one of
-// our new keys can, rarely, deadlock with ClaimAll (Postgres aborts one of
-// them with SQLSTATE 40P01, which is retryable).
+// Keys that these two statements cannot decide take Claim's extra round
+// trips, one key at a time, in key order: an expired record to take over,
+// and a key whose record was deleted (swept) between them. Because such a
+// takeover comes after the inserts, a transaction taking over the same
+// expired record with Claim while waiting for one of our new keys can,
+// rarely, deadlock with ClaimAll (Postgres aborts one of them with SQLSTATE
+// 40P01, which is retryable).
 //
 // Like Claim, ClaimAll is designed for READ COMMITTED. An empty reqs
 // returns nil, nil without a round trip.
@@ -104,33 +106,39 @@ func (s *Store) ClaimAll(ctx context.Context, tx pgx.Tx, scope string, reqs []Re
 }
 
 // claimAll runs claimAllSQL for keys (sorted, distinct), after the leading
-// statements in the same round trip (see withLeading; their error is a
-// leadingError), and returns what it saw of each key it returned.
+// statements in the same round trip (see query; their error is a
+// leadingError), then, if it did not take every key, lookupAllSQL for the
+// others, and returns what it saw of each key: taken, or its record. A key
+// missing from both (its record was deleted in between) is left out.
 func (s *Store) claimAll(ctx context.Context, tx pgx.Tx, scope string, keys []string, hashes [][]byte, leading []txhook.Stmt) (map[string]*record, error) {
-	args := []any{scope, keys, hashes, s.retention.Microseconds()}
 	seen := make(map[string]*record, len(keys))
-	read := func(rows pgx.Rows) error {
+	err := query(ctx, tx, leading, s.claimAllSQL, []any{scope, keys, hashes, s.retention.Microseconds()}, func(rows pgx.Rows) error {
 		for rows.Next() {
-			var (
-				key string
-				r   record
-			)
-			if err := rows.Scan(&key, &r.claimed, &r.stored, &r.response, &r.expired); err != nil {
+			var key string
+			if err := rows.Scan(&key); err != nil {
 				return err
 			}
-			seen[key] = &r
+			seen[key] = &record{claimed: true}
 		}
 		return rows.Err()
-	}
-	var err error
-	if len(leading) == 0 {
-		var rows pgx.Rows
-		if rows, err = tx.Query(ctx, s.claimAllSQL, args...); err == nil {
-			err = read(rows)
-			rows.Close()
-		}
-	} else {
-		err = withLeading(ctx, tx, leading, s.claimAllSQL, args, read)
+	})
+	if err == nil && len(seen) < len(keys) {
+		// The keys that have a record: committed before the INSERT, or by a
+		// concurrent claim that it waited for, which this new statement sees.
+		rest := slices.DeleteFunc(slices.Clone(keys), func(k string) bool { return seen[k] != nil })
+		err = query(ctx, tx, nil, s.lookupAllSQL, []any{scope, rest}, func(rows pgx.Rows) error {
+			for rows.Next() {
+				var (
+					key string
+					r   record
+				)
+				if err := rows.Scan(append([]any{&key}, r.fields()...)...); err != nil {
+					return err
+				}
+				seen[key] = &r
+			}
+			return rows.Err()
+		})
 	}
 	var lerr leadingError
 	switch {

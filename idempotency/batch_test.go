@@ -113,11 +113,11 @@ func TestClaimAllOutcomes(t *testing.T) {
 		{"new and committed mixed", []idempotency.Request{
 			req("n2", h1), req("done-with-response", h1), req("n1", h2),
 			req("done-without-response", h2), req("done-nil-hash", []byte{}),
-		}, []idempotency.Claim{first, dup("r1"), first, dup(""), dup("")}, 1},
+		}, []idempotency.Claim{first, dup("r1"), first, dup(""), dup("")}, 2},
 		{"repeated new key", []idempotency.Request{req("n1", h1), req("n2", h2), req("n1", h1), req("n1", h1)},
 			[]idempotency.Claim{first, first, dup(""), dup("")}, 1},
 		{"repeated committed key", []idempotency.Request{req("done-with-response", h1), req("n1", h2), req("done-with-response", h1)},
-			[]idempotency.Claim{dup("r1"), first, dup("r1")}, 1},
+			[]idempotency.Claim{dup("r1"), first, dup("r1")}, 2},
 		{"nil and empty hash repeated", []idempotency.Request{req("n1", nil), req("n1", []byte{})},
 			[]idempotency.Claim{first, dup("")}, 1},
 		{"other scope is new", []idempotency.Request{req("done-with-response", h2)}, []idempotency.Claim{first}, 1},
@@ -202,6 +202,10 @@ func TestClaimAllErrors(t *testing.T) {
 	h1, h2 := idempotency.Hash([]byte("one")), idempotency.Hash([]byte("two"))
 	commitRecord(t, pool, store, "s", "k1", h1, nil)
 	commitRecord(t, pool, store, "s", "k2", h1, nil)
+	if _, err := pool.Exec(ctx, `INSERT INTO choreo_idempotency (scope, key, request_hash, expires_at)
+		VALUES ('s', 'expired', 'old', now() - interval '1 second')`); err != nil {
+		t.Fatal(err)
+	}
 	long := strings.Repeat("k", idempotency.MaxKeyBytes+1)
 
 	tests := []struct {
@@ -210,12 +214,16 @@ func TestClaimAllErrors(t *testing.T) {
 		reqs          []idempotency.Request
 		want          error
 		wantInMessage string
-		statements    int64 // at most
+		statements    int64
 	}{
-		{"committed key, other hash", "s", []idempotency.Request{req("new", h1), req("k1", h2)}, idempotency.ErrKeyReused, `key "k1"`, 1},
-		{"first reused key in key order", "s", []idempotency.Request{req("k2", h2), req("k1", h2)}, idempotency.ErrKeyReused, `key "k1"`, 1},
+		{"committed key, other hash", "s", []idempotency.Request{req("new", h1), req("k1", h2)}, idempotency.ErrKeyReused, `key "k1"`, 2},
+		{"first reused key in key order", "s", []idempotency.Request{req("k2", h2), req("k1", h2)}, idempotency.ErrKeyReused, `key "k1"`, 2},
+		// The insert, the lookup of the three existing keys, the takeover of
+		// the expired one (before k2 in key order), then the reused key.
+		{"new, duplicate, expired and reused keys", "s", []idempotency.Request{req("k2", h2), req("expired", h2), req("new", h1), req("k1", h1)},
+			idempotency.ErrKeyReused, `key "k2"`, 3},
 		{"repeated new key, other hash", "s", []idempotency.Request{req("n", h1), req("n", h2)}, idempotency.ErrKeyReused, `key "n"`, 1},
-		{"repeated committed key, other hash", "s", []idempotency.Request{req("k1", h1), req("k1", nil)}, idempotency.ErrKeyReused, `key "k1"`, 1},
+		{"repeated committed key, other hash", "s", []idempotency.Request{req("k1", h1), req("k1", nil)}, idempotency.ErrKeyReused, `key "k1"`, 2},
 		{"nil hash vs real hash", "s", []idempotency.Request{req("n", nil), req("n", h1)}, idempotency.ErrKeyReused, `key "n"`, 1},
 		{"empty key", "s", []idempotency.Request{req("a", h1), req("", h1)}, idempotency.ErrInvalidKey, "empty key", 0},
 		{"key too long", "s", []idempotency.Request{req("a", h1), req(long, h1)}, idempotency.ErrInvalidKey, "key is 256 bytes", 0},
@@ -254,7 +262,8 @@ func TestClaimAllErrors(t *testing.T) {
 }
 
 // TestClaimAllTakesOverExpired: an expired record that is still in the
-// table is taken over with one more statement; a live one is a duplicate.
+// table is taken over with one more statement after the lookup; a live one
+// is a duplicate.
 func TestClaimAllTakesOverExpired(t *testing.T) {
 	pool, counter := setupCounted(t, "billing", idempotency.WithTable("billing.idem"))
 	ctx := context.Background()
@@ -275,8 +284,8 @@ func TestClaimAllTakesOverExpired(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(claims, want) {
 		t.Fatalf("ClaimAll = %+v, %v; want %+v", claims, err, want)
 	}
-	if n != 2 {
-		t.Fatalf("ClaimAll sent %d statements, want 2 (the batch and one takeover)", n)
+	if n != 3 {
+		t.Fatalf("ClaimAll sent %d statements, want 3 (the insert, the lookup and one takeover)", n)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)

@@ -39,8 +39,9 @@
 // and ClaimWithResponse in a new transaction decides.
 //
 // A transaction that handles a batch of events claims all their keys with
-// one ClaimAll: one round trip for the whole batch in the common case, with
-// the outcome of calling Claim for each key in sorted order. It inserts the
+// one ClaimAll: one round trip for the whole batch when every key is new, a
+// second one when some are duplicates, with the outcome of calling Claim for
+// each key in sorted order. It inserts the
 // records in sorted key order, so two transactions claiming overlapping
 // batches wait for each other instead of deadlocking.
 //

@@ -128,14 +128,15 @@ func Hash(parts ...[]byte) []byte {
 // connection: every method works inside a transaction or pool the caller
 // passes, so one Store can be shared by any number of goroutines.
 type Store struct {
-	table       sqlname.Name
-	retention   time.Duration
-	claimSQL    string
-	claimAllSQL string
-	lookupSQL   string
-	takeoverSQL string
-	doneSQL     string
-	newSQL      string
+	table        sqlname.Name
+	retention    time.Duration
+	claimSQL     string
+	claimAllSQL  string
+	lookupSQL    string
+	lookupAllSQL string
+	takeoverSQL  string
+	doneSQL      string
+	newSQL       string
 }
 
 // Claim is the outcome of claiming a key.
@@ -157,56 +158,43 @@ func NewStore(opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	t := cfg.table.Quoted()
+	insert := `INSERT INTO ` + t + ` (scope, key, request_hash, expires_at, response)
+VALUES ($1, $2, $3, now() + $4::bigint * interval '1 microsecond', $5)`
 	return &Store{
 		table:     cfg.table,
 		retention: cfg.retention,
-		// One round trip in the common cases. The INSERT takes a new key;
+		// A first-time claim, the common case, is this one statement: the
+		// INSERT takes a new key, and whether it did is its command tag.
 		// DO NOTHING leaves an existing record alone without locking it, so
-		// duplicates are cheap. The second branch returns a record that was
-		// committed before the statement began. If the INSERT had to wait for
-		// a concurrent transaction that then committed the same key, the
-		// statement's snapshot predates that commit and no row comes back;
-		// Claim then reads it with lookupSQL, a new statement. $5 is the
-		// response stored with a new record (ClaimWithResponse; NULL for
+		// duplicates are cheap; Claim then reads the record with lookupSQL,
+		// a second statement. Being a new statement, it also sees a record
+		// committed by a concurrent transaction the INSERT waited for. $5 is
+		// the response stored with a new record (ClaimWithResponse; NULL for
 		// Claim).
-		claimSQL: `WITH ins AS (
-    INSERT INTO ` + t + ` (scope, key, request_hash, expires_at, response)
-    VALUES ($1, $2, $3, now() + $4::bigint * interval '1 microsecond', $5)
-    ON CONFLICT (scope, key) DO NOTHING
-    RETURNING 1
-)
-SELECT true, NULL::bytea, NULL::bytea, false FROM ins
-UNION ALL
-SELECT false, request_hash, response, expires_at <= now() FROM ` + t + `
-WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM ins)`,
+		claimSQL: insert + `
+ON CONFLICT (scope, key) DO NOTHING`,
 		// ClaimAll's statement: claimSQL for many keys of one scope. $2 and
 		// $3 are the keys, sorted and distinct, and their hashes; the rows
-		// are inserted in that order (see ClaimAll). A key that comes back
-		// from neither branch (a concurrent claim committed after the
-		// statement's snapshot) is left to claim, like claimSQL's no-row
-		// case. The NOT EXISTS matters only when the INSERT took a key whose
-		// expired record a concurrent Sweeper deleted after that snapshot.
-		// The second branch looks each key up on its own (LATERAL ... LIMIT
-		// 1): every plan, the generic plan Postgres switches to after five
-		// executions included, is then one primary-key probe per key. With
-		// key = ANY ($2) the generic plan could scan the scope's rows.
-		claimAllSQL: `WITH ins AS (
-    INSERT INTO ` + t + ` (scope, key, request_hash, expires_at)
-    SELECT $1, r.key, r.hash, now() + $4::bigint * interval '1 microsecond'
-    FROM unnest($2::text[], $3::bytea[]) WITH ORDINALITY AS r (key, hash, ord) ORDER BY r.ord
-    ON CONFLICT (scope, key) DO NOTHING
-    RETURNING key
-)
-SELECT key, true, NULL::bytea, NULL::bytea, false FROM ins
-UNION ALL
-SELECT t.key, false, t.request_hash, t.response, t.expires_at <= now()
+		// are inserted in that order (see ClaimAll). It returns the keys it
+		// took; ClaimAll reads the others with lookupAllSQL.
+		claimAllSQL: `INSERT INTO ` + t + ` (scope, key, request_hash, expires_at)
+SELECT $1, r.key, r.hash, now() + $4::bigint * interval '1 microsecond'
+FROM unnest($2::text[], $3::bytea[]) WITH ORDINALITY AS r (key, hash, ord) ORDER BY r.ord
+ON CONFLICT (scope, key) DO NOTHING
+RETURNING key`,
+		// The records of the keys $2 of scope $1, for the keys that
+		// claimAllSQL did not take. Each key is looked up on its own
+		// (LATERAL ... LIMIT 1): every plan, the generic plan Postgres
+		// switches to after five executions included, is then one
+		// primary-key probe per key. With key = ANY ($2) the generic plan
+		// could scan the scope's rows.
+		lookupAllSQL: `SELECT t.key, t.request_hash, t.response, t.expires_at <= now()
 FROM unnest($2::text[]) AS k (key)
 CROSS JOIN LATERAL (
     SELECT key, request_hash, response, expires_at FROM ` + t + `
     WHERE scope = $1 AND key = k.key LIMIT 1
-) AS t
-WHERE NOT EXISTS (SELECT 1 FROM ins WHERE ins.key = k.key)`,
-		lookupSQL: `SELECT false, request_hash, response, expires_at <= now() FROM ` + t + ` WHERE scope = $1 AND key = $2`,
+) AS t`,
+		lookupSQL: `SELECT request_hash, response, expires_at <= now() FROM ` + t + ` WHERE scope = $1 AND key = $2`,
 		// Taking over an expired record that the Sweeper has not deleted
 		// yet. The WHERE is re-checked after waiting for a concurrent
 		// takeover, so only one transaction wins.
@@ -217,8 +205,7 @@ WHERE scope = $1 AND key = $2 AND expires_at <= now()`,
 		doneSQL: `UPDATE ` + t + ` SET response = $3 WHERE scope = $1 AND key = $2`,
 		// QueueNewClaim's statement: no ON CONFLICT, so an existing record
 		// fails it (unique_violation) and aborts its transaction.
-		newSQL: `INSERT INTO ` + t + ` (scope, key, request_hash, expires_at, response)
-VALUES ($1, $2, $3, now() + $4::bigint * interval '1 microsecond', $5)`,
+		newSQL: insert,
 	}, nil
 }
 
@@ -247,15 +234,17 @@ func (s *Store) Retention() time.Duration { return s.retention }
 // are cheap. An expired record still in the table (not yet swept) counts as
 // absent: one claim takes it over, the others then see that claim's record.
 //
-// The common cases take one round trip; a claim that waited for a
-// concurrent winner, or takes over an expired record, takes two.
+// A first-time claim, the common case, takes one round trip: an INSERT
+// that does nothing if the key has a record. Any other outcome reads the
+// record in a second one (a duplicate, a reused key, a claim that waited
+// for a concurrent winner); taking over an expired record takes a third.
 //
 // A transaction may claim several keys (a batch of events): prefer
-// ClaimAll, which claims them in one round trip. Claim them one by one only
-// in a consistent order, sorted like ClaimAll's, so that two transactions
-// racing on the same keys wait for each other instead of deadlocking
-// (Postgres would abort one of them with SQLSTATE 40P01, which is
-// retryable).
+// ClaimAll, which claims them in one round trip (two if some have a
+// record). Claim them one by one only in a consistent order, sorted like
+// ClaimAll's, so that two transactions racing on the same keys wait for
+// each other instead of deadlocking (Postgres would abort one of them with
+// SQLSTATE 40P01, which is retryable).
 //
 // Claim is designed for READ COMMITTED, Postgres' default. Under REPEATABLE
 // READ or SERIALIZABLE, a claim that waited for a concurrent winner fails
@@ -285,13 +274,17 @@ func (s *Store) ClaimWithResponse(ctx context.Context, tx pgx.Tx, scope, key str
 	return s.claim(ctx, tx, scope, key, nonNil(requestHash), response, nil, txhook.Leading(ctx))
 }
 
-// record is what one statement saw of a key's row: either it inserted the
-// row (claimed), or it read an existing one.
+// record is what a claim saw of a key's row: either its INSERT inserted the
+// row (claimed), or a lookup read an existing one.
 type record struct {
 	claimed          bool
 	stored, response []byte
 	expired          bool
 }
+
+// fields returns the destinations of lookupSQL's columns (lookupAllSQL's
+// after the key).
+func (r *record) fields() []any { return []any{&r.stored, &r.response, &r.expired} }
 
 // QueueNewClaim queues into b a statement that claims (scope, key) as a
 // first time, with requestHash and response, and fails if the key already
@@ -328,9 +321,9 @@ func (s *Store) QueueNewClaim(b *pgx.Batch, scope, key string, requestHash, resp
 const uniqueViolation = "23505"
 
 // claim decides the claim of a checked key with a non-nil requestHash; a
-// first-time claim stores response (nil: none) with the record. seen,
-// if not nil, is what an earlier statement of tx (ClaimAll's) saw of the
-// key; it stands for the first pass's claimSQL, so a decided record costs no
+// first-time claim stores response (nil: none) with the record. seen, if not
+// nil, is what earlier statements of tx (ClaimAll's) saw of the key; it stands
+// for the first pass's claimSQL and lookupSQL, so a decided record costs no
 // round trip. leading (txhook.WithLeading's statements; nil with seen) go out
 // with the first claimSQL, in one round trip; their first error is returned as
 // it is.
@@ -345,15 +338,20 @@ func (s *Store) claim(ctx context.Context, tx pgx.Tx, scope, key string, request
 		seen = nil
 		if r == nil {
 			r = new(record)
-			err := s.queryClaim(ctx, tx, leading, r, scope, key, requestHash, retention, response)
+			err := query(ctx, tx, leading, s.claimSQL, []any{scope, key, requestHash, retention, response}, func(rows pgx.Rows) error {
+				rows.Close()
+				r.claimed = rows.CommandTag().RowsAffected() == 1
+				return rows.Err()
+			})
 			var lerr leadingError
 			if errors.As(err, &lerr) {
 				return Claim{}, lerr.err
 			}
 			leading = nil
-			if errors.Is(err, pgx.ErrNoRows) {
-				// We waited for a concurrent claim of this key that committed.
-				err = tx.QueryRow(ctx, s.lookupSQL, scope, key).Scan(&r.claimed, &r.stored, &r.response, &r.expired)
+			if err == nil && !r.claimed {
+				// The key has a record: committed before the INSERT, or by a
+				// concurrent claim that the INSERT waited for.
+				err = tx.QueryRow(ctx, s.lookupSQL, scope, key).Scan(r.fields()...)
 				if errors.Is(err, pgx.ErrNoRows) {
 					continue // deleted meanwhile (swept after expiring): claim again
 				}
@@ -389,28 +387,20 @@ type leadingError struct{ err error }
 
 func (e leadingError) Error() string { return e.err.Error() }
 
-// queryClaim runs claimSQL into r, after the leading statements in the same
-// round trip (see withLeading).
-func (s *Store) queryClaim(ctx context.Context, tx pgx.Tx, leading []txhook.Stmt, r *record, args ...any) error {
+// query runs sql with args in tx and reads its rows with read, which must
+// close them. The leading statements, if any, go first in the same round trip
+// (one pgx batch); the first leading statement's error is reported as a
+// leadingError, before sql's own error: a claim that follows a failed
+// statement of the batch fails too.
+func query(ctx context.Context, tx pgx.Tx, leading []txhook.Stmt, sql string, args []any, read func(pgx.Rows) error) error {
 	if len(leading) == 0 {
-		return tx.QueryRow(ctx, s.claimSQL, args...).Scan(&r.claimed, &r.stored, &r.response, &r.expired)
-	}
-	return withLeading(ctx, tx, leading, s.claimSQL, args, func(rows pgx.Rows) error {
-		if !rows.Next() {
-			if err := rows.Err(); err != nil {
-				return err
-			}
-			return pgx.ErrNoRows
+		rows, err := tx.Query(ctx, sql, args...)
+		if err != nil {
+			return err
 		}
-		return rows.Scan(&r.claimed, &r.stored, &r.response, &r.expired)
-	})
-}
-
-// withLeading sends the leading statements and then sql in one pgx batch (one
-// round trip), reads sql's rows with read, and reports the first leading
-// statement's error as a leadingError, before sql's own error: a claim that
-// follows a failed statement of the batch fails too.
-func withLeading(ctx context.Context, tx pgx.Tx, leading []txhook.Stmt, sql string, args []any, read func(pgx.Rows) error) error {
+		defer rows.Close()
+		return read(rows)
+	}
 	b := &pgx.Batch{}
 	var lerr, cerr error
 	for _, st := range leading {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -310,16 +311,18 @@ func TestConcurrentSameKeyExactlyOnce(t *testing.T) {
 
 // TestConcurrentClaimWaitsForWinner pins down the blocking behaviour: a
 // second transaction claiming a key held by an open transaction waits,
-// and then sees a duplicate if the first commits, or claims the key itself
-// if the first rolls back.
+// and then sees a duplicate if the first commits (its INSERT, which waited,
+// does nothing, and a lookup reads the committed record), or claims the key
+// itself if the first rolls back (the INSERT alone).
 func TestConcurrentClaimWaitsForWinner(t *testing.T) {
 	for _, tt := range []struct {
 		name          string
 		commitFirst   bool
 		wantDuplicate bool
+		statements    int64
 	}{
-		{"first commits", true, true},
-		{"first rolls back", false, false},
+		{"first commits", true, true, 2},
+		{"first rolls back", false, false, 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			pool := setup(t)
@@ -343,7 +346,16 @@ func TestConcurrentClaimWaitsForWinner(t *testing.T) {
 				err error
 			}
 			done := make(chan result, 1)
-			second, err := pool.Begin(ctx)
+			// The second transaction's statements are counted on a pool of its own.
+			cfg := pool.Config()
+			counter := new(statementCounter)
+			cfg.ConnConfig.Tracer = counter
+			pool2, err := pgxpool.NewWithConfig(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool2.Close()
+			second, err := pool2.Begin(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -352,6 +364,7 @@ func TestConcurrentClaimWaitsForWinner(t *testing.T) {
 			if err := second.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
 				t.Fatal(err)
 			}
+			before := counter.n.Load()
 			go func() {
 				c, err := store.Claim(ctx, second, "s", "k", []byte("h"))
 				done <- result{c, err}
@@ -380,6 +393,9 @@ func TestConcurrentClaimWaitsForWinner(t *testing.T) {
 			}
 			if tt.wantDuplicate && string(r.c.Response) != "first" {
 				t.Fatalf("second claim response = %q, want %q", r.c.Response, "first")
+			}
+			if n := counter.n.Load() - before; n != tt.statements {
+				t.Fatalf("second claim sent %d statements, want %d", n, tt.statements)
 			}
 		})
 	}
@@ -608,10 +624,9 @@ func newSweeper(t testing.TB, db idempotency.Execer, opts ...idempotency.Option)
 	return s
 }
 
-// TestClaimStatements checks that Claim sends one statement for a first-time claim, a
-// duplicate and a key reused with another hash alike: the claim statement returns an
-// existing record itself (a plain INSERT followed by a lookup would make every duplicate
-// two round trips; docs/benchmarks.md, "Hot entities", measured that variant).
+// TestClaimStatements checks that Claim sends one statement for a first-time claim (the
+// INSERT), and two for a duplicate and a key reused with another hash: the INSERT does
+// nothing and the lookup reads the record, with the response the first claim stored.
 func TestClaimStatements(t *testing.T) {
 	pool, counter := setupCounted(t, "")
 	ctx := context.Background()
@@ -619,32 +634,36 @@ func TestClaimStatements(t *testing.T) {
 	h1 := idempotency.Hash([]byte("order.created"), []byte(`{"id":1}`))
 	h2 := idempotency.Hash([]byte("order.created"), []byte(`{"id":2}`))
 	steps := []struct {
-		name          string
-		hash          []byte
-		wantDuplicate bool
-		wantErr       error
-		statements    int64
+		name       string
+		hash       []byte
+		want       idempotency.Claim
+		wantErr    error
+		statements int64
 	}{
-		{"first time", h1, false, nil, 1},
-		{"duplicate", h1, true, nil, 1},
-		{"key reused", h2, false, idempotency.ErrKeyReused, 1},
+		{"first time", h1, idempotency.Claim{}, nil, 1},
+		{"duplicate", h1, idempotency.Claim{Duplicate: true, Response: []byte("r1")}, nil, 2},
+		{"key reused", h2, idempotency.Claim{}, idempotency.ErrKeyReused, 2},
 	}
 	for _, s := range steps {
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		before := counter.n.Load()
-		c, err := store.Claim(ctx, tx, "payment", "ev-1", s.hash)
-		n := counter.n.Load() - before
-		if !errors.Is(err, s.wantErr) || (s.wantErr == nil && err != nil) || c.Duplicate != s.wantDuplicate {
-			t.Fatalf("%s: Claim = %+v, %v; want duplicate=%v, %v", s.name, c, err, s.wantDuplicate, s.wantErr)
+		var (
+			c idempotency.Claim
+			n int64
+		)
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			before := counter.n.Load()
+			var err error
+			c, err = store.Claim(ctx, tx, "payment", "ev-1", s.hash)
+			n = counter.n.Load() - before
+			if err != nil || c.Duplicate {
+				return err
+			}
+			return store.Complete(ctx, tx, "payment", "ev-1", []byte("r1"))
+		})
+		if !errors.Is(err, s.wantErr) || (s.wantErr == nil && err != nil) || !reflect.DeepEqual(c, s.want) {
+			t.Fatalf("%s: Claim = %+v, %v; want %+v, %v", s.name, c, err, s.want, s.wantErr)
 		}
 		if n != s.statements {
 			t.Fatalf("%s: Claim sent %d statements, want %d", s.name, n, s.statements)
-		}
-		if err := tx.Commit(ctx); err != nil && s.wantErr == nil {
-			t.Fatal(err)
 		}
 	}
 }

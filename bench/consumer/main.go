@@ -355,7 +355,7 @@ func runPgbench(ctx context.Context, dsn string, c config) (result, error) {
 	script := fmt.Sprintf(`\set aid random(1, %d)
 BEGIN;
 \set key random(1, 1000000000000)
-WITH ins AS (INSERT INTO choreo_idempotency (scope, key, request_hash, expires_at) VALUES ('bench/pgbench', :client_id || '-' || :key, sha256(:key::text::bytea), now() + 604800000000::bigint * interval '1 microsecond') ON CONFLICT (scope, key) DO NOTHING RETURNING 1) SELECT true, NULL::bytea, NULL::bytea, false FROM ins UNION ALL SELECT false, request_hash, response, expires_at <= now() FROM choreo_idempotency WHERE scope = 'bench/pgbench' AND key = :client_id || '-' || :key AND NOT EXISTS (SELECT 1 FROM ins);
+INSERT INTO choreo_idempotency (scope, key, request_hash, expires_at, response) VALUES ('bench/pgbench', :client_id || '-' || :key, sha256(:key::text::bytea), now() + 604800000000::bigint * interval '1 microsecond', NULL) ON CONFLICT (scope, key) DO NOTHING;
 UPDATE bench_accounts SET balance = balance + 1, version = version + 1 WHERE id = 'acct-' || :aid;
 INSERT INTO choreo_outbox (topic, key, headers, payload) VALUES ('bench.applied', 'acct-' || :aid, '%s'::jsonb, '\x7b22616d6f756e74223a317d');
 COMMIT;

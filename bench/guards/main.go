@@ -216,16 +216,9 @@ END;
 const pgbenchGuarded = `\set aid random(1, 10000)
 \set k random(1, 9000000000000000)
 BEGIN;
-WITH ins AS (
-    INSERT INTO "choreo_idempotency" (scope, key, request_hash, expires_at)
-    VALUES ('pgbench', CAST(:k AS text), '\x9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08', now() + 604800000000 * interval '1 microsecond')
-    ON CONFLICT (scope, key) DO NOTHING
-    RETURNING 1
-)
-SELECT true, NULL::bytea, NULL::bytea, false FROM ins
-UNION ALL
-SELECT false, request_hash, response, expires_at <= now() FROM "choreo_idempotency"
-WHERE scope = 'pgbench' AND key = CAST(:k AS text) AND NOT EXISTS (SELECT 1 FROM ins);
+INSERT INTO "choreo_idempotency" (scope, key, request_hash, expires_at, response)
+VALUES ('pgbench', CAST(:k AS text), '\x9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08', now() + 604800000000 * interval '1 microsecond', NULL)
+ON CONFLICT (scope, key) DO NOTHING;
 UPDATE bench_accounts SET balance = balance + 1 WHERE id = :aid;
 INSERT INTO bench_events (account, payload) VALUES (:aid, '\x7b226f72646572223a317d');
 UPDATE "choreo_idempotency" SET response = '\x6f6b' WHERE scope = 'pgbench' AND key = CAST(:k AS text);
