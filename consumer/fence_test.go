@@ -24,16 +24,18 @@ import (
 type fenceTrace struct {
 	mu      sync.Mutex
 	alone   int        // fence checks sent as their own query
+	queries []string   // every statement sent as its own query
 	batches [][]string // the statements of each batch, in order
 	args    [][]any    // the arguments of the fence checks, in order
 }
 
 func (f *fenceTrace) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.queries = append(f.queries, d.SQL)
 	if isFence(d.SQL) {
-		f.mu.Lock()
 		f.alone++
 		f.args = append(f.args, d.Args)
-		f.mu.Unlock()
 	}
 	return ctx
 }
@@ -63,7 +65,7 @@ func (f *fenceTrace) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEnd
 
 func (f *fenceTrace) reset() {
 	f.mu.Lock()
-	f.alone, f.batches, f.args = 0, nil, nil
+	f.alone, f.queries, f.batches, f.args = 0, nil, nil, nil
 	f.mu.Unlock()
 }
 
@@ -233,6 +235,12 @@ func TestOneRecordFenceLeadsClaim(t *testing.T) {
 	}
 	if trace.alone != 0 || trace.fenceInBatches() != 1 {
 		t.Errorf("fence checks: %d alone, %d leading a claim; want 0 and 1", trace.alone, trace.fenceInBatches())
+	}
+	// Three round trips: BEGIN with the fence and the claim, the handler's two statements
+	// on their own, and COMMIT (nothing enqueued here) in a batch of its own.
+	if len(trace.batches) != 2 || len(trace.batches[0]) != 3 || trace.batches[0][0] != "begin" ||
+		len(trace.queries) != 2 || strings.Join(trace.batches[1], ";") != "commit" {
+		t.Errorf("round trips: batches %q, queries %q; want [begin, fence, claim] and [commit] around the handler's two", trace.batches, trace.queries)
 	}
 	if n := count(t, pool, `SELECT count(*) FROM choreo_lock_fences WHERE entity = $1 AND token = $2`, ls.Key(), ls.Token()); n != 1 {
 		t.Errorf("no fence row for %s token %d", ls.Key(), ls.Token())
