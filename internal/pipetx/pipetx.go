@@ -302,7 +302,7 @@ func (t *Tx) CommitWith(ctx context.Context, last *pgx.Batch) error {
 		return nil
 	})
 	err := t.SendBatch(ctx, b).Close()
-	if err != nil && t.conn.PgConn().TxStatus() != 'I' {
+	if err != nil && t.conn != nil && t.conn.PgConn().TxStatus() != 'I' {
 		// A statement of last failed: the COMMIT did not run.
 		if rerr := t.tx.Rollback(ctx); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("rollback: %w", rerr))

@@ -270,6 +270,23 @@ func TestRollbackAndBeginFailure(t *testing.T) {
 	if s := pool.Stat(); s.AcquiredConns() != 0 {
 		t.Fatalf("%d connections still acquired", s.AcquiredConns())
 	}
+
+	// No connection at all (a closed pool): every call fails, none panics.
+	closed, err := pgxpool.New(ctx, pool.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed.Close()
+	tx = pipetx.Begin(closed)
+	if _, err := tx.Exec(ctx, `SELECT 1`); err == nil {
+		t.Fatal("Exec on a closed pool succeeded")
+	}
+	if err := tx.CommitWith(ctx, insert(7, 7)); err == nil {
+		t.Fatal("CommitWith on a closed pool succeeded")
+	}
+	if err := pipetx.Run(ctx, closed, func(*pipetx.Tx) (*pgx.Batch, error) { return insert(8, 8), nil }); err == nil {
+		t.Fatal("Run on a closed pool succeeded")
+	}
 }
 
 // Methods that cannot carry the BEGIN send it first; savepoints nest as in pgx. On a
