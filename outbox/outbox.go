@@ -11,6 +11,7 @@ import (
 
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/internal/migrate"
+	"github.com/choreo-saga/choreo/internal/pipetx"
 	"github.com/choreo-saga/choreo/internal/txhook"
 	"github.com/choreo-saga/choreo/tracing"
 )
@@ -105,11 +106,11 @@ func (o *Outbox) Migrate(ctx context.Context, db Beginner) error {
 // After tx commits, call [Outbox.Wake] (or use [Outbox.InTx], which does).
 //
 // In a transaction run by the consumer package (consumer.Idempotent, Standard,
-// StandardBatch), when ctx is the handler's context and tx its transaction,
-// the rows are not inserted at once: every Enqueue of the transaction (of
-// every handler of a batch) is buffered and written in one multi-row INSERT
-// just before the commit, after all the handlers' own writes, with ids in the
-// order of the calls. Validation errors are still returned by Enqueue; an
+// StandardBatch) or by [Outbox.InTx], when ctx is the handler's (fn's) context and
+// tx its transaction, the rows are not inserted at once: every Enqueue of the
+// transaction (of every handler of a batch) is buffered and written in one
+// multi-row INSERT with the commit, after all the handlers' own writes, with ids in
+// the order of the calls. Validation errors are still returned by Enqueue; an
 // insert error fails the commit.
 func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, topic string, evs ...event.Event) error {
 	if len(evs) == 0 {
@@ -241,9 +242,21 @@ type Beginner interface {
 }
 
 // InTx runs fn in a transaction on db (like pgx.BeginFunc) and, once the
-// transaction has committed, calls [Outbox.Wake]. fn enqueues with o.Enqueue.
+// transaction has committed, calls [Outbox.Wake]. fn enqueues with o.Enqueue, with
+// the ctx it is given: the rows are then written in one INSERT with the COMMIT, as in a
+// consumer's transaction. On a *pgxpool.Pool or *pgx.Conn the transaction spends no
+// round trip on BEGIN (it goes with fn's first statement) or COMMIT (it goes with the
+// rows), so tx is not pgx's own type; use it through pgx.Tx and do not commit or roll it
+// back. If fn returns an error or panics, nothing is written.
 func (o *Outbox) InTx(ctx context.Context, db Beginner, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	if err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return fn(ctx, tx) }); err != nil {
+	err := pipetx.Run(ctx, db, func(tx *pipetx.Tx) (*pgx.Batch, error) {
+		hooks := txhook.New(tx)
+		if err := fn(txhook.With(ctx, hooks), tx); err != nil {
+			return nil, err
+		}
+		return hooks.Batch(ctx)
+	})
+	if err != nil {
 		return err
 	}
 	o.Wake()
