@@ -142,7 +142,7 @@
 // One transaction per event is bounded by the database's commit rate. WithBatch with
 // StandardBatch hands up to N buffered records of a partition to one transaction (the
 // leases of all their entities in one round trip, all their idempotency claims in one
-// statement, one commit), and falls back to the one-at-a-time chain for that batch if
+// statement (a second one reads the records of redelivered keys), one commit), and falls back to the one-at-a-time chain for that batch if
 // anything in it fails, so poison records are still isolated and dead-lettered
 // individually. Batches form only from records already buffered: a worker that keeps up
 // handles one record at a time. See docs/benchmarks-consumer.md.
