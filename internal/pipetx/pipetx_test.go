@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -15,70 +14,20 @@ import (
 	"github.com/choreo-saga/choreo/internal/testenv"
 )
 
-// trips is a pgx tracer recording every round trip: a query sent alone, or a batch with
-// its statements joined by "; ".
-type trips struct {
-	mu  sync.Mutex
-	all []string
-}
-
-func (r *trips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	r.mu.Lock()
-	r.all = append(r.all, short(d.SQL))
-	r.mu.Unlock()
-	return ctx
-}
-
-func (r *trips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
-func (r *trips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	r.mu.Lock()
-	r.all = append(r.all, "")
-	r.mu.Unlock()
-	return ctx
-}
-
-func (r *trips) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	last := &r.all[len(r.all)-1]
-	if *last != "" {
-		*last += "; "
-	}
-	*last += short(d.SQL)
-}
-
-func (r *trips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
-
-// take returns the round trips recorded since the last call.
-func (r *trips) take() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	all := r.all
-	r.all = nil
-	return all
-}
-
-// short is the first word of sql, lower case: "begin", "insert", "commit".
-func short(sql string) string {
-	w, _, _ := strings.Cut(strings.TrimSpace(sql), " ")
-	return strings.ToLower(w)
-}
-
-func setup(t *testing.T) (*pgxpool.Pool, *trips) {
+func setup(t *testing.T) (*pgxpool.Pool, *testenv.RoundTrips) {
 	t.Helper()
 	return setupMode(t, pgx.QueryExecModeCacheStatement)
 }
 
 // setupMode is setup with the pool's statements sent in mode.
-func setupMode(t *testing.T, mode pgx.QueryExecMode) (*pgxpool.Pool, *trips) {
+func setupMode(t *testing.T, mode pgx.QueryExecMode) (*pgxpool.Pool, *testenv.RoundTrips) {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSN(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.ConnConfig.DefaultQueryExecMode = mode
-	tr := &trips{}
+	tr := &testenv.RoundTrips{}
 	cfg.ConnConfig.Tracer = tr
 	cfg.MaxConns = 2
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
@@ -89,7 +38,7 @@ func setupMode(t *testing.T, mode pgx.QueryExecMode) (*pgxpool.Pool, *trips) {
 	if _, err := pool.Exec(context.Background(), `CREATE TABLE items (id int PRIMARY KEY, n int NOT NULL CHECK (n >= 0))`); err != nil {
 		t.Fatal(err)
 	}
-	tr.take()
+	tr.Take()
 	return pool, tr
 }
 
@@ -145,11 +94,11 @@ func rideOnStatements(t *testing.T, mode pgx.QueryExecMode) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "QueryRow first", tr.take(), []string{"begin; select", "insert", "insert; commit"})
+	equal(t, "QueryRow first", tr.Take(), []string{"begin; select", "insert", "insert; commit"})
 	if n := count(t, pool); n != 2 {
 		t.Fatalf("%d rows committed, want 2", n)
 	}
-	tr.take()
+	tr.Take()
 
 	tx := pipetx.Begin(pool)
 	if _, err := tx.Exec(ctx, `INSERT INTO items (id, n) VALUES (3, 3)`); err != nil {
@@ -173,7 +122,7 @@ func rideOnStatements(t *testing.T, mode pgx.QueryExecMode) {
 	if err := pipetx.Run(ctx, pool, func(*pipetx.Tx) (*pgx.Batch, error) { return nil, nil }); err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "Exec, SendBatch, last only, empty", tr.take(),
+	equal(t, "Exec, SendBatch, last only, empty", tr.Take(),
 		[]string{"begin; insert", "commit", "begin; insert", "commit", "begin; insert; commit"})
 	if n := count(t, pool); n != 5 {
 		t.Fatalf("%d rows committed, want 5", n)
@@ -216,7 +165,7 @@ func failuresCommitNothing(t *testing.T, mode pgx.QueryExecMode) {
 	if mode == pgx.QueryExecModeExec || mode == pgx.QueryExecModeSimpleProtocol {
 		last = "insert; commit"
 	}
-	equal(t, "failing last statement", tr.take(), []string{"begin; insert", last, "rollback"})
+	equal(t, "failing last statement", tr.Take(), []string{"begin; insert", last, "rollback"})
 
 	err = pipetx.Run(ctx, pool, func(tx *pipetx.Tx) (*pgx.Batch, error) {
 		if _, err := tx.Exec(ctx, `INSERT INTO items (id, n) VALUES (3, 3)`); err != nil {
@@ -227,7 +176,7 @@ func failuresCommitNothing(t *testing.T, mode pgx.QueryExecMode) {
 	if !errors.Is(err, fail) {
 		t.Fatalf("failing fn: %v", err)
 	}
-	equal(t, "failing fn", tr.take(), []string{"begin; insert", "rollback"})
+	equal(t, "failing fn", tr.Take(), []string{"begin; insert", "rollback"})
 
 	func() {
 		defer func() {
@@ -278,7 +227,7 @@ func TestRollbackAndBeginFailure(t *testing.T) {
 	if err := tx.Rollback(ctx); !errors.Is(err, pgx.ErrTxClosed) {
 		t.Fatalf("second Rollback: %v, want ErrTxClosed", err)
 	}
-	equal(t, "rollbacks", tr.take(), []string{"begin; insert", "rollback"})
+	equal(t, "rollbacks", tr.Take(), []string{"begin; insert", "rollback"})
 
 	done, cancel := context.WithCancel(ctx)
 	cancel()
@@ -345,7 +294,7 @@ func TestOtherMethodsAndOtherBeginners(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "savepoint first", tr.take(),
+	equal(t, "savepoint first", tr.Take(),
 		[]string{"begin", "savepoint", "insert", "rollback", "select", "insert; commit"})
 
 	outer, err := pool.Begin(ctx)
