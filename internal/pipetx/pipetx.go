@@ -87,7 +87,8 @@ func (t *Tx) first(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	br := t.conn.SendBatch(ctx, nb)
 	t.tx = br.Tx()
 	if _, err := br.Exec(); err != nil { // BEGIN's result
-		return &beginFailed{BatchResults: br, err: err}
+		_ = br.Close() // resynchronises the connection; closes t.tx
+		return pgx.FailedBatchResults(b, err)
 	}
 	return br
 }
@@ -95,27 +96,23 @@ func (t *Tx) first(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 // failed records that the transaction could not begin: t.tx becomes a closed
 // transaction, and b's results all report err.
 func (t *Tx) failed(b *pgx.Batch, err error) pgx.BatchResults {
-	fb := &pgx.Batch{}
-	fb.BeginTx(pgx.TxOptions{})
-	t.tx = pgx.FailedBatchResults(fb, err).Tx()
+	t.tx = closedTx()
 	return pgx.FailedBatchResults(b, err)
 }
 
-// beginFailed are the results of a batch whose BEGIN failed: every method reports the
-// BEGIN's error; Close also closes the batch.
-type beginFailed struct {
-	pgx.BatchResults
-	err error
+// closedTx is a pgx.Tx on which every method fails (pgx.ErrTxClosed).
+func closedTx() pgx.Tx {
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{})
+	return pgx.FailedBatchResults(b, pgx.ErrTxClosed).Tx()
 }
 
-func (b *beginFailed) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, b.err }
-func (b *beginFailed) Query() (pgx.Rows, error)         { return nil, b.err }
-func (b *beginFailed) QueryRow() pgx.Row                { return errRow{b.err} }
-func (b *beginFailed) Close() error                     { _ = b.BatchResults.Close(); return b.err }
-
-type errRow struct{ err error }
-
-func (r errRow) Scan(...any) error { return r.err }
+// failedRows are pgx's rows of a statement that could not be sent: err on every method,
+// safe to read and close.
+func failedRows(err error) pgx.Rows {
+	rows, _ := pgx.FailedBatchResults(&pgx.Batch{}, err).Query()
+	return rows
+}
 
 // begin sends the BEGIN on its own, if it has not been sent.
 func (t *Tx) begin(ctx context.Context) error {
@@ -156,7 +153,7 @@ func (t *Tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandT
 func (t *Tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	switch {
 	case t.done:
-		return errRow{pgx.ErrTxClosed}
+		return pgx.FailedBatchResults(&pgx.Batch{}, pgx.ErrTxClosed).QueryRow()
 	case t.tx == nil:
 		return &firstRow{t: t, ctx: ctx, sql: sql, args: args}
 	}
@@ -195,7 +192,7 @@ func closeUnlessFailed(br pgx.BatchResults, err error) error {
 // Query runs sql in the transaction, after sending the BEGIN if it has not been sent.
 func (t *Tx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	if err := t.open(ctx); err != nil {
-		return nil, err
+		return failedRows(err), err
 	}
 	return t.tx.Query(ctx, sql, args...)
 }
@@ -232,7 +229,7 @@ func (t *Tx) Begin(ctx context.Context) (pgx.Tx, error) {
 // method of the result fails with pgx.ErrTxClosed.
 func (t *Tx) LargeObjects() pgx.LargeObjects {
 	if t.done {
-		return t.closedTx().LargeObjects()
+		return closedTx().LargeObjects()
 	}
 	_ = t.begin(context.Background())
 	return t.tx.LargeObjects()
@@ -255,12 +252,6 @@ func (t *Tx) open(ctx context.Context) error {
 	return t.begin(ctx)
 }
 
-// closedTx is a pgx.Tx on which every method fails with pgx.ErrTxClosed.
-func (t *Tx) closedTx() pgx.Tx {
-	b := &pgx.Batch{}
-	b.BeginTx(pgx.TxOptions{})
-	return pgx.FailedBatchResults(b, pgx.ErrTxClosed).Tx()
-}
 
 // Commit commits the transaction: CommitWith(ctx, nil).
 func (t *Tx) Commit(ctx context.Context) error { return t.CommitWith(ctx, nil) }
