@@ -252,7 +252,6 @@ func (t *Tx) open(ctx context.Context) error {
 	return t.begin(ctx)
 }
 
-
 // Commit commits the transaction: CommitWith(ctx, nil).
 func (t *Tx) Commit(ctx context.Context) error { return t.CommitWith(ctx, nil) }
 
