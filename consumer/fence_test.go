@@ -245,4 +245,14 @@ func TestOneRecordFenceLeadsClaim(t *testing.T) {
 	if n := count(t, pool, `SELECT count(*) FROM choreo_lock_fences WHERE entity = $1 AND token = $2`, ls.Key(), ls.Token()); n != 1 {
 		t.Errorf("no fence row for %s token %d", ls.Key(), ls.Token())
 	}
+
+	// Without a fence the claim alone carries the BEGIN.
+	plain := idempotent(t, IdempotentConfig{DB: pool}, applySeq)
+	trace.reset()
+	if err := plain(ctx, decoded(t, "k", 2)); err != nil {
+		t.Fatal(err)
+	}
+	if len(trace.batches) != 2 || len(trace.batches[0]) != 2 || trace.batches[0][0] != "begin" || len(trace.queries) != 2 {
+		t.Errorf("round trips without a fence: batches %q, queries %q; want [begin, claim] and [commit] around the handler's two", trace.batches, trace.queries)
+	}
 }

@@ -20,16 +20,28 @@ import (
 	"github.com/choreo-saga/choreo/internal/testenv"
 )
 
-// statementCounter is a pgx tracer that counts the statements sent, so that
-// tests can check how many round trips a claim took.
-type statementCounter struct{ n atomic.Int64 }
+// statementCounter is a pgx tracer that counts the round trips sent (a statement
+// on its own, or a pgx batch: the claims send each statement as a batch of one,
+// after any leading statements), so that tests can check how many round trips a
+// claim took; alone counts the statements sent outside a batch.
+type statementCounter struct{ n, alone atomic.Int64 }
 
 func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
 	c.n.Add(1)
+	c.alone.Add(1)
 	return ctx
 }
 
 func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (c *statementCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+
+func (c *statementCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+func (c *statementCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 // setupCounted is setup with a pool whose statements are counted; schema,
 // if not empty, is created first (for a WithTable option that names it).

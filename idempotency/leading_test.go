@@ -40,10 +40,10 @@ func TestClaimAllLeadingStatements(t *testing.T) {
 	for _, fail := range []bool{false, true} {
 		read = nil
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			before := counter.n.Load()
+			before := counter.alone.Load()
 			lctx := txhook.WithLeading(ctx, lead(1, false), lead(2, fail))
 			claims, err := store.ClaimAll(lctx, tx, "s", []idempotency.Request{req("b", []byte("h")), req("a", []byte("h"))})
-			if n := counter.n.Load() - before; n != 0 {
+			if n := counter.alone.Load() - before; n != 0 {
 				t.Errorf("fail=%v: %d statements outside a batch, want 0", fail, n)
 			}
 			if err != nil {

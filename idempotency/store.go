@@ -388,19 +388,12 @@ type leadingError struct{ err error }
 func (e leadingError) Error() string { return e.err.Error() }
 
 // query runs sql with args in tx and reads its rows with read, which must
-// close them. The leading statements, if any, go first in the same round trip
-// (one pgx batch); the first leading statement's error is reported as a
+// close them. It is always sent as one pgx batch, the leading statements, if
+// any, first in the same round trip: a transaction whose BEGIN waits for its first
+// statements (the consumer's) sends it with the claim either way. The first leading statement's error is reported as a
 // leadingError, before sql's own error: a claim that follows a failed
 // statement of the batch fails too.
 func query(ctx context.Context, tx pgx.Tx, leading []txhook.Stmt, sql string, args []any, read func(pgx.Rows) error) error {
-	if len(leading) == 0 {
-		rows, err := tx.Query(ctx, sql, args...)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		return read(rows)
-	}
 	b := &pgx.Batch{}
 	var lerr, cerr error
 	for _, st := range leading {

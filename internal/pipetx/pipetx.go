@@ -143,7 +143,7 @@ func (t *Tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandT
 		b.Queue(sql, args...)
 		br := t.first(ctx, b)
 		tag, err := br.Exec()
-		return tag, errors.Join(err, closeUnlessFailed(br, err))
+		return tag, closeBatch(br, err)
 	}
 	return t.tx.Exec(ctx, sql, args...)
 }
@@ -175,18 +175,16 @@ func (r *firstRow) Scan(dest ...any) error {
 	b := &pgx.Batch{}
 	b.Queue(r.sql, r.args...)
 	br := r.t.first(r.ctx, b)
-	err := br.QueryRow().Scan(dest...)
-	return errors.Join(err, closeUnlessFailed(br, err))
+	return closeBatch(br, br.QueryRow().Scan(dest...))
 }
 
-// closeUnlessFailed closes br and returns its error, unless err (the statement's) is
-// already set: then Close's error is the same failure, and is not reported twice.
-func closeUnlessFailed(br pgx.BatchResults, err error) error {
-	cerr := br.Close()
-	if err != nil {
-		return nil
+// closeBatch closes br and returns err, the statement's error, or else Close's: when
+// the statement failed, Close reports the same failure.
+func closeBatch(br pgx.BatchResults, err error) error {
+	if cerr := br.Close(); err == nil {
+		return cerr
 	}
-	return cerr
+	return err
 }
 
 // Query runs sql in the transaction, after sending the BEGIN if it has not been sent.
