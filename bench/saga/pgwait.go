@@ -27,6 +27,7 @@ type waitSampler struct {
 	counts  map[string]map[string]int // service -> "state wait_type:wait" -> sessions summed over samples
 	backend map[int]string            // backend pid -> service
 	cpu0    map[int]time.Duration     // backend pid -> CPU when first seen in this window
+	cs0     map[int]int64             // backend pid -> context switches when first seen
 }
 
 func newWaitSampler(pool *pgxpool.Pool, databases map[string]string) *waitSampler {
@@ -46,6 +47,7 @@ func (s *waitSampler) reset() {
 	s.counts = map[string]map[string]int{}
 	s.backend = map[int]string{}
 	s.cpu0 = map[int]time.Duration{}
+	s.cs0 = map[int]int64{}
 }
 
 // run samples until ctx ends.
@@ -95,6 +97,7 @@ func (s *waitSampler) sample(ctx context.Context) error {
 		if _, ok := s.backend[a.pid]; !ok {
 			s.backend[a.pid] = svc
 			s.cpu0[a.pid], _ = procstat.CPU(a.pid)
+			s.cs0[a.pid], _ = procstat.ContextSwitches(a.pid)
 		}
 		if a.state == "idle" || a.state == "" {
 			continue
@@ -144,6 +147,20 @@ func (s *waitSampler) backendCPU() map[string]time.Duration {
 	for pid, svc := range s.backend {
 		if c, err := procstat.CPU(pid); err == nil {
 			out[svc] += c - s.cpu0[pid]
+		}
+	}
+	return out
+}
+
+// backendContextSwitches returns, per service, its Postgres backends' context switches
+// since the window started (or since they were first seen in it).
+func (s *waitSampler) backendContextSwitches() map[string]int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]int64{}
+	for pid, svc := range s.backend {
+		if c, err := procstat.ContextSwitches(pid); err == nil {
+			out[svc] += c - s.cs0[pid]
 		}
 	}
 	return out

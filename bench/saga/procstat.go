@@ -62,14 +62,16 @@ func loadAverage() ([3]float64, error) {
 type procWatch struct {
 	pids   map[string][]int // group (service) -> pids
 	start  map[int]time.Duration
+	cs0    map[int]int64 // context switches at start
 	maxRSS map[string]int64 // per group: sum over its pids, max over samples
 }
 
 func newProcWatch(pids map[string][]int) *procWatch {
-	w := &procWatch{pids: pids, start: map[int]time.Duration{}, maxRSS: map[string]int64{}}
+	w := &procWatch{pids: pids, start: map[int]time.Duration{}, cs0: map[int]int64{}, maxRSS: map[string]int64{}}
 	for _, ps := range pids {
 		for _, p := range ps {
 			w.start[p], _ = procstat.CPU(p)
+			w.cs0[p], _ = procstat.ContextSwitches(p)
 		}
 	}
 	w.sample()
@@ -95,6 +97,19 @@ func (w *procWatch) cpu() map[string]time.Duration {
 		for _, p := range ps {
 			if c, err := procstat.CPU(p); err == nil {
 				out[g] += c - w.start[p]
+			}
+		}
+	}
+	return out
+}
+
+// contextSwitches returns each group's context switches since newProcWatch.
+func (w *procWatch) contextSwitches() map[string]int64 {
+	out := map[string]int64{}
+	for g, ps := range w.pids {
+		for _, p := range ps {
+			if c, err := procstat.ContextSwitches(p); err == nil {
+				out[g] += c - w.cs0[p]
 			}
 		}
 	}

@@ -90,6 +90,12 @@ type serviceStats struct {
 	CPUPercent         float64     `json:"cpu_percent"` // of one core
 	MaxRSSMiB          float64     `json:"max_rss_mib"`
 	PostgresCPUPercent float64     `json:"postgres_backends_cpu_percent,omitempty"`
+	// ContextSwitchesPerOrder are the process's (all its threads', voluntary and not)
+	// during the window, per order confirmed in it; PostgresContextSwitchesPerOrder its
+	// Postgres backends'. Each is a thread put to sleep or preempted: a measure of the
+	// wake-ups the work costs.
+	ContextSwitchesPerOrder         float64 `json:"context_switches_per_order"`
+	PostgresContextSwitchesPerOrder float64 `json:"postgres_context_switches_per_order,omitempty"`
 	TopWaits           []waitShare `json:"top_waits,omitempty"`
 }
 
@@ -217,6 +223,22 @@ func printResults(w io.Writer, r *results) {
 			}
 			fmt.Fprintf(w, "  %-9s %s\n", svc, strings.Join(parts, ", "))
 		}
+	}
+	fmt.Fprintln(w, "\ncontext switches per confirmed order (the window; every thread, voluntary and preempted; + its Postgres backends'):")
+	for _, rr := range r.Rates {
+		var parts []string
+		for _, name := range append(slices.Clone(serviceNames), "devkafka", "redis") {
+			st, ok := rr.Services[name]
+			if !ok {
+				continue
+			}
+			part := fmt.Sprintf("%s %.1f", name, st.ContextSwitchesPerOrder)
+			if st.PostgresContextSwitchesPerOrder > 0 {
+				part += fmt.Sprintf(" + %.1f", st.PostgresContextSwitchesPerOrder)
+			}
+			parts = append(parts, part)
+		}
+		fmt.Fprintf(w, "%d/s offered: %s\n", rr.Offered, strings.Join(parts, ", "))
 	}
 	fmt.Fprintln(w, "\nconfirmed per second of each window (second half's mean):")
 	for _, rr := range r.Rates {

@@ -172,6 +172,7 @@ func runRate(ctx context.Context, cfg config, rate int, gen *generator, w *watch
 	// answer arrives.
 	window := make(chan struct{})
 	var winCPU, pgCPU map[string]time.Duration
+	var winCS, pgCS map[string]int64
 	var genCPU benchutil.CPUTime
 	var top map[string][]waitShare
 	go func() {
@@ -187,6 +188,7 @@ func runRate(ctx context.Context, cfg config, rate int, gen *generator, w *watch
 			}
 		}
 		winCPU, pgCPU, top = pw.cpu(), waits.backendCPU(), waits.top(6)
+		winCS, pgCS = pw.contextSwitches(), waits.backendContextSwitches()
 		g1, _ := benchutil.SampleCPU()
 		genCPU = g1.Sub(gen0)
 	}()
@@ -221,6 +223,10 @@ func runRate(ctx context.Context, cfg config, rate int, gen *generator, w *watch
 		st.MaxRSSMiB = mib(pw.maxRSS[g])
 		st.PostgresCPUPercent = pct(pgCPU[g], secs)
 		st.TopWaits = top[g]
+		if confirmed := r.ConfirmedPerSec * secs; confirmed > 0 {
+			st.ContextSwitchesPerOrder = float64(winCS[g]) / confirmed
+			st.PostgresContextSwitchesPerOrder = float64(pgCS[g]) / confirmed
+		}
 		r.Services[g] = st
 	}
 

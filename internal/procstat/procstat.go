@@ -45,6 +45,38 @@ func CPU(pid int) (time.Duration, error) {
 	return time.Duration(ticks) * time.Second / clockTicks, nil
 }
 
+// ContextSwitches returns how often pid's threads have been switched off a CPU so far,
+// voluntarily (blocked: a futex, a socket, a sleep) or not (preempted), summed over the
+// threads it has now, from /proc/PID/task/*/status. A thread that exited is no longer
+// counted, so read it for processes whose threads live as long as they do (Go programs,
+// Postgres backends).
+func ContextSwitches(pid int) (int64, error) {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/status")
+		if err != nil {
+			continue // the thread exited meanwhile
+		}
+		for line := range strings.SplitSeq(string(b), "\n") {
+			k, v, ok := strings.Cut(line, ":")
+			if !ok || (k != "voluntary_ctxt_switches" && k != "nonvoluntary_ctxt_switches") {
+				continue
+			}
+			c, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("%s/%s/status %s: %w", dir, t.Name(), k, err)
+			}
+			n += c
+		}
+	}
+	return n, nil
+}
+
 // Querier is what PostgresBackends needs of a pool or connection.
 type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)

@@ -37,6 +37,31 @@ func TestCPU(t *testing.T) {
 	}
 }
 
+// ContextSwitches of this process grow when its threads block: each sleep parks one.
+func TestContextSwitches(t *testing.T) {
+	pid := os.Getpid()
+	before, err := procstat.ContextSwitches(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before <= 0 {
+		t.Fatalf("a running process has %d context switches", before)
+	}
+	for range 20 {
+		time.Sleep(time.Millisecond)
+	}
+	after, err := procstat.ContextSwitches(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after < before+20 {
+		t.Errorf("20 sleeps: context switches %d then %d", before, after)
+	}
+	if _, err := procstat.ContextSwitches(-1); err == nil {
+		t.Error("ContextSwitches(-1): no error")
+	}
+}
+
 // PostgresBackends lists the pool's own backend, whose CPU is readable on this machine.
 func TestPostgresBackends(t *testing.T) {
 	ctx := context.Background()
