@@ -62,7 +62,7 @@ func loadAverage() ([3]float64, error) {
 type procWatch struct {
 	pids   map[string][]int // group (service) -> pids
 	start  map[int]time.Duration
-	cs0    map[int]int64 // context switches at start
+	cs0    map[int]int64    // context switches at start
 	maxRSS map[string]int64 // per group: sum over its pids, max over samples
 }
 

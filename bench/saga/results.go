@@ -87,16 +87,16 @@ type rateResult struct {
 
 // serviceStats is one service (all its instances) during a rate's window.
 type serviceStats struct {
-	CPUPercent         float64     `json:"cpu_percent"` // of one core
-	MaxRSSMiB          float64     `json:"max_rss_mib"`
-	PostgresCPUPercent float64     `json:"postgres_backends_cpu_percent,omitempty"`
+	CPUPercent         float64 `json:"cpu_percent"` // of one core
+	MaxRSSMiB          float64 `json:"max_rss_mib"`
+	PostgresCPUPercent float64 `json:"postgres_backends_cpu_percent,omitempty"`
 	// ContextSwitchesPerOrder are the process's (all its threads', voluntary and not)
 	// during the window, per order confirmed in it; PostgresContextSwitchesPerOrder its
 	// Postgres backends'. Each is a thread put to sleep or preempted: a measure of the
 	// wake-ups the work costs.
-	ContextSwitchesPerOrder         float64 `json:"context_switches_per_order"`
-	PostgresContextSwitchesPerOrder float64 `json:"postgres_context_switches_per_order,omitempty"`
-	TopWaits           []waitShare `json:"top_waits,omitempty"`
+	ContextSwitchesPerOrder         float64     `json:"context_switches_per_order"`
+	PostgresContextSwitchesPerOrder float64     `json:"postgres_context_switches_per_order,omitempty"`
+	TopWaits                        []waitShare `json:"top_waits,omitempty"`
 }
 
 func (r *results) summarize() {
