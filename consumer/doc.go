@@ -151,6 +151,14 @@
 // trip on BEGIN or COMMIT: the BEGIN goes out with the fence check and the claims, the
 // COMMIT with the writes deferred to it (the outbox rows: outbox.Enqueue in a handler).
 //
+// A handler's own writes can ride the COMMIT too: AtCommit(ctx, tx, queue) queues
+// statements (balance += amount, an appended row) that go out with it, in the order
+// queued and in a batch transaction across its handlers, instead of costing a round trip
+// each with tx.Exec. The handler never sees their results; a failing statement fails the
+// commit and the handling. A statement with a callback is sent just before the COMMIT,
+// so that the callback's error can still roll back. Outside the consumer's transaction
+// AtCommit sends at once.
+//
 // StandardBatch is not a second implementation of the chain: it resolves its
 // StandardConfig exactly as Standard does (every default applied once) and runs the same
 // parts for each record of a batch: decoding, the router's filter, the consumer span,

@@ -24,7 +24,8 @@ var (
 	// ErrDeadLetter: producing a record to the dead-letter topic failed. The record is not
 	// settled; the runtime retries it.
 	ErrDeadLetter = errors.New("consumer: dead-letter produce failed")
-	// ErrInvalidConfig: New, Standard or StandardBatch was given an unusable configuration.
+	// ErrInvalidConfig: New, Standard or StandardBatch was given an unusable configuration,
+	// or AtCommit a nil transaction or queue function.
 	ErrInvalidConfig = errors.New("consumer: invalid configuration")
 	// ErrClosed: Run was called twice, or on a consumer that was already shut down.
 	ErrClosed = errors.New("consumer: closed")

@@ -267,3 +267,44 @@ func ExampleDecoder() {
 	fmt.Println(ev.Type, ev.ID, ev.Subject, err)
 	// Output: order.placed legacy.orders/2/41 o-7 <nil>
 }
+
+// A handler credits an account with a write that rides the transaction's COMMIT: no round
+// trip of its own. A redelivery of the same event is a duplicate, so the account is
+// credited once.
+func ExampleAtCommit() {
+	ctx := context.Background()
+	pool, _, _, cleanup := exampleInfra(ctx)
+	defer cleanup()
+	if _, err := pool.Exec(ctx, `CREATE TABLE accounts (id text PRIMARY KEY, balance bigint NOT NULL CHECK (balance >= 0));
+INSERT INTO accounts VALUES ('acc-1', 0)`); err != nil {
+		panic(err)
+	}
+
+	h, err := consumer.Idempotent(consumer.IdempotentConfig{DB: pool, Name: "credit"},
+		func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+			var in struct {
+				Amount int64 `json:"amount"`
+			}
+			if err := ev.DecodeData(&in); err != nil {
+				return err
+			}
+			return consumer.AtCommit(ctx, tx, func(b *pgx.Batch) {
+				b.Queue(`UPDATE accounts SET balance = balance + $2 WHERE id = $1`, ev.Subject, in.Amount)
+			})
+		})
+	if err != nil {
+		panic(err)
+	}
+	ev, _ := event.New("bank", "deposit.made", "acc-1", map[string]int64{"amount": 25})
+	for range 2 { // delivered twice
+		if err := h(ctx, &consumer.Message{Group: "bank", Event: ev, Decoded: true}); err != nil {
+			panic(err)
+		}
+	}
+	var balance int64
+	if err := pool.QueryRow(ctx, `SELECT balance FROM accounts WHERE id = 'acc-1'`).Scan(&balance); err != nil {
+		panic(err)
+	}
+	fmt.Println("balance:", balance)
+	// Output: balance: 25
+}

@@ -181,17 +181,21 @@ type measured struct {
 
 // modeSpec is one pipeline mode: the hand-written floor, or choreo one event per
 // transaction (batch 0) or in batches of batch, with locks kept for keep (0: released
-// after each use).
+// after each use), with the UPDATE queued by consumer.AtCommit when atCommit.
 type modeSpec struct {
-	name  string
-	hand  bool
-	batch int
-	keep  time.Duration
+	name     string
+	hand     bool
+	batch    int
+	keep     time.Duration
+	atCommit bool
 }
 
 // modes lists the pipeline modes of a run, the floor first.
 func (c config) modes() []modeSpec {
 	ms := []modeSpec{{name: "hand-written (franz-go + pgx + redislock)", hand: true}, {name: "choreo"}}
+	if c.atCommit {
+		ms = append(ms, modeSpec{name: "choreo/atcommit", atCommit: true})
+	}
 	for _, d := range c.keeps {
 		ms = append(ms, modeSpec{name: fmt.Sprintf("choreo/keep=%v", d), keep: d})
 	}
@@ -262,6 +266,8 @@ func (b *bench) mode(ctx context.Context, spec modeSpec, round int) (measured, e
 		slug = fmt.Sprintf("batch%d", spec.batch)
 	case spec.keep > 0:
 		slug = "keep"
+	case spec.atCommit:
+		slug = "atcommit"
 	}
 	out := fmt.Sprintf("hot-out-%s-%d-%d", slug, round, time.Now().UnixNano())
 	if err := b.createTopics(ctx, out); err != nil {
@@ -295,7 +301,7 @@ func (b *bench) mode(ctx context.Context, spec modeSpec, round int) (measured, e
 		}
 	} else {
 		choreoPl = &choreoPipeline{
-			brokers: b.brokers, group: group, in: b.in, out: out, batch: spec.batch, keep: spec.keep, pool: b.pool, rdb: b.rdb,
+			brokers: b.brokers, group: group, in: b.in, out: out, batch: spec.batch, keep: spec.keep, atCommit: spec.atCommit, pool: b.pool, rdb: b.rdb,
 			lockNS: b.prefix + "choreo:", kgoOpts: b.kgoOpts(), log: b.log, onAcked: onAcked,
 		}
 		p = choreoPl

@@ -18,14 +18,24 @@ import (
 	"github.com/choreo-saga/choreo/outbox"
 )
 
+// creditSQL is the business write: add the event's amount to its account.
+const creditSQL = `UPDATE accounts SET balance = balance + $2 WHERE id = $1`
+
 // applyCredit is the business step every mode runs in its transaction: add the event's
-// amount to its account and return the outgoing event (caused by it) to enqueue.
-func applyCredit(ctx context.Context, tx pgx.Tx, ev event.Event) (event.Event, error) {
+// amount to its account and return the outgoing event (caused by it) to enqueue. The
+// UPDATE is sent at once with tx.Exec or, when atCommit, queued with consumer.AtCommit to
+// go out with the transaction's COMMIT (in the choreo pipeline's transaction; elsewhere
+// AtCommit sends it at once too).
+func applyCredit(ctx context.Context, tx pgx.Tx, ev event.Event, atCommit bool) (event.Event, error) {
 	var c credit
 	if err := ev.DecodeData(&c); err != nil {
 		return event.Event{}, err
 	}
-	if _, err := tx.Exec(ctx, `UPDATE accounts SET balance = balance + $2 WHERE id = $1`, ev.Subject, c.Amount); err != nil {
+	if atCommit {
+		if err := consumer.AtCommit(ctx, tx, func(b *pgx.Batch) { b.Queue(creditSQL, ev.Subject, c.Amount) }); err != nil {
+			return event.Event{}, err
+		}
+	} else if _, err := tx.Exec(ctx, creditSQL, ev.Subject, c.Amount); err != nil {
 		return event.Event{}, err
 	}
 	next, err := event.New("hotentity", "account.credited", ev.Subject, c)
@@ -38,19 +48,23 @@ func applyCredit(ctx context.Context, tx pgx.Tx, ev event.Event) (event.Event, e
 // choreoPipeline is the same pipeline on the library: consumer.Standard (Lock = lock.New,
 // Fence, AfterCommit ob.Wake; the idempotency claim is the dedup), in batch mode with
 // consumer.StandardBatch when batch > 0, with locks kept for keep (lock.WithKeep) when
-// keep > 0, and an outbox.Relay linked with WithOutbox.
+// keep > 0, with the UPDATE queued by consumer.AtCommit when atCommit, and an
+// outbox.Relay linked with WithOutbox.
 type choreoPipeline struct {
 	brokers []string
 	group   string
 	in, out string
 	batch   int
 	keep    time.Duration // lock.WithKeep, if positive
-	pool    *pgxpool.Pool
-	rdb     *redis.Client
-	lockNS  string
-	kgoOpts []kgo.Opt
-	log     *slog.Logger
-	onAcked func(n int)
+	// atCommit queues the UPDATE with consumer.AtCommit (it rides the COMMIT's round
+	// trip) instead of sending it with tx.Exec.
+	atCommit bool
+	pool     *pgxpool.Pool
+	rdb      *redis.Client
+	lockNS   string
+	kgoOpts  []kgo.Opt
+	log      *slog.Logger
+	onAcked  func(n int)
 	// txs and records count the committed or skipped handlings (a batch counts once) and
 	// the records they settled, for the mean events per transaction.
 	txs, records atomic.Int64
@@ -90,7 +104,7 @@ func (p *choreoPipeline) run(ctx context.Context) error {
 		DB: p.pool, DeadLetter: dlq, Locker: locker, Fence: true, Name: "hot",
 		AfterCommit: []func(){ob.Wake}, Logger: p.log,
 		Handler: func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
-			next, err := applyCredit(ctx, tx, ev)
+			next, err := applyCredit(ctx, tx, ev, p.atCommit)
 			if err != nil {
 				return err
 			}

@@ -165,7 +165,7 @@ func (h *handWritten) handle(ctx context.Context, r *kgo.Record) error {
 		if err != nil || tag.RowsAffected() == 0 {
 			return err // a duplicate commits nothing but an empty transaction
 		}
-		next, err := applyCredit(ctx, tx, ev)
+		next, err := applyCredit(ctx, tx, ev, false)
 		if err != nil {
 			return err
 		}

@@ -179,14 +179,14 @@ func TestSmokeAllModes(t *testing.T) {
 	defer cancel()
 	r, err := run(ctx, config{
 		pg: testenv.PostgresDSN(t), redis: testenv.RedisAddr(t),
-		events: 200, partitions: 4, accounts: 20, dup: 0.05, batches: []int{8}, keeps: []time.Duration{time.Second},
+		events: 200, partitions: 4, accounts: 20, dup: 0.05, batches: []int{8}, keeps: []time.Duration{time.Second}, atCommit: true,
 		repeat: 1, pgbenchT: time.Second, seed: 1, jsonOut: jsonPath,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Modes) != 5 || r.UniqueEvents != 190 {
-		t.Fatalf("%d rows, %d unique events; want pgbench + 4 modes, 190", len(r.Modes), r.UniqueEvents)
+	if len(r.Modes) != 6 || r.UniqueEvents != 190 {
+		t.Fatalf("%d rows, %d unique events; want pgbench + 5 modes, 190", len(r.Modes), r.UniqueEvents)
 	}
 	for _, m := range r.Modes {
 		if m.EventsPerSec <= 0 || m.EventsPerTx < 1 {
@@ -211,7 +211,7 @@ func TestSmokeAllModes(t *testing.T) {
 	if err := json.Unmarshal(data, &doc); err != nil {
 		t.Fatal(err)
 	}
-	if got := doc["hotentity"]; len(got.Modes) != 5 || got.Events != 200 {
-		t.Errorf("JSON %s: want {\"hotentity\": ...} with 5 modes of 200 events", data)
+	if got := doc["hotentity"]; len(got.Modes) != 6 || got.Events != 200 {
+		t.Errorf("JSON %s: want {\"hotentity\": ...} with 6 modes of 200 events", data)
 	}
 }

@@ -1,7 +1,7 @@
 // Command hotentity measures the library on hot entities against a hand-written pipeline
 // doing the same work, and against pgbench running the same transaction, in one run.
 //
-//	go run ./bench/hotentity [-events 20000] [-partitions 12] [-accounts 1000] [-dup 0.05] [-batch 16] [-keep 2s] [-repeat 3]
+//	go run ./bench/hotentity [-events 20000] [-partitions 12] [-accounts 1000] [-dup 0.05] [-batch 16] [-keep 2s] [-atcommit=true] [-repeat 3]
 //
 // The work, per input event: consume → lock the account (Redis) → one transaction: dedup
 // + one UPDATE of the account's balance + one outbox insert → relay the outgoing event to
@@ -21,6 +21,9 @@
 //   - choreo: consumer.Standard (Locker lock.New, Fence, AfterCommit ob.Wake; the
 //     idempotency claim is its dedup), one event per transaction, and an outbox.Relay
 //     sharing the writers' outbox.Outbox.
+//   - choreo/atcommit: choreo with the handler's UPDATE queued by consumer.AtCommit instead of
+//     sent with tx.Exec (-atcommit, on by default): it goes out with the outbox row and the
+//     COMMIT, one round trip fewer per transaction.
 //   - choreo/keep=D: choreo with lock.WithKeep(D) (-keep, a list): a worker's lease of an account
 //     is kept for up to D after its record and reused, without a Redis round trip, by the
 //     account's next record (same fencing token, so the fence upsert stays per transaction).
@@ -80,6 +83,7 @@ type config struct {
 	dup                float64
 	batches            []int
 	keeps              []time.Duration
+	atCommit           bool // the choreo/atcommit mode
 	repeat             int
 	pgbenchT           time.Duration
 	fetchMaxWait       time.Duration
@@ -101,6 +105,7 @@ func main() {
 	flag.Float64Var(&c.dup, "dup", 0.05, "fraction of the input records that are duplicates of earlier ones")
 	flag.StringVar(&batches, "batch", "16", "comma-separated batch sizes of the choreo/batch=N modes (empty: none)")
 	keeps := flag.String("keep", "2s", "comma-separated lock.WithKeep durations of the choreo/keep=D modes, one event per transaction (empty: none)")
+	flag.BoolVar(&c.atCommit, "atcommit", true, "run the choreo/atcommit mode: choreo with the UPDATE queued by consumer.AtCommit, one event per transaction")
 	flag.IntVar(&c.repeat, "repeat", 3, "rounds; the table shows each mode's median round")
 	flag.DurationVar(&c.pgbenchT, "pgbench-time", 10*time.Second, "duration of each pgbench run")
 	flag.DurationVar(&c.fetchMaxWait, "fetch-max-wait", 0, "kgo.FetchMaxWait for both consumers (0: franz-go's default)")

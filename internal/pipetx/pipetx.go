@@ -254,8 +254,12 @@ func (t *Tx) open(ctx context.Context) error {
 func (t *Tx) Commit(ctx context.Context) error { return t.CommitWith(ctx, nil) }
 
 // CommitWith sends last (nil or empty: none) and the COMMIT in one round trip, and ends
-// the transaction: it is committed if and only if CommitWith returns nil. last's
-// callbacks run and its first error is returned; then nothing was committed. A
+// the transaction. If a statement of last fails, the COMMIT does not run: nothing is
+// committed and the statement's error (through its callback, if it has one) is
+// returned. last's callbacks run as the results are read, after the server ran the
+// COMMIT: a callback that fails on a statement that succeeded cannot undo the commit
+// (CommitWith still returns its error), so they must fail only when their statement
+// did; a check that must be able to roll back is sent before (txhook.Checker). A
 // transaction that sent nothing yet sends BEGIN, last and COMMIT together (and nothing
 // at all when last is empty). COMMIT of a transaction that had already failed rolls back
 // and reports pgx.ErrTxCommitRollback. On a Beginner that is neither a pool nor a

@@ -78,6 +78,17 @@ type Queuer interface {
 	Queue(b *pgx.Batch)
 }
 
+// Checker is a Queuer whose statements may have callbacks that fail on results the
+// server accepted (a row count, a value read): the COMMIT goes out in the same pipeline
+// as the statements queued with it, so by the time such a callback runs the server has
+// already committed. When Checked reports true, Batch sends the statements queued so
+// far, the Checker's own included, in a round trip before the COMMIT's, so that a
+// callback's error still rolls the transaction back.
+type Checker interface {
+	Queuer
+	Checked() bool
+}
+
 // Run writes what every Flusher buffered, in the order they were added, and stops at the
 // first error. Nil Hooks have nothing to write.
 func (h *Hooks) Run(ctx context.Context) error {
@@ -91,7 +102,7 @@ func (h *Hooks) Run(ctx context.Context) error {
 // Batch is Run for a runner that sends the COMMIT in a batch: a Queuer's statements are
 // queued into the returned batch, which the caller must send, in the transaction, with
 // or before the COMMIT; any other Flusher first sends the statements queued so far and
-// then flushes.
+// then flushes, and a Checker whose Checked is true sends them, its own included.
 func (h *Hooks) Batch(ctx context.Context) (*pgx.Batch, error) {
 	b := &pgx.Batch{}
 	if h == nil {
@@ -100,6 +111,12 @@ func (h *Hooks) Batch(ctx context.Context) (*pgx.Batch, error) {
 	for _, f := range h.fs {
 		if q, ok := f.(Queuer); ok {
 			q.Queue(b)
+			if c, ok := q.(Checker); ok && c.Checked() && b.Len() > 0 {
+				if err := h.tx.SendBatch(ctx, b).Close(); err != nil {
+					return nil, fmt.Errorf("before commit: %w", err)
+				}
+				b = &pgx.Batch{}
+			}
 			continue
 		}
 		if b.Len() > 0 {

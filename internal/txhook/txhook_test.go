@@ -1,0 +1,82 @@
+package txhook_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/choreo-saga/choreo/internal/testenv"
+	"github.com/choreo-saga/choreo/internal/txhook"
+)
+
+// queuer queues one statement; checked makes it a Checker that asks for it to be sent.
+type queuer struct {
+	sql     string
+	checked bool
+}
+
+func (q *queuer) Flush(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, q.sql)
+	return err
+}
+func (q *queuer) Queue(b *pgx.Batch) { b.Queue(q.sql) }
+
+type checker struct{ queuer }
+
+func (c *checker) Checked() bool { return c.checked }
+
+// Batch sends the statements queued up to a Checker whose Checked is true, its own
+// included, in one round trip, and returns the rest; a Checker whose Checked is false is
+// an ordinary Queuer.
+func TestBatchSendsUpToAChecker(t *testing.T) {
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &testenv.RoundTrips{}
+	cfg.ConnConfig.Tracer = tr
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	for _, c := range []struct {
+		checked    bool
+		sent, rest []string
+	}{
+		{true, []string{"select; insert"}, []string{"update"}},
+		{false, nil, []string{"select", "insert", "update"}},
+	} {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `CREATE TEMP TABLE t (x int) ON COMMIT DROP`); err != nil {
+			t.Fatal(err)
+		}
+		h := txhook.New(tx)
+		h.Flusher("a", func() txhook.Flusher { return &queuer{sql: `SELECT 1`} })
+		h.Flusher("b", func() txhook.Flusher { return &checker{queuer{sql: `INSERT INTO t VALUES (1)`, checked: c.checked}} })
+		h.Flusher("c", func() txhook.Flusher { return &queuer{sql: `UPDATE t SET x = 2`} })
+		tr.Take()
+		b, err := h.Batch(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sent := tr.Take(); !slices.Equal(sent, c.sent) {
+			t.Errorf("checked %v: sent %q, want %q", c.checked, sent, c.sent)
+		}
+		var rest []string
+		for _, q := range b.QueuedQueries {
+			rest = append(rest, map[string]string{`SELECT 1`: "select", `INSERT INTO t VALUES (1)`: "insert", `UPDATE t SET x = 2`: "update"}[q.SQL])
+		}
+		if !slices.Equal(rest, c.rest) {
+			t.Errorf("checked %v: returned %q, want %q", c.checked, rest, c.rest)
+		}
+		_ = tx.Rollback(ctx)
+	}
+}
