@@ -22,17 +22,8 @@ import (
 func atCommitDB(t *testing.T) (*pgxpool.Pool, *testenv.RoundTrips, *outbox.Outbox) {
 	t.Helper()
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
 	tr := &testenv.RoundTrips{}
-	cfg.ConnConfig.Tracer = tr
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testenv.PostgresWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = tr })
 	migrateTestDB(t, pool)
 	ob, err := outbox.New()
 	if err != nil {

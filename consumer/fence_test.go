@@ -88,16 +88,7 @@ func (f *fenceTrace) fenceInBatches() int {
 // tracedDB is newDB with f as the pool's tracer.
 func tracedDB(t *testing.T, f *fenceTrace) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.Tracer = f
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testenv.PostgresWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = f })
 	migrateTestDB(t, pool)
 	return pool
 }

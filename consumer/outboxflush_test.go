@@ -46,17 +46,8 @@ func (c *outboxInserts) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatch
 // fails leaves no row.
 func TestOutboxRowsWrittenOncePerTransaction(t *testing.T) {
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
 	inserts := new(outboxInserts)
-	cfg.ConnConfig.Tracer = inserts
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testenv.PostgresWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = inserts })
 	migrateTestDB(t, pool)
 	ob, err := outbox.New()
 	if err != nil {

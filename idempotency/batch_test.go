@@ -47,17 +47,8 @@ func (c *statementCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBa
 // if not empty, is created first (for a WithTable option that names it).
 func setupCounted(t *testing.T, schema string, opts ...idempotency.Option) (*pgxpool.Pool, *statementCounter) {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
 	counter := new(statementCounter)
-	cfg.ConnConfig.Tracer = counter
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testenv.PostgresWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = counter })
 	if schema != "" {
 		if _, err := pool.Exec(context.Background(), "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
 			t.Fatal(err)
@@ -609,18 +600,9 @@ func TestClaimAllMatchesClaim(t *testing.T) {
 // cost without the commit) and for 16 committed keys (a redelivered batch).
 // It reports the statements sent per batch as stmts/op.
 func benchmarkClaims(b *testing.B, claim func(ctx context.Context, store *idempotency.Store, tx pgx.Tx, reqs []idempotency.Request) error) {
-	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSN(b))
-	if err != nil {
-		b.Fatal(err)
-	}
 	counter := new(statementCounter)
-	cfg.ConnConfig.Tracer = counter
 	ctx := context.Background()
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(pool.Close)
+	pool := testenv.PostgresWith(b, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = counter })
 	if err := idempotency.Migrate(ctx, pool); err != nil {
 		b.Fatal(err)
 	}

@@ -17,17 +17,8 @@ import (
 // the BEGIN with fn's first statement; a failing fn writes nothing.
 func TestInTxWritesRowsWithTheCommit(t *testing.T) {
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
 	tr := &testenv.RoundTrips{}
-	cfg.ConnConfig.Tracer = tr
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testenv.PostgresWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = tr })
 	if err := outbox.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}

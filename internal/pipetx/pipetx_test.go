@@ -22,19 +22,12 @@ func setup(t *testing.T) (*pgxpool.Pool, *testenv.RoundTrips) {
 // setupMode is setup with the pool's statements sent in mode.
 func setupMode(t *testing.T, mode pgx.QueryExecMode) (*pgxpool.Pool, *testenv.RoundTrips) {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.DefaultQueryExecMode = mode
 	tr := &testenv.RoundTrips{}
-	cfg.ConnConfig.Tracer = tr
-	cfg.MaxConns = 2
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testenv.PostgresWith(t, func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.DefaultQueryExecMode = mode
+		cfg.ConnConfig.Tracer = tr
+		cfg.MaxConns = 2
+	})
 	if _, err := pool.Exec(context.Background(), `CREATE TABLE items (id int PRIMARY KEY, n int NOT NULL CHECK (n >= 0))`); err != nil {
 		t.Fatal(err)
 	}

@@ -92,8 +92,23 @@ func PostgresDSN(t testing.TB) string {
 // the database dropped when the test ends.
 func Postgres(t testing.TB) *pgxpool.Pool {
 	t.Helper()
+	return PostgresWith(t, nil)
+}
+
+// PostgresWith is Postgres with the pool's configuration changed by configure (if not
+// nil) before the pool is made: a tracer that counts round trips, a query execution
+// mode, a pool size.
+func PostgresWith(t testing.TB, configure func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
 	dsn := PostgresDSN(t)
-	pool, err := pgxpool.New(context.Background(), dsn)
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatalf("testenv: pool config: %v", err)
+	}
+	if configure != nil {
+		configure(cfg)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("testenv: pool: %v", err)
 	}

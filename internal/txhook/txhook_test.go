@@ -33,17 +33,8 @@ func (c *checker) Checked() bool { return c.checked }
 // an ordinary Queuer.
 func TestBatchSendsUpToAChecker(t *testing.T) {
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
 	tr := &testenv.RoundTrips{}
-	cfg.ConnConfig.Tracer = tr
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := testenv.PostgresWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = tr })
 	for _, c := range []struct {
 		checked    bool
 		sent, rest []string
