@@ -11,20 +11,24 @@
 // the relay will produce: topic, key (the event's subject, i.e. the entity
 // id), the CloudEvents binary-mode headers, the W3C trace context of the
 // current span (so the trace continues through the relay) and the payload.
-// After COMMIT, call [Outbox.Wake] — or use [Outbox.InTx], which does. Wake
-// never touches the committing transaction: a pg_notify inside the
-// transaction (for example from a trigger) makes concurrent commits queue on
-// one global lock, which costs 12–15% of throughput on our 2-core machines.
+// After COMMIT, call [Outbox.Wake] — or use [Outbox.InTx], which does.
 //
 // [Outbox.Queue] adds the same insert to a pgx.Batch instead: a batch sent
 // outside an explicit transaction runs in one implicit transaction, so an
 // entity's rows and its events commit together in a single round trip with no
 // BEGIN and COMMIT (the order service's POST /orders writes its order this way).
 // When the relay of the same Outbox ([NewRelay]) leads in the same process, Wake
-// signals it in memory; otherwise, with [WithNotifier], it sends one coalesced
-// NOTIFY after the commit (at most one in flight, at least [NotifySpacing] apart:
-// Postgres gives every NOTIFY a transaction id and a commit record). Without
-// either, the relay's poll finds the rows.
+// signals it in memory; otherwise, with [WithNotifier], the relay is told by a
+// NOTIFY, at most one every [NotifySpacing]. The first after a quiet spell rides
+// the writer's own commit when it can: in a transaction whose rows go out with the
+// COMMIT (the consumer's, InTx's) or in a Queue batch, a pg_notify is queued with the
+// rows, so it costs no round trip and no transaction, and the Wake after that commit
+// sends nothing. Every other Wake sends one coalesced NOTIFY after the commit, a
+// transaction of its own (at most one in flight, at least NotifySpacing apart).
+// NOTIFYs are never sent from every transaction: Postgres serialises the commits
+// that carry one on a global lock, which cost 12–15% of throughput on our 2-core
+// machines when a trigger notified on every insert. Without a leader in the process
+// or a notifier, the relay's poll finds the rows.
 //
 // # Relaying
 //

@@ -2,9 +2,12 @@ package outbox_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -78,4 +81,96 @@ func TestNotifyCoalesced(t *testing.T) {
 		ob.Wake()
 		return g.seen() >= 3
 	})
+}
+
+// countingNotifier sends the Outbox's own NOTIFYs (the ones that are transactions of
+// their own) on the real database and counts them.
+type countingNotifier struct {
+	pool *pgxpool.Pool
+	mu   sync.Mutex
+	n    int
+}
+
+func (c *countingNotifier) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	c.mu.Lock()
+	c.n++
+	c.mu.Unlock()
+	return c.pool.Exec(ctx, sql, args...)
+}
+
+func (c *countingNotifier) seen() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+// The first NOTIFY after a quiet spell rides the writer's commit: InTx (and a Queue
+// batch, the order service's implicit transaction) queues a pg_notify with the rows and
+// the COMMIT, in the same round trip, the listener hears it when the rows commit, and
+// the Wake after the commit sends no NOTIFY of its own. A Wake for a commit that
+// carried none still sends one.
+func TestNotifyRidesTheCommit(t *testing.T) {
+	ctx := context.Background()
+	tr := &testenv.RoundTrips{}
+	pool := testenv.PostgresWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = tr })
+	if err := outbox.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	listener, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Release()
+	if _, err := listener.Exec(ctx, "LISTEN "+outbox.DefaultTable); err != nil {
+		t.Fatal(err)
+	}
+	heard := func(what string) {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, deadline)
+		defer cancel()
+		if _, err := listener.Conn().WaitForNotification(wctx); err != nil {
+			t.Fatalf("%s: no notification: %v", what, err)
+		}
+	}
+	notifier := &countingNotifier{pool: pool}
+	ob := newOutbox(t, outbox.WithNotifier(notifier)) // no relay in this process: a standby's writer
+	pause := func() { time.Sleep(2 * outbox.NotifySpacing) } // a quiet spell
+
+	pause()
+	tr.Take()
+	if err := ob.InTx(ctx, pool, func(ctx context.Context, tx pgx.Tx) error {
+		return ob.Enqueue(ctx, tx, "t", newEvent(t, "k", 1))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(tr.Take(), " | "); got != "begin; insert; select; commit" {
+		t.Errorf("InTx round trips: %s; want begin; insert; select; commit (the NOTIFY with the COMMIT)", got)
+	}
+	heard("InTx")
+
+	pause()
+	b := &pgx.Batch{}
+	if err := ob.Queue(ctx, b, "t", newEvent(t, "k", 2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.SendBatch(ctx, b).Close(); err != nil {
+		t.Fatal(err)
+	}
+	ob.Wake()
+	if got := strings.Join(tr.Take(), " | "); got != "insert; select" {
+		t.Errorf("Queue batch: %s; want insert; select (the NOTIFY in the implicit transaction)", got)
+	}
+	heard("Queue batch")
+	if n := notifier.seen(); n != 0 {
+		t.Fatalf("%d NOTIFYs of their own after commits that carried one, want 0", n)
+	}
+
+	// A commit that carried no NOTIFY (rows written at once, outside InTx): Wake sends one.
+	pause()
+	if _, err := pool.Exec(ctx, `INSERT INTO `+outbox.DefaultTable+` (topic, key, headers, payload) VALUES ('t', 'k', '[]', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	ob.Wake()
+	heard("Wake after a plain commit")
+	testenv.Eventually(t, deadline, "one NOTIFY of its own", func() bool { return notifier.seen() == 1 })
 }

@@ -27,9 +27,13 @@ type Outbox struct {
 	// leaderWake is the wake channel of an in-process relay while it leads.
 	leaderWake atomic.Pointer[chan struct{}]
 
-	mu        sync.Mutex // guards notifying and dirty
+	mu        sync.Mutex // guards the fields below
 	notifying bool       // a NOTIFY goroutine is running
 	dirty     bool       // Wake was called while it ran: send one more
+	lastSent  time.Time  // the last NOTIFY sent, or queued in a writer's transaction
+	// ownWake is when a writer's transaction that carried a NOTIFY committed: the Wake
+	// that follows it (its own, just after) needs no NOTIFY of its own.
+	ownWake time.Time
 }
 
 // Option configures an Outbox.
@@ -53,7 +57,10 @@ func WithTable(name string) Option {
 // first). NOTIFYs are coalesced: at most one is in flight per Outbox, any number
 // of Wake calls during it add one more, and two NOTIFYs are at least
 // [NotifySpacing] apart (the first after a quiet spell goes at once). Each NOTIFY
-// is a transaction of its own, with a transaction id and a commit record.
+// is a transaction of its own, with a transaction id and a commit record, except the
+// first after a quiet spell when the rows go out with the COMMIT (a consumer's
+// transaction, [Outbox.InTx], an [Outbox.Queue] batch): that one is queued with them
+// and Postgres delivers it at their commit.
 // Default: none, so without an in-process leader the relay finds the rows at its
 // next poll.
 func WithNotifier(db Execer) Option {
@@ -121,7 +128,7 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, topic string, evs ...ev
 		return err
 	}
 	if hooks := txhook.For(ctx, tx); hooks != nil {
-		p := hooks.Flusher(flushKey(o.names.table), func() txhook.Flusher { return &pending{table: o.names.table} }).(*pending)
+		p := hooks.Flusher(flushKey(o.names.table), func() txhook.Flusher { return &pending{o: o, table: o.names.table} }).(*pending)
 		for range evs {
 			p.topics = append(p.topics, topic)
 		}
@@ -160,6 +167,7 @@ func (o *Outbox) Queue(ctx context.Context, b *pgx.Batch, topic string, evs ...e
 		}
 		return nil
 	}
+	o.queueNotify(b)
 	return nil
 }
 
@@ -200,6 +208,7 @@ type flushKey string
 // pending are the rows enqueued into one table during a transaction run by the
 // consumer, written by Flush just before its commit.
 type pending struct {
+	o                     *Outbox
 	table                 string
 	topics, keys, headers []string
 	payloads              [][]byte
@@ -232,6 +241,35 @@ func (p *pending) Queue(b *pgx.Batch) {
 		if _, err := br.Exec(); err != nil {
 			return fmt.Errorf("outbox: enqueue %d rows into %s: %w", n, table, err)
 		}
+		return nil
+	}
+	p.o.queueNotify(b)
+}
+
+// queueNotify adds a NOTIFY to b, the batch that carries a writer's rows and its
+// transaction's COMMIT, when Wake would send one now (no relay leads in this process, a
+// notifier is set, none was sent in the last NotifySpacing and none is on its way): it
+// costs the writer neither a round trip nor a transaction of its own, and Postgres
+// delivers it when the rows commit. The Wake after that commit then sends nothing; a
+// transaction that fails delivers nothing, and the Wakes of others send their own as
+// usual.
+func (o *Outbox) queueNotify(b *pgx.Batch) {
+	if o.notifier == nil || o.leaderWake.Load() != nil {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.notifying || time.Since(o.lastSent) < NotifySpacing {
+		return
+	}
+	o.lastSent = time.Now()
+	b.Queue("SELECT pg_notify($1, '')", o.names.channel).Fn = func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return err // the transaction failed: nothing was delivered
+		}
+		o.mu.Lock()
+		o.ownWake = time.Now()
+		o.mu.Unlock()
 		return nil
 	}
 }
@@ -267,7 +305,10 @@ func (o *Outbox) InTx(ctx context.Context, db Beginner, fn func(ctx context.Cont
 // never inside the transaction: it costs nothing on the commit path. When a
 // relay of this Outbox (see [NewRelay]) leads in this process, it is woken in
 // memory at once; otherwise, if a [WithNotifier] is set, a coalesced NOTIFY is sent in
-// the background. Without either, the relay finds the rows at its next poll.
+// the background, unless the transaction that just committed carried one (see
+// WithNotifier): a writer that commits such a transaction must call Wake right after,
+// as InTx and the consumer's AfterCommit do. Without either, the relay finds the rows
+// at its next poll.
 // Wake never blocks and is safe for concurrent use.
 func (o *Outbox) Wake() {
 	if ch := o.leaderWake.Load(); ch != nil {
@@ -281,6 +322,17 @@ func (o *Outbox) Wake() {
 		return
 	}
 	o.mu.Lock()
+	if !o.ownWake.IsZero() {
+		// The committing transaction carried a NOTIFY (queueNotify): this is, within
+		// microseconds, its own Wake. If it is another writer's, the writer's own Wake
+		// comes next and goes on below.
+		recent := time.Since(o.ownWake) < NotifySpacing
+		o.ownWake = time.Time{}
+		if recent {
+			o.mu.Unlock()
+			return
+		}
+	}
 	if o.notifying {
 		o.dirty = true
 		o.mu.Unlock()
@@ -303,6 +355,9 @@ const NotifySpacing = DefaultBatchLinger
 func (o *Outbox) notifyLoop() {
 	for {
 		sent := time.Now()
+		o.mu.Lock()
+		o.lastSent = sent
+		o.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, _ = o.notifier.Exec(ctx, "SELECT pg_notify($1, '')", o.names.channel)
 		cancel()
