@@ -133,7 +133,7 @@ func TestNotifyRidesTheCommit(t *testing.T) {
 		}
 	}
 	notifier := &countingNotifier{pool: pool}
-	ob := newOutbox(t, outbox.WithNotifier(notifier)) // no relay in this process: a standby's writer
+	ob := newOutbox(t, outbox.WithNotifier(notifier))        // no relay in this process: a standby's writer
 	pause := func() { time.Sleep(2 * outbox.NotifySpacing) } // a quiet spell
 
 	pause()
