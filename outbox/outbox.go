@@ -31,8 +31,9 @@ type Outbox struct {
 	notifying bool       // a NOTIFY goroutine is running
 	dirty     bool       // Wake was called while it ran: send one more
 	lastSent  time.Time  // the last NOTIFY sent, or queued in a writer's transaction
-	// ownWake is when a writer's transaction that carried a NOTIFY committed: the Wake
-	// that follows it (its own, just after) needs no NOTIFY of its own.
+	// ownWake is when the result of a NOTIFY queued in a writer's transaction was read
+	// (as its COMMIT ran, or just before): the Wake that follows that commit (the
+	// writer's own, just after) needs no NOTIFY of its own.
 	ownWake time.Time
 }
 
@@ -325,7 +326,9 @@ func (o *Outbox) Wake() {
 	if !o.ownWake.IsZero() {
 		// The committing transaction carried a NOTIFY (queueNotify): this is, within
 		// microseconds, its own Wake. If it is another writer's, the writer's own Wake
-		// comes next and goes on below.
+		// comes next and goes on below. (A transaction whose COMMIT failed after its
+		// NOTIFY ran calls no Wake: then the next Wake within NotifySpacing is skipped
+		// and its rows wait for the next NOTIFY or the relay's poll.)
 		recent := time.Since(o.ownWake) < NotifySpacing
 		o.ownWake = time.Time{}
 		if recent {
