@@ -25,13 +25,7 @@ func atCommitDB(t *testing.T) (*pgxpool.Pool, *testenv.RoundTrips, *outbox.Outbo
 	tr := &testenv.RoundTrips{}
 	pool := testenv.PostgresWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = tr })
 	migrateTestDB(t, pool)
-	ob, err := outbox.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ob.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
+	ob := migratedOutbox(t, pool)
 	if _, err := pool.Exec(ctx, `CREATE TABLE accounts (id text PRIMARY KEY, balance bigint NOT NULL CHECK (balance >= 0));
 INSERT INTO accounts VALUES ('a', 100)`); err != nil {
 		t.Fatal(err)

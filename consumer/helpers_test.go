@@ -20,6 +20,7 @@ import (
 	"github.com/choreo-saga/choreo/idempotency"
 	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/lock"
+	"github.com/choreo-saga/choreo/outbox"
 )
 
 // testTimeout bounds how long a test waits for the system to reach a state. It is a
@@ -306,4 +307,17 @@ func idempotent(t testing.TB, cfg IdempotentConfig, h TxHandler) Handler {
 		t.Fatal(err)
 	}
 	return ih
+}
+
+// migratedOutbox returns an Outbox of the default table, its tables migrated on pool.
+func migratedOutbox(t testing.TB, pool *pgxpool.Pool) *outbox.Outbox {
+	t.Helper()
+	ob, err := outbox.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ob.Migrate(context.Background(), pool); err != nil {
+		t.Fatal(err)
+	}
+	return ob
 }

@@ -12,7 +12,6 @@ import (
 	"go.opentelemetry.io/otel"
 
 	"github.com/choreo-saga/choreo/event"
-	"github.com/choreo-saga/choreo/outbox"
 )
 
 // recordEffect is a business handler for events of any producer: one effect per event.
@@ -71,13 +70,7 @@ func TestStandardContinuesTraceWithoutSetup(t *testing.T) {
 		t.Fatalf("a test set the global propagator (%v); this test needs otel's defaults", fields)
 	}
 	e := newChainEnv(t, 1)
-	ob, err := outbox.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ob.Migrate(context.Background(), e.pool); err != nil {
-		t.Fatal(err)
-	}
+	ob := migratedOutbox(t, e.pool)
 	h := e.standard(t, StandardConfig{Handler: func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
 		next, err := event.New("test", "test.next", ev.Subject, map[string]string{"from": ev.ID})
 		if err != nil {

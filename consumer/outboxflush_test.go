@@ -49,13 +49,7 @@ func TestOutboxRowsWrittenOncePerTransaction(t *testing.T) {
 	inserts := new(outboxInserts)
 	pool := testenv.PostgresWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = inserts })
 	migrateTestDB(t, pool)
-	ob, err := outbox.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ob.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
+	ob := migratedOutbox(t, pool)
 	brokers := testenv.Kafka(t)
 	topic := testenv.Name(t, "in")
 

@@ -15,7 +15,6 @@ import (
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/lock"
-	"github.com/choreo-saga/choreo/outbox"
 )
 
 // BenchmarkStandardOneEvent measures the standard chain handling one event per
@@ -26,13 +25,7 @@ func BenchmarkStandardOneEvent(b *testing.B) {
 	ctx := context.Background()
 	pool := testenv.Postgres(b)
 	migrateTestDB(b, pool)
-	ob, err := outbox.New()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := ob.Migrate(ctx, pool); err != nil {
-		b.Fatal(err)
-	}
+	ob := migratedOutbox(b, pool)
 	rdb, ns := testenv.Redis(b)
 	const entities = 64
 	if _, err := pool.Exec(ctx, `INSERT INTO entities (key, seq) SELECT 'e' || i, 0 FROM generate_series(0, $1 - 1) AS i`, entities); err != nil {
