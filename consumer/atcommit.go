@@ -55,7 +55,7 @@ func AtCommit(ctx context.Context, tx pgx.Tx, queue func(b *pgx.Batch)) error {
 	}
 	checked := wrapAtCommit(b)
 	if hooks := txhook.For(ctx, tx); hooks != nil {
-		q := hooks.Flusher(atCommitKey{}, func() txhook.Flusher { return &atCommitQueue{} }).(*atCommitQueue)
+		q := hooks.Hook(atCommitKey{}, func() any { return &atCommitQueue{} }).(*atCommitQueue)
 		q.queries = append(q.queries, b.QueuedQueries...)
 		q.checked = q.checked || checked
 		return nil
@@ -98,14 +98,5 @@ type atCommitQueue struct {
 func (q *atCommitQueue) Queue(b *pgx.Batch) { b.QueuedQueries = append(b.QueuedQueries, q.queries...) }
 
 func (q *atCommitQueue) Checked() bool { return q.checked }
-
-func (q *atCommitQueue) Flush(ctx context.Context, tx pgx.Tx) error {
-	b := &pgx.Batch{}
-	q.Queue(b)
-	if b.Len() == 0 {
-		return nil
-	}
-	return tx.SendBatch(ctx, b).Close()
-}
 
 var _ txhook.Checker = (*atCommitQueue)(nil)

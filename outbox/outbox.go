@@ -129,7 +129,7 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, topic string, evs ...ev
 		return err
 	}
 	if hooks := txhook.For(ctx, tx); hooks != nil {
-		p := hooks.Flusher(flushKey(o.names.table), func() txhook.Flusher { return &pending{o: o, table: o.names.table} }).(*pending)
+		p := hooks.Hook(flushKey(o.names.table), func() any { return &pending{o: o, table: o.names.table} }).(*pending)
 		for range evs {
 			p.topics = append(p.topics, topic)
 		}
@@ -215,15 +215,8 @@ type pending struct {
 	payloads              [][]byte
 }
 
-// Flush inserts the pending rows in one statement, ids in the order they were enqueued.
-func (p *pending) Flush(ctx context.Context, tx pgx.Tx) error {
-	b := &pgx.Batch{}
-	p.Queue(b)
-	return tx.SendBatch(ctx, b).Close()
-}
-
-// Queue adds Flush's statement to b (txhook.Queuer), so that the consumer sends the rows
-// with the transaction's COMMIT.
+// Queue adds the insert of the pending rows, ids in the order they were enqueued, to b
+// (txhook.Queuer), so that the runner sends the rows with the transaction's COMMIT.
 func (p *pending) Queue(b *pgx.Batch) {
 	var qq *pgx.QueuedQuery
 	switch len(p.keys) {

@@ -1,12 +1,13 @@
 // Package txhook lets a library package defer writes to the end of a transaction that
 // another package runs, without either knowing the other: the runner (the consumer's
-// transactor) creates a Hooks for its transaction, puts it in the handlers' contexts and
-// calls Run just before COMMIT; a writer (the outbox) finds it with For and buffers its
-// rows in a Flusher of its own, which Run then writes in one statement. Writes made
-// outside such a runner, or on another transaction, are not deferred. A Flusher that is
-// also a Queuer has its statements queued into the batch Run returns, which the runner
-// sends with the COMMIT (internal/pipetx): the deferred writes then cost no round trip
-// of their own.
+// transactor) creates a Hooks for its transaction, puts it in the handlers' contexts and,
+// just before COMMIT, calls Batch (or Run); a writer (the outbox) finds the Hooks with
+// For and buffers its rows in a hook of its own. A Queuer hook has its statements queued
+// into the batch that Batch returns and the runner sends with the COMMIT
+// (internal/pipetx): the deferred writes cost no round trip of their own. A Flusher hook
+// writes in a round trip of its own before it. Any other hook is state that the
+// transaction's handlers share. Writes made outside such a runner, or on another
+// transaction, are not deferred.
 package txhook
 
 import (
@@ -17,16 +18,23 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Flusher writes, in tx, what it buffered during the transaction.
+// Queuer is a hook whose writes go out with the COMMIT: Queue adds them to b, with
+// callbacks that check their results. It queues nothing when it has nothing to write.
+type Queuer interface {
+	Queue(b *pgx.Batch)
+}
+
+// Flusher is a hook whose writes cannot be queued: Flush writes, in tx, what it buffered
+// during the transaction.
 type Flusher interface {
 	Flush(ctx context.Context, tx pgx.Tx) error
 }
 
-// Hooks are the Flushers of one transaction, in the order they were added.
+// Hooks are the hooks of one transaction, in the order they were added.
 type Hooks struct {
-	tx   pgx.Tx
-	keys []any
-	fs   []Flusher
+	tx    pgx.Tx
+	keys  []any
+	hooks []any
 }
 
 // New returns the Hooks of tx, or nil if tx's type cannot be compared (For could not
@@ -58,24 +66,18 @@ func For(ctx context.Context, tx pgx.Tx) *Hooks {
 	return h
 }
 
-// Flusher returns the Flusher added under key, or adds the one newF returns.
-func (h *Hooks) Flusher(key any, newF func() Flusher) Flusher {
+// Hook returns the hook added under key, or adds the one newHook returns: a Queuer, a
+// Flusher, or state that the transaction's handlers share.
+func (h *Hooks) Hook(key any, newHook func() any) any {
 	for i, k := range h.keys {
 		if k == key {
-			return h.fs[i]
+			return h.hooks[i]
 		}
 	}
-	f := newF()
+	v := newHook()
 	h.keys = append(h.keys, key)
-	h.fs = append(h.fs, f)
-	return f
-}
-
-// Queuer is a Flusher whose writes can go out with the COMMIT: Queue adds them to b, with
-// callbacks that check their results. It queues nothing when it has nothing to write.
-type Queuer interface {
-	Flusher
-	Queue(b *pgx.Batch)
+	h.hooks = append(h.hooks, v)
+	return v
 }
 
 // Checker is a Queuer whose statements may have callbacks that fail on results the
@@ -89,7 +91,7 @@ type Checker interface {
 	Checked() bool
 }
 
-// Run writes what every Flusher buffered, in the order they were added, and stops at the
+// Run writes what every hook buffered, in the order they were added, and stops at the
 // first error. Nil Hooks have nothing to write.
 func (h *Hooks) Run(ctx context.Context) error {
 	b, err := h.Batch(ctx)
@@ -101,32 +103,40 @@ func (h *Hooks) Run(ctx context.Context) error {
 
 // Batch is Run for a runner that sends the COMMIT in a batch: a Queuer's statements are
 // queued into the returned batch, which the caller must send, in the transaction, with
-// or before the COMMIT; any other Flusher first sends the statements queued so far and
-// then flushes, and a Checker whose Checked is true sends them, its own included.
+// or before the COMMIT; a Flusher first sends the statements queued so far and then
+// flushes, and a Checker whose Checked is true sends them, its own included.
 func (h *Hooks) Batch(ctx context.Context) (*pgx.Batch, error) {
 	b := &pgx.Batch{}
 	if h == nil {
 		return b, nil
 	}
-	for _, f := range h.fs {
-		if q, ok := f.(Queuer); ok {
-			q.Queue(b)
-			if c, ok := q.(Checker); ok && c.Checked() && b.Len() > 0 {
-				if err := h.tx.SendBatch(ctx, b).Close(); err != nil {
-					return nil, fmt.Errorf("before commit: %w", err)
-				}
-				b = &pgx.Batch{}
-			}
-			continue
+	send := func() error {
+		if b.Len() == 0 {
+			return nil
 		}
-		if b.Len() > 0 {
-			if err := h.tx.SendBatch(ctx, b).Close(); err != nil {
+		err := h.tx.SendBatch(ctx, b).Close()
+		b = &pgx.Batch{}
+		if err != nil {
+			return fmt.Errorf("before commit: %w", err)
+		}
+		return nil
+	}
+	for _, v := range h.hooks {
+		switch v := v.(type) {
+		case Queuer:
+			v.Queue(b)
+			if c, ok := v.(Checker); ok && c.Checked() {
+				if err := send(); err != nil {
+					return nil, err
+				}
+			}
+		case Flusher:
+			if err := send(); err != nil {
+				return nil, err
+			}
+			if err := v.Flush(ctx, h.tx); err != nil {
 				return nil, fmt.Errorf("before commit: %w", err)
 			}
-			b = &pgx.Batch{}
-		}
-		if err := f.Flush(ctx, h.tx); err != nil {
-			return nil, fmt.Errorf("before commit: %w", err)
 		}
 	}
 	return b, nil

@@ -18,10 +18,6 @@ type queuer struct {
 	checked bool
 }
 
-func (q *queuer) Flush(ctx context.Context, tx pgx.Tx) error {
-	_, err := tx.Exec(ctx, q.sql)
-	return err
-}
 func (q *queuer) Queue(b *pgx.Batch) { b.Queue(q.sql) }
 
 type checker struct{ queuer }
@@ -50,9 +46,9 @@ func TestBatchSendsUpToAChecker(t *testing.T) {
 			t.Fatal(err)
 		}
 		h := txhook.New(tx)
-		h.Flusher("a", func() txhook.Flusher { return &queuer{sql: `SELECT 1`} })
-		h.Flusher("b", func() txhook.Flusher { return &checker{queuer{sql: `INSERT INTO t VALUES (1)`, checked: c.checked}} })
-		h.Flusher("c", func() txhook.Flusher { return &queuer{sql: `UPDATE t SET x = 2`} })
+		h.Hook("a", func() any { return &queuer{sql: `SELECT 1`} })
+		h.Hook("b", func() any { return &checker{queuer{sql: `INSERT INTO t VALUES (1)`, checked: c.checked}} })
+		h.Hook("c", func() any { return &queuer{sql: `UPDATE t SET x = 2`} })
 		tr.Take()
 		b, err := h.Batch(ctx)
 		if err != nil {

@@ -58,7 +58,7 @@ func TestInBatch(t *testing.T) {
 			return errors.New("handler failed")
 		}
 		if hooks := txhook.For(ctx, tx); hooks != nil {
-			hooks.Flusher("log", func() txhook.Flusher { return flusher{"batch"} })
+			hooks.Hook("log", func() any { return flusher{"batch"} })
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO log (entry) VALUES ($1)`, ev.Subject)
 		return err
@@ -135,7 +135,7 @@ func TestInCountedBatch(t *testing.T) {
 			return err
 		}
 		if hooks := txhook.For(ctx, tx); hooks != nil {
-			hooks.Flusher(ev.Subject, func() txhook.Flusher { return flusher{ev.Subject} })
+			hooks.Hook(ev.Subject, func() any { return flusher{ev.Subject} })
 		} else {
 			return errors.New("no hooks for the counting transaction")
 		}

@@ -64,7 +64,7 @@ type stockKey struct{}   // the transaction's pending changes
 type stockApply struct{} // their flush, added after the first outbox row
 
 // pendingStock is a transaction's stock changes not yet applied. Its own Flush does
-// nothing: stockFlush, added after the outbox's flusher, applies them, so the stock rows
+// nothing: stockFlush, added after the outbox's hook, applies them, so the stock rows
 // are locked by the very last statements of the transaction.
 type pendingStock struct {
 	shard int32              // the preferred shard; -1 until the first order
@@ -77,13 +77,7 @@ func newPending() *pendingStock {
 	return &pendingStock{shard: -1, read: map[shardKey]int64{}, known: map[string]bool{}, delta: map[shardKey]int64{}}
 }
 
-func (p *pendingStock) Flush(context.Context, pgx.Tx) error { return nil }
-
 type stockFlush struct{ p *pendingStock }
-
-func (f stockFlush) Flush(ctx context.Context, tx pgx.Tx) error {
-	return applyDeltas(ctx, tx, f.p.delta)
-}
 
 // Queue queues the changes into the batch that carries the COMMIT (txhook.Queuer).
 func (f stockFlush) Queue(b *pgx.Batch) { queueDeltas(b, f.p.delta) }
@@ -95,7 +89,7 @@ func pending(ctx context.Context, tx pgx.Tx) *pendingStock {
 	if hooks == nil {
 		return nil
 	}
-	return hooks.Flusher(stockKey{}, func() txhook.Flusher { return newPending() }).(*pendingStock)
+	return hooks.Hook(stockKey{}, func() any { return newPending() }).(*pendingStock)
 }
 
 // deferApply makes sure the pending changes are applied before the commit; call it after
@@ -105,7 +99,7 @@ func deferApply(ctx context.Context, tx pgx.Tx, p *pendingStock) {
 		return
 	}
 	if hooks := txhook.For(ctx, tx); hooks != nil {
-		hooks.Flusher(stockApply{}, func() txhook.Flusher { return stockFlush{p} })
+		hooks.Hook(stockApply{}, func() any { return stockFlush{p} })
 	}
 }
 

@@ -37,20 +37,14 @@ type balanceApply struct{} // their flush, added after the first outbox row
 
 type customerRow struct{ balance, limit int64 }
 
-// pendingBalances is a transaction's balance changes not yet applied; balanceFlush,
-// added after the outbox's flusher, applies them.
+// pendingBalances is a transaction's balance changes not yet applied (a hook of state);
+// balanceFlush, added after the outbox's hook, applies them.
 type pendingBalances struct {
 	read  map[string]customerRow // as first read in the transaction
 	delta map[string]int64
 }
 
-func (p *pendingBalances) Flush(context.Context, pgx.Tx) error { return nil }
-
 type balanceFlush struct{ p *pendingBalances }
-
-func (f balanceFlush) Flush(ctx context.Context, tx pgx.Tx) error {
-	return applyBalances(ctx, tx, f.p.delta)
-}
 
 // Queue queues the changes into the batch that carries the COMMIT (txhook.Queuer).
 func (f balanceFlush) Queue(b *pgx.Batch) { queueBalances(b, f.p.delta) }
@@ -60,7 +54,7 @@ func pendingFor(ctx context.Context, tx pgx.Tx) *pendingBalances {
 	if hooks == nil {
 		return nil
 	}
-	return hooks.Flusher(balanceKey{}, func() txhook.Flusher {
+	return hooks.Hook(balanceKey{}, func() any {
 		return &pendingBalances{read: map[string]customerRow{}, delta: map[string]int64{}}
 	}).(*pendingBalances)
 }
@@ -70,7 +64,7 @@ func pendingFor(ctx context.Context, tx pgx.Tx) *pendingBalances {
 func deferBalances(ctx context.Context, tx pgx.Tx) {
 	if hooks := txhook.For(ctx, tx); hooks != nil {
 		p := pendingFor(ctx, tx)
-		hooks.Flusher(balanceApply{}, func() txhook.Flusher { return balanceFlush{p} })
+		hooks.Hook(balanceApply{}, func() any { return balanceFlush{p} })
 	}
 }
 
@@ -126,14 +120,6 @@ func changeBalance(ctx context.Context, tx pgx.Tx, id string, d int64) error {
 		return fmt.Errorf("paymentsvc: change balance: %w", err)
 	}
 	return nil
-}
-
-// applyBalances applies delta at once, in tx: queueBalances' statement, in its own round
-// trip.
-func applyBalances(ctx context.Context, tx pgx.Tx, delta map[string]int64) error {
-	b := &pgx.Batch{}
-	queueBalances(b, delta)
-	return tx.SendBatch(ctx, b).Close()
 }
 
 // queueBalances queues into b the statement that locks the changed customers' rows in id
