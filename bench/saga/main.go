@@ -14,6 +14,7 @@
 //	go run ./bench/saga                                  # 50,100,200,400,800,1600 orders/s, 20 s each
 //	go run ./bench/saga -rates 100,400 -duration 10s -instances 2
 //	go run ./bench/saga -rates 400 -profile-dir /tmp/prof # also a 10 s CPU profile per service
+//	go run ./bench/saga -rates 800 -profile-dir /tmp/tr -profile-trace # an execution trace instead
 //	go run ./bench/saga -rates 100 -env CONSUMER_BATCH=1  # a service setting changed
 //	go run ./bench/saga -replot bench/results.json        # tables and plot of an earlier run
 package main
@@ -48,6 +49,8 @@ type config struct {
 	profileDir  string
 	statements  bool
 	profileRate int
+	// profileTrace fetches execution traces instead of CPU profiles.
+	profileTrace bool
 	seed        uint64
 	env         []string
 	replot      string
@@ -121,6 +124,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.svgPath, "svg", "docs/benchmarks-saga.svg", "write the plot to this `file` (empty: not at all)")
 	fs.BoolVar(&c.statements, "statements", false, "run on a private Postgres cluster with pg_stat_statements (made and dropped by the run) and report every statement per order created")
 	fs.StringVar(&c.profileDir, "profile-dir", "", "if set, run the services with PPROF=1 and save a 10 s CPU profile of each into this `dir` during -profile-rate")
+	fs.BoolVar(&c.profileTrace, "profile-trace", false, "with -profile-dir, save a 10 s execution trace of each service (/debug/pprof/trace) instead of a CPU profile: read it with go tool trace, e.g. -pprof=net or -pprof=sync for where goroutines wait and how often")
 	fs.IntVar(&c.profileRate, "profile-rate", 0, "the offered rate during which the profiles are taken (default: the highest)")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the orders' customers, SKUs and amounts")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the harness itself (the load generator, the Kafka reader, the samplers) to this `file`")

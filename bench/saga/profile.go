@@ -17,10 +17,11 @@ import (
 // profileSeconds is the length of each CPU profile.
 const profileSeconds = 10
 
-// takeProfiles waits a few seconds into the rate, then fetches a CPU profile of every
-// service instance at once from its admin listener (/debug/pprof/, served with
-// PPROF=1) into dir. It returns the files written, by instance.
-func takeProfiles(ctx context.Context, sys *chaos.System, dir string, rate int, log io.Writer) map[string]string {
+// takeProfiles waits a few seconds into the rate, then fetches a CPU profile (with
+// trace, an execution trace) of every service instance at once from its admin listener
+// (/debug/pprof/, served with PPROF=1) into dir. It returns the files written, by
+// instance.
+func takeProfiles(ctx context.Context, sys *chaos.System, dir string, trace bool, rate int, log io.Writer) map[string]string {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		fmt.Fprintf(log, "saga: profiles: %v\n", err)
 		return nil
@@ -38,7 +39,7 @@ func takeProfiles(ctx context.Context, sys *chaos.System, dir string, rate int, 
 	client := &http.Client{Timeout: (profileSeconds + 20) * time.Second}
 	for _, in := range sys.Instances() {
 		wg.Go(func() {
-			path, err := fetchProfile(ctx, client, in, dir, rate)
+			path, err := fetchProfile(ctx, client, in, dir, trace, rate)
 			if err != nil {
 				fmt.Fprintf(log, "saga: profile of %s: %v\n", in.Name, err)
 				return
@@ -52,13 +53,17 @@ func takeProfiles(ctx context.Context, sys *chaos.System, dir string, rate int, 
 	return out
 }
 
-func fetchProfile(ctx context.Context, client *http.Client, in chaos.Instance, dir string, rate int) (string, error) {
+func fetchProfile(ctx context.Context, client *http.Client, in chaos.Instance, dir string, trace bool, rate int) (string, error) {
 	addr, err := adminAddr(in.LogPath)
 	if err != nil {
 		return "", err
 	}
+	endpoint := "profile"
+	if trace {
+		endpoint = "trace"
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
-		fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, profileSeconds), nil)
+		fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", addr, endpoint, profileSeconds), nil)
 	if err != nil {
 		return "", err
 	}
@@ -68,9 +73,9 @@ func fetchProfile(ctx context.Context, client *http.Client, in chaos.Instance, d
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET /debug/pprof/profile: %s (is PPROF=1 set?)", resp.Status)
+		return "", fmt.Errorf("GET /debug/pprof/%s: %s (is PPROF=1 set?)", endpoint, resp.Status)
 	}
-	path := profileName(dir, in.Name, rate)
+	path := profileName(dir, in.Name, rate, trace)
 	f, err := os.Create(path)
 	if err != nil {
 		return "", err

@@ -305,6 +305,10 @@ func printResults(w io.Writer, r *results) {
 	}
 	for _, rr := range r.Rates {
 		for name, p := range rr.Profiles {
+			if strings.HasSuffix(p, ".trace") {
+				fmt.Fprintf(w, "execution trace of %s at %d/s: %s (go tool trace -pprof=net %s > net.pprof; go tool pprof -sample_index=contentions -top net.pprof)\n", name, rr.Offered, p, p)
+				continue
+			}
 			fmt.Fprintf(w, "CPU profile of %s at %d/s: %s (go tool pprof -top %s)\n", name, rr.Offered, p, p)
 		}
 	}

@@ -194,7 +194,7 @@ func runRate(ctx context.Context, cfg config, rate int, gen *generator, w *watch
 	}()
 	var profWG sync.WaitGroup
 	if cfg.profileDir != "" && rate == cfg.profileRate {
-		profWG.Go(func() { r.Profiles = takeProfiles(ctx, sys, cfg.profileDir, rate, cfg.log) })
+		profWG.Go(func() { r.Profiles = takeProfiles(ctx, sys, cfg.profileDir, cfg.profileTrace, rate, cfg.log) })
 	}
 
 	b := gen.run(ctx, float64(rate), cfg.duration)
@@ -309,7 +309,12 @@ func gitCommit(ctx context.Context) (string, bool) {
 	return strings.TrimSpace(string(out)), len(strings.TrimSpace(string(st))) > 0
 }
 
-// profileName is the file of svc's CPU profile taken during rate.
-func profileName(dir, name string, rate int) string {
-	return filepath.Join(dir, name+"-"+strconv.Itoa(rate)+".pprof")
+// profileName is the file of svc's CPU profile (or, with trace, execution trace) taken
+// during rate.
+func profileName(dir, name string, rate int, trace bool) string {
+	ext := ".pprof"
+	if trace {
+		ext = ".trace"
+	}
+	return filepath.Join(dir, name+"-"+strconv.Itoa(rate)+ext)
 }
