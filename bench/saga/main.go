@@ -51,11 +51,11 @@ type config struct {
 	profileRate int
 	// profileTrace fetches execution traces instead of CPU profiles.
 	profileTrace bool
-	seed        uint64
-	env         []string
-	replot      string
-	cpuProfile  string
-	log         io.Writer
+	seed         uint64
+	env          []string
+	replot       string
+	cpuProfile   string
+	log          io.Writer
 }
 
 // envFlags collects repeated -env KEY=VALUE flags.
