@@ -46,8 +46,8 @@ var ErrAdmission = errors.New("app: invalid admission control")
 // DefaultShedLogInterval while it sheds. Safe for concurrent use.
 //
 // Under [App.Handle] with [WithRouteAdmission] it is the route's outermost layer: a shed
-// request is refused before the request deadline (http.TimeoutHandler: a goroutine, a
-// buffered writer and a timer) and otelhttp's server span and metrics exist, because
+// request is refused before the request deadline (a timer and a context) and otelhttp's
+// server span and metrics exist, because
 // above saturation most requests are shed (~1,100 of 1,600 POSTs/s in bench/saga) and
 // each refusal should cost as little as possible. So a shed request has no span and is
 // not in http.server.request.duration; it is counted by http.server.shed_requests only,

@@ -14,8 +14,7 @@ import (
 // sheds, as route builds it (admission first) and as it was before (the request deadline
 // and otelhttp's server span and metrics around admission), with the telemetry a service
 // has without an exporter (spans not recorded, metrics recorded). cpu-ns/op is the
-// process's CPU time (user + system, every goroutine: the deadline's goroutine and the
-// garbage collector included) per request, which other load on the machine moves less
+// process's CPU time (user + system, every goroutine: the garbage collector included) per request, which other load on the machine moves less
 // than ns/op:
 //
 //	go test -run '^$' -bench ShedRequest -benchmem ./app/

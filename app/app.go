@@ -370,9 +370,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 // /healthz, /readyz and /metrics are taken.
 //
 // With [WithRouteAdmission], admission control comes first: a request shed by it is
-// answered 503 before the deadline's timer and goroutine (http.TimeoutHandler) and the
-// server span exist, so a refusal costs only the answer and the shed counter
-// (http.server.shed_requests); it has no span and is not in otelhttp's request metrics.
+// answered 503 before the deadline's timer and the server span exist, so a refusal
+// costs only the answer and the shed counter (http.server.shed_requests); it has no span
+// and is not in otelhttp's request metrics.
 // The admitted ones are served exactly as without it.
 func (a *App) Handle(pattern string, h http.Handler, opts ...RouteOption) {
 	var o routeOptions

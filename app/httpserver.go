@@ -36,8 +36,11 @@ type HTTPLimits struct {
 	// ReadTimeout bounds reading a whole request, body included (default
 	// DefaultReadTimeout): a client that sends its body slowly is cut off.
 	ReadTimeout time.Duration
-	// RequestTimeout is each request's deadline: its context is cancelled then and the
-	// client gets 503 (default DefaultRequestTimeout).
+	// RequestTimeout is each request's deadline: its context is cancelled then and, if
+	// the handler had not started its answer, the client gets 503 {"error":{"code":
+	// "timeout"}} (default DefaultRequestTimeout). The handler runs on the connection's
+	// goroutine and must return when its context ends (one that ignores it is bounded
+	// by WriteTimeout only).
 	RequestTimeout time.Duration
 	// WriteTimeout bounds writing a response, from the end of the request's headers
 	// (default DefaultWriteTimeout).
@@ -99,7 +102,7 @@ func defaultAdminAddr(httpAddr string) string {
 
 // newServer returns an HTTP server for h with the limits l but the request deadline,
 // which h's endpoints apply each (withRequestTimeout), so that a route's admission
-// control can shed a request before the deadline's timer and goroutine exist.
+// control can shed a request before the deadline's timer exists.
 func newServer(h http.Handler, l HTTPLimits) *http.Server {
 	return &http.Server{
 		Handler:           h,
@@ -109,13 +112,6 @@ func newServer(h http.Handler, l HTTPLimits) *http.Server {
 		IdleTimeout:       l.IdleTimeout,
 		MaxHeaderBytes:    l.MaxHeaderBytes,
 	}
-}
-
-// withRequestTimeout returns h with a deadline d (http.TimeoutHandler): its request's
-// context is cancelled at d and, if h has not answered yet, the client gets 503 with
-// {"error":{"code":"timeout",...}}.
-func withRequestTimeout(h http.Handler, d time.Duration) http.Handler {
-	return http.TimeoutHandler(h, d, `{"error":{"code":"timeout","message":"request timed out"}}`)
 }
 
 // limitListener accepts at most n connections at a time; Accept waits for one to close.
