@@ -14,16 +14,12 @@ import (
 // sheds, as route builds it (admission first) and as it was before (the request deadline
 // and otelhttp's server span and metrics around admission), with the telemetry a service
 // has without an exporter (spans not recorded, metrics recorded). cpu-ns/op is the
-// process's CPU time (user + system, every goroutine: the garbage collector included) per request, which other load on the machine moves less
-// than ns/op:
+// process's CPU time (user + system, every goroutine: the garbage collector included)
+// per request, which other load on the machine moves less than ns/op:
 //
 //	go test -run '^$' -bench ShedRequest -benchmem ./app/
 func BenchmarkShedRequest(b *testing.B) {
-	tel, err := tracing.Setup(context.Background(), "bench", tracing.WithoutGlobals())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	tel := benchTelemetry(b)
 	adm, err := NewAdmission(1, WithAdmissionMeterProvider(tel.MeterProvider))
 	if err != nil {
 		b.Fatal(err)
@@ -60,4 +56,15 @@ func cpuTime(b *testing.B) int64 {
 		b.Fatal(err)
 	}
 	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// benchTelemetry is the telemetry a service has without an exporter (spans not
+// recorded, metrics recorded), shut down when b ends.
+func benchTelemetry(b *testing.B) *tracing.Telemetry {
+	tel, err := tracing.Setup(context.Background(), "bench", tracing.WithoutGlobals())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	return tel
 }

@@ -2,14 +2,11 @@ package app
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
-
-	"github.com/choreo-saga/choreo/tracing"
 )
 
 // BenchmarkRequestDeadline measures the CPU per request of the request deadline over a
@@ -21,11 +18,7 @@ import (
 //
 //	go test -run '^$' -bench RequestDeadline -benchmem ./app/
 func BenchmarkRequestDeadline(b *testing.B) {
-	tel, err := tracing.Setup(context.Background(), "bench", tracing.WithoutGlobals())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = tel.Shutdown(context.Background()) })
+	tel := benchTelemetry(b)
 	type order struct {
 		Customer string         `json:"customer"`
 		Items    map[string]int `json:"items"`
