@@ -33,8 +33,10 @@ var outageSQLStates = map[string]bool{
 // and DeadLetter never dead-letters it. It matches, anywhere in err's chain:
 //
 //   - ErrOutage, for handlers that declare their own dependency's failure;
-//   - Postgres: *pgconn.ConnectError, errors pgconn.SafeToRetry or pgconn.Timeout
-//     reports, and the SQLSTATEs of class 08 (connection exception), 57P01–57P03
+//   - Postgres: *pgconn.ConnectError (whatever the server answered the connection:
+//     a database not accepting connections or missing, authentication failing after a
+//     credential rotation), errors pgconn.SafeToRetry or pgconn.Timeout reports, and
+//     the SQLSTATEs of class 08 (connection exception), 57P01–57P03
 //     (shutdown, cannot connect now), 53300 (too many connections), 40001 and 40P01
 //     (serialization failure, deadlock) and 42P01 and 42703 (undefined table or
 //     column: a deployment error);
@@ -63,15 +65,21 @@ func IsOutage(err error) bool {
 	case errors.Is(err, ErrOutage):
 		return true
 	}
+	// A failure to connect is never the record's, whatever the server answered (it
+	// wraps the server's FATAL: database not accepting connections, role or database
+	// missing, authentication failed after a credential rotation, ...).
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) {
+		return true
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		return strings.HasPrefix(pgErr.Code, "08") || outageSQLStates[pgErr.Code]
 	}
-	var connectErr *pgconn.ConnectError
 	var firstReadEOF *kgo.ErrFirstReadEOF
 	var netErr net.Error
 	switch {
-	case errors.As(err, &connectErr), pgconn.SafeToRetry(err), pgconn.Timeout(err):
+	case pgconn.SafeToRetry(err), pgconn.Timeout(err):
 		return true
 	case errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrPoolExhausted),
 		redis.IsLoadingError(err), redis.IsReadOnlyError(err), redis.IsClusterDownError(err),

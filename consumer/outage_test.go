@@ -84,6 +84,19 @@ func realErrors(t *testing.T) (outages, others map[string]error) {
 	outages["postgres pool exec, server down"] = must("pool down", err)
 	downPool.Close()
 
+	// The server answers the connection with a FATAL error (3D000): a *pgconn.ConnectError
+	// wrapping a *pgconn.PgError whose SQLSTATE alone would not be an outage.
+	missingDB, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	missingDB.Database = "choreo_no_such_database"
+	_, err = pgx.ConnectConfig(ctx, missingDB)
+	outages["postgres connect, FATAL from the server"] = must("connect to a missing database", err)
+	if pgErr := (*pgconn.PgError)(nil); !errors.As(err, &pgErr) || pgErr.Code != "3D000" {
+		t.Fatalf("connect to a missing database: %v, want SQLSTATE 3D000", err)
+	}
+
 	small, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		t.Fatal(err)
