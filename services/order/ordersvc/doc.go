@@ -12,6 +12,8 @@
 //	                           and another body with the same key is refused (422); 503
 //	                           overloaded with Retry-After while ORDER_MAX_PENDING orders are
 //	                           in flight in the saga (a replay is still answered)
+//	                           (every route: 503 unavailable with Retry-After when Postgres
+//	                           refuses or drops the connection, see UnavailableRetryAfter)
 //	GET  /orders/{id}          200: the order with trace_id, jaeger_url, stuck and its full history
 //	POST /orders/{id}/cancel   202: PENDING -> CANCELLING (a repeated cancel is a no-op);
 //	                           409 invalid_transition once the order is CONFIRMED or REJECTED

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
 	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/idempotency"
 	"github.com/choreo-saga/choreo/services/events"
 )
@@ -35,7 +36,18 @@ const (
 	CodeKeyReused         = "idempotency_key_reused" // 422: same Idempotency-Key, other body
 	CodeInternal          = "internal"               // 500: details are logged, never returned
 	CodeOverloaded        = "overloaded"             // 503 with Retry-After: shed (app.Admission, WithMaxPending)
+	CodeUnavailable       = "unavailable"            // 503 with Retry-After: Postgres or Redis down or out of connections
 )
+
+// UnavailableRetryAfter is the Retry-After of a request answered 503 unavailable: one
+// that failed because a dependency is down or out of connections (consumer.IsOutage: a
+// refused or broken connection, Postgres shutting down or at max_connections, ...). Its
+// transaction did not commit, or its outcome is unknown; either way a retry with the same
+// Idempotency-Key is safe.
+const UnavailableRetryAfter = time.Second
+
+// outageLogInterval is the least time between two "dependency unavailable" log lines.
+const outageLogInterval = 10 * time.Second
 
 // OrderJSON is an order in the HTTP API.
 type OrderJSON struct {
@@ -200,9 +212,26 @@ func (s *Service) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, idempotency.ErrKeyReused):
 		writeError(w, http.StatusUnprocessableEntity, CodeKeyReused,
 			"this Idempotency-Key was already used with a different request body")
+	case consumer.IsOutage(err):
+		s.logOutage(r, err)
+		w.Header().Set("Retry-After", strconv.Itoa(int(UnavailableRetryAfter/time.Second)))
+		writeError(w, http.StatusServiceUnavailable, CodeUnavailable,
+			"a dependency of the service is unavailable; retry after the Retry-After delay with the same Idempotency-Key")
 	default:
 		s.log.ErrorContext(r.Context(), "order: request failed", "route", r.Pattern, "err", err)
 		writeError(w, http.StatusInternalServerError, CodeInternal, "internal error")
+	}
+}
+
+// logOutage logs a request answered 503 unavailable: at most one warning per
+// outageLogInterval, with the error and how many such requests there were in all.
+func (s *Service) logOutage(r *http.Request, err error) {
+	total := s.unavailable.Add(1)
+	now := time.Now().UnixNano()
+	last := s.lastOutageLog.Load()
+	if now-last >= int64(outageLogInterval) && s.lastOutageLog.CompareAndSwap(last, now) {
+		s.log.WarnContext(r.Context(), "order: dependency unavailable, answering 503",
+			"route", r.Pattern, "err", err, "unavailable_total", total)
 	}
 }
 

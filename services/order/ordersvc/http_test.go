@@ -2,14 +2,20 @@ package ordersvc_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/services/order/ordersvc"
 	"github.com/choreo-saga/choreo/tracing"
 )
@@ -374,5 +380,50 @@ func TestSagaKeepsItsSamplingDecision(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestUnavailable: a request that fails because Postgres refuses the connection (here a
+// FATAL from the server, as when it is at max_connections or shutting down) is answered
+// 503 unavailable with Retry-After, not 500: the client retries it with the same
+// Idempotency-Key.
+func TestUnavailable(t *testing.T) {
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Database = "choreo_no_such_database"
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	svc, err := ordersvc.New(pool, ordersvc.Settings{}, ordersvc.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(svc.Handler())
+	t.Cleanup(srv.Close)
+	for _, r := range []struct{ method, path, body string }{
+		{"POST", "/orders", `{"customer_id":"c-1","items":[{"sku":"sku-1","qty":1}],"amount":100}`},
+		{"GET", "/orders/0190a3d2-0000-7000-8000-000000000000", ""},
+		{"GET", "/orders?state=PENDING", ""},
+	} {
+		req, err := http.NewRequest(r.method, srv.URL+r.path, strings.NewReader(r.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Idempotency-Key", "k-1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e ordersvc.ErrorJSON
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || e.Error.Code != ordersvc.CodeUnavailable || resp.Header.Get("Retry-After") != "1" {
+			t.Errorf("%s %s: %d %+v Retry-After %q, want 503 %q Retry-After 1", r.method, r.path,
+				resp.StatusCode, e.Error, resp.Header.Get("Retry-After"), ordersvc.CodeUnavailable)
+		}
 	}
 }

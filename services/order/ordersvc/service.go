@@ -174,6 +174,10 @@ type Service struct {
 	shedPending atomic.Int64
 	lastShedLog atomic.Int64
 	shedCount   metric.Int64Counter
+
+	// Requests answered 503 unavailable, and the last time one was logged (logOutage).
+	unavailable   atomic.Int64
+	lastOutageLog atomic.Int64
 }
 
 // New returns the order domain over db (a *pgxpool.Pool whose database has been
