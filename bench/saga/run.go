@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choreo-saga/choreo/bench/internal/benchutil"
@@ -51,15 +52,19 @@ func run(ctx context.Context, cfg config) (*results, error) {
 		env = append(env, "PPROF=1")
 	}
 	env = append(env, cfg.env...)
+	// DATABASE_MAX_CONNS at the services' default (4 × partitions + 4), as make demo.
+	maxConns := 4*cfg.partitions + 4
+	if msg := checkConnections(ctx, pgURL, cfg, maxConns); msg != "" {
+		logf("warning: %s", msg)
+	}
 	logf("building the binaries and starting devkafka, redis and %d instance(s) of each service", cfg.instances)
 	sys, err := chaos.Start(ctx, chaos.Options{
 		Instances:   cfg.instances,
 		Partitions:  cfg.partitions,
 		PostgresURL: pgURL,
-		// DATABASE_MAX_CONNS at the services' default (4 × partitions + 4), as make demo.
-		MaxConns: 4*cfg.partitions + 4,
-		Env:      env,
-		Log:      cfg.log,
+		MaxConns:    maxConns,
+		Env:         env,
+		Log:         cfg.log,
 	})
 	if err != nil {
 		return nil, err
@@ -317,4 +322,39 @@ func profileName(dir, name string, rate int, trace bool) string {
 		ext = ".trace"
 	}
 	return filepath.Join(dir, name+"-"+strconv.Itoa(rate)+ext)
+}
+
+// checkConnections returns a warning when the services could open more Postgres
+// connections than the server has free: instances × 3 services × (pool + the outbox
+// relay's two sessions), the pool being DATABASE_MAX_CONNS from -env if set, else
+// maxConns. Past max_connections the services' requests fail with "too many clients"
+// (503 unavailable) and the run measures that rather than the saga. It returns "" when
+// they fit or the server cannot be asked.
+func checkConnections(ctx context.Context, pgURL string, cfg config, maxConns int) string {
+	pool := maxConns
+	for _, kv := range cfg.env {
+		if v, ok := strings.CutPrefix(kv, "DATABASE_MAX_CONNS="); ok {
+			if n, err := strconv.Atoi(v); err == nil && n > 0 {
+				pool = n
+			}
+		}
+	}
+	conn, err := pgx.Connect(ctx, pgURL)
+	if err != nil {
+		return ""
+	}
+	defer conn.Close(ctx)
+	var limit, reserved, used int
+	if err := conn.QueryRow(ctx, `SELECT current_setting('max_connections')::int,
+		current_setting('superuser_reserved_connections')::int, (SELECT count(*) FROM pg_stat_activity)`).
+		Scan(&limit, &reserved, &used); err != nil {
+		return ""
+	}
+	need := cfg.instances * 3 * (pool + 2)
+	if free := limit - reserved - used; need > free {
+		return fmt.Sprintf("the services may open %d Postgres connections (%d instance(s) × 3 services × (pool %d + 2)), "+
+			"but the server has %d free (max_connections %d, %d reserved, %d in use): if the pools fill up, requests fail with "+
+			"\"too many clients\"; lower -partitions or set -env DATABASE_MAX_CONNS=N", need, cfg.instances, pool, free, limit, reserved, used)
+	}
+	return ""
 }
