@@ -227,9 +227,7 @@ func (s *Service) fail(w http.ResponseWriter, r *http.Request, err error) {
 // outageLogInterval, with the error and how many such requests there were in all.
 func (s *Service) logOutage(r *http.Request, err error) {
 	total := s.unavailable.Add(1)
-	now := time.Now().UnixNano()
-	last := s.lastOutageLog.Load()
-	if now-last >= int64(outageLogInterval) && s.lastOutageLog.CompareAndSwap(last, now) {
+	if due(&s.lastOutageLog, outageLogInterval) {
 		s.log.WarnContext(r.Context(), "order: dependency unavailable, answering 503",
 			"route", r.Pattern, "err", err, "unavailable_total", total)
 	}

@@ -3,6 +3,7 @@ package ordersvc
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -125,11 +126,18 @@ func (s *Service) admitNew(ctx context.Context) error {
 	n := s.pending.Load()
 	total := s.shedPending.Add(1)
 	s.shedCount.Add(ctx, 1)
-	now := time.Now().UnixNano()
-	last := s.lastShedLog.Load()
-	if now-last >= int64(pendingLogInterval) && s.lastShedLog.CompareAndSwap(last, now) {
+	if due(&s.lastShedLog, pendingLogInterval) {
 		s.log.WarnContext(ctx, "order: shedding load: too many orders in flight in the saga",
 			"pending", n, "max_pending", s.maxPending, "shed_total", total)
 	}
 	return fmt.Errorf("%w: %d orders in flight in the saga (limit %d)", ErrOverloaded, n, s.maxPending)
+}
+
+// due reports whether at least every has passed since the time in last (Unix
+// nanoseconds) and, if so, sets last to now; of concurrent callers at most one gets true.
+// It rate-limits warnings.
+func due(last *atomic.Int64, every time.Duration) bool {
+	now := time.Now().UnixNano()
+	prev := last.Load()
+	return now-prev >= int64(every) && last.CompareAndSwap(prev, now)
 }
