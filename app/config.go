@@ -76,7 +76,7 @@ type Config struct {
 	// is created at start if it does not exist (see [EnsureDatabase]).
 	DatabaseURL string
 	// DatabaseMaxConns caps the service's Postgres pool (DATABASE_MAX_CONNS; default
-	// 4×KafkaPartitions+4, enough for one transaction per partition of a consumer group
+	// DefaultDatabaseMaxConns, 4×KafkaPartitions+4, enough for one transaction per partition of a consumer group
 	// reading two topics, plus HTTP). A pool_max_conns parameter in DatabaseURL wins.
 	// Each consumer worker holds a connection for its transaction, so a pool smaller than
 	// the partitions assigned to the instance makes workers queue.
@@ -218,7 +218,7 @@ func LoadConfig(env *Env, service, defaultHTTPAddr string) Config {
 		ConsumerBatch:   env.Int(EnvConsumerBatch, DefaultConsumerBatch),
 		Pprof:           env.Bool(EnvPprof, false),
 	}
-	c.DatabaseMaxConns = int32(env.Int(EnvDatabaseConns, int(4*c.KafkaPartitions+4)))
+	c.DatabaseMaxConns = int32(env.Int(EnvDatabaseConns, DefaultDatabaseMaxConns(int(c.KafkaPartitions))))
 	if strings.EqualFold(c.AdminAddr, "none") {
 		c.AdminAddr = ""
 	}
@@ -321,3 +321,8 @@ func (c Config) DatabaseName() string {
 	}
 	return cfg.Database
 }
+
+// DefaultDatabaseMaxConns is DATABASE_MAX_CONNS when it is not set (see
+// Config.DatabaseMaxConns): 4×partitions+4. Several instances of several services on one
+// Postgres add up: keep instances × services × pool below its max_connections.
+func DefaultDatabaseMaxConns(partitions int) int { return 4*partitions + 4 }

@@ -36,7 +36,18 @@ func TestMain(m *testing.M) {
 // db returns a pool on a fresh database with the default outbox schema.
 func db(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	pool := testenv.Postgres(t)
+	return migrated(t, testenv.Postgres(t))
+}
+
+// tracedDB is db with every round trip of the pool recorded in the returned RoundTrips.
+func tracedDB(t *testing.T) (*pgxpool.Pool, *testenv.RoundTrips) {
+	t.Helper()
+	tr := &testenv.RoundTrips{}
+	return migrated(t, testenv.PostgresWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = tr })), tr
+}
+
+func migrated(t *testing.T, pool *pgxpool.Pool) *pgxpool.Pool {
+	t.Helper()
 	if err := outbox.Migrate(context.Background(), pool); err != nil {
 		t.Fatal(err)
 	}

@@ -7,9 +7,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/outbox"
 )
 
@@ -17,11 +15,7 @@ import (
 // the BEGIN with fn's first statement; a failing fn writes nothing.
 func TestInTxWritesRowsWithTheCommit(t *testing.T) {
 	ctx := context.Background()
-	tr := &testenv.RoundTrips{}
-	pool := testenv.PostgresWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = tr })
-	if err := outbox.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
+	pool, tr := tracedDB(t)
 	if _, err := pool.Exec(ctx, `CREATE TABLE entities (id text PRIMARY KEY)`); err != nil {
 		t.Fatal(err)
 	}

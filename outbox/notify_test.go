@@ -111,11 +111,7 @@ func (c *countingNotifier) seen() int {
 // carried none still sends one.
 func TestNotifyRidesTheCommit(t *testing.T) {
 	ctx := context.Background()
-	tr := &testenv.RoundTrips{}
-	pool := testenv.PostgresWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = tr })
-	if err := outbox.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
+	pool, tr := tracedDB(t)
 	listener, err := pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 	"github.com/choreo-saga/choreo/chaos"
 )
 
-// profileSeconds is the length of each CPU profile.
+// profileSeconds is the length of each CPU profile or execution trace.
 const profileSeconds = 10
 
 // takeProfiles waits a few seconds into the rate, then fetches a CPU profile (with

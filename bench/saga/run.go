@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/choreo-saga/choreo/app"
 	"github.com/choreo-saga/choreo/bench/internal/benchutil"
 	"github.com/choreo-saga/choreo/chaos"
 )
@@ -52,8 +53,8 @@ func run(ctx context.Context, cfg config) (*results, error) {
 		env = append(env, "PPROF=1")
 	}
 	env = append(env, cfg.env...)
-	// DATABASE_MAX_CONNS at the services' default (4 × partitions + 4), as make demo.
-	maxConns := 4*cfg.partitions + 4
+	// DATABASE_MAX_CONNS at the services' default, as make demo.
+	maxConns := app.DefaultDatabaseMaxConns(cfg.partitions)
 	if msg := checkConnections(ctx, pgURL, cfg, maxConns); msg != "" {
 		logf("warning: %s", msg)
 	}
