@@ -56,7 +56,7 @@ func newBench(ctx context.Context, c config) (_ *bench, err error) {
 	}
 	b := &bench{c: c, in: "hot-in",
 		prefix: fmt.Sprintf("choreo_bench_hot_%d_%d:", os.Getpid(), time.Now().UnixNano()),
-		log:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+		log:    newLogger()}
 	defer func() {
 		if err != nil {
 			b.close()
@@ -103,6 +103,11 @@ func newBench(ctx context.Context, c config) (_ *bench, err error) {
 		return nil, fmt.Errorf("loading %s: %w", b.in, err)
 	}
 	return b, nil
+}
+
+// newLogger is the pipelines' logger: warnings and errors, on stderr.
+func newLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
 // close releases everything newBench set up, in reverse order.
@@ -181,13 +186,15 @@ type measured struct {
 
 // modeSpec is one pipeline mode: the hand-written floor, or choreo one event per
 // transaction (batch 0) or in batches of batch, with locks kept for keep (0: released
-// after each use), with the UPDATE queued by consumer.AtCommit when atCommit.
+// after each use), with the UPDATE queued by consumer.AtCommit when atCommit; in this
+// process (processes 0) or in that many child processes sharing the consumer group.
 type modeSpec struct {
-	name     string
-	hand     bool
-	batch    int
-	keep     time.Duration
-	atCommit bool
+	name      string
+	hand      bool
+	batch     int
+	keep      time.Duration
+	atCommit  bool
+	processes int
 }
 
 // modes lists the pipeline modes of a run, the floor first.
@@ -201,6 +208,11 @@ func (c config) modes() []modeSpec {
 	}
 	for _, n := range c.batches {
 		ms = append(ms, modeSpec{name: fmt.Sprintf("choreo/batch=%d", n), batch: n})
+	}
+	for _, n := range c.processes {
+		ms = append(ms,
+			modeSpec{name: "hand-written, " + processesName(n), hand: true, processes: n},
+			modeSpec{name: "choreo, " + processesName(n), processes: n})
 	}
 	return ms
 }
@@ -245,12 +257,60 @@ func (b *bench) rounds(ctx context.Context) ([]figures, error) {
 		out[i].VsFloor = out[i].EventsPerSec / out[1].EventsPerSec
 		out[i].VsPgbench = out[i].EventsPerSec / out[0].EventsPerSec
 	}
+	for i, s := range specs {
+		out[i+1].Processes = s.processes
+		for j, one := range specs {
+			if s.processes > 1 && one.processes == 1 && one.hand == s.hand {
+				out[i+1].VsOneProcess = out[i+1].EventsPerSec / out[j+1].EventsPerSec
+			}
+		}
+	}
 	return out, nil
 }
 
 // pipeline is one mode's running pipeline.
 type pipeline interface {
 	run(ctx context.Context) error
+}
+
+// pipelineSite is where one pipeline of a mode runs: its consumer group and output topic,
+// its clients, whether it runs the hand-written relay (choreo's relays elect a leader
+// among themselves) and whether its outbox wakes relays in other processes.
+type pipelineSite struct {
+	group, out string
+	pool       *pgxpool.Pool
+	rdb        *redis.Client
+	relay      bool // the hand-written pipeline runs its relay
+	notify     bool // choreo's outbox sends a NOTIFY for relays in other processes
+	onAcked    func(n int)
+}
+
+// pipeline builds spec's pipeline at site (in this process) and a function that returns the
+// transactions it committed or skipped so far and the records they settled (0, 0 for the
+// hand-written pipeline, which handles one record per transaction).
+func (b *bench) pipeline(spec modeSpec, site pipelineSite) (pipeline, func() (txs, records int64)) {
+	if spec.hand {
+		return &handWritten{
+			brokers: b.brokers, group: site.group, in: b.in, out: site.out, pool: site.pool,
+			locks: redislock.New(site.rdb), prefix: b.prefix + "hw:", kgoOpts: b.kgoOpts(), log: b.log,
+			onAcked: site.onAcked, noRelay: !site.relay,
+		}, func() (int64, int64) { return 0, 0 }
+	}
+	p := &choreoPipeline{
+		brokers: b.brokers, group: site.group, in: b.in, out: site.out, batch: spec.batch, keep: spec.keep,
+		atCommit: spec.atCommit, notify: site.notify, pool: site.pool, rdb: site.rdb,
+		lockNS: b.prefix + "choreo:", kgoOpts: b.kgoOpts(), log: b.log, onAcked: site.onAcked,
+	}
+	return p, func() (int64, int64) { return p.txs.Load(), p.records.Load() }
+}
+
+// eventsPerTx is records/txs, or 1 when no transaction was counted (the hand-written
+// pipeline's one record per transaction).
+func eventsPerTx(txs, records int64) float64 {
+	if txs == 0 {
+		return 1
+	}
+	return float64(records) / float64(txs)
 }
 
 // mode runs one mode over the whole input from a reset state and checks its result.
@@ -268,6 +328,9 @@ func (b *bench) mode(ctx context.Context, spec modeSpec, round int) (measured, e
 		slug = "keep"
 	case spec.atCommit:
 		slug = "atcommit"
+	}
+	if spec.processes > 0 {
+		slug += fmt.Sprintf("-p%d", spec.processes)
 	}
 	out := fmt.Sprintf("hot-out-%s-%d-%d", slug, round, time.Now().UnixNano())
 	if err := b.createTopics(ctx, out); err != nil {
@@ -289,30 +352,15 @@ func (b *bench) mode(ctx context.Context, spec modeSpec, round int) (measured, e
 		}
 	}
 	var (
-		p        pipeline
-		evPerTx  = func() float64 { return 1 }
-		choreoPl *choreoPipeline
+		p      pipeline
+		counts func() (txs, records int64)
 	)
-	if spec.hand {
-		p = &handWritten{
-			brokers: b.brokers, group: group, in: b.in, out: out, pool: b.pool,
-			locks: redislock.New(b.rdb), prefix: b.prefix + "hw:", kgoOpts: b.kgoOpts(), log: b.log,
-			onAcked: onAcked,
-		}
+	if spec.processes > 0 {
+		cp := &childPipelines{b: b, spec: spec, group: group, out: out, onAcked: onAcked}
+		p, counts = cp, cp.counts
 	} else {
-		choreoPl = &choreoPipeline{
-			brokers: b.brokers, group: group, in: b.in, out: out, batch: spec.batch, keep: spec.keep, atCommit: spec.atCommit, pool: b.pool, rdb: b.rdb,
-			lockNS: b.prefix + "choreo:", kgoOpts: b.kgoOpts(), log: b.log, onAcked: onAcked,
-		}
-		p = choreoPl
-		evPerTx = func() float64 {
-			if t := choreoPl.txs.Load(); t > 0 {
-				return float64(choreoPl.records.Load()) / float64(t)
-			}
-			return 0
-		}
+		p, counts = b.pipeline(spec, pipelineSite{group: group, out: out, pool: b.pool, rdb: b.rdb, relay: true, onAcked: onAcked})
 	}
-
 	serverBefore := sampleServerCPU(ctx, b.pool, b.rdb)
 	before, err := benchutil.SampleCPU()
 	if err != nil {
@@ -334,6 +382,9 @@ func (b *bench) mode(ctx context.Context, spec modeSpec, round int) (measured, e
 		return measured{}, fmt.Errorf("timed out after %v with %d of %d output records", modeTimeout, acked.Load(), unique)
 	}
 	after, cpuErr := benchutil.SampleCPU()
+	if cp, ok := p.(*childPipelines); ok {
+		after.Process += cp.cpu() // they started after the first sample
+	}
 	pgCPU, redisCPU := sampleServerCPU(ctx, b.pool, b.rdb).since(serverBefore, b.c.events)
 	cancel()
 	if err := errors.Join(<-done, cpuErr); err != nil {
@@ -345,7 +396,7 @@ func (b *bench) mode(ctx context.Context, spec modeSpec, round int) (measured, e
 	return measured{
 		perSec:  float64(b.c.events) / end.Sub(start).Seconds(),
 		cpu:     after.Sub(before).Per(b.c.events),
-		evPerTx: evPerTx(),
+		evPerTx: eventsPerTx(counts()),
 		pgCPU:   pgCPU, redisCPU: redisCPU,
 		relayBatch: float64(acked.Load()) / float64(max(rounds.Load(), 1)),
 	}, nil

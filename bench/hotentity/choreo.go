@@ -59,12 +59,15 @@ type choreoPipeline struct {
 	// atCommit queues the UPDATE with consumer.AtCommit (it rides the COMMIT's round
 	// trip) instead of sending it with tx.Exec.
 	atCommit bool
-	pool     *pgxpool.Pool
-	rdb      *redis.Client
-	lockNS   string
-	kgoOpts  []kgo.Opt
-	log      *slog.Logger
-	onAcked  func(n int)
+	// notify has the outbox send a NOTIFY (outbox.WithNotifier) so that the relay leader
+	// in another process of the same pipeline learns of rows this one commits.
+	notify  bool
+	pool    *pgxpool.Pool
+	rdb     *redis.Client
+	lockNS  string
+	kgoOpts []kgo.Opt
+	log     *slog.Logger
+	onAcked func(n int)
 	// txs and records count the committed or skipped handlings (a batch counts once) and
 	// the records they settled, for the mean events per transaction.
 	txs, records atomic.Int64
@@ -73,7 +76,11 @@ type choreoPipeline struct {
 // run consumes until ctx is cancelled, then stops the consumer, the relay and the lease
 // releases.
 func (p *choreoPipeline) run(ctx context.Context) error {
-	ob, err := outbox.New()
+	var obOpts []outbox.Option
+	if p.notify {
+		obOpts = append(obOpts, outbox.WithNotifier(p.pool))
+	}
+	ob, err := outbox.New(obOpts...)
 	if err != nil {
 		return err
 	}
@@ -87,6 +94,9 @@ func (p *choreoPipeline) run(ctx context.Context) error {
 			p.onAcked(len(batch))
 			return nil
 		}))
+	if err != nil {
+		return err
+	}
 	dlq, err := kgo.NewClient(kgo.SeedBrokers(p.brokers...))
 	if err != nil {
 		return err

@@ -34,6 +34,7 @@ type handWritten struct {
 	kgoOpts []kgo.Opt
 	log     *slog.Logger
 	onAcked func(n int) // called with the number of records each relay round had acknowledged
+	noRelay bool        // run no relay (another process of the same pipeline runs it)
 
 	wake chan struct{}
 }
@@ -94,7 +95,11 @@ func (h *handWritten) run(ctx context.Context) error {
 		return err
 	}
 	relayDone := make(chan error, 1)
-	go func() { relayDone <- h.relay(ctx) }()
+	if h.noRelay {
+		relayDone <- nil
+	} else {
+		go func() { relayDone <- h.relay(ctx) }()
+	}
 
 	for {
 		fs := cl.PollRecords(ctx, 1000)

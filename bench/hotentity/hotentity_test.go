@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -19,6 +20,19 @@ import (
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/internal/testenv"
 )
+
+// TestMain lets the test binary be a child pipeline process too, as the program is for
+// -processes (childPipelines runs os.Args[0] with childEnv set).
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(childEnv); spec != "" {
+		if err := runChild(spec); err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	os.Exit(m.Run())
+}
 
 func TestGenWorkloadDuplicates(t *testing.T) {
 	const n, accounts, dup = 20_000, 1000, 0.05
@@ -179,14 +193,14 @@ func TestSmokeAllModes(t *testing.T) {
 	defer cancel()
 	r, err := run(ctx, config{
 		pg: testenv.PostgresDSN(t), redis: testenv.RedisAddr(t),
-		events: 200, partitions: 4, accounts: 20, dup: 0.05, batches: []int{8}, keeps: []time.Duration{time.Second}, atCommit: true,
+		events: 200, partitions: 4, accounts: 20, dup: 0.05, batches: []int{8}, keeps: []time.Duration{time.Second}, atCommit: true, processes: []int{1, 2},
 		repeat: 1, pgbenchT: time.Second, seed: 1, jsonOut: jsonPath,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Modes) != 6 || r.UniqueEvents != 190 {
-		t.Fatalf("%d rows, %d unique events; want pgbench + 5 modes, 190", len(r.Modes), r.UniqueEvents)
+	if len(r.Modes) != 10 || r.UniqueEvents != 190 {
+		t.Fatalf("%d rows, %d unique events; want pgbench + 9 modes, 190", len(r.Modes), r.UniqueEvents)
 	}
 	for _, m := range r.Modes {
 		if m.EventsPerSec <= 0 || m.EventsPerTx < 1 {
@@ -207,6 +221,13 @@ func TestSmokeAllModes(t *testing.T) {
 	if pgCPU <= 0 {
 		t.Errorf("no Postgres backend CPU read for any mode")
 	}
+	// The floor and choreo split over child processes: each result was checked like any
+	// mode's, and the two-process rows are compared with the one-process ones.
+	for _, m := range r.Modes[6:] {
+		if m.Processes == 0 || (m.Processes == 2) != (m.VsOneProcess > 0) {
+			t.Errorf("%s: %d processes, %.2f× one process", m.Mode, m.Processes, m.VsOneProcess)
+		}
+	}
 	if r.Modes[1].VsFloor != 1 {
 		t.Errorf("the hand-written row's ratio to itself is %v", r.Modes[1].VsFloor)
 	}
@@ -218,7 +239,7 @@ func TestSmokeAllModes(t *testing.T) {
 	if err := json.Unmarshal(data, &doc); err != nil {
 		t.Fatal(err)
 	}
-	if got := doc["hotentity"]; len(got.Modes) != 6 || got.Events != 200 {
-		t.Errorf("JSON %s: want {\"hotentity\": ...} with 6 modes of 200 events", data)
+	if got := doc["hotentity"]; len(got.Modes) != 10 || got.Events != 200 {
+		t.Errorf("JSON %s: want {\"hotentity\": ...} with 10 modes of 200 events", data)
 	}
 }

@@ -1,7 +1,7 @@
 // Command hotentity measures the library on hot entities against a hand-written pipeline
 // doing the same work, and against pgbench running the same transaction, in one run.
 //
-//	go run ./bench/hotentity [-events 20000] [-partitions 12] [-accounts 1000] [-dup 0.05] [-batch 16] [-keep 2s] [-atcommit=true] [-repeat 3]
+//	go run ./bench/hotentity [-events 20000] [-partitions 12] [-accounts 1000] [-dup 0.05] [-batch 16] [-keep 2s] [-atcommit=true] [-processes 1,2] [-repeat 3]
 //
 // The work, per input event: consume → lock the account (Redis) → one transaction: dedup
 // + one UPDATE of the account's balance + one outbox insert → relay the outgoing event to
@@ -28,6 +28,14 @@
 //     is kept for up to D after its record and reused, without a Redis round trip, by the
 //     account's next record (same fencing token, so the fence upsert stays per transaction).
 //   - choreo/batch=N: the same as choreo with consumer.WithBatch(N, consumer.StandardBatch(cfg)).
+//   - hand-written, N processes and choreo, N processes (-processes, a list): the floor and
+//     choreo with their pipeline split over N child processes of this program in one
+//     consumer group, each with its own Postgres pool, Redis client and relay, as N
+//     instances of a service run (the hand-written relay runs in the first child only: it
+//     has no leader election; choreo's outboxes send NOTIFYs, outbox.WithNotifier, as the
+//     services' do). The broker stays in this process. A two-process row is also compared
+//     with the same pipeline in one child process: what a second instance costs the floor
+//     is the platform's share (more Go runtimes on the same cores), the rest is choreo's.
 //
 // Both consumers get the same franz-go options where they matter: ConsumeResetOffset at
 // the start, and FetchMaxWait only when -fetch-max-wait is set (otherwise franz-go's
@@ -82,6 +90,7 @@ type config struct {
 	accounts           int
 	dup                float64
 	batches            []int
+	processes          []int // -processes: the floor and choreo also run split over this many child processes
 	keeps              []time.Duration
 	atCommit           bool // the choreo/atcommit mode
 	repeat             int
@@ -94,8 +103,15 @@ type config struct {
 }
 
 func main() {
+	if spec := os.Getenv(childEnv); spec != "" {
+		if err := runChild(spec); err != nil {
+			fmt.Fprintln(os.Stderr, "bench/hotentity child:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	c := config{out: os.Stdout}
-	var batches string
+	var batches, processes string
 	flag.StringVar(&c.pg, "pg", benchutil.DefaultPostgresDSN(), "Postgres DSN of a database allowed to CREATE DATABASE")
 	flag.StringVar(&c.redis, "redis", benchutil.DefaultRedisAddr(), "Redis address")
 	flag.StringVar(&c.brokers, "brokers", "", "Kafka seed brokers (comma-separated); default an in-process kfake cluster")
@@ -105,6 +121,7 @@ func main() {
 	flag.Float64Var(&c.dup, "dup", 0.05, "fraction of the input records that are duplicates of earlier ones")
 	flag.StringVar(&batches, "batch", "16", "comma-separated batch sizes of the choreo/batch=N modes (empty: none)")
 	keeps := flag.String("keep", "2s", "comma-separated lock.WithKeep durations of the choreo/keep=D modes, one event per transaction (empty: none)")
+	flag.StringVar(&processes, "processes", "1,2", "comma-separated process counts (e.g. 1,2): the hand-written floor and choreo also run with their pipeline split over that many child processes in one consumer group (empty: none)")
 	flag.BoolVar(&c.atCommit, "atcommit", true, "run the choreo/atcommit mode: choreo with the UPDATE queued by consumer.AtCommit, one event per transaction")
 	flag.IntVar(&c.repeat, "repeat", 3, "rounds; the table shows each mode's median round")
 	flag.DurationVar(&c.pgbenchT, "pgbench-time", 10*time.Second, "duration of each pgbench run")
@@ -117,6 +134,13 @@ func main() {
 		var err error
 		if c.batches, err = benchutil.ParseInts(batches, 1); err != nil {
 			fmt.Fprintln(os.Stderr, "bench/hotentity: -batch:", err)
+			os.Exit(2)
+		}
+	}
+	if processes != "" {
+		var err error
+		if c.processes, err = benchutil.ParseInts(processes, 1); err != nil {
+			fmt.Fprintln(os.Stderr, "bench/hotentity: -processes:", err)
 			os.Exit(2)
 		}
 	}
@@ -153,6 +177,10 @@ type figures struct {
 	CPUPostgresUS     float64 `json:"cpu_per_event_postgres_us"`
 	CPURedisUS        float64 `json:"cpu_per_event_redis_us"`
 	RelayRowsPerRound float64 `json:"relay_rows_per_round"` // mean rows the relay acknowledged per round
+	// Processes is the number of child processes the pipeline was split over (0: this
+	// process); VsOneProcess is EventsPerSec over the same pipeline's in one child process.
+	Processes    int     `json:"processes,omitempty"`
+	VsOneProcess float64 `json:"vs_one_process,omitempty"`
 }
 
 // report is what a run measured; -json writes it under the key "hotentity".
@@ -235,5 +263,10 @@ func printTable(w io.Writer, r report) {
 		fmt.Fprintf(w, "| %s | %.0f | %.0f–%.0f | %.2f× | %.0f%% | %.1f | %.0f µs | %.0f µs | %.0f µs | %.0f µs | %.1f |\n",
 			f.Mode, f.EventsPerSec, f.Min, f.Max, f.VsFloor, 100*f.VsPgbench, f.EventsPerTx, f.CPUMachineUS, f.CPUProcessUS,
 			f.CPUPostgresUS, f.CPURedisUS, f.RelayRowsPerRound)
+	}
+	for _, f := range r.Modes {
+		if f.VsOneProcess > 0 {
+			fmt.Fprintf(w, "%s: %.2f× the same pipeline in 1 process\n", f.Mode, f.VsOneProcess)
+		}
 	}
 }
