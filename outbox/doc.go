@@ -24,10 +24,7 @@
 // COMMIT (the consumer's, InTx's) or in a Queue batch, a pg_notify is queued with the
 // rows, so it costs no round trip and no transaction, and the Wake after that commit
 // sends nothing. Every other Wake sends one coalesced NOTIFY after the commit, a
-// transaction of its own (at most one in flight, at least NotifySpacing apart). A
-// leader that hears a NOTIFY follows: it reads at least every batch linger for
-// NotifySpacing after it, so the rows committed between two NOTIFYs wait no longer than
-// they would with a NOTIFY each.
+// transaction of its own (at most one in flight, at least NotifySpacing apart).
 // NOTIFYs are never sent from every transaction: Postgres serialises the commits
 // that carry one on a global lock, which cost 12–15% of throughput on our 2-core
 // machines when a trigger notified on every insert. Without a leader in the process

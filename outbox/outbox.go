@@ -339,14 +339,11 @@ func (o *Outbox) Wake() {
 	go o.notifyLoop()
 }
 
-// NotifySpacing is the least time between two NOTIFYs of one Outbox ([WithNotifier]).
-// A relay leader that hears a NOTIFY reads at least every batch linger for NotifySpacing
-// after it (it follows), so the rows a standby's writers commit in between are read as
-// soon as a NOTIFY each would have had them read, at one NOTIFY per NotifySpacing: each
-// is a transaction that takes Postgres's database-wide notify lock until its commit is
-// flushed, and at one per batch linger (3 ms, the spacing before) they cost a pipeline
-// split over two processes 13% of its throughput (docs/benchmarks.md, session 11).
-const NotifySpacing = 25 * time.Millisecond
+// NotifySpacing is the least time between two NOTIFYs of one Outbox ([WithNotifier]):
+// the relay's [DefaultBatchLinger]. A leader that just read a small batch reads again
+// no sooner than that, so more frequent NOTIFYs would only cost transactions (each
+// one has a transaction id and a commit record).
+const NotifySpacing = DefaultBatchLinger
 
 // notifyLoop sends NOTIFYs, at least NotifySpacing apart, until no Wake arrived
 // during the last one or the pause after it. Errors are dropped on purpose: the

@@ -32,15 +32,12 @@ type Relay struct {
 	cfg    relayConfig
 	names  names
 
-	wake chan struct{} // buffered(1): coalesced wake-ups for the leader
-	// notified is when the listen session last heard a NOTIFY (Unix ns; 0: never): the
-	// leader then follows (see nextPoll).
-	notified atomic.Int64
-	leader   atomic.Bool
-	running  atomic.Bool
-	linger   bool    // the client lingers before sending: flush after each batch
-	last     sent    // the leader's last batch (used by the leader's goroutine only)
-	limits   *limits // topics' max.message.bytes (used by the leader's goroutine only)
+	wake    chan struct{} // buffered(1): coalesced wake-ups for the leader
+	leader  atomic.Bool
+	running atomic.Bool
+	linger  bool    // the client lingers before sending: flush after each batch
+	last    sent    // the leader's last batch (used by the leader's goroutine only)
+	limits  *limits // topics' max.message.bytes (used by the leader's goroutine only)
 
 	kafka   *tracing.Kafka
 	metrics *relayMetrics
@@ -59,7 +56,6 @@ type relayConfig struct {
 	batchSize       int
 	batchLinger     time.Duration
 	pollInterval    time.Duration
-	follow          time.Duration // how long after a NOTIFY the leader follows: NotifySpacing (tests change it)
 	takeover        time.Duration
 	backoffMin      time.Duration
 	backoffMax      time.Duration
@@ -214,7 +210,6 @@ func NewRelay(pool *pgxpool.Pool, client *kgo.Client, ob *Outbox, opts ...RelayO
 		batchSize:       DefaultBatchSize,
 		batchLinger:     DefaultBatchLinger,
 		pollInterval:    DefaultPollInterval,
-		follow:          NotifySpacing,
 		takeover:        DefaultTakeoverInterval,
 		backoffMin:      DefaultBackoffMin,
 		backoffMax:      DefaultBackoffMax,
@@ -396,7 +391,7 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 		if ctx.Err() != nil {
 			return r.finalDrain(ctx, conn)
 		}
-		timer.Reset(r.nextPoll())
+		timer.Reset(r.cfg.pollInterval)
 		select {
 		case <-ctx.Done():
 			return r.finalDrain(ctx, conn)
@@ -404,26 +399,6 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 		case <-timer.C:
 		}
 	}
-}
-
-// nextPoll is how long the leader waits for a wake-up before it reads again: the poll
-// interval, except for NotifySpacing after a NOTIFY, when it reads at least every batch
-// linger (DefaultBatchLinger if lingering is off). A standby's Outbox sends at most one
-// NOTIFY per NotifySpacing however often its writers commit, so the leader follows for
-// that long to find the rows they commit meanwhile as soon as it would have with a
-// NOTIFY for each; the standby's next NOTIFY, if its writers kept committing, renews it.
-// Under load the leader reads that often anyway; what the spacing saves is the NOTIFYs,
-// each a transaction that takes Postgres's database-wide notify lock until its commit
-// is flushed.
-func (r *Relay) nextPoll() time.Duration {
-	if n := r.notified.Load(); n != 0 && time.Since(time.Unix(0, n)) < r.cfg.follow {
-		every := r.cfg.batchLinger
-		if every <= 0 {
-			every = DefaultBatchLinger
-		}
-		return min(every, r.cfg.pollInterval)
-	}
-	return r.cfg.pollInterval
 }
 
 // finalDrain publishes, once Run's context is cancelled, what was committed before:
@@ -488,7 +463,6 @@ func (r *Relay) listenOnce(ctx context.Context, connected func()) error {
 		if _, err := conn.WaitForNotification(ctx); err != nil {
 			return fmt.Errorf("outbox: wait for notification: %w", err)
 		}
-		r.notified.Store(time.Now().UnixNano())
 		r.signal()
 	}
 }

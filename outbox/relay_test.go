@@ -404,20 +404,18 @@ func TestBrokerOutage(t *testing.T) {
 	}
 }
 
-// listenPID is the backend pid of the relay's LISTEN session (0: none yet).
-func listenPID(t *testing.T, pool *pgxpool.Pool) int {
-	var pid int
-	err := pool.QueryRow(context.Background(),
-		"SELECT coalesce(max(pid), 0) FROM pg_stat_activity WHERE application_name LIKE 'choreo-outbox-listen%' AND query LIKE 'LISTEN%' AND datname = current_database()").Scan(&pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pid
-}
-
 // TestListenConnectionKilled: the LISTEN session is terminated. Rows still
 // flow through polling, and the relay listens again by itself.
 func TestListenConnectionKilled(t *testing.T) {
+	listenPID := func(t *testing.T, pool *pgxpool.Pool) int {
+		var pid int
+		err := pool.QueryRow(context.Background(),
+			"SELECT coalesce(max(pid), 0) FROM pg_stat_activity WHERE application_name LIKE 'choreo-outbox-listen%' AND query LIKE 'LISTEN%' AND datname = current_database()").Scan(&pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pid
+	}
 	brokers := testenv.Kafka(t)
 
 	t.Run("polling covers", func(t *testing.T) {
@@ -457,36 +455,6 @@ func TestListenConnectionKilled(t *testing.T) {
 		}
 		checkDelivery(t, readAll(t, brokers, topic), want)
 	})
-}
-
-// TestLeaderFollowsNotify: after a NOTIFY the leader reads at least every batch linger
-// for NotifySpacing (here an hour, so that the test does not race the clock): a row
-// committed in that time with no wake-up at all is published, with polling off. Before
-// any NOTIFY such a row waits for the poll.
-func TestLeaderFollowsNotify(t *testing.T) {
-	brokers := testenv.Kafka(t)
-	topic := testenv.Topic(t, brokers, 2)
-	pool := db(t)
-	start(t, pool, producer(t, brokers), newOutbox(t), outbox.WithPollInterval(time.Hour), outbox.WithFollow(time.Hour))
-	testenv.Eventually(t, deadline, "the relay to listen", func() bool { return listenPID(t, pool) != 0 })
-	time.Sleep(50 * time.Millisecond) // the read the new LISTEN session wakes is over
-	silent := newOutbox(t)            // a writer that wakes nobody: no leader in its "process", no notifier
-
-	// Before any NOTIFY: the leader waits for its poll (an hour), the row stays.
-	enqueue(t, pool, silent, topic, newEvent(t, "k", 1))
-	time.Sleep(100 * time.Millisecond)
-	if n := count(t, pool, "choreo_outbox"); n != 1 {
-		t.Fatalf("%d rows left before any NOTIFY, want 1 (nothing should have read it)", n)
-	}
-
-	// A writer in "another process" NOTIFYs: its row and the one before go out.
-	enqueue(t, pool, newOutbox(t, outbox.WithNotifier(pool)), topic, newEvent(t, "k", 2))
-	testenv.Eventually(t, deadline, "the NOTIFY to wake the relay", func() bool { return count(t, pool, "choreo_outbox") == 0 })
-
-	// Within the follow window a row nobody announces is read too.
-	enqueue(t, pool, silent, topic, newEvent(t, "k", 3))
-	testenv.Eventually(t, deadline, "the following leader to read it", func() bool { return count(t, pool, "choreo_outbox") == 0 })
-	checkDelivery(t, readAll(t, brokers, topic), map[string]int{"k": 3})
 }
 
 // TestWakeInProcess: with polling off, Outbox.Wake alone wakes a relay that
