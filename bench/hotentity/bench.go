@@ -96,10 +96,13 @@ func newBench(ctx context.Context, c config) (_ *bench, err error) {
 		b.in = fmt.Sprintf("hot-in-%d", time.Now().UnixNano())
 		b.closers = append(b.closers, func() { b.deleteTopics(context.WithoutCancel(ctx)) })
 	}
+	if c.rate > 0 {
+		return b, nil // each mode gets its own input topic, fed while it runs
+	}
 	if err := b.createTopics(ctx, b.in, b.in+consumer.DeadLetterSuffix); err != nil {
 		return nil, err
 	}
-	if err := produce(ctx, b.brokers, b.in, b.w); err != nil {
+	if err := produce(ctx, b.brokers, b.in, b.w, 0); err != nil {
 		return nil, fmt.Errorf("loading %s: %w", b.in, err)
 	}
 	return b, nil
@@ -273,16 +276,17 @@ type pipeline interface {
 	run(ctx context.Context) error
 }
 
-// pipelineSite is where one pipeline of a mode runs: its consumer group and output topic,
+// pipelineSite is where one pipeline of a mode runs: its input topic, consumer group and
+// output topic,
 // its clients, whether it runs the hand-written relay (choreo's relays elect a leader
 // among themselves) and whether its outbox wakes relays in other processes.
 type pipelineSite struct {
-	group, out string
-	pool       *pgxpool.Pool
-	rdb        *redis.Client
-	relay      bool // the hand-written pipeline runs its relay
-	notify     bool // choreo's outbox sends a NOTIFY for relays in other processes
-	onAcked    func(n int)
+	in, group, out string
+	pool           *pgxpool.Pool
+	rdb            *redis.Client
+	relay          bool // the hand-written pipeline runs its relay
+	notify         bool // choreo's outbox sends a NOTIFY for relays in other processes
+	onAcked        func(n int)
 }
 
 // pipeline builds spec's pipeline at site (in this process) and a function that returns the
@@ -291,13 +295,13 @@ type pipelineSite struct {
 func (b *bench) pipeline(spec modeSpec, site pipelineSite) (pipeline, func() (txs, records int64)) {
 	if spec.hand {
 		return &handWritten{
-			brokers: b.brokers, group: site.group, in: b.in, out: site.out, pool: site.pool,
+			brokers: b.brokers, group: site.group, in: site.in, out: site.out, pool: site.pool,
 			locks: redislock.New(site.rdb), prefix: b.prefix + "hw:", kgoOpts: b.kgoOpts(), log: b.log,
 			onAcked: site.onAcked, noRelay: !site.relay,
 		}, func() (int64, int64) { return 0, 0 }
 	}
 	p := &choreoPipeline{
-		brokers: b.brokers, group: site.group, in: b.in, out: site.out, batch: spec.batch, keep: spec.keep,
+		brokers: b.brokers, group: site.group, in: site.in, out: site.out, batch: spec.batch, keep: spec.keep,
 		atCommit: spec.atCommit, notify: site.notify, pool: site.pool, rdb: site.rdb,
 		lockNS: b.prefix + "choreo:", kgoOpts: b.kgoOpts(), log: b.log, onAcked: site.onAcked,
 	}
@@ -336,6 +340,13 @@ func (b *bench) mode(ctx context.Context, spec modeSpec, round int) (measured, e
 	if err := b.createTopics(ctx, out); err != nil {
 		return measured{}, err
 	}
+	in := b.in
+	if b.c.rate > 0 {
+		in = "hot-in" + strings.TrimPrefix(out, "hot-out")
+		if err := b.createTopics(ctx, in, in+consumer.DeadLetterSuffix); err != nil {
+			return measured{}, err
+		}
+	}
 	group := "hot-" + out
 
 	var (
@@ -356,10 +367,10 @@ func (b *bench) mode(ctx context.Context, spec modeSpec, round int) (measured, e
 		counts func() (txs, records int64)
 	)
 	if spec.processes > 0 {
-		cp := &childPipelines{b: b, spec: spec, group: group, out: out, onAcked: onAcked}
+		cp := &childPipelines{b: b, spec: spec, in: in, group: group, out: out, onAcked: onAcked}
 		p, counts = cp, cp.counts
 	} else {
-		p, counts = b.pipeline(spec, pipelineSite{group: group, out: out, pool: b.pool, rdb: b.rdb, relay: true, onAcked: onAcked})
+		p, counts = b.pipeline(spec, pipelineSite{in: in, group: group, out: out, pool: b.pool, rdb: b.rdb, relay: true, onAcked: onAcked})
 	}
 	serverBefore := sampleServerCPU(ctx, b.pool, b.rdb)
 	before, err := benchutil.SampleCPU()
@@ -371,15 +382,28 @@ func (b *bench) mode(ctx context.Context, spec modeSpec, round int) (measured, e
 	done := make(chan error, 1)
 	start := time.Now()
 	go pprof.Do(runCtx, pprof.Labels("mode", spec.name), func(ctx context.Context) { done <- p.run(ctx) })
+	var fed chan error // with -rate, the input is produced while the pipeline runs
+	if b.c.rate > 0 {
+		fed = make(chan error, 1)
+		go func() { fed <- produce(runCtx, b.brokers, in, b.w, b.c.rate) }()
+	}
 	var end time.Time
-	select {
-	case end = <-finished:
-	case err := <-done:
-		return measured{}, fmt.Errorf("pipeline stopped early after %d of %d output records: %v", acked.Load(), unique, err)
-	case <-time.After(modeTimeout):
-		cancel()
-		<-done
-		return measured{}, fmt.Errorf("timed out after %v with %d of %d output records", modeTimeout, acked.Load(), unique)
+	timeout := time.After(modeTimeout)
+	for end.IsZero() {
+		select {
+		case end = <-finished:
+		case err := <-fed:
+			if err != nil {
+				return measured{}, fmt.Errorf("feeding %s: %w", in, err)
+			}
+			fed = nil
+		case err := <-done:
+			return measured{}, fmt.Errorf("pipeline stopped early after %d of %d output records: %v", acked.Load(), unique, err)
+		case <-timeout:
+			cancel()
+			<-done
+			return measured{}, fmt.Errorf("timed out after %v with %d of %d output records", modeTimeout, acked.Load(), unique)
+		}
 	}
 	after, cpuErr := benchutil.SampleCPU()
 	if cp, ok := p.(*childPipelines); ok {
@@ -390,7 +414,7 @@ func (b *bench) mode(ctx context.Context, spec modeSpec, round int) (measured, e
 	if err := errors.Join(<-done, cpuErr); err != nil {
 		return measured{}, err
 	}
-	if err := check(ctx, b.pool, b.brokers, b.in, out, b.w); err != nil {
+	if err := check(ctx, b.pool, b.brokers, in, out, b.w); err != nil {
 		return measured{}, err
 	}
 	return measured{

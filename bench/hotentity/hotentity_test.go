@@ -243,3 +243,31 @@ func TestSmokeAllModes(t *testing.T) {
 		t.Errorf("JSON %s: want {\"hotentity\": ...} with 10 modes of 200 events", data)
 	}
 }
+
+// TestSmokePaced runs the floor and choreo, in this process and split over two child
+// processes, on an input fed while each mode runs (-rate): every mode's result is checked
+// as for a preloaded input (balances, one output record per unique event, nothing
+// dead-lettered).
+func TestSmokePaced(t *testing.T) {
+	if err := benchutil.RequirePgbench(); err != nil {
+		t.Fatalf("%v (install postgresql-client)", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r, err := run(ctx, config{
+		pg: testenv.PostgresDSN(t), redis: testenv.RedisAddr(t),
+		events: 200, partitions: 4, accounts: 20, dup: 0.05, processes: []int{2}, rate: 400,
+		repeat: 1, pgbenchT: time.Second, seed: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Modes) != 5 || r.Rate != 400 {
+		t.Fatalf("%d rows, rate %d; want pgbench + 4 modes, 400", len(r.Modes), r.Rate)
+	}
+	for _, m := range r.Modes[1:] {
+		if m.EventsPerSec <= 0 || m.CPUMachineUS <= 0 {
+			t.Errorf("%s: %.1f events/s, %.1f µs machine CPU/event", m.Mode, m.EventsPerSec, m.CPUMachineUS)
+		}
+	}
+}

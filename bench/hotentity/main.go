@@ -37,6 +37,12 @@
 //     with the same pipeline in one child process: what a second instance costs the floor
 //     is the platform's share (more Go runtimes on the same cores), the rest is choreo's.
 //
+// With -rate R, each mode's input goes into a topic of its own while the mode runs, at R
+// events a second, instead of being loaded once before the first mode: below capacity the
+// pipelines then wait for each record as services do between requests, events/s is R,
+// and the CPU-per-event columns are what to compare (with -processes: what a second
+// process costs when each one is mostly idle).
+//
 // Both consumers get the same franz-go options where they matter: ConsumeResetOffset at
 // the start, and FetchMaxWait only when -fetch-max-wait is set (otherwise franz-go's
 // default, as a new user would run it). Both relays produce with a default kgo client
@@ -91,6 +97,7 @@ type config struct {
 	dup                float64
 	batches            []int
 	processes          []int // -processes: the floor and choreo also run split over this many child processes
+	rate               int   // -rate: input produced at this many events a second while each mode runs (0: preloaded)
 	keeps              []time.Duration
 	atCommit           bool // the choreo/atcommit mode
 	repeat             int
@@ -122,6 +129,7 @@ func main() {
 	flag.StringVar(&batches, "batch", "16", "comma-separated batch sizes of the choreo/batch=N modes (empty: none)")
 	keeps := flag.String("keep", "2s", "comma-separated lock.WithKeep durations of the choreo/keep=D modes, one event per transaction (empty: none)")
 	flag.StringVar(&processes, "processes", "1,2", "comma-separated process counts (e.g. 1,2): the hand-written floor and choreo also run with their pipeline split over that many child processes in one consumer group (empty: none)")
+	flag.IntVar(&c.rate, "rate", 0, "produce each mode's input while it runs, at this many events a second, into a topic of its own (0: the input is loaded once before the first mode); below capacity the events/s column is this rate and the CPU-per-event columns are the comparison")
 	flag.BoolVar(&c.atCommit, "atcommit", true, "run the choreo/atcommit mode: choreo with the UPDATE queued by consumer.AtCommit, one event per transaction")
 	flag.IntVar(&c.repeat, "repeat", 3, "rounds; the table shows each mode's median round")
 	flag.DurationVar(&c.pgbenchT, "pgbench-time", 10*time.Second, "duration of each pgbench run")
@@ -192,6 +200,7 @@ type report struct {
 	Partitions   int       `json:"partitions"`
 	Accounts     int       `json:"accounts"`
 	Dup          float64   `json:"dup"`
+	Rate         int       `json:"rate,omitempty"` // -rate: events/s fed while each mode ran; 0: preloaded
 	Repeat       int       `json:"repeat"`
 	GOMAXPROCS   int       `json:"gomaxprocs"`
 	Broker       string    `json:"broker"`
@@ -220,11 +229,15 @@ func run(ctx context.Context, c config) (report, error) {
 	defer b.close()
 	r := report{
 		Commit: commit(), Time: time.Now().UTC(), Events: c.events, UniqueEvents: b.w.unique,
-		Partitions: c.partitions, Accounts: c.accounts, Dup: c.dup, Repeat: max(c.repeat, 1),
+		Partitions: c.partitions, Accounts: c.accounts, Dup: c.dup, Rate: c.rate, Repeat: max(c.repeat, 1),
 		GOMAXPROCS: runtime.GOMAXPROCS(0), Broker: b.brokerKind(),
 	}
-	fmt.Fprintf(c.out, "hot-entity benchmark: %d events (%d unique, %d duplicates) on %d partitions, %d accounts, GOMAXPROCS %d, %s\n",
-		c.events, b.w.unique, c.events-b.w.unique, c.partitions, c.accounts, r.GOMAXPROCS, r.Broker)
+	fed := "preloaded"
+	if c.rate > 0 {
+		fed = fmt.Sprintf("fed at %d/s while each mode runs", c.rate)
+	}
+	fmt.Fprintf(c.out, "hot-entity benchmark: %d events (%d unique, %d duplicates, %s) on %d partitions, %d accounts, GOMAXPROCS %d, %s\n",
+		c.events, b.w.unique, c.events-b.w.unique, fed, c.partitions, c.accounts, r.GOMAXPROCS, r.Broker)
 	if r.Modes, err = b.rounds(ctx); err != nil {
 		return report{}, err
 	}

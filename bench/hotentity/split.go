@@ -61,10 +61,10 @@ type childSpec struct {
 // (outbox.WithNotifier), as the services do. A child reports each relay round's acks and,
 // as it exits, its transaction counts on its stdout; it stops when its stdin closes.
 type childPipelines struct {
-	b          *bench
-	spec       modeSpec
-	group, out string
-	onAcked    func(n int)
+	b              *bench
+	spec           modeSpec
+	in, group, out string
+	onAcked        func(n int)
 
 	txs, records atomic.Int64
 	mu           sync.Mutex
@@ -95,7 +95,7 @@ func (c *childPipelines) run(ctx context.Context) error {
 	for i := range n {
 		spec, err := json.Marshal(childSpec{
 			Index: i, Hand: c.spec.hand, Batch: c.spec.batch, Keep: c.spec.keep, AtCommit: c.spec.atCommit,
-			DSN: c.b.dsn, Redis: c.b.c.redis, Brokers: c.b.brokers, In: c.b.in, Prefix: c.b.prefix,
+			DSN: c.b.dsn, Redis: c.b.c.redis, Brokers: c.b.brokers, In: c.in, Prefix: c.b.prefix,
 			Group: c.group, Out: c.out, Partitions: c.b.c.partitions, FetchMaxWait: c.b.c.fetchMaxWait,
 		})
 		if err != nil {
@@ -203,7 +203,7 @@ func runChild(spec string) error {
 	}()
 	b := &bench{
 		c:       config{redis: s.Redis, partitions: s.Partitions, fetchMaxWait: s.FetchMaxWait},
-		brokers: s.Brokers, in: s.In, prefix: s.Prefix, log: newLogger(),
+		brokers: s.Brokers, prefix: s.Prefix, log: newLogger(),
 	}
 	// As in this process: one connection per partition (a member owns them all until the
 	// others join), plus the relay's.
@@ -225,7 +225,7 @@ func runChild(spec string) error {
 	}
 	mode := modeSpec{hand: s.Hand, batch: s.Batch, keep: s.Keep, atCommit: s.AtCommit}
 	p, counts := b.pipeline(mode, pipelineSite{
-		group: s.Group, out: s.Out, pool: pool, rdb: rdb,
+		in: s.In, group: s.Group, out: s.Out, pool: pool, rdb: rdb,
 		relay: s.Index == 0, notify: true,
 		onAcked: func(n int) { report("acked %d", n) },
 	})

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -67,8 +68,9 @@ func genWorkload(n, accounts int, dup float64, seed uint64) (workload, error) {
 }
 
 // produce writes every event of w to topic (keyed by account, so an account's events,
-// duplicates included, share a partition) and waits for every acknowledgement.
-func produce(ctx context.Context, brokers []string, topic string, w workload) error {
+// duplicates included, share a partition), at rate events a second if rate > 0 (else as
+// fast as the client goes), and waits for every acknowledgement.
+func produce(ctx context.Context, brokers []string, topic string, w workload, rate int) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		return err
@@ -78,7 +80,17 @@ func produce(ctx context.Context, brokers []string, topic string, w workload) er
 		mu    sync.Mutex
 		first error
 	)
-	for _, ev := range w.events {
+	start := time.Now()
+	for i, ev := range w.events {
+		if rate > 0 {
+			if d := time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(rate))); d > 0 {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(d):
+				}
+			}
+		}
 		r, err := event.ToRecord(topic, ev)
 		if err != nil {
 			return err
