@@ -277,9 +277,8 @@ type pipeline interface {
 }
 
 // pipelineSite is where one pipeline of a mode runs: its input topic, consumer group and
-// output topic,
-// its clients, whether it runs the hand-written relay (choreo's relays elect a leader
-// among themselves) and whether its outbox wakes relays in other processes.
+// output topic, its clients, whether it runs the hand-written relay (choreo's relays elect
+// a leader among themselves) and whether its outbox wakes relays in other processes.
 type pipelineSite struct {
 	in, group, out string
 	pool           *pgxpool.Pool

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -24,11 +23,7 @@ import (
 // TestMain lets the test binary be a child pipeline process too, as the program is for
 // -processes (childPipelines runs os.Args[0] with childEnv set).
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(childEnv); spec != "" {
-		if err := runChild(spec); err != nil {
-			fmt.Fprintln(os.Stderr, "child:", err)
-			os.Exit(1)
-		}
+	if runAsChild() {
 		return
 	}
 	os.Exit(m.Run())

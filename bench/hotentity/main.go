@@ -110,11 +110,7 @@ type config struct {
 }
 
 func main() {
-	if spec := os.Getenv(childEnv); spec != "" {
-		if err := runChild(spec); err != nil {
-			fmt.Fprintln(os.Stderr, "bench/hotentity child:", err)
-			os.Exit(1)
-		}
+	if runAsChild() {
 		return
 	}
 	c := config{out: os.Stdout}

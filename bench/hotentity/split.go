@@ -188,6 +188,21 @@ func (c *childPipelines) read(r io.Reader) error {
 	return sc.Err()
 }
 
+// runAsChild runs this process as a child pipeline process if childEnv is set (it exits
+// with status 1 if the pipeline fails) and reports whether it did; the program's main and
+// the tests' TestMain call it first.
+func runAsChild() bool {
+	spec := os.Getenv(childEnv)
+	if spec == "" {
+		return false
+	}
+	if err := runChild(spec); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/hotentity child:", err)
+		os.Exit(1)
+	}
+	return true
+}
+
 // runChild is a child process's main: it runs its share of the pipeline that spec (the
 // value of childEnv) describes until its stdin closes.
 func runChild(spec string) error {
