@@ -105,10 +105,8 @@ func WithKafkaOptions(opts ...kgo.Opt) Option {
 	return func(o *options) { o.kafkaOpts = append(o.kafkaOpts, opts...) }
 }
 
-// WithOutbox sets the outbox (for a custom table, which New migrates). Default: outbox.New
-// with a wake channel on Redis (outbox/rediswake, namespace Config.Service), or without
-// Redis a NOTIFY on the pool (outbox.WithNotifier), so that a Wake reaches a relay leading
-// in another instance too.
+// WithOutbox sets the outbox (for a custom table, which New migrates). Default: outbox.New with a
+// Notifier on the pool, so a Wake reaches a relay leading in another instance too.
 func WithOutbox(ob *outbox.Outbox) Option { return func(o *options) { o.outbox = ob } }
 
 // WithLockOptions adds options of the Redis locker. Default: the lock package's
@@ -276,6 +274,29 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 		return nil, fmt.Errorf("app: postgres database %q: %w", cfg.DatabaseName(), err)
 	}
 
+	a.Outbox = o.outbox
+	if a.Outbox == nil {
+		if a.Outbox, err = outbox.New(outbox.WithNotifier(a.Pool)); err != nil {
+			return nil, fmt.Errorf("app: %w", err)
+		}
+	}
+	if a.archive, err = consumer.NewDeadLetterArchive(a.Pool, ""); err != nil {
+		return nil, fmt.Errorf("app: %w", err)
+	}
+	a.Store = o.store
+	if a.Store == nil {
+		if a.Store, err = idempotency.NewStore(idempotency.WithRetention(cfg.idempotencyRetention())); err != nil {
+			return nil, fmt.Errorf("app: %w", err)
+		}
+	}
+	// The tables of the store, outbox and archive the App uses, whatever their names.
+	err = migrate.Up(ctx, a.Pool, migrate.IdempotencyTable(a.Store.TableName()),
+		migrate.OutboxTable(a.Outbox.TableName()), migrate.DeadLetterTable(a.archive.TableName()))
+	if err != nil {
+		return nil, fmt.Errorf("app: %w", err)
+	}
+	a.checks = append(a.checks, NamedCheck{"postgres", PostgresCheck(a.Pool)})
+
 	ro, err := cfg.redisOptions()
 	if err != nil {
 		return nil, err
@@ -297,29 +318,6 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 		}
 		a.checks = append(a.checks, NamedCheck{"redis", RedisCheck(a.Redis)})
 	}
-
-	a.Outbox = o.outbox
-	if a.Outbox == nil {
-		if a.Outbox, err = defaultOutbox(a.Pool, a.Redis, cfg.Service); err != nil {
-			return nil, fmt.Errorf("app: %w", err)
-		}
-	}
-	if a.archive, err = consumer.NewDeadLetterArchive(a.Pool, ""); err != nil {
-		return nil, fmt.Errorf("app: %w", err)
-	}
-	a.Store = o.store
-	if a.Store == nil {
-		if a.Store, err = idempotency.NewStore(idempotency.WithRetention(cfg.idempotencyRetention())); err != nil {
-			return nil, fmt.Errorf("app: %w", err)
-		}
-	}
-	// The tables of the store, outbox and archive the App uses, whatever their names.
-	err = migrate.Up(ctx, a.Pool, migrate.IdempotencyTable(a.Store.TableName()),
-		migrate.OutboxTable(a.Outbox.TableName()), migrate.DeadLetterTable(a.archive.TableName()))
-	if err != nil {
-		return nil, fmt.Errorf("app: %w", err)
-	}
-	a.checks = append(a.checks, NamedCheck{"postgres", PostgresCheck(a.Pool)})
 
 	secOpts, err := cfg.KafkaSecurity.Options()
 	if err != nil {

@@ -8,11 +8,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/choreo-saga/choreo/outbox"
-	"github.com/choreo-saga/choreo/outbox/rediswake"
 )
 
 // Names of the Redis variables of [LoadConfig] besides REDIS_ADDR.
@@ -107,19 +103,4 @@ func redisAuthHint(err error) string {
 		return " (Redis refused the credentials: check the user and password in " + EnvRedisURL + ")"
 	}
 	return ""
-}
-
-// defaultOutbox is the App's outbox when WithOutbox is not given. With Redis, a Wake in
-// an instance whose relay stands by reaches the leader on Redis pub/sub (namespace: the
-// service, as the locks' namespace), which costs Postgres nothing; without Redis it is a
-// NOTIFY on pool.
-func defaultOutbox(pool *pgxpool.Pool, rdb *redis.Client, service string) (*outbox.Outbox, error) {
-	if rdb == nil {
-		return outbox.New(outbox.WithNotifier(pool))
-	}
-	wc, err := rediswake.New(rdb, service)
-	if err != nil {
-		return nil, err
-	}
-	return outbox.New(outbox.WithWakeChannel(wc))
 }

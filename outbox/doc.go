@@ -30,13 +30,6 @@
 // machines when a trigger notified on every insert. Without a leader in the process
 // or a notifier, the relay's poll finds the rows.
 //
-// A NOTIFY is still a Postgres transaction. [WithWakeChannel] carries the wake-ups
-// on a channel outside the database instead: the writers publish on it (coalesced
-// and spaced as NOTIFYs are, none riding a commit) and the leading relay of the same
-// Outbox options subscribes to it as well as LISTENing. The package rediswake is one
-// on Redis pub/sub, which a service with per-entity locks already has; the app
-// package uses it by default.
-//
 // # Relaying
 //
 // Every relay campaigns for a session-level advisory lock on a dedicated
@@ -45,8 +38,7 @@
 // deletes on the session that holds the lock, so the moment that session
 // ends (crash, network loss, pg_terminate_backend) no statement of the
 // deposed leader can succeed, and a standby takes over within about a
-// second. A second connection LISTENs for NOTIFYs and reconnects by itself (with a
-// [WithWakeChannel], a subscription to it does the same);
+// second. A second connection LISTENs for NOTIFYs and reconnects by itself;
 // the leader also polls every [WithPollInterval] (default 500ms), so a lost
 // notification or listen connection delays rows by at most that much.
 //

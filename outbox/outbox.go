@@ -23,8 +23,6 @@ type Outbox struct {
 	names    names
 	nameErr  error  // from WithTable, returned by New
 	notifier Execer // sends NOTIFY after commit when no in-process leader exists
-	// wakeChannel, when set, carries the wake-ups instead of notifier.
-	wakeChannel WakeChannel
 
 	// leaderWake is the wake channel of an in-process relay while it leads.
 	leaderWake atomic.Pointer[chan struct{}]
@@ -250,7 +248,7 @@ func (p *pending) Queue(b *pgx.Batch) {
 // transaction that fails delivers nothing, and the Wakes of others send their own as
 // usual.
 func (o *Outbox) queueNotify(b *pgx.Batch) {
-	if o.notifier == nil || o.wakeChannel != nil || o.leaderWake.Load() != nil {
+	if o.notifier == nil || o.leaderWake.Load() != nil {
 		return
 	}
 	o.mu.Lock()
@@ -300,11 +298,11 @@ func (o *Outbox) InTx(ctx context.Context, db Beginner, fn func(ctx context.Cont
 // Wake tells the relay that committed rows are waiting. Call it after COMMIT,
 // never inside the transaction: it costs nothing on the commit path. When a
 // relay of this Outbox (see [NewRelay]) leads in this process, it is woken in
-// memory at once; otherwise, with a [WithWakeChannel], a coalesced wake-up is published
-// on it in the background, and with a [WithNotifier] a coalesced NOTIFY is sent, unless
-// the transaction that just committed carried one (see WithNotifier): a writer that
-// commits such a transaction must call Wake right after, as InTx and the consumer's
-// AfterCommit do. Without either, the relay finds the rows at its next poll.
+// memory at once; otherwise, if a [WithNotifier] is set, a coalesced NOTIFY is sent in
+// the background, unless the transaction that just committed carried one (see
+// WithNotifier): a writer that commits such a transaction must call Wake right after,
+// as InTx and the consumer's AfterCommit do. Without either, the relay finds the rows
+// at its next poll.
 // Wake never blocks and is safe for concurrent use.
 func (o *Outbox) Wake() {
 	if ch := o.leaderWake.Load(); ch != nil {
@@ -314,7 +312,7 @@ func (o *Outbox) Wake() {
 		}
 		return
 	}
-	if o.notifier == nil && o.wakeChannel == nil {
+	if o.notifier == nil {
 		return
 	}
 	o.mu.Lock()
@@ -341,16 +339,15 @@ func (o *Outbox) Wake() {
 	go o.notifyLoop()
 }
 
-// NotifySpacing is the least time between two NOTIFYs of one Outbox ([WithNotifier]),
-// or two publishes on its [WithWakeChannel]: the relay's [DefaultBatchLinger]. A leader
-// that just read a small batch reads again no sooner than that, so more frequent
-// wake-ups would only cost transactions (each NOTIFY has a transaction id and a commit
-// record) or messages.
+// NotifySpacing is the least time between two NOTIFYs of one Outbox ([WithNotifier]):
+// the relay's [DefaultBatchLinger]. A leader that just read a small batch reads again
+// no sooner than that, so more frequent NOTIFYs would only cost transactions (each
+// one has a transaction id and a commit record).
 const NotifySpacing = DefaultBatchLinger
 
-// notifyLoop sends wake-ups (on the wake channel, or NOTIFYs), at least NotifySpacing
-// apart, until no Wake arrived during the last one or the pause after it. Errors are
-// dropped on purpose: the relay's poll is the fallback for a lost wake-up.
+// notifyLoop sends NOTIFYs, at least NotifySpacing apart, until no Wake arrived
+// during the last one or the pause after it. Errors are dropped on purpose: the
+// relay's poll is the fallback for a lost NOTIFY.
 func (o *Outbox) notifyLoop() {
 	for {
 		sent := time.Now()
@@ -358,11 +355,7 @@ func (o *Outbox) notifyLoop() {
 		o.lastSent = sent
 		o.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if o.wakeChannel != nil {
-			_ = o.wakeChannel.Publish(ctx, o.names.channel)
-		} else {
-			_, _ = o.notifier.Exec(ctx, "SELECT pg_notify($1, '')", o.names.channel)
-		}
+		_, _ = o.notifier.Exec(ctx, "SELECT pg_notify($1, '')", o.names.channel)
 		cancel()
 		if d := NotifySpacing - time.Since(sent); d > 0 {
 			time.Sleep(d) // Wake calls meanwhile set dirty: one NOTIFY covers them all

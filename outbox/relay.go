@@ -376,17 +376,7 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 
 	lctx, stopListen := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Go(func() { r.listen(lctx, "listen connection", r.listenOnce) })
-	if wc := ob.wakeChannel; wc != nil {
-		wg.Go(func() {
-			r.listen(lctx, "wake channel subscription", func(ctx context.Context, connected func()) error {
-				return wc.Subscribe(ctx, r.names.channel, func() {
-					connected()
-					r.signal()
-				})
-			})
-		})
-	}
+	wg.Go(func() { r.listen(lctx) })
 	defer func() {
 		stopListen()
 		wg.Wait()
@@ -435,19 +425,19 @@ func (r *Relay) signal() {
 	}
 }
 
-// listen keeps a source of wake-ups open while the relay leads (once: the LISTEN
-// session, or the wake channel's subscription), and reopens it with backoff when it
-// drops. once calls connected when it is (re)established, and wakes the leader then,
-// for anything committed while nobody listened.
-func (r *Relay) listen(ctx context.Context, what string, once func(ctx context.Context, connected func()) error) {
+// listen keeps a LISTEN session open while the relay leads, turning each
+// notification into a wake-up, and reconnects with backoff when it drops.
+// After every (re)connect it wakes the leader once, for anything committed
+// while nobody listened.
+func (r *Relay) listen(ctx context.Context) {
 	attempt := 0
 	for ctx.Err() == nil {
-		err := once(ctx, func() { attempt = 0 })
+		err := r.listenOnce(ctx, func() { attempt = 0 })
 		if ctx.Err() != nil {
 			return
 		}
 		delay := r.backoff(attempt)
-		r.log.Warn("outbox relay: "+what+" lost, relying on polling until it is back", "err", err, "retry_in", delay)
+		r.log.Warn("outbox relay: listen connection lost, relying on polling until it is back", "err", err, "retry_in", delay)
 		if !sleep(ctx, delay) {
 			return
 		}

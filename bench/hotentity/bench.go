@@ -284,10 +284,8 @@ type pipelineSite struct {
 	pool           *pgxpool.Pool
 	rdb            *redis.Client
 	relay          bool // the hand-written pipeline runs its relay
-	// wake is how choreo's outbox wakes a relay leading in another process (config.wake;
-	// "": it does not), on the channels of namespace wakeNS.
-	wake, wakeNS string
-	onAcked      func(n int)
+	notify         bool // choreo's outbox sends a NOTIFY for relays in other processes
+	onAcked        func(n int)
 }
 
 // pipeline builds spec's pipeline at site (in this process) and a function that returns the
@@ -303,7 +301,7 @@ func (b *bench) pipeline(spec modeSpec, site pipelineSite) (pipeline, func() (tx
 	}
 	p := &choreoPipeline{
 		brokers: b.brokers, group: site.group, in: site.in, out: site.out, batch: spec.batch, keep: spec.keep,
-		atCommit: spec.atCommit, wake: site.wake, wakeNS: site.wakeNS, pool: site.pool, rdb: site.rdb,
+		atCommit: spec.atCommit, notify: site.notify, pool: site.pool, rdb: site.rdb,
 		lockNS: b.prefix + "choreo:", kgoOpts: b.kgoOpts(), log: b.log, onAcked: site.onAcked,
 	}
 	return p, func() (int64, int64) { return p.txs.Load(), p.records.Load() }

@@ -16,7 +16,6 @@ import (
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/lock"
 	"github.com/choreo-saga/choreo/outbox"
-	"github.com/choreo-saga/choreo/outbox/rediswake"
 )
 
 // creditSQL is the business write: add the event's amount to its account.
@@ -60,40 +59,26 @@ type choreoPipeline struct {
 	// atCommit queues the UPDATE with consumer.AtCommit (it rides the COMMIT's round
 	// trip) instead of sending it with tx.Exec.
 	atCommit bool
-	// wake is how the outbox wakes the relay leading in another process of the same
-	// pipeline: wakeRedis (outbox/rediswake, in namespace wakeNS), wakeNotify
-	// (outbox.WithNotifier) or "" (not at all: it runs in one process).
-	wake, wakeNS string
-	pool         *pgxpool.Pool
-	rdb          *redis.Client
-	lockNS       string
-	kgoOpts      []kgo.Opt
-	log          *slog.Logger
-	onAcked      func(n int)
+	// notify has the outbox send a NOTIFY (outbox.WithNotifier) so that the relay leader
+	// in another process of the same pipeline learns of rows this one commits.
+	notify  bool
+	pool    *pgxpool.Pool
+	rdb     *redis.Client
+	lockNS  string
+	kgoOpts []kgo.Opt
+	log     *slog.Logger
+	onAcked func(n int)
 	// txs and records count the committed or skipped handlings (a batch counts once) and
 	// the records they settled, for the mean events per transaction.
 	txs, records atomic.Int64
 }
 
-// The ways choreo's outbox wakes a relay leading in another process (-wake).
-const (
-	wakeRedis  = "redis"
-	wakeNotify = "notify"
-)
-
 // run consumes until ctx is cancelled, then stops the consumer, the relay and the lease
 // releases.
 func (p *choreoPipeline) run(ctx context.Context) error {
 	var obOpts []outbox.Option
-	switch p.wake {
-	case wakeNotify:
+	if p.notify {
 		obOpts = append(obOpts, outbox.WithNotifier(p.pool))
-	case wakeRedis:
-		wc, err := rediswake.New(p.rdb, p.wakeNS)
-		if err != nil {
-			return err
-		}
-		obOpts = append(obOpts, outbox.WithWakeChannel(wc))
 	}
 	ob, err := outbox.New(obOpts...)
 	if err != nil {

@@ -189,7 +189,7 @@ func TestSmokeAllModes(t *testing.T) {
 	r, err := run(ctx, config{
 		pg: testenv.PostgresDSN(t), redis: testenv.RedisAddr(t),
 		events: 200, partitions: 4, accounts: 20, dup: 0.05, batches: []int{8}, keeps: []time.Duration{time.Second}, atCommit: true, processes: []int{1, 2},
-		wake: wakeRedis, repeat: 1, pgbenchT: time.Second, seed: 1, jsonOut: jsonPath,
+		repeat: 1, pgbenchT: time.Second, seed: 1, jsonOut: jsonPath,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -240,8 +240,7 @@ func TestSmokeAllModes(t *testing.T) {
 }
 
 // TestSmokePaced runs the floor and choreo, in this process and split over two child
-// processes (choreo's outboxes wake the leader with NOTIFYs, -wake notify), on an input
-// fed while each mode runs (-rate): every mode's result is checked
+// processes, on an input fed while each mode runs (-rate): every mode's result is checked
 // as for a preloaded input (balances, one output record per unique event, nothing
 // dead-lettered).
 func TestSmokePaced(t *testing.T) {
@@ -253,7 +252,7 @@ func TestSmokePaced(t *testing.T) {
 	r, err := run(ctx, config{
 		pg: testenv.PostgresDSN(t), redis: testenv.RedisAddr(t),
 		events: 200, partitions: 4, accounts: 20, dup: 0.05, processes: []int{2}, rate: 400,
-		wake: wakeNotify, repeat: 1, pgbenchT: time.Second, seed: 1,
+		repeat: 1, pgbenchT: time.Second, seed: 1,
 	})
 	if err != nil {
 		t.Fatal(err)

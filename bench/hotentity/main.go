@@ -99,8 +99,7 @@ type config struct {
 	processes          []int // -processes: the floor and choreo also run split over this many child processes
 	rate               int   // -rate: input produced at this many events a second while each mode runs (0: preloaded)
 	keeps              []time.Duration
-	atCommit           bool   // the choreo/atcommit mode
-	wake               string // -wake: how choreo's writers wake a relay leading in another process
+	atCommit           bool // the choreo/atcommit mode
 	repeat             int
 	pgbenchT           time.Duration
 	fetchMaxWait       time.Duration
@@ -128,7 +127,6 @@ func main() {
 	flag.StringVar(&processes, "processes", "1,2", "comma-separated process counts (e.g. 1,2): the hand-written floor and choreo also run with their pipeline split over that many child processes in one consumer group (empty: none)")
 	flag.IntVar(&c.rate, "rate", 0, "produce each mode's input while it runs, at this many events a second, into a topic of its own (0: the input is loaded once before the first mode); below capacity the events/s column is this rate and the CPU-per-event columns are the comparison")
 	flag.BoolVar(&c.atCommit, "atcommit", true, "run the choreo/atcommit mode: choreo with the UPDATE queued by consumer.AtCommit, one event per transaction")
-	flag.StringVar(&c.wake, "wake", wakeRedis, `how choreo's outbox wakes the relay leading in another process of a split mode: "redis" (outbox/rediswake, as the services do) or "notify" (a Postgres NOTIFY, outbox.WithNotifier)`)
 	flag.IntVar(&c.repeat, "repeat", 3, "rounds; the table shows each mode's median round")
 	flag.DurationVar(&c.pgbenchT, "pgbench-time", 10*time.Second, "duration of each pgbench run")
 	flag.DurationVar(&c.fetchMaxWait, "fetch-max-wait", 0, "kgo.FetchMaxWait for both consumers (0: franz-go's default)")
@@ -149,10 +147,6 @@ func main() {
 			fmt.Fprintln(os.Stderr, "bench/hotentity: -processes:", err)
 			os.Exit(2)
 		}
-	}
-	if c.wake != wakeRedis && c.wake != wakeNotify {
-		fmt.Fprintf(os.Stderr, "bench/hotentity: -wake: %q, want %q or %q\n", c.wake, wakeRedis, wakeNotify)
-		os.Exit(2)
 	}
 	if *keeps != "" {
 		for _, f := range strings.Split(*keeps, ",") {

@@ -50,7 +50,6 @@ type childSpec struct {
 	Group, Out   string
 	Partitions   int
 	FetchMaxWait time.Duration
-	Wake         string // config.wake
 }
 
 // childPipelines runs a mode's pipeline in spec.processes child processes of this
@@ -58,8 +57,8 @@ type childSpec struct {
 // client, as separate instances of a service would: the control for "is a second
 // instance slower than one?", since the hand-written floor split the same way pays the
 // same per-process costs. The hand-written relay runs in the first child only (it has no
-// leader election); choreo's relays elect their leader and the outbox wakes the leader
-// in another child on Redis (outbox/rediswake), as the services do (-wake). A child reports each relay round's acks and,
+// leader election); choreo's relays elect their leader and the outbox sends NOTIFYs
+// (outbox.WithNotifier), as the services do. A child reports each relay round's acks and,
 // as it exits, its transaction counts on its stdout; it stops when its stdin closes.
 type childPipelines struct {
 	b              *bench
@@ -97,7 +96,7 @@ func (c *childPipelines) run(ctx context.Context) error {
 		spec, err := json.Marshal(childSpec{
 			Index: i, Hand: c.spec.hand, Batch: c.spec.batch, Keep: c.spec.keep, AtCommit: c.spec.atCommit,
 			DSN: c.b.dsn, Redis: c.b.c.redis, Brokers: c.b.brokers, In: c.in, Prefix: c.b.prefix,
-			Group: c.group, Out: c.out, Partitions: c.b.c.partitions, FetchMaxWait: c.b.c.fetchMaxWait, Wake: c.b.c.wake,
+			Group: c.group, Out: c.out, Partitions: c.b.c.partitions, FetchMaxWait: c.b.c.fetchMaxWait,
 		})
 		if err != nil {
 			return err
@@ -242,7 +241,7 @@ func runChild(spec string) error {
 	mode := modeSpec{hand: s.Hand, batch: s.Batch, keep: s.Keep, atCommit: s.AtCommit}
 	p, counts := b.pipeline(mode, pipelineSite{
 		in: s.In, group: s.Group, out: s.Out, pool: pool, rdb: rdb,
-		relay: s.Index == 0, wake: s.Wake, wakeNS: s.Prefix + s.Group,
+		relay: s.Index == 0, notify: true,
 		onAcked: func(n int) { report("acked %d", n) },
 	})
 	err = p.run(ctx)

@@ -23,7 +23,6 @@ import (
 	"github.com/choreo-saga/choreo/idempotency"
 	"github.com/choreo-saga/choreo/lock"
 	"github.com/choreo-saga/choreo/outbox"
-	"github.com/choreo-saga/choreo/outbox/rediswake"
 	"github.com/choreo-saga/choreo/tracing"
 )
 
@@ -80,15 +79,10 @@ func run(ctx context.Context, cfg Config) (err error) {
 	}
 
 	// The outbox and its relay. NewRelay links them: while this instance's relay
-	// leads, ob.Wake signals it in memory; otherwise Wake publishes a coalesced wake-up
-	// on Redis (WithWakeChannel) to the leader in another instance, which subscribes to
-	// it. The namespace keeps other services' outboxes on the same Redis apart. The relay
-	// shares the Kafka client with the dead-letter producer.
-	wake, err := rediswake.New(d.rdb, cfg.Group)
-	if err != nil {
-		return err
-	}
-	ob, err := outbox.New(outbox.WithWakeChannel(wake))
+	// leads, ob.Wake signals it in memory; otherwise Wake sends a coalesced NOTIFY
+	// (WithNotifier) to the leader in another instance. The relay shares the Kafka client
+	// with the dead-letter producer.
+	ob, err := outbox.New(outbox.WithNotifier(d.pool))
 	if err != nil {
 		return err
 	}
