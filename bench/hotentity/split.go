@@ -87,60 +87,32 @@ func (c *childPipelines) cpu() time.Duration {
 }
 
 func (c *childPipelines) run(ctx context.Context) error {
-	n := c.spec.processes
+	errs := make(chan error, c.spec.processes)
 	var (
 		stdins []io.Closer
-		errs   = make(chan error, n)
+		err    error
 	)
-	for i := range n {
-		spec, err := json.Marshal(childSpec{
-			Index: i, Hand: c.spec.hand, Batch: c.spec.batch, Keep: c.spec.keep, AtCommit: c.spec.atCommit,
-			DSN: c.b.dsn, Redis: c.b.c.redis, Brokers: c.b.brokers, In: c.in, Prefix: c.b.prefix,
-			Group: c.group, Out: c.out, Partitions: c.b.c.partitions, FetchMaxWait: c.b.c.fetchMaxWait,
-		})
-		if err != nil {
-			return err
-		}
-		cmd := exec.Command(os.Args[0])
-		cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
-		cmd.Stderr = os.Stderr
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			return err
-		}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			return err
-		}
-		if err := cmd.Start(); err != nil {
-			return fmt.Errorf("child %d: %w", i, err)
+	for i := range c.spec.processes {
+		var stdin io.Closer
+		if stdin, err = c.start(i, errs); err != nil {
+			break // the children already started are stopped below
 		}
 		stdins = append(stdins, stdin)
-		c.mu.Lock()
-		c.pids = append(c.pids, cmd.Process.Pid)
-		c.mu.Unlock()
-		go func() {
-			rerr := c.read(stdout)
-			werr := cmd.Wait()
-			if werr != nil || rerr != nil {
-				errs <- fmt.Errorf("child %d: %w", i, errors.Join(werr, rerr))
-				return
-			}
-			errs <- nil
-		}()
 	}
-	var err error
-	select {
-	case <-ctx.Done():
-	case err = <-errs: // a child ended before it was told to
-		n--
-		err = errors.Join(errors.New("a child pipeline process ended early"), err)
+	running := len(stdins)
+	if err == nil {
+		select {
+		case <-ctx.Done():
+		case err = <-errs: // a child ended before it was told to
+			running--
+			err = errors.Join(errors.New("a child pipeline process ended early"), err)
+		}
 	}
 	for _, s := range stdins {
 		s.Close()
 	}
 	timeout := time.After(childStopGrace)
-	for range n {
+	for range running {
 		select {
 		case cerr := <-errs:
 			err = errors.Join(err, cerr)
@@ -150,6 +122,45 @@ func (c *childPipelines) run(ctx context.Context) error {
 		}
 	}
 	return err
+}
+
+// start starts child i, which reports its end on errs, and returns its stdin: closing it
+// tells the child to stop.
+func (c *childPipelines) start(i int, errs chan<- error) (io.Closer, error) {
+	spec, err := json.Marshal(childSpec{
+		Index: i, Hand: c.spec.hand, Batch: c.spec.batch, Keep: c.spec.keep, AtCommit: c.spec.atCommit,
+		DSN: c.b.dsn, Redis: c.b.c.redis, Brokers: c.b.brokers, In: c.in, Prefix: c.b.prefix,
+		Group: c.group, Out: c.out, Partitions: c.b.c.partitions, FetchMaxWait: c.b.c.fetchMaxWait,
+	})
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("child %d: %w", i, err)
+	}
+	c.mu.Lock()
+	c.pids = append(c.pids, cmd.Process.Pid)
+	c.mu.Unlock()
+	go func() {
+		rerr := c.read(stdout)
+		if werr := cmd.Wait(); werr != nil || rerr != nil {
+			errs <- fmt.Errorf("child %d: %w", i, errors.Join(werr, rerr))
+			return
+		}
+		errs <- nil
+	}()
+	return stdin, nil
 }
 
 func (c *childPipelines) kill() {
