@@ -81,6 +81,14 @@ func TestEnsureDatabase(t *testing.T) {
 	if err := app.EnsureDatabase(ctx, dsn); err != nil {
 		t.Fatalf("second call: %v", err)
 	}
+	// DATABASE_URL may carry pgxpool's settings; the server must not see them.
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	if err := app.EnsureDatabase(ctx, dsn+sep+"pool_max_conns=3&pool_min_conns=1"); err != nil {
+		t.Fatalf("dsn with pool settings: %v", err)
+	}
 
 	if err := app.EnsureDatabase(ctx, "postgres://127.0.0.1:5432/"); !errors.Is(err, app.ErrInvalidConfig) {
 		t.Errorf("dsn without database: %v", err)

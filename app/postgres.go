@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choreo-saga/choreo/migrate"
 	"github.com/choreo-saga/choreo/outbox"
@@ -25,12 +26,14 @@ type Beginner interface {
 // EnsureDatabase creates the database named in dsn if it does not exist, connecting to
 // the server's "postgres" maintenance database to do so (the dsn's user needs the
 // CREATEDB privilege then). It is safe to run from several processes at once. Errors
-// never contain the dsn, which may carry a password.
+// never contain the dsn, which may carry a password. The dsn may carry pgxpool's
+// pool_* settings (pool_max_conns, pool_min_conns, ...), as DATABASE_URL may.
 func EnsureDatabase(ctx context.Context, dsn string) error {
-	cfg, err := pgx.ParseConfig(dsn)
+	pcfg, err := pgxpool.ParseConfig(dsn) // strips the pool_* settings a server would reject
 	if err != nil {
 		return fmt.Errorf("%w: %s: not a Postgres connection string", ErrInvalidConfig, EnvDatabaseURL)
 	}
+	cfg := pcfg.ConnConfig
 	name := cfg.Database
 	if name == "" {
 		return fmt.Errorf("%w: %s: names no database", ErrInvalidConfig, EnvDatabaseURL)
