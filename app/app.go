@@ -264,6 +264,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 	if cfg.DatabaseMaxConns > 0 && !strings.Contains(cfg.DatabaseURL, "pool_max_conns") {
 		pcfg.MaxConns = cfg.DatabaseMaxConns
 	}
+	if cfg.DatabaseMinConns > 0 && !strings.Contains(cfg.DatabaseURL, "pool_min_conns") {
+		pcfg.MinConns = min(cfg.DatabaseMinConns, pcfg.MaxConns)
+	}
 	if o.poolConfig != nil {
 		o.poolConfig(pcfg)
 	}
@@ -273,6 +276,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 	if err := a.Pool.Ping(ctx); err != nil {
 		return nil, fmt.Errorf("app: postgres database %q: %w", cfg.DatabaseName(), err)
 	}
+	a.warmPool(ctx)
 
 	a.Outbox = o.outbox
 	if a.Outbox == nil {

@@ -646,3 +646,47 @@ func TestShutdownTimeoutReachesConsumers(t *testing.T) {
 		t.Fatal("Run returned while the handler was still running: the consumer did not get Config.ShutdownTimeout")
 	}
 }
+
+// TestWarmPool: with DATABASE_MIN_CONNS the pool's connections are open when New
+// returns, on the server as in the pool, and a negative value is a config error.
+func TestWarmPool(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := app.MapEnv(map[string]string{
+		app.EnvDatabaseURL: freshDSN(t), app.EnvRedisAddr: "none", app.EnvKafkaBrokers: strings.Join(testenv.KafkaCluster(t).ListenAddrs(), ","),
+		app.EnvDatabaseConns: "5", app.EnvDatabaseMinConns: "4",
+	})
+	cfg := app.LoadConfig(env, "widget", ln.Addr().String())
+	if err := env.Err(); err != nil {
+		t.Fatal(err)
+	}
+	logs := &apptest.LogBuffer{}
+	a, err := app.New(context.Background(), cfg, app.WithListener(ln), app.WithoutSignals(), app.WithLogOutput(logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if got := a.Pool.Stat().TotalConns(); got < 4 {
+		t.Errorf("pool holds %d connections after New, want at least 4", got)
+	}
+	var backends int
+	err = a.Pool.QueryRow(context.Background(),
+		"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND backend_type = 'client backend'").Scan(&backends)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if backends < 4 {
+		t.Errorf("%d backends on the server, want at least 4", backends)
+	}
+	if !strings.Contains(logs.String(), "postgres pool warmed") {
+		t.Errorf("no warm-up log line:\n%s", logs.String())
+	}
+
+	bad := app.MapEnv(map[string]string{app.EnvDatabaseMinConns: "-1"})
+	app.LoadConfig(bad, "widget", ":0")
+	if err := bad.Err(); err == nil || !strings.Contains(err.Error(), app.EnvDatabaseMinConns) {
+		t.Errorf("negative %s: err = %v", app.EnvDatabaseMinConns, err)
+	}
+}

@@ -14,16 +14,17 @@ import (
 
 // Names of the environment variables [LoadConfig] reads.
 const (
-	EnvDatabaseURL     = "DATABASE_URL"
-	EnvDatabaseConns   = "DATABASE_MAX_CONNS"
-	EnvRedisAddr       = "REDIS_ADDR"
-	EnvKafkaBrokers    = "KAFKA_BROKERS"
-	EnvKafkaPartitions = "KAFKA_PARTITIONS"
-	EnvHTTPAddr        = "HTTP_ADDR"
-	EnvLogLevel        = "LOG_LEVEL"
-	EnvShutdownTimeout = "SHUTDOWN_TIMEOUT"
-	EnvConsumerBatch   = "CONSUMER_BATCH"
-	EnvPprof           = "PPROF"
+	EnvDatabaseURL      = "DATABASE_URL"
+	EnvDatabaseConns    = "DATABASE_MAX_CONNS"
+	EnvDatabaseMinConns = "DATABASE_MIN_CONNS"
+	EnvRedisAddr        = "REDIS_ADDR"
+	EnvKafkaBrokers     = "KAFKA_BROKERS"
+	EnvKafkaPartitions  = "KAFKA_PARTITIONS"
+	EnvHTTPAddr         = "HTTP_ADDR"
+	EnvLogLevel         = "LOG_LEVEL"
+	EnvShutdownTimeout  = "SHUTDOWN_TIMEOUT"
+	EnvConsumerBatch    = "CONSUMER_BATCH"
+	EnvPprof            = "PPROF"
 
 	EnvKafkaInstanceID       = "KAFKA_INSTANCE_ID"
 	EnvKafkaSessionTimeout   = "KAFKA_SESSION_TIMEOUT"
@@ -33,7 +34,7 @@ const (
 // EnvVars lists the variables [LoadConfig] reads (OTEL_* aside: see tracing.Setup), for
 // deployment manifests and their tests.
 func EnvVars() []string {
-	return append([]string{EnvDatabaseURL, EnvDatabaseConns, EnvRedisAddr, EnvRedisURL, EnvRedisTLSCAFile, EnvKafkaBrokers, EnvKafkaPartitions,
+	return append([]string{EnvDatabaseURL, EnvDatabaseConns, EnvDatabaseMinConns, EnvRedisAddr, EnvRedisURL, EnvRedisTLSCAFile, EnvKafkaBrokers, EnvKafkaPartitions,
 		EnvHTTPAddr, EnvAdminAddr, EnvLogLevel, EnvShutdownTimeout, EnvConsumerBatch, EnvPprof,
 		EnvKafkaInstanceID, EnvKafkaSessionTimeout, EnvKafkaRebalanceTimeout,
 		EnvIdempotencyRetention, EnvDeadLetterRetention}, kafkaSecurityVars()...)
@@ -81,6 +82,13 @@ type Config struct {
 	// Each consumer worker holds a connection for its transaction, so a pool smaller than
 	// the partitions assigned to the instance makes workers queue.
 	DatabaseMaxConns int32
+	// DatabaseMinConns is how many Postgres connections the pool opens before the App
+	// is ready and keeps open while idle (DATABASE_MIN_CONNS; default 0, pgx's: none). A
+	// new Postgres backend costs a process start, and its first statements load
+	// catalog caches and prepare statements, so a cold pool makes the first seconds
+	// after a start slow; see "Warm start" in docs/operations.md. Capped at the pool
+	// size; a pool_min_conns parameter in DatabaseURL wins.
+	DatabaseMinConns int32
 	// RedisAddr is the Redis address used for per-entity locks (REDIS_ADDR; default
 	// DefaultRedisAddr). Empty (REDIS_ADDR=none) runs without Redis and without locks:
 	// the Postgres transaction alone guards correctness.
@@ -219,6 +227,7 @@ func LoadConfig(env *Env, service, defaultHTTPAddr string) Config {
 		Pprof:           env.Bool(EnvPprof, false),
 	}
 	c.DatabaseMaxConns = int32(env.Int(EnvDatabaseConns, DefaultDatabaseMaxConns(int(c.KafkaPartitions))))
+	c.DatabaseMinConns = int32(env.Int(EnvDatabaseMinConns, 0))
 	if strings.EqualFold(c.AdminAddr, "none") {
 		c.AdminAddr = ""
 	}
@@ -259,6 +268,9 @@ func (c Config) problems() []problem {
 	}
 	if c.DatabaseMaxConns < 0 {
 		ps = append(ps, problem{EnvDatabaseConns, "must not be negative (0 keeps the pgx default)"})
+	}
+	if c.DatabaseMinConns < 0 {
+		ps = append(ps, problem{EnvDatabaseMinConns, "must not be negative"})
 	}
 	if c.RedisAddr != "" && c.RedisURL == "" {
 		if _, _, err := net.SplitHostPort(c.RedisAddr); err != nil {

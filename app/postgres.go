@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -100,4 +102,41 @@ func MigrateSQL(ctx context.Context, db Beginner, name, script string) error {
 		return fmt.Errorf("app: migrate %s: %w", name, err)
 	}
 	return nil
+}
+
+// warmPoolTimeout bounds the pool's warm-up at start.
+const warmPoolTimeout = 30 * time.Second
+
+// warmPool opens the pool's MinConns connections (DATABASE_MIN_CONNS) before New
+// returns, so the first requests and events after a start do not each wait for a new
+// Postgres backend. pgxpool also opens them in the background; acquiring them here
+// waits for them. A failure (the server out of connections, say) costs only the
+// warm-up: it is logged and the App starts with what it has.
+func (a *App) warmPool(ctx context.Context) {
+	n := int(a.Pool.Config().MinConns)
+	if n <= 0 {
+		return
+	}
+	start := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, warmPoolTimeout)
+	defer cancel()
+	conns := make([]*pgxpool.Conn, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { conns[i], errs[i] = a.Pool.Acquire(wctx) })
+	}
+	wg.Wait()
+	opened := 0
+	for _, c := range conns {
+		if c != nil {
+			c.Release()
+			opened++
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		a.Logger.Warn("app: postgres pool warm-up incomplete: the first transactions open the rest", "min_conns", n, "opened", opened, "err", err)
+		return
+	}
+	a.Logger.Info("app: postgres pool warmed", "min_conns", n, "took", time.Since(start).Round(time.Millisecond))
 }

@@ -62,6 +62,9 @@ pids+=($!)
 
 export KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT REDIS_ADDR=${REDIS_ADDR:-127.0.0.1:6379}
 export ORDER_STUCK_AFTER=${ORDER_STUCK_AFTER:-10s}
+# Each service opens 16 Postgres connections before it is ready, so the first orders do not
+# wait for new backends (docs/operations.md, "Slow first seconds after a start").
+export DATABASE_MIN_CONNS=${DATABASE_MIN_CONNS:-16}
 if [ -n "${OTEL_EXPORTER_OTLP_ENDPOINT:-}" ]; then
   echo "demo: traces go to $OTEL_EXPORTER_OTLP_ENDPOINT"
 else
