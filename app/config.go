@@ -86,8 +86,8 @@ type Config struct {
 	// is ready and keeps open while idle (DATABASE_MIN_CONNS; default 0, pgx's: none). A
 	// new Postgres backend costs a process start, and its first statements load
 	// catalog caches and prepare statements, so a cold pool makes the first seconds
-	// after a start slow; see "Warm start" in docs/operations.md. Capped at the pool
-	// size; a pool_min_conns parameter in DatabaseURL wins.
+	// after a start slow; see "Slow first seconds after a start" in docs/operations.md.
+	// Capped at the pool size; a pool_min_conns parameter in DatabaseURL wins.
 	DatabaseMinConns int32
 	// RedisAddr is the Redis address used for per-entity locks (REDIS_ADDR; default
 	// DefaultRedisAddr). Empty (REDIS_ADDR=none) runs without Redis and without locks:
