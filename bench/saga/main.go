@@ -44,6 +44,7 @@ type config struct {
 	instances   int
 	partitions  int
 	maxInFlight int
+	minConns    int
 	jsonPath    string
 	svgPath     string
 	profileDir  string
@@ -119,6 +120,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.drain, "drain", 30*time.Second, "after each rate, wait at most this long for its orders to settle")
 	fs.IntVar(&c.instances, "instances", 1, "processes of each service")
 	fs.IntVar(&c.partitions, "partitions", 6, "partitions of every topic (make demo: 6)")
+	fs.IntVar(&c.minConns, "min-conns", 16, "Postgres connections each service opens before it is ready (DATABASE_MIN_CONNS, as make demo), divided among the -instances so that warm pools stay below max_connections; 0: none")
 	fs.IntVar(&c.maxInFlight, "max-in-flight", 4096, "POST requests in flight at most; beyond, the generator falls behind its schedule (reported)")
 	fs.StringVar(&c.jsonPath, "json", "bench/results.json", "write every figure to this `file` (empty: not at all)")
 	fs.StringVar(&c.svgPath, "svg", "docs/benchmarks-saga.svg", "write the plot to this `file` (empty: not at all)")
@@ -144,6 +146,8 @@ func parseFlags(args []string) (config, error) {
 		return c, fmt.Errorf("-duration must be > 0, -drain and -warmup >= 0")
 	case c.instances < 1 || c.partitions < 1 || c.maxInFlight < 1:
 		return c, fmt.Errorf("-instances, -partitions and -max-in-flight must be >= 1")
+	case c.minConns < 0:
+		return c, fmt.Errorf("-min-conns must be >= 0")
 	}
 	if c.profileRate == 0 {
 		for _, r := range c.rates {

@@ -48,10 +48,10 @@ func run(ctx context.Context, cfg config) (*results, error) {
 		// As scripts/demo.sh runs them (every other setting at the services' defaults).
 		"ORDER_STUCK_AFTER=10s",
 		"PAYMENT_HANG_CUSTOMERS=c-hang",
-		// Warm pools, as make demo's 16, shared among the instances so that they stay
-		// below the server's max_connections: without them the first rate's tails were
-		// the new backends its pools opened (docs/benchmarks.md, session 13).
-		"DATABASE_MIN_CONNS=" + strconv.Itoa(max(1, 16/cfg.instances)),
+		// Warm pools (-min-conns, as make demo's 16), shared among the instances so that
+		// they stay below the server's max_connections: without them the first rate's
+		// tails were the new backends its pools opened (docs/benchmarks.md, session 13).
+		"DATABASE_MIN_CONNS=" + strconv.Itoa((cfg.minConns+cfg.instances-1)/cfg.instances),
 	}
 	if cfg.profileDir != "" {
 		env = append(env, "PPROF=1")

@@ -18,7 +18,8 @@ import (
 // JSON and SVG it writes are well-formed. No timing is asserted.
 func TestHarness(t *testing.T) {
 	dir := t.TempDir()
-	cfg, err := parseFlags([]string{"-rates", "10", "-duration", "2s", "-drain", "90s", "-warmup", "1s",
+	// One warm connection per service: other packages' tests share the server.
+	cfg, err := parseFlags([]string{"-rates", "10", "-duration", "2s", "-drain", "90s", "-warmup", "1s", "-min-conns", "1",
 		"-json", filepath.Join(dir, "results.json"), "-svg", filepath.Join(dir, "plot.svg")})
 	if err != nil {
 		t.Fatal(err)
