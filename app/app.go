@@ -273,10 +273,13 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 	if a.Pool, err = tracing.NewPool(ctx, pcfg, inst...); err != nil {
 		return nil, fmt.Errorf("app: postgres: %w", err)
 	}
+	// The warm-up first: pgxpool opens MinConns in the background from here, and a ping
+	// racing them could be refused by a server or role at its connection limit although
+	// the warm-up got connections; after it, the ping uses one of them.
+	a.warmPool(ctx)
 	if err := a.Pool.Ping(ctx); err != nil {
 		return nil, fmt.Errorf("app: postgres database %q: %w", cfg.DatabaseName(), err)
 	}
-	a.warmPool(ctx)
 
 	a.Outbox = o.outbox
 	if a.Outbox == nil {

@@ -656,7 +656,7 @@ func TestWarmPool(t *testing.T) {
 	}
 	env := app.MapEnv(map[string]string{
 		app.EnvDatabaseURL: freshDSN(t), app.EnvRedisAddr: "none", app.EnvKafkaBrokers: strings.Join(testenv.KafkaCluster(t).ListenAddrs(), ","),
-		app.EnvDatabaseConns: "5", app.EnvDatabaseMinConns: "4",
+		app.EnvDatabaseConns: "12", app.EnvDatabaseMinConns: "4",
 	})
 	cfg := app.LoadConfig(env, "widget", ln.Addr().String())
 	if err := env.Err(); err != nil {
@@ -684,9 +684,73 @@ func TestWarmPool(t *testing.T) {
 		t.Errorf("no warm-up log line:\n%s", logs.String())
 	}
 
+	var total int
+	if err := a.Pool.QueryRow(context.Background(),
+		"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()").Scan(&total); err != nil {
+		t.Fatal(err)
+	}
+	if total > 4 {
+		t.Errorf("%d connections to the database after the warm-up, want the 4 of DATABASE_MIN_CONNS (no more)", total)
+	}
+
 	bad := app.MapEnv(map[string]string{app.EnvDatabaseMinConns: "-1"})
 	app.LoadConfig(bad, "widget", ":0")
 	if err := bad.Err(); err == nil || !strings.Contains(err.Error(), app.EnvDatabaseMinConns) {
 		t.Errorf("negative %s: err = %v", app.EnvDatabaseMinConns, err)
+	}
+}
+
+// TestWarmPoolShort: a warm-up the server cuts short (here a role's connection limit) is
+// a Warn, not a failed start.
+func TestWarmPoolShort(t *testing.T) {
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, testenv.PostgresDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	role := testenv.Name(t, "choreo_warm")
+	if _, err := admin.Exec(ctx, "CREATE ROLE "+pgx.Identifier{role}.Sanitize()+" LOGIN CONNECTION LIMIT 2"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // after the database's own cleanup (cleanups run last-in first-out)
+		defer admin.Close(ctx)
+		if _, err := admin.Exec(ctx, "DROP ROLE IF EXISTS "+pgx.Identifier{role}.Sanitize()); err != nil {
+			t.Error(err)
+		}
+	})
+	dsn := freshDSN(t)
+	if err := app.EnsureDatabase(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{strings.TrimPrefix(u.Path, "/")}.Sanitize()+
+		" OWNER TO "+pgx.Identifier{role}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := app.MapEnv(map[string]string{
+		app.EnvDatabaseURL: u.String(), app.EnvRedisAddr: "none", app.EnvKafkaBrokers: strings.Join(testenv.KafkaCluster(t).ListenAddrs(), ","),
+		app.EnvDatabaseConns: "6", app.EnvDatabaseMinConns: "5",
+	})
+	cfg := app.LoadConfig(env, "widget", ln.Addr().String())
+	if err := env.Err(); err != nil {
+		t.Fatal(err)
+	}
+	logs := &apptest.LogBuffer{}
+	a, err := app.New(ctx, cfg, app.WithListener(ln), app.WithoutSignals(), app.WithLogOutput(logs))
+	if err != nil {
+		t.Fatalf("New with a warm-up the server cut short: %v", err)
+	}
+	defer a.Close()
+	if !strings.Contains(logs.String(), "postgres pool warm-up incomplete") {
+		t.Errorf("no Warn for the short warm-up:\n%s", logs.String())
 	}
 }

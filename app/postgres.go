@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -104,39 +103,44 @@ func MigrateSQL(ctx context.Context, db Beginner, name, script string) error {
 	return nil
 }
 
-// warmPoolTimeout bounds the pool's warm-up at start.
-const warmPoolTimeout = 30 * time.Second
+// warmPoolTimeout bounds the wait for the pool's warm-up at start; warmPoolSettle is how
+// long pgxpool's background opening may take to begin before "nothing is opening" means
+// it gave up.
+const (
+	warmPoolTimeout = 30 * time.Second
+	warmPoolSettle  = time.Second
+)
 
-// warmPool opens the pool's MinConns connections (DATABASE_MIN_CONNS) before New
-// returns, so the first requests and events after a start do not each wait for a new
-// Postgres backend. pgxpool also opens them in the background; acquiring them here
-// waits for them. A failure (the server out of connections, say) costs only the
-// warm-up: it is logged and the App starts with what it has.
+// warmPool waits, before New returns, for the MinConns connections (DATABASE_MIN_CONNS)
+// that pgxpool opens in the background, so the first requests and events after a start do
+// not each wait for a new Postgres backend. A warm-up that falls short (the server out of
+// connections, say) is logged and the App starts with what it has; pgxpool's health check
+// tries again every minute.
 func (a *App) warmPool(ctx context.Context) {
-	n := int(a.Pool.Config().MinConns)
-	if n <= 0 {
+	want := a.Pool.Config().MinConns
+	if want <= 0 {
 		return
 	}
 	start := time.Now()
-	wctx, cancel := context.WithTimeout(ctx, warmPoolTimeout)
-	defer cancel()
-	conns := make([]*pgxpool.Conn, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() { conns[i], errs[i] = a.Pool.Acquire(wctx) })
-	}
-	wg.Wait()
-	opened := 0
-	for _, c := range conns {
-		if c != nil {
-			c.Release()
-			opened++
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		st := a.Pool.Stat()
+		open := st.TotalConns() - st.ConstructingConns()
+		waited := time.Since(start)
+		switch {
+		case open >= want:
+			a.Logger.Info("app: postgres pool warmed", "min_conns", want, "took", waited)
+			return
+		case st.ConstructingConns() == 0 && waited > warmPoolSettle, waited > warmPoolTimeout:
+			a.Logger.Warn("app: postgres pool warm-up incomplete (is the server or the role at its connection limit?): the first transactions open the rest",
+				"min_conns", want, "opened", open)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		a.Logger.Warn("app: postgres pool warm-up incomplete: the first transactions open the rest", "min_conns", n, "opened", opened, "err", err)
-		return
-	}
-	a.Logger.Info("app: postgres pool warmed", "min_conns", n, "took", time.Since(start).Round(time.Millisecond))
 }
