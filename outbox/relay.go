@@ -74,7 +74,7 @@ const (
 	DefaultPollInterval     = 500 * time.Millisecond // WithPollInterval
 	DefaultTakeoverInterval = time.Second            // WithTakeoverInterval
 	DefaultBackoffMin       = 100 * time.Millisecond // WithBackoff
-	DefaultBackoffMax       = 10 * time.Second       // WithBackoff
+	DefaultBackoffMax       = time.Second            // WithBackoff: a relay reconnects within 1 s of its database returning
 	DefaultShutdownTimeout  = 10 * time.Second       // WithShutdownTimeout
 )
 
