@@ -11,8 +11,8 @@ import (
 )
 
 // BenchmarkShedRequest measures the CPU of answering a request that admission control
-// sheds, as route builds it (admission first) and as it was before (the request deadline
-// and otelhttp's server span and metrics around admission), with the telemetry a service
+// sheds, as route builds it (admission first) and behind the request deadline and
+// otelhttp's server span and metrics (admission last), with the telemetry a service
 // has without an exporter (spans not recorded, metrics recorded). cpu-ns/op is the
 // process's CPU time (user + system, every goroutine: the garbage collector included)
 // per request, which other load on the machine moves less than ns/op:

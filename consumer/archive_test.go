@@ -486,7 +486,7 @@ func TestDeadLetterArchiveUnreachable(t *testing.T) {
 	}
 }
 
-// Without an archive a refused copy is not settled, as before.
+// Without an archive a refused copy is not settled.
 func TestDeadLetterRefusedWithoutArchive(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	producer := newProducer(t, brokers)

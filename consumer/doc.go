@@ -145,7 +145,7 @@
 // statement (a second one reads the records of redelivered keys), one commit), and falls back to the one-at-a-time chain for that batch if
 // anything in it fails, so poison records are still isolated and dead-lettered
 // individually. Batches form only from records already buffered: a worker that keeps up
-// handles one record at a time. See docs/benchmarks-consumer.md.
+// handles one record at a time. See docs/benchmarks.md.
 //
 // On a *pgxpool.Pool (or *pgx.Conn) the transaction of a record or a batch spends no round
 // trip on BEGIN or COMMIT: the BEGIN goes out with the fence check and the claims, the

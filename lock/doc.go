@@ -159,10 +159,9 @@
 //
 // # Why not redislock's Obtain
 //
-// An earlier version obtained, refreshed and released through
-// github.com/bsm/redislock and issued the token in a second script. That cost
-// three round trips and a goroutine per lease (about 2x a bare SET NX PX +
-// DEL, see docs/benchmarks-guards.md), and redislock's obtain script cannot be
+// Obtaining through github.com/bsm/redislock and issuing the token in a second
+// script costs three round trips and a goroutine per lease (about 2x a bare
+// SET NX PX + DEL, measured by go run ./bench/guards), and redislock's obtain script cannot be
 // extended to issue the token in the same step. So this package runs its own
 // three short scripts: obtain (SET NX PX and the fencing token, atomically, in
 // one round trip, so no other holder can come between a lock and its token),

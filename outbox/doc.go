@@ -132,8 +132,8 @@
 //
 // What remains. If the broker refuses DescribeConfigs (no DescribeConfigs ACL on the
 // topic) or the call fails, the relay logs it once per topic, publishes that topic
-// uncapped as before, and asks again after a minute; with a limit below the client's
-// batch size, such a topic keeps the old risk. A limit lowered while the relay runs can
+// uncapped, and asks again after a minute; with a limit below the client's
+// batch size, such a topic keeps the risk of a batch refused for its size. A limit lowered while the relay runs can
 // refuse one round's batch before the relay reads the new value (the next round does).
 // A topic whose compression.type names a codec other than the producer's makes the
 // broker recompress, and a recompressed batch can in principle come out larger. The

@@ -87,7 +87,7 @@ func newLimits(cl *kgo.Client) *limits {
 // lookUp refreshes the entries of topics (those due among the round's topics) with one
 // DescribeConfigs request, bounded by describeTimeout: the round waits at most that
 // long, once per topic every limitTTL. A topic whose lookup fails stays as it was
-// (uncapped while its limit is unknown, as before the cap existed) until limitRetry
+// (uncapped while its limit is unknown) until limitRetry
 // has passed; the failure is logged once per streak.
 func (r *Relay) lookUp(ctx context.Context, topics []string, now time.Time) {
 	got, errs := r.describeLimits(ctx, topics)

@@ -22,7 +22,7 @@
 // would read them): unless OTEL_TRACES_SAMPLER names a sampler, they carry
 // trace and span ids only, so trace ids still reach logs, Kafka headers and
 // HTTP headers (traceparent, with the sampled flag cleared) at a fraction of
-// the CPU ([Telemetry.RecordsSpans]; docs/benchmarks-tracing.md). This rule
+// the CPU ([Telemetry.RecordsSpans]; docs/benchmarks.md). This rule
 // (the OTel default would export to localhost) is why Setup picks exporters
 // itself instead of using go.opentelemetry.io/contrib/exporters/autoexport.
 //

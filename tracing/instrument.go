@@ -80,7 +80,7 @@ func WithRootSpans() InstrumentOption {
 // (db.client.operation.duration, a histogram, and db.client.operation.errors)
 // for every query, batch, prepare, connect and pool acquire. Default: off,
 // because recording a histogram per SQL statement cost 2–4% of each reference
-// service's CPU (docs/benchmarks-tracing.md) while the consumer's
+// service's CPU (docs/benchmarks.md) while the consumer's
 // choreo.consumer.process.duration already times each handler and its
 // transaction, the statement spans time each statement of a sampled trace,
 // and the pool's own statistics (pgxpool.*) are recorded either way.

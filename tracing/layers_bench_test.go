@@ -27,7 +27,7 @@ import (
 //   - exported: recorded and handed to a batch span processor whose exporter
 //     discards the batches (the production path minus the network).
 //
-// See docs/benchmarks-tracing.md for the figures.
+// See docs/benchmarks.md for the figures.
 
 // cpuTime returns the CPU time (user + system) this process used so far.
 func cpuTime(b *testing.B) time.Duration {
@@ -140,9 +140,8 @@ func BenchmarkEventTelemetry(b *testing.B) {
 }
 
 // BenchmarkRedisCommand: one SET to the real Redis inside a saga span, bare
-// (floor), through redisotel's tracing and metrics hooks (how InstrumentRedis
-// instrumented a client before) and through InstrumentRedis now (own tracing
-// hook that skips unrecorded traces, redisotel's metrics hook), per trace
+// (floor), through redisotel's tracing and metrics hooks, and through InstrumentRedis
+// (its own tracing hook that skips unrecorded traces, redisotel's metrics hook), per trace
 // mode. The round trip dominates; the differences are the hooks' CPU.
 func BenchmarkRedisCommand(b *testing.B) {
 	for _, mode := range traceModes {

@@ -50,7 +50,7 @@ func run(ctx context.Context, cfg config) (*results, error) {
 		"PAYMENT_HANG_CUSTOMERS=c-hang",
 		// Warm pools (-min-conns, as make demo's 16), shared among the instances so that
 		// they stay below the server's max_connections: without them the first rate's
-		// tails were the new backends its pools opened (docs/benchmarks.md, session 13).
+		// tails are the new backends its pools open (docs/operations.md, "Slow first seconds").
 		"DATABASE_MIN_CONNS=" + strconv.Itoa((cfg.minConns+cfg.instances-1)/cfg.instances),
 	}
 	if cfg.profileDir != "" {

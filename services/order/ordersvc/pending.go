@@ -13,11 +13,11 @@ import (
 const (
 	// DefaultMaxPending is the default ORDER_MAX_PENDING: under 2 s of work at the
 	// reference system's measured saturation (~150–180 confirmed orders/s on the shared
-	// 2-core machine, docs/benchmarks-saga.md), so an order admitted at the limit waits
+	// 2-core machine, docs/benchmarks.md), so an order admitted at the limit waits
 	// ~2 s in the saga, while a healthy system (pending = throughput × saga latency, a few
 	// dozen orders) never comes near it. Measured against 1000 (5–6 s of work): the same
 	// confirmed/s, a third of the latency at saturation, and a shorter first wave when an
-	// overload starts (see "Overload" in docs/benchmarks-saga.md).
+	// overload starts (see "Pending limit" in docs/benchmarks.md).
 	DefaultMaxPending = 300
 	// PendingRefreshInterval is how often the pending count is read from Postgres
 	// (RunPendingCounter).

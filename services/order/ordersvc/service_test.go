@@ -476,8 +476,8 @@ func TestRetryCompensationByHand(t *testing.T) {
 // transaction (the order's update with its history entry; order.confirmed's outbox row
 // is written at commit). Arriving otherwise (stock.reserved overtaking the
 // payment.authorized that caused it, a late event after the outcome), the conditional
-// update writes nothing and the event is decided on the locked row, with the same result
-// as before: one history entry per event, the facts of both.
+// update writes nothing and the event is decided on the locked row, with the same result:
+// one history entry per event, the facts of both.
 func TestHandleEventRoundTrips(t *testing.T) {
 	f := newFixture(t, ordersvc.Settings{})
 	handle := func(t *testing.T, order, typ string) int {

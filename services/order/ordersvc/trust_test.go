@@ -18,7 +18,7 @@ import (
 	"github.com/choreo-saga/choreo/services/order/ordersvc"
 )
 
-// TestForgedEventsAreUntrusted replays the forgery of issue 15 against the running order
+// TestForgedEventsAreUntrusted replays a forged-event attack against the running order
 // service: a payment.authorized with ce_source "evil", then the real payment service's
 // payment.authorized and the inventory's stock.reserved each on the wrong topic. Each is
 // dead-lettered with reason "untrusted" and the order stays PENDING with no transition.
