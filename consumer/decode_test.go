@@ -23,6 +23,11 @@ func TestDecode(t *testing.T) {
 		{"no headers", &kgo.Record{Topic: "orders", Key: []byte("o-1"), Value: []byte(`{}`)}, nil, event.ErrMalformed},
 		{"bad json", &kgo.Record{Topic: "orders", Key: []byte("o-1"), Value: []byte(`{`), Headers: good.Headers}, nil, event.ErrMalformed},
 		{"payload limit", tooBig, []event.DecodeOption{event.MaxPayloadBytes(8)}, event.ErrPayloadTooLarge},
+		// Attributes Postgres cannot store in text columns (SQLSTATE 22021) are poison,
+		// not a retryable failure of every transaction that stores them.
+		{"NUL in ce_id", withRecordHeader(good, event.HeaderID, "e-\x00"), nil, event.ErrInvalidHeader},
+		{"NUL in ce_correlationid", withRecordHeader(good, event.HeaderCorrelationID, "\x00"), nil, event.ErrInvalidHeader},
+		{"invalid UTF-8 in ce_subject", withRecordHeader(good, event.HeaderSubject, "o-\xff"), nil, event.ErrInvalidHeader},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -49,4 +54,17 @@ func TestDecode(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withRecordHeader returns a copy of r with header key set to value.
+func withRecordHeader(r *kgo.Record, key, value string) *kgo.Record {
+	out := *r
+	out.Headers = nil
+	for _, h := range r.Headers {
+		if h.Key != key {
+			out.Headers = append(out.Headers, h)
+		}
+	}
+	out.Headers = append(out.Headers, kgo.RecordHeader{Key: key, Value: []byte(value)})
+	return &out
 }

@@ -3,7 +3,9 @@ package event
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 )
@@ -97,7 +99,10 @@ func (e Event) DecodeData(v any) error {
 
 // Validate reports whether e is a well-formed envelope: non-empty id, type, source,
 // subject and correlation id, each at most MaxFieldBytes; a schema version of at least 1;
-// and a valid JSON payload. Every error it returns matches ErrMalformed.
+// and a valid JSON payload. Every string field (the causation id too) must be valid
+// UTF-8 without a NUL byte, as a Postgres text column requires: an event whose
+// attributes could not be stored is refused here, by the decoder, instead of failing
+// every transaction that stores it. Every error it returns matches ErrMalformed.
 func (e Event) Validate() error {
 	for _, f := range []struct{ name, value string }{
 		{"id", e.ID}, {"type", e.Type}, {"source", e.Source}, {"subject", e.Subject}, {"correlationid", e.CorrelationID},
@@ -105,18 +110,32 @@ func (e Event) Validate() error {
 		if f.value == "" {
 			return &Error{Field: f.name, Kind: ErrMissingHeader, Detail: "empty"}
 		}
-		if len(f.value) > MaxFieldBytes {
-			return &Error{Field: f.name, Kind: ErrInvalidHeader, Detail: fmt.Sprintf("%d bytes, limit %d", len(f.value), MaxFieldBytes)}
+		if err := storable(f.name, f.value); err != nil {
+			return err
 		}
 	}
-	if len(e.CausationID) > MaxFieldBytes {
-		return &Error{Field: "causationid", Kind: ErrInvalidHeader, Detail: fmt.Sprintf("%d bytes, limit %d", len(e.CausationID), MaxFieldBytes)}
+	if err := storable("causationid", e.CausationID); err != nil {
+		return err
 	}
 	if e.SchemaVersion < 1 {
 		return &Error{Field: "dataschemaversion", Kind: ErrInvalidHeader, Detail: fmt.Sprintf("%d, must be >= 1", e.SchemaVersion)}
 	}
 	if !json.Valid(e.Data) {
 		return &Error{Field: "data", Kind: ErrInvalidPayload, Detail: "not valid JSON"}
+	}
+	return nil
+}
+
+// storable refuses a field value Postgres cannot keep in a text column: over
+// MaxFieldBytes, invalid UTF-8, or with a NUL byte.
+func storable(name, v string) error {
+	switch {
+	case len(v) > MaxFieldBytes:
+		return &Error{Field: name, Kind: ErrInvalidHeader, Detail: fmt.Sprintf("%d bytes, limit %d", len(v), MaxFieldBytes)}
+	case !utf8.ValidString(v):
+		return &Error{Field: name, Kind: ErrInvalidHeader, Detail: "not valid UTF-8"}
+	case strings.IndexByte(v, 0) >= 0:
+		return &Error{Field: name, Kind: ErrInvalidHeader, Detail: "contains a NUL byte"}
 	}
 	return nil
 }

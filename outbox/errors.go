@@ -12,7 +12,8 @@ var (
 	ErrInvalidTable = errors.New("outbox: invalid table name")
 
 	// ErrInvalidHeader is returned by Enqueue when a record header value is not
-	// valid UTF-8 (headers are stored as JSON text).
+	// valid UTF-8 or holds a NUL byte (headers are stored as jsonb, which refuses
+	// both).
 	ErrInvalidHeader = errors.New("outbox: header value is not UTF-8 text")
 
 	// ErrUnsafeClient is returned by Relay.Run when the Kafka client is not an

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"unicode/utf8"
@@ -18,7 +19,7 @@ import (
 func encodeHeaders(hs []kgo.RecordHeader) (string, error) {
 	pairs := make([][2]string, len(hs))
 	for i, h := range hs {
-		if !utf8.Valid(h.Value) {
+		if !utf8.Valid(h.Value) || bytes.IndexByte(h.Value, 0) >= 0 {
 			return "", fmt.Errorf("%w: %q", ErrInvalidHeader, h.Key)
 		}
 		pairs[i] = [2]string{h.Key, string(h.Value)}

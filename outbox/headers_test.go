@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"errors"
 	"reflect"
 	"testing"
 
@@ -78,5 +79,16 @@ func BenchmarkDecodeHeaders(b *testing.B) {
 		if _, err := decodeHeaders(in); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestEncodeHeadersRefusesWhatJSONBCannotStore(t *testing.T) {
+	for name, v := range map[string]string{"NUL": "a\x00b", "invalid UTF-8": "\xff"} {
+		t.Run(name, func(t *testing.T) {
+			_, err := encodeHeaders([]kgo.RecordHeader{{Key: "baggage", Value: []byte(v)}})
+			if !errors.Is(err, ErrInvalidHeader) {
+				t.Fatalf("err = %v, want ErrInvalidHeader", err)
+			}
+		})
 	}
 }
