@@ -47,6 +47,7 @@ const (
 	ReasonMalformed        = "malformed"         // event.ErrMalformed: undecodable or invalid
 	ReasonUnknownType      = "unknown_type"      // ErrUnknownType
 	ReasonUntrusted        = "untrusted"         // ErrUntrusted: wrong source or topic (Router.Trust)
+	ReasonBadSignature     = "bad_signature"     // ErrBadSignature: no valid signature (Router.TrustKeys)
 	ReasonKeyReused        = "key_reused"        // idempotency.ErrKeyReused
 	ReasonPanic            = "panic"             // ErrPanic
 	ReasonRetriesExhausted = "retries_exhausted" // ErrRetriesExhausted
@@ -65,6 +66,8 @@ func Reason(err error) string {
 		return ReasonUnknownType
 	case errors.Is(err, ErrUntrusted):
 		return ReasonUntrusted
+	case errors.Is(err, ErrBadSignature):
+		return ReasonBadSignature
 	case errors.Is(err, idempotency.ErrKeyReused):
 		return ReasonKeyReused
 	case errors.Is(err, ErrPanic):

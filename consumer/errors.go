@@ -16,6 +16,11 @@ var (
 	// matches none of the declared ones. Non-retryable: the event goes to the dead-letter
 	// topic (reason "untrusted") and is never applied.
 	ErrUntrusted = errors.New("consumer: untrusted event source or topic")
+	// ErrBadSignature: the event's source is declared with Router.TrustKeys (or
+	// VerifySignatures) and the record carries no valid signature by one of its keys.
+	// It also matches event.ErrBadSignature. Non-retryable: the event goes to the
+	// dead-letter topic (reason "bad_signature") and is never applied.
+	ErrBadSignature = errors.New("consumer: bad signature")
 	// ErrPanic: a handler panicked. The error carries the panic value and stack.
 	// Non-retryable: a panic is a bug that a retry would repeat.
 	ErrPanic = errors.New("consumer: handler panicked")
@@ -54,7 +59,7 @@ func Permanent(err error) error {
 
 // Retryable is the default classification used by Retry. An error is non-retryable when
 // it was marked with Permanent or matches event.ErrMalformed, idempotency.ErrKeyReused,
-// idempotency.ErrInvalidKey, ErrUnknownType, ErrUntrusted or ErrPanic; every other error, including
+// idempotency.ErrInvalidKey, ErrUnknownType, ErrUntrusted, ErrBadSignature or ErrPanic; every other error, including
 // lock.ErrNotObtained and lock.ErrLost, is retryable. (Retry stops on its own when its
 // context is cancelled, whatever the classification.)
 func Retryable(err error) bool {
@@ -69,6 +74,7 @@ func Retryable(err error) bool {
 		errors.Is(err, idempotency.ErrInvalidKey),
 		errors.Is(err, ErrUnknownType),
 		errors.Is(err, ErrUntrusted),
+		errors.Is(err, ErrBadSignature),
 		errors.Is(err, ErrPanic):
 		return false
 	}

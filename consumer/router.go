@@ -20,6 +20,7 @@ type Router struct {
 	ignore  map[string]bool
 	trust   map[string][]trustRule     // see Trust (trust.go)
 	subject func(subject string) error // see Subjects (trust.go)
+	keys    map[string]*event.KeySet   // see TrustKeys (signature.go)
 }
 
 // NewRouter returns an empty Router.
@@ -60,7 +61,8 @@ func (r *Router) Types() []string {
 }
 
 // Filter is the Middleware half of the router: it fails events that break a Trust rule
-// with ErrUntrusted, settles ignored types with OutcomeIgnored and fails unknown types
+// with ErrUntrusted and events without a valid signature of a source declared with
+// TrustKeys with ErrBadSignature, settles ignored types with OutcomeIgnored and fails unknown types
 // with ErrUnknownType, before the handlers it
 // wraps (lock, transaction) run. It needs a decoded message (see Decode).
 func (r *Router) Filter() Middleware {
@@ -81,6 +83,9 @@ func (r *Router) Filter() Middleware {
 func (r *Router) filter(m *Message) (bool, error) {
 	typ := m.Event.Type
 	if err := r.trusted(m); err != nil {
+		return false, err
+	}
+	if err := r.signed(m); err != nil {
 		return false, err
 	}
 	if err := r.validSubject(m); err != nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-func mustEvent(t *testing.T) event.Event {
+func mustEvent(t testing.TB) event.Event {
 	t.Helper()
 	e, err := event.New("order", "order.created", "o-1", map[string]int{"amount": 10})
 	if err != nil {

@@ -21,8 +21,9 @@ import (
 // per outbox table and share it (also with the [Relay], via [NewRelay]).
 type Outbox struct {
 	names    names
-	nameErr  error  // from WithTable, returned by New
-	notifier Execer // sends NOTIFY after commit when no in-process leader exists
+	nameErr  error         // from WithTable, returned by New
+	notifier Execer        // sends NOTIFY after commit when no in-process leader exists
+	signer   *event.Signer // see WithSigner (signer.go)
 
 	// leaderWake is the wake channel of an in-process relay while it leads.
 	leaderWake atomic.Pointer[chan struct{}]
@@ -124,7 +125,7 @@ func (o *Outbox) Enqueue(ctx context.Context, tx pgx.Tx, topic string, evs ...ev
 	if len(evs) == 0 {
 		return nil
 	}
-	keys, headers, payloads, err := encodeRows(ctx, topic, evs)
+	keys, headers, payloads, err := encodeRows(ctx, o.signer, topic, evs)
 	if err != nil {
 		return err
 	}
@@ -156,7 +157,7 @@ func (o *Outbox) Queue(ctx context.Context, b *pgx.Batch, topic string, evs ...e
 	if len(evs) == 0 {
 		return nil
 	}
-	keys, headers, payloads, err := encodeRows(ctx, topic, evs)
+	keys, headers, payloads, err := encodeRows(ctx, o.signer, topic, evs)
 	if err != nil {
 		return err
 	}
@@ -173,8 +174,8 @@ func (o *Outbox) Queue(ctx context.Context, b *pgx.Batch, topic string, evs ...e
 }
 
 // encodeRows validates evs and turns them into the outbox rows' keys, headers (with
-// the trace context of ctx) and payloads.
-func encodeRows(ctx context.Context, topic string, evs []event.Event) (keys, headers []string, payloads [][]byte, err error) {
+// the trace context of ctx, and s's signature when s is not nil) and payloads.
+func encodeRows(ctx context.Context, s *event.Signer, topic string, evs []event.Event) (keys, headers []string, payloads [][]byte, err error) {
 	keys = make([]string, len(evs))
 	headers = make([]string, len(evs))
 	payloads = make([][]byte, len(evs))
@@ -182,6 +183,9 @@ func encodeRows(ctx context.Context, topic string, evs []event.Event) (keys, hea
 		rec, err := event.ToRecord(topic, ev)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("outbox: enqueue %s: %w", ev.Type, err)
+		}
+		if s != nil {
+			s.Sign(rec)
 		}
 		tracing.Inject(ctx, rec)
 		h, err := encodeHeaders(rec.Headers)
