@@ -5,6 +5,7 @@ import (
 
 	"go.opentelemetry.io/otel"
 
+	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/tracing"
 )
 
@@ -28,8 +29,9 @@ type chain struct {
 	ins        *instruments
 	logger     *slog.Logger
 	decode     Decoder
-	router     *Router // nil when the config has a Handler
-	locker     Locker  // nil: no lock
+	router     *Router                  // nil when the config has a Handler
+	keys       map[string]*event.KeySet // StandardConfig.TrustedKeys
+	locker     Locker                   // nil: no lock
 	lockEntity func(m *Message) string
 	tx         *transactor
 }
@@ -53,6 +55,7 @@ func (cfg *StandardConfig) resolve() (*chain, error) {
 		ins:        ins,
 		logger:     cfg.Logger,
 		router:     cfg.Router,
+		keys:       cfg.TrustedKeys,
 		locker:     cfg.Locker,
 		lockEntity: cfg.LockEntity,
 	}
@@ -86,8 +89,12 @@ func (cfg *StandardConfig) resolve() (*chain, error) {
 	return c, nil
 }
 
-// filter applies the router's filter (Router.Filter), if the config has a Router.
+// filter checks the signature against the config's TrustedKeys (VerifySignatures) and
+// applies the router's filter (Router.Filter), if the config has a Router.
 func (c *chain) filter(m *Message) (bool, error) {
+	if err := verifySignature(c.keys, m); err != nil {
+		return false, err
+	}
 	if c.router == nil {
 		return true, nil
 	}

@@ -116,6 +116,38 @@ func TestTrustKeys(t *testing.T) {
 	}
 }
 
+// TestStandardTrustedKeys: StandardConfig.TrustedKeys checks signatures on both paths
+// for a chain with a plain Handler.
+func TestStandardTrustedKeys(t *testing.T) {
+	e := newChainEnv(t, 1)
+	s := newSigner(t)
+	keys, _ := event.NewKeySet(s.Key())
+	handled := 0
+	h := func(context.Context, pgx.Tx, event.Event) error { handled++; return nil }
+	trusted := map[string]*event.KeySet{"payment": keys}
+	standard := e.standard(t, StandardConfig{Handler: h, Name: "single", TrustedKeys: trusted})
+	batch, err := StandardBatch(StandardConfig{Handler: h, Name: "batch", DB: e.pool, DeadLetter: e.producer, TrustedKeys: trusted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, _ := event.New("payment", "payment.authorized", "o-1", map[string]int{"amount": 1})
+	good, _ := event.ToRecord(e.topic, ev)
+	s.Sign(good)
+	forged, _ := event.ToRecord(e.topic, ev)
+	msg := func(r *kgo.Record) *Message { return &Message{Record: r, Group: e.group, deadLetterTopic: e.dlqOf} }
+	ctx := context.Background()
+	m := msg(forged)
+	if err := standard(ctx, m); err != nil || Reason(m.DeadLetterCause) != ReasonBadSignature {
+		t.Errorf("unsigned: %v, cause %v; want dead-lettered as bad_signature", err, m.DeadLetterCause)
+	}
+	if err := batch(ctx, []*Message{msg(forged)}); !errors.Is(err, ErrBadSignature) {
+		t.Errorf("StandardBatch unsigned: %v", err)
+	}
+	if err := standard(ctx, msg(good)); err != nil || handled != 1 {
+		t.Errorf("signed: %v, handled %d", err, handled)
+	}
+}
+
 // TestVerifySignatures: the Middleware form checks what TrustKeys checks.
 func TestVerifySignatures(t *testing.T) {
 	s := newSigner(t)

@@ -31,6 +31,11 @@ type StandardConfig struct {
 	// DeadLetterValueBytes bounds the value of a bounded dead-letter copy (default
 	// DefaultDeadLetterValueBytes).
 	DeadLetterValueBytes int
+	// TrustedKeys, if set, maps a source (ce_source) to the keys its events must be
+	// signed with, as Router.TrustKeys does for one source: an event of such a source
+	// without a valid signature by one of them is dead-lettered as "bad_signature".
+	// Sources not in the map are not checked. Default: none.
+	TrustedKeys map[string]*event.KeySet
 	// Locker, if set, serialises handling per entity (a *lock.Locker).
 	Locker Locker
 	// LockEntity chooses the entity to lock (default Message.Subject).
@@ -88,12 +93,13 @@ func (cfg *StandardConfig) tracingOptions() []tracing.InstrumentOption {
 // Standard returns the chain every choreo consumer runs, outermost first:
 //
 //	Recover → Tracing → Correlate → Metrics → Logging → DeadLetter → Retry →
-//	Recover → Decode → Router.Filter → Lock → Idempotent → business handler(ctx, tx, event)
+//	Recover → Decode → VerifySignatures → Router.Filter → Lock → Idempotent → business handler(ctx, tx, event)
 //
 // DeadLetter sits outside Retry because only the outcome of all attempts decides whether
 // a record is dead-lettered; Decode, the router's filter and the inner Recover sit inside
 // both, so undecodable records, unknown types and panics are dead-lettered at once
-// instead of blocking the partition. Lock sits inside Retry, so "not obtained" backs off.
+// instead of blocking the partition; VerifySignatures runs only with
+// StandardConfig.TrustedKeys. Lock sits inside Retry, so "not obtained" backs off.
 //
 // The configuration is resolved once, every default applied, and StandardBatch resolves
 // it the same way and runs the same parts, so both paths decode, filter,
@@ -119,6 +125,9 @@ func Standard(cfg StandardConfig) (Handler, error) {
 		Retry(cfg.Retry),
 		Recover(),
 		decodeWith(c.decode),
+	}
+	if len(c.keys) > 0 {
+		mws = append(mws, VerifySignatures(c.keys))
 	}
 	if c.router != nil {
 		mws = append(mws, c.router.Filter())
