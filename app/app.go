@@ -283,7 +283,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 
 	a.Outbox = o.outbox
 	if a.Outbox == nil {
-		if a.Outbox, err = outbox.New(outbox.WithNotifier(a.Pool)); err != nil {
+		if a.Outbox, err = outbox.New(outbox.WithNotifier(a.Pool), outbox.WithSigner(cfg.Signing.Signer)); err != nil {
 			return nil, fmt.Errorf("app: %w", err)
 		}
 	}
@@ -494,6 +494,7 @@ func (a *App) Consume(spec ConsumerSpec) error {
 		AfterCommit:       []func(){a.Outbox.Wake},
 		Retry:             spec.Retry,
 		EntityAttribute:   a.opts.entityAttr,
+		TrustedKeys:       a.Config.Signing.TrustedKeys,
 		Logger:            a.Logger,
 		TracerProvider:    a.Telemetry.TracerProvider,
 		MeterProvider:     a.Telemetry.MeterProvider,

@@ -37,7 +37,7 @@ func EnvVars() []string {
 	return append([]string{EnvDatabaseURL, EnvDatabaseConns, EnvDatabaseMinConns, EnvRedisAddr, EnvRedisURL, EnvRedisTLSCAFile, EnvKafkaBrokers, EnvKafkaPartitions,
 		EnvHTTPAddr, EnvAdminAddr, EnvLogLevel, EnvShutdownTimeout, EnvConsumerBatch, EnvPprof,
 		EnvKafkaInstanceID, EnvKafkaSessionTimeout, EnvKafkaRebalanceTimeout,
-		EnvIdempotencyRetention, EnvDeadLetterRetention}, kafkaSecurityVars()...)
+		EnvIdempotencyRetention, EnvDeadLetterRetention, EnvSigningKeyFile, EnvSigningKey, EnvTrustedKeys}, kafkaSecurityVars()...)
 }
 
 // Defaults of [LoadConfig].
@@ -168,6 +168,10 @@ type Config struct {
 	// default). They are deleted every DefaultDeadLetterPruneInterval (see
 	// [PruneDeadLetters]).
 	DeadLetterRetention time.Duration
+	// Signing is the key the service signs its events with and the keys of the sources
+	// whose events must be signed (CHOREO_SIGNING_KEY_FILE, CHOREO_TRUSTED_KEYS; see
+	// [Signing]; default neither).
+	Signing Signing
 }
 
 // defaultInstanceID returns the default KafkaInstanceID of service listening on
@@ -239,6 +243,7 @@ func LoadConfig(env *Env, service, defaultHTTPAddr string) Config {
 	c.KafkaSessionTimeout = env.Duration(EnvKafkaSessionTimeout, DefaultKafkaSessionTimeout)
 	c.KafkaRebalanceTimeout = env.Duration(EnvKafkaRebalanceTimeout, DefaultKafkaRebalanceTimeout)
 	c.readRetention(env)
+	c.readSigning(env)
 	if strings.EqualFold(c.RedisAddr, "none") {
 		c.RedisAddr = ""
 	}

@@ -262,6 +262,14 @@ func TestComposeAppServices(t *testing.T) {
 				t.Fatalf("%s rejects its compose environment: %v", name, err)
 			}
 
+			// Event signing: the service signs with its own key, which the others trust
+			// for its source, and requires every source's signature.
+			if cfg.Signing.Signer == nil || len(cfg.Signing.TrustedKeys) != len(appServices) {
+				t.Errorf("signing: signer %v, trusted sources %d; want a signer and all %d sources", cfg.Signing.Signer, len(cfg.Signing.TrustedKeys), len(appServices))
+			} else if ids := cfg.Signing.TrustedKeys[name].IDs(); len(ids) != 1 || ids[0] != cfg.Signing.Signer.KeyID() {
+				t.Errorf("signing: %s signs with key %s, but %s is trusted for its source", name, cfg.Signing.Signer.KeyID(), ids)
+			}
+
 			db, err := pgx.ParseConfig(cfg.DatabaseURL)
 			if err != nil {
 				t.Fatal(err)

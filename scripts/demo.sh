@@ -71,11 +71,28 @@ else
   echo "demo: OTEL_EXPORTER_OTLP_ENDPOINT is not set, so traces are not exported (set it to send them to Jaeger)"
 fi
 
-HTTP_ADDR=$PAYMENT_ADDR PAYMENT_HANG_CUSTOMERS=c-hang bin/payment >"$LOGS/payment.log" 2>&1 &
+# Event signing (docs/threat-model.md): each service signs what it publishes with its own
+# Ed25519 key, and every service requires the signature of each source. The keys are made
+# once, in $DEMO_DIR/keys (private keys 0600).
+KEYS=$DEMO_DIR/keys
+mkdir -p "$KEYS" && chmod 700 "$KEYS"
+trusted=()
+for svc in order payment inventory; do
+  if [ ! -s "$KEYS/$svc.key" ]; then
+    (umask 077 && openssl genpkey -algorithm ed25519 -out "$KEYS/$svc.key")
+    openssl pkey -in "$KEYS/$svc.key" -pubout -out "$KEYS/$svc.pub"
+  fi
+  trusted+=("$svc=$KEYS/$svc.pub")
+done
+export CHOREO_TRUSTED_KEYS
+CHOREO_TRUSTED_KEYS=$(IFS=,; echo "${trusted[*]}")
+echo "demo: events are signed (keys in $KEYS)"
+
+CHOREO_SIGNING_KEY_FILE=$KEYS/payment.key HTTP_ADDR=$PAYMENT_ADDR PAYMENT_HANG_CUSTOMERS=c-hang bin/payment >"$LOGS/payment.log" 2>&1 &
 pids+=($!)
-HTTP_ADDR=$INVENTORY_ADDR bin/inventory >"$LOGS/inventory.log" 2>&1 &
+CHOREO_SIGNING_KEY_FILE=$KEYS/inventory.key HTTP_ADDR=$INVENTORY_ADDR bin/inventory >"$LOGS/inventory.log" 2>&1 &
 pids+=($!)
-HTTP_ADDR=$ORDER_ADDR bin/order >"$LOGS/order.log" 2>&1 &
+CHOREO_SIGNING_KEY_FILE=$KEYS/order.key HTTP_ADDR=$ORDER_ADDR bin/order >"$LOGS/order.log" 2>&1 &
 pids+=($!)
 
 wait_http "http://$PAYMENT_ADDR/readyz" payment
