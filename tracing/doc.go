@@ -18,11 +18,15 @@
 //	OTEL_SDK_DISABLED=true   no exporters
 //
 // With no endpoint configured nothing is exported, nothing connects and
-// nothing logs export errors. Spans are then not recorded either (nothing
-// would read them): unless OTEL_TRACES_SAMPLER names a sampler, they carry
+// nothing logs export errors. Unless OTEL_TRACES_SAMPLER names a sampler, the
+// sampler is then parentbased_always_off: traces that start here or arrive
+// unsampled are not recorded (nothing would read them); their spans carry
 // trace and span ids only, so trace ids still reach logs, Kafka headers and
-// HTTP headers (traceparent, with the sampled flag cleared) at a fraction of
-// the CPU ([Telemetry.RecordsSpans]; docs/benchmarks.md). This rule
+// HTTP headers (traceparent) at a fraction of the CPU
+// ([Telemetry.RecordsSpans]; docs/benchmarks.md). A trace that
+// arrives sampled stays sampled: its spans here are recorded and dropped, and
+// the traceparent this service propagates keeps the sampled flag, so a
+// service between two exporting ones never cuts their trace. This rule
 // (the OTel default would export to localhost) is why Setup picks exporters
 // itself instead of using go.opentelemetry.io/contrib/exporters/autoexport.
 //

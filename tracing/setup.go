@@ -67,8 +67,12 @@ type Telemetry struct {
 	TracerProvider *sdktrace.TracerProvider
 	// RecordsSpans is false when [Setup] found nothing that would read a
 	// recorded span (no exporter, no [WithSpanProcessor], no
-	// OTEL_TRACES_SAMPLER, no [WithSampler]): its spans then carry ids only
-	// and are neither recorded nor marked sampled. See [Setup].
+	// OTEL_TRACES_SAMPLER, no [WithSampler]). Spans then follow their parent:
+	// a root span, or a span whose parent is not sampled, carries ids only and
+	// is neither recorded nor marked sampled; a span whose parent is sampled
+	// (a traceparent ending in "-01" on the incoming record or request) is
+	// recorded and sampled, so the parent's decision reaches the services
+	// downstream. See [Setup].
 	RecordsSpans bool
 	// MeterProvider is the SDK meter provider. It always has a Prometheus
 	// reader registered in Registry, plus an OTLP push reader when
@@ -147,8 +151,8 @@ func WithoutGlobals() Option {
 
 // WithSampler overrides the sampler. Default: the one named by
 // OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG, else parentbased_always_on
-// when spans are exported or processed, else never-sample (ids only; see
-// [Setup]).
+// when spans are exported or processed, else parentbased_always_off (the
+// parent's decision is kept, roots carry ids only; see [Setup]).
 func WithSampler(s sdktrace.Sampler) Option {
 	return func(c *setupConfig) { c.sampler = s }
 }
@@ -199,15 +203,16 @@ func WithoutCorrelationAttributes() Option {
 // exported. With an exporter (or a [WithSpanProcessor]) spans are sampled by
 // OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG, default parentbased_always_on.
 // Without one, and unless OTEL_TRACES_SAMPLER or [WithSampler] names a sampler,
-// spans are not recorded at all (the SDK's never-sample: no attributes, no
-// events, no span processors run, and otelpgx and the Redis hook skip their
-// client spans), since nothing would read them; they still carry ids, but the
-// traceparent they propagate has the sampled flag cleared ("-00"), so a
-// downstream service that exports and samples parent-based records nothing
-// of those traces. A service without an exporter whose downstream services
-// export should set OTEL_TRACES_SAMPLER=parentbased_always_on: it then records
-// (and drops) its spans and passes the sampled flag on, as before. The exporter
-// is chosen by OTEL_TRACES_EXPORTER:
+// the sampler is parentbased_always_off: this service never changes the
+// decision of the trace it continues. A trace that starts here, or arrives
+// unsampled ("-00"), is not recorded (no attributes, no events, no span
+// processors run, and otelpgx and the Redis hook skip their client spans),
+// since nothing would read it; its spans still carry ids, and the traceparent
+// they propagate stays "-00". A trace that arrives sampled ("-01") is recorded
+// (and dropped, as nothing exports it), and everything this service propagates
+// in it keeps the sampled flag, so downstream services that export record the
+// rest of the trace. [Telemetry.RecordsSpans] is false in this mode. The
+// exporter is chosen by OTEL_TRACES_EXPORTER:
 //
 //   - unset: OTLP if OTEL_EXPORTER_OTLP_ENDPOINT or
 //     OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set, otherwise none. This is the
@@ -230,7 +235,7 @@ func WithoutCorrelationAttributes() Option {
 // reader; this package never opens a port of its own).
 //
 // OTEL_SDK_DISABLED=true disables every exporter; metrics are still recorded
-// in-process (and served on /metrics), spans only carry ids as without an
+// in-process (and served on /metrics), and spans are sampled as without an
 // exporter.
 //
 // Propagation is W3C tracecontext + W3C baggage. Unless [WithoutGlobals] is
@@ -283,8 +288,9 @@ func Setup(ctx context.Context, serviceName string, opts ...Option) (*Telemetry,
 	case cfg.sampler != nil:
 		tpOpts = append(tpOpts, sdktrace.WithSampler(cfg.sampler))
 	case len(spanExps) == 0 && len(cfg.processors) == 0 && envLower(envTracesSampler) == "":
-		// Nothing would read a recorded span: create ids only (see Setup).
-		tpOpts = append(tpOpts, sdktrace.WithSampler(sdktrace.NeverSample()))
+		// Nothing here reads a recorded span: roots carry ids only, but a
+		// sampled parent stays sampled for the services downstream (see Setup).
+		tpOpts = append(tpOpts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.NeverSample())))
 		tel.RecordsSpans = false
 	}
 	if !cfg.noCorrelation {
