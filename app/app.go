@@ -193,7 +193,7 @@ type App struct {
 	checks    []NamedCheck
 	relay     *outbox.Relay
 	archive   *consumer.DeadLetterArchive // the default dead-letter archive, migrated by New
-	dlqTopics []string                    // of the consumers; Run creates them if missing
+	dlqTopics []string                    // dead-letter and retry topics of the consumers; Run creates them if missing
 	consumers []component
 	workers   []component
 
@@ -443,10 +443,12 @@ func (a *App) AddCheck(name string, c Check) {
 type ConsumerSpec struct {
 	// Group is the Kafka consumer group. Required.
 	Group string
-	// Topics are consumed by the group. Required. Run creates the dead-letter topic of
-	// each if missing (with Config.KafkaPartitions partitions; a creation the broker
-	// refuses is logged), and the consumer then fails at start, with an error matching
-	// consumer.ErrMissingTopic, if one still does not exist. A dead letter the topic
+	// Topics are consumed by the group. Required. The group also consumes its retry
+	// topic of each, "<topic>.retry.<group>" (consumer.WithRetryTopics), where `sagactl
+	// dlq replay` sends the records this group dead-lettered. Run creates the dead-letter
+	// and retry topics if missing (with Config.KafkaPartitions partitions; a creation
+	// the broker refuses is logged), and the consumer then fails at start, with an error
+	// matching consumer.ErrMissingTopic, if one still does not exist. A dead letter the topic
 	// refuses (too large, or the topic deleted) is archived in the service's database
 	// (consumer.DefaultDeadLetterTable, migrated by New) and settled.
 	Topics []string
@@ -516,6 +518,7 @@ func (a *App) Consume(spec ConsumerSpec) error {
 		consumer.WithLogger(a.Logger),
 		consumer.WithMeterProvider(a.Telemetry.MeterProvider),
 		consumer.WithDeadLetterTopics(nil),
+		consumer.WithRetryTopics(),
 	}
 	if d := a.Config.ShutdownTimeout / 2; d > 0 {
 		// Half of the shutdown budget for in-flight handlers, so that the relay and
@@ -543,7 +546,7 @@ func (a *App) Consume(spec ConsumerSpec) error {
 	copts = append(copts, consumer.WithClientOptions(kopts...))
 	copts = append(copts, spec.Options...)
 	for _, t := range spec.Topics {
-		a.dlqTopics = append(a.dlqTopics, t+consumer.DeadLetterSuffix)
+		a.dlqTopics = append(a.dlqTopics, t+consumer.DeadLetterSuffix, consumer.RetryTopic(t, spec.Group))
 	}
 	c, err := consumer.New(a.Config.KafkaBrokers, spec.Group, spec.Topics, h, copts...)
 	if err != nil {
@@ -770,7 +773,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 		if err != nil {
 			// Each consumer's own check (consumer.WithDeadLetterTopics) fails on a topic
 			// that is still missing.
-			log.Warn("app: creating dead-letter topics failed", slog.Any("topics", a.dlqTopics), slog.Any("error", err))
+			log.Warn("app: creating dead-letter and retry topics failed", slog.Any("topics", a.dlqTopics), slog.Any("error", err))
 		}
 	}
 	relay := a.start(base, []component{{name: "outbox relay", run: a.relay.Run, mustRun: true}}, exits, &stopping)

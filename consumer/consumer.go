@@ -87,6 +87,7 @@ type config struct {
 	batchMax        int
 	batch           BatchHandler
 	dlqTopic        func(source string) string // nil: no check at start
+	retryTopics     bool                       // WithRetryTopics
 }
 
 // Option configures a Consumer.
@@ -231,6 +232,7 @@ type Consumer struct {
 	cfg    config
 	group  string
 	topics []string
+	retry  []string // the retry topics (WithRetryTopics), consumed besides topics
 	h      Handler
 	seeds  []string
 
@@ -270,10 +272,18 @@ func New(brokers []string, group string, topics []string, h Handler, opts ...Opt
 	for _, o := range opts {
 		o(&cfg)
 	}
+	var retry []string
+	if cfg.retryTopics {
+		var err error
+		if retry, err = retryTopicsOf(group, topics); err != nil {
+			return nil, err
+		}
+	}
 	return &Consumer{
 		cfg:     cfg,
 		group:   group,
 		topics:  append([]string(nil), topics...),
+		retry:   retry,
 		h:       h,
 		seeds:   append([]string(nil), brokers...),
 		workers: make(map[topicPartition]*worker),
@@ -287,7 +297,7 @@ func (c *Consumer) clientOptions() []kgo.Opt {
 	opts := append([]kgo.Opt{
 		kgo.SeedBrokers(c.seeds...),
 		kgo.ConsumerGroup(c.group),
-		kgo.ConsumeTopics(c.topics...),
+		kgo.ConsumeTopics(append(slices.Clip(c.topics), c.retry...)...),
 		kgo.FetchMaxWait(DefaultFetchMaxWait),
 	}, c.cfg.clientOpts...)
 	return append(opts,

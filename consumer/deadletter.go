@@ -42,7 +42,8 @@ const (
 	MaxDLQErrorBytes = 4096
 )
 
-// Reasons, the values of HeaderDLQReason.
+// Reasons, the values of HeaderDLQReason. Reasons lists them all; a new one is added
+// there too.
 const (
 	ReasonMalformed        = "malformed"         // event.ErrMalformed: undecodable or invalid
 	ReasonUnknownType      = "unknown_type"      // ErrUnknownType
@@ -54,6 +55,13 @@ const (
 	ReasonPermanent        = "permanent"         // any other non-retryable error
 	ReasonFailed           = "failed"            // a retryable error with no Retry in the chain
 )
+
+// Reasons returns every Reason constant, in the order they are declared: the values
+// HeaderDLQReason takes (tools use it to refuse a reason they do not know).
+func Reasons() []string {
+	return []string{ReasonMalformed, ReasonUnknownType, ReasonUntrusted, ReasonKeyReused,
+		ReasonPanic, ReasonRetriesExhausted, ReasonPermanent, ReasonFailed}
+}
 
 // Reason classifies err into one of the Reason constants.
 func Reason(err error) string {
@@ -205,7 +213,7 @@ func (c deadLetterConfig) record(m *Message, err error) *kgo.Record {
 		kgo.RecordHeader{Key: HeaderDLQFailedAt, Value: []byte(c.now().UTC().Format(time.RFC3339Nano))},
 	)
 	return &kgo.Record{
-		Topic:   m.deadLetterTopicOf(src.Topic),
+		Topic:   m.deadLetterTopicOf(m.Topic()),
 		Key:     src.Key,
 		Value:   src.Value,
 		Headers: headers,

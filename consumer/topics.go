@@ -31,19 +31,22 @@ func WithDeadLetterTopics(name func(source string) string) Option {
 }
 
 // checkTopics returns an error matching ErrMissingTopic if a dead-letter topic required by
-// WithDeadLetterTopics does not exist, asking the brokers for metadata (which never
-// creates a topic). While the brokers cannot be asked (not reachable yet) it keeps trying,
-// with a Warn line for the first failure, until ctx ends; it then returns nil and Run
-// shuts down as usual.
+// WithDeadLetterTopics, or a retry topic of WithRetryTopics, does not exist, asking the
+// brokers for metadata (which never creates a topic). While the brokers cannot be asked
+// (not reachable yet) it keeps trying, with a Warn line for the first failure, until ctx
+// ends; it then returns nil and Run shuts down as usual.
 func (c *Consumer) checkTopics(ctx context.Context, cl *kgo.Client) error {
-	if c.cfg.dlqTopic == nil {
-		return nil
-	}
 	var want []string
-	for _, t := range c.topics {
-		if d := c.cfg.dlqTopic(t); !slices.Contains(want, d) {
-			want = append(want, d)
+	if c.cfg.dlqTopic != nil {
+		for _, t := range c.topics {
+			if d := c.cfg.dlqTopic(t); !slices.Contains(want, d) {
+				want = append(want, d)
+			}
 		}
+	}
+	want = append(want, c.retry...)
+	if len(want) == 0 {
+		return nil
 	}
 	adm := kadm.NewClient(cl)
 	var details kadm.TopicDetails
@@ -56,10 +59,10 @@ func (c *Consumer) checkTopics(ctx context.Context, cl *kgo.Client) error {
 		case ctx.Err() != nil:
 			return nil
 		case errors.As(err, &authErr):
-			return fmt.Errorf("consumer: check dead-letter topics: %w", err)
+			return fmt.Errorf("consumer: check dead-letter and retry topics: %w", err)
 		default:
 			if delay == checkTopicsMinDelay {
-				c.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "consumer: cannot check the dead-letter topics yet; retrying",
+				c.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "consumer: cannot check the dead-letter and retry topics yet; retrying",
 					slog.String("group", c.group), slog.Any("topics", want), slog.Any("error", err))
 			}
 			select {
@@ -78,11 +81,16 @@ func (c *Consumer) checkTopics(ctx context.Context, cl *kgo.Client) error {
 			missing = append(missing, t)
 		}
 	}
-	if len(missing) > 0 {
-		return fmt.Errorf("%w: dead-letter topic(s) %s of group %s do not exist; create them (app.EnsureTopics, kafka-topics.sh) before starting the consumer",
-			ErrMissingTopic, strings.Join(missing, ", "), c.group)
+	var errs []error
+	if dlq := slices.DeleteFunc(slices.Clone(missing), func(t string) bool { return slices.Contains(c.retry, t) }); len(dlq) > 0 {
+		errs = append(errs, fmt.Errorf("%w: dead-letter topic(s) %s of group %s do not exist; create them (app.EnsureTopics, kafka-topics.sh) before starting the consumer",
+			ErrMissingTopic, strings.Join(dlq, ", "), c.group))
 	}
-	return nil
+	if retry := slices.DeleteFunc(missing, func(t string) bool { return !slices.Contains(c.retry, t) }); len(retry) > 0 {
+		errs = append(errs, fmt.Errorf("%w: retry topic(s) %s of group %s do not exist (WithRetryTopics); create them (app.EnsureTopics, kafka-topics.sh) before starting the consumer",
+			ErrMissingTopic, strings.Join(retry, ", "), c.group))
+	}
+	return errors.Join(errs...)
 }
 
 // Pauses between attempts of checkTopics while the brokers cannot be asked.

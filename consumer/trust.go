@@ -55,7 +55,7 @@ func (r *Router) trusted(m *Message) error {
 		return nil
 	}
 	for _, t := range rules {
-		if m.Event.Source == t.source && (t.topic == "" || m.Record.Topic == t.topic) {
+		if m.Event.Source == t.source && (t.topic == "" || m.Topic() == t.topic) {
 			return nil
 		}
 	}
@@ -64,7 +64,7 @@ func (r *Router) trusted(m *Message) error {
 		want[i] = t.String()
 	}
 	return fmt.Errorf("%w: %q from source %q on topic %q (accepted: %s)", ErrUntrusted,
-		m.Event.Type, clipText(m.Event.Source, maxQuoted), m.Record.Topic, strings.Join(want, "; "))
+		m.Event.Type, clipText(m.Event.Source, maxQuoted), m.Topic(), strings.Join(want, "; "))
 }
 
 // maxQuoted bounds untrusted text quoted in an error.

@@ -196,7 +196,8 @@ func (k *kafka) dlqTopics(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-// deadLetterCounts counts the records of every dead-letter topic by reason and group.
+// deadLetterCounts counts the dead letters of every dead-letter topic by reason and
+// group, each once however many copies of it the topic holds (dedupe).
 // A topic is read again only when its offsets moved since the last count.
 func (s *console) deadLetterCounts(ctx context.Context) ([]dlqReasonCount, error) {
 	k, err := s.kafka(ctx)
@@ -217,7 +218,7 @@ func (s *console) deadLetterCounts(ctx context.Context) ([]dlqReasonCount, error
 		memo, ok := s.dlqMemo[t]
 		s.mu.Unlock()
 		if !ok || !maps.Equal(memo.ends, b) {
-			recs, err := k.readAll(ctx, t)
+			recs, err := k.readDLQ(ctx, t)
 			if err != nil {
 				return nil, err
 			}

@@ -353,7 +353,7 @@ func (s *console) deadLetters(ctx context.Context, topic string) ([]dlqRecord, [
 	}
 	var all []dlqRecord
 	for _, t := range read {
-		recs, err := k.readAll(ctx, t)
+		recs, err := k.readDLQ(ctx, t)
 		if err != nil {
 			return nil, topics, err
 		}
@@ -384,7 +384,7 @@ func (s *console) handleDLQRecord(w http.ResponseWriter, r *http.Request) {
 	k, err := s.kafka(ctx)
 	if err == nil {
 		var rec dlqRecord
-		if rec, err = k.readOne(ctx, dlqTopic(topic), pp, o); err == nil {
+		if rec, err = k.readCopies(ctx, dlqTopic(topic), pp, o); err == nil {
 			rp := &dlqRecordPage{Rec: rec, Payload: rec.Text}
 			if rec.Value != nil {
 				var b bytes.Buffer
@@ -486,21 +486,41 @@ func (s *console) handleReplay(w http.ResponseWriter, r *http.Request) {
 			sels = append(sels, replaySelection{Topic: t, Positions: byTopic[t], DryRun: dry})
 		}
 	}
+	// Every selection is planned (read and checked) before anything is produced, so a
+	// refusal in one topic replays nothing in another.
 	status := http.StatusOK
+	var plans []*replayPlan
 	for _, sel := range sels {
-		out, err := k.replay(ctx, sel, func(rec dlqRecord) {
-			rp.Skipped = append(rp.Skipped, fmt.Sprintf("%s %s: a truncated copy; its original is row %d of table %s (docs/operations.md)",
-				sel.Topic, rec.pos(), rec.ArchiveID, orDash(rec.ArchiveTable)))
+		pl, err := k.plan(ctx, sel, func(rec dlqRecord, why string) {
+			rp.Skipped = append(rp.Skipped, fmt.Sprintf("%s %s: %s", sel.Topic, rec.pos(), why))
 		})
+		if err != nil {
+			rp.Errors = append(rp.Errors, err.Error())
+			status = http.StatusBadGateway
+			if errors.Is(err, errNotFound) || errors.Is(err, errUsage) || errors.Is(err, errRefused) {
+				status = http.StatusBadRequest
+			}
+			continue
+		}
+		plans = append(plans, pl)
+	}
+	if len(rp.Errors) > 0 {
+		s.render(w, r, "replay", status, p)
+		return
+	}
+	for _, pl := range plans {
+		out := pl.items
+		var err error
+		if !dry {
+			out, err = k.produce(ctx, pl)
+		}
 		for _, o := range out {
-			rp.Items = append(rp.Items, replayItem{DLQTopic: sel.Topic, replayed: o})
+			rp.Items = append(rp.Items, replayItem{DLQTopic: pl.topic, replayed: o})
 		}
 		if err != nil {
 			rp.Errors = append(rp.Errors, err.Error())
 			status = http.StatusBadGateway
-			if errors.Is(err, errNotFound) || errors.Is(err, errUsage) {
-				status = http.StatusBadRequest
-			}
+			break
 		}
 	}
 	s.render(w, r, "replay", status, p)

@@ -38,7 +38,16 @@ func cmdDLQList(ctx context.Context, args []string, std stdio) error {
 	fs.StringVar(&f.reason, "reason", "", "only records dead-lettered for this `reason` (e.g. retries_exhausted)")
 	fs.StringVar(&f.group, "group", "", "only records the consumer `group` gave up on")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: sagactl dlq list [topic] [flags]\n\nWithout a topic: the dead-letter topics (*.dlq) and their record counts.\nWith a topic (orders.events or orders.events.dlq): its records with the reason each was dead-lettered.\n\nFlags:")
+		fmt.Fprintln(fs.Output(), `usage: sagactl dlq list [topic] [flags]
+
+Without a topic: the dead-letter topics (*.dlq) and how many dead letters each holds.
+With a topic (orders.events or orders.events.dlq): its dead letters with the reason each
+was dead-lettered. A dead letter is one source record given up by one group; copies of
+it (written again after a consumer was killed before committing its offset) are listed
+once, with the positions of the other copies (COPIES, and "duplicates" in -json).
+An unknown -reason is an error that lists the valid ones.
+
+Flags:`)
 		fs.PrintDefaults()
 	}
 	pos, err := parse(fs, args)
@@ -57,8 +66,11 @@ func cmdDLQList(ctx context.Context, args []string, std stdio) error {
 		return listDLQTopics(ctx, k, c.json, std.out)
 	}
 	topic := dlqTopic(pos[0])
-	recs, err := k.readAll(ctx, topic)
+	recs, err := k.readDLQ(ctx, topic)
 	if err != nil {
+		return err
+	}
+	if err := checkReason(f.reason, recs); err != nil {
 		return err
 	}
 	recs = slices.DeleteFunc(recs, func(r dlqRecord) bool { return !f.match(r) })
@@ -79,7 +91,7 @@ func renderDLQList(w io.Writer, topic string, recs []dlqRecord) error {
 		_, err := fmt.Fprintf(w, "%s: no dead-lettered records\n", topic)
 		return err
 	}
-	t := newTable("POS", "FAILED AT", "GROUP", "REASON", "ATTEMPTS", "EVENT TYPE", "KEY", "FROM", "ERROR").right(4)
+	t := newTable("POS", "FAILED AT", "GROUP", "REASON", "ATTEMPTS", "COPIES", "EVENT TYPE", "KEY", "FROM", "ERROR").right(4, 5)
 	for _, r := range recs {
 		from := "-"
 		if r.OriginTopic != "" {
@@ -93,20 +105,21 @@ func renderDLQList(w io.Writer, topic string, recs []dlqRecord) error {
 		if r.Truncated {
 			reason += " (truncated)"
 		}
-		t.add(r.pos(), failed, orDash(r.Group), reason, strconv.Itoa(r.Attempts),
+		t.add(r.pos(), failed, orDash(r.Group), reason, strconv.Itoa(r.Attempts), strconv.Itoa(max(r.Copies, 1)),
 			orDash(r.EventType), truncate(r.Key, 40), from, truncate(orDash(r.Error), 60))
 	}
 	if err := t.render(w); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "\n%d record(s) in %s; details: sagactl dlq show %s %s\n", len(recs), topic, topic, recs[0].pos())
+	_, err := fmt.Fprintf(w, "\n%d dead letter(s) in %s; details: sagactl dlq show %s %s\n", len(recs), topic, topic, recs[0].pos())
 	return err
 }
 
 type dlqTopicInfo struct {
 	Topic      string `json:"topic"`
 	Partitions int    `json:"partitions"`
-	Records    int64  `json:"records"`
+	Records    int64  `json:"records"` // dead letters, each counted once
+	Copies     int64  `json:"copies"`  // records in the topic, copies included
 	Origin     string `json:"origin_topic"`
 }
 
@@ -124,9 +137,13 @@ func listDLQTopics(ctx context.Context, k *kafka, asJSON bool, w io.Writer) erro
 		if err != nil {
 			return err
 		}
-		info := dlqTopicInfo{Topic: name, Partitions: len(b), Origin: strings.TrimSuffix(name, consumer.DeadLetterSuffix)}
-		for _, se := range b {
-			info.Records += se[1] - se[0]
+		recs, err := k.readDLQ(ctx, name)
+		if err != nil {
+			return err
+		}
+		info := dlqTopicInfo{Topic: name, Partitions: len(b), Origin: strings.TrimSuffix(name, consumer.DeadLetterSuffix), Records: int64(len(recs))}
+		for _, r := range recs {
+			info.Copies += int64(max(r.Copies, 1))
 		}
 		infos = append(infos, info)
 	}
@@ -142,9 +159,9 @@ func listDLQTopics(ctx context.Context, k *kafka, asJSON bool, w io.Writer) erro
 		_, err := fmt.Fprintln(w, "no dead-letter topics (*.dlq)")
 		return err
 	}
-	t := newTable("TOPIC", "PARTITIONS", "RECORDS", "REPLAYS TO").right(1, 2)
+	t := newTable("TOPIC", "PARTITIONS", "DEAD LETTERS", "COPIES", "SOURCE").right(1, 2, 3)
 	for _, i := range infos {
-		t.add(i.Topic, strconv.Itoa(i.Partitions), strconv.FormatInt(i.Records, 10), i.Origin)
+		t.add(i.Topic, strconv.Itoa(i.Partitions), strconv.FormatInt(i.Records, 10), strconv.FormatInt(i.Copies, 10), i.Origin)
 	}
 	return t.render(w)
 }
@@ -172,7 +189,7 @@ func cmdDLQShow(ctx context.Context, args []string, std stdio) error {
 		return err
 	}
 	defer k.close()
-	r, err := k.readOne(ctx, dlqTopic(pos[0]), p, o)
+	r, err := k.readCopies(ctx, dlqTopic(pos[0]), p, o)
 	if err != nil {
 		return err
 	}
@@ -191,6 +208,9 @@ func renderDLQRecord(w io.Writer, r dlqRecord) error {
 	}
 	if r.OriginTopic != "" {
 		fmt.Fprintf(&b, "origin     %s partition %d offset %d\n", r.OriginTopic, r.OriginPartition, r.OriginOffset)
+	}
+	if len(r.Duplicates) > 0 {
+		fmt.Fprintf(&b, "copies     %d of this dead letter (same origin and group): also at %s\n", r.Copies, strings.Join(r.Duplicates, ", "))
 	}
 	fmt.Fprintf(&b, "event      %s %s\n", orDash(r.EventType), orDash(r.EventID))
 	fmt.Fprintf(&b, "key        %s\n", r.Key)
@@ -235,21 +255,33 @@ func cmdDLQReplay(ctx context.Context, args []string, std stdio) error {
 	fs := newFlagSet("dlq replay", std, &c)
 	fs.BoolVar(&sel.All, "all", false, "replay every record (after -reason/-group filtering)")
 	fs.BoolVar(&sel.DryRun, "dry-run", false, "show what would be replayed without producing")
-	fs.StringVar(&sel.To, "to", "", "produce to this `topic` instead of each record's origin topic")
+	fs.BoolVar(&sel.Source, "source", false, "republish to the source topic, which every consumer group of it reads, instead of the retry topic of the group that dead-lettered each record")
 	fs.StringVar(&sel.Filter.reason, "reason", "", "with -all: only records of this `reason`")
 	fs.StringVar(&sel.Filter.group, "group", "", "with -all: only records this consumer `group` gave up on")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), `usage: sagactl dlq replay <topic> <partition:offset>... [flags]
        sagactl dlq replay <topic> -all [-reason R] [-group G] [flags]
 
-Produces the selected records back to the topic they were dead-lettered from, with their
-original key, value and headers (the choreo_dlq_* headers removed). Truncated copies
+Produces the selected dead letters again, for the consumer group that gave up on each:
+to that group's retry topic "<source>.retry.<group>", which only that group reads (its
+consumer subscribes it with consumer.WithRetryTopics, as every app.App consumer does),
+so replaying a payment failure does not hand the event to inventory again. With -source
+they go to the source topic instead, which every group of it reads.
+
+Only records consumer.DeadLetter wrote for this topic are replayed: each must name its
+origin (choreo_dlq_topic/_partition/_offset, the source topic or the group's retry
+topic) and group, and the origin record must still be in its topic with the same key,
+value and headers; what is produced is that origin record, read back. A record that
+fails a check, a destination that does not exist, an unknown -reason or a missing
+position refuses the whole replay before anything is produced. Truncated copies
 (choreo_dlq_truncated) are refused, and skipped by -all: replay their original from the
-dead-letter archive table instead. Replaying is safe to
-repeat: every consumer group records the event ids it has handled (idempotency records),
-so groups that already handled an event skip it, and only the group that failed handles
-it again. The dead-letter topic itself is not changed (Kafka logs are append-only).
-The console's dead-letter page (sagactl console) replays through the same code.
+dead-letter archive table instead; -all also skips, with a line each, records whose
+origin is no longer in its topic (retention). Copies of one dead letter are replayed once.
+
+Replaying is safe to repeat: a group records the event ids it has handled
+(idempotency records) and skips one it has seen. The dead-letter topic itself is not
+changed (Kafka logs are append-only). The console's dead-letter page (sagactl console)
+replays through the same code.
 
 Flags:`)
 		fs.PrintDefaults()
@@ -270,9 +302,8 @@ Flags:`)
 		return err
 	}
 	defer k.close()
-	out, err := k.replay(ctx, sel, func(r dlqRecord) {
-		fmt.Fprintf(std.err, "sagactl: skipping %s %s: a truncated copy; its original is row %d of table %s (docs/operations.md)\n",
-			sel.Topic, r.pos(), r.ArchiveID, orDash(r.ArchiveTable))
+	out, err := k.replay(ctx, sel, func(r dlqRecord, why string) {
+		fmt.Fprintf(std.err, "sagactl: skipping %s %s: %s\n", sel.Topic, r.pos(), why)
 	})
 	if err != nil {
 		return err

@@ -24,6 +24,7 @@ type dlqFixture struct {
 	brokers   []string
 	source    string
 	dlq       string
+	retry     string        // the payment group's retry topic of source
 	originals []*kgo.Record // as fetched from the source topic
 	reasons   []string
 }
@@ -32,15 +33,17 @@ func newDLQFixture(t *testing.T) dlqFixture {
 	t.Helper()
 	brokers := testenv.Kafka(t)
 	source := testenv.Topic(t, brokers, 2)
-	f := dlqFixture{brokers: brokers, source: source, dlq: source + ".dlq"}
+	f := dlqFixture{brokers: brokers, source: source, dlq: source + ".dlq", retry: consumer.RetryTopic(source, "payment")}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
 	ctx := context.Background()
-	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 2, 1, nil, f.dlq); err != nil {
-		t.Fatalf("create %s: %v", f.dlq, err)
+	for _, name := range []string{f.dlq, f.retry} {
+		if _, err := kadm.NewClient(cl).CreateTopic(ctx, 2, 1, nil, name); err != nil {
+			t.Fatalf("create %s: %v", name, err)
+		}
 	}
 
 	// Three events on the source topic, as the outbox relay would write them.
@@ -106,8 +109,8 @@ func TestDLQListShowReplay(t *testing.T) {
 	for _, ti := range topics.Topics {
 		if ti.Topic == f.dlq {
 			found = true
-			if ti.Records != 3 || ti.Partitions != 2 || ti.Origin != f.source {
-				t.Errorf("topic info %+v, want 3 records in 2 partitions from %s", ti, f.source)
+			if ti.Records != 3 || ti.Copies != 3 || ti.Partitions != 2 || ti.Origin != f.source {
+				t.Errorf("topic info %+v, want 3 dead letters in 2 partitions from %s", ti, f.source)
 			}
 		}
 	}
@@ -165,7 +168,7 @@ func TestDLQListShowReplay(t *testing.T) {
 		t.Fatalf("dlq list table: exit %d", code)
 	}
 	for _, want := range []string{"POS", "REASON", "payment", "malformed", "permanent", "order.created", "amount must be positive",
-		fmt.Sprintf("%s/%d@%d", f.source, f.originals[0].Partition, f.originals[0].Offset), "3 record(s) in " + f.dlq} {
+		fmt.Sprintf("%s/%d@%d", f.source, f.originals[0].Partition, f.originals[0].Offset), "3 dead letter(s) in " + f.dlq} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table misses %q:\n%s", want, out)
 		}
@@ -209,10 +212,11 @@ func TestDLQListShowReplay(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatal(err)
 	}
-	if rep.DryRun || len(rep.Replayed) != 1 || rep.Replayed[0].Topic != f.source || rep.Replayed[0].Offset < 0 {
+	// To the payment group's retry topic: only the group that failed reads it.
+	if rep.DryRun || len(rep.Replayed) != 1 || rep.Replayed[0].Topic != f.retry || rep.Replayed[0].Group != "payment" || rep.Replayed[0].Offset < 0 {
 		t.Fatalf("replay result %+v", rep)
 	}
-	got := fetchAt(t, f.brokers, f.source, rep.Replayed[0].Partition, rep.Replayed[0].Offset)
+	got := fetchAt(t, f.brokers, f.retry, rep.Replayed[0].Partition, rep.Replayed[0].Offset)
 	orig := f.originals[1]
 	if string(got.Key) != string(orig.Key) || string(got.Value) != string(orig.Value) {
 		t.Errorf("replayed key/value %s/%s, want %s/%s", got.Key, got.Value, orig.Key, orig.Value)
@@ -244,26 +248,29 @@ func TestDLQListShowReplay(t *testing.T) {
 	if code != exitFailure || !strings.Contains(errs, "1:999") || !strings.Contains(errs, "nothing replayed") {
 		t.Errorf("replay of a missing position: exit %d: %s", code, errs)
 	}
-	// -to sends a copy elsewhere, e.g. to a quarantine topic for inspection.
-	quarantine := testenv.Topic(t, f.brokers, 1)
-	code, out, errs = sagactl(t, f.brokers, "dlq", "replay", f.dlq, "-all", "-group", "payment", "-to", quarantine, "-json")
+	// -source republishes to the source topic, which every group reads.
+	code, out, errs = sagactl(t, f.brokers, "dlq", "replay", f.dlq, "-all", "-group", "payment", "-source", "-json")
 	if code != 0 {
-		t.Fatalf("replay -to: exit %d: %s", code, errs)
+		t.Fatalf("replay -source: exit %d: %s", code, errs)
 	}
 	rep.Replayed = nil
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || len(rep.Replayed) != 3 {
-		t.Fatalf("replay -all -group payment -to: %v %+v", err, rep)
+		t.Fatalf("replay -all -group payment -source: %v %+v", err, rep)
 	}
 	for _, r := range rep.Replayed {
-		if r.Topic != quarantine {
-			t.Errorf("replayed to %s, want %s", r.Topic, quarantine)
+		if r.Topic != f.source {
+			t.Errorf("replayed to %s, want %s", r.Topic, f.source)
 		}
 	}
-	if n := endOffsetSum(t, f.brokers, quarantine); n != 3 {
-		t.Errorf("quarantine topic holds %d records, want 3", n)
+	if n := endOffsetSum(t, f.brokers, f.retry); n != 1+2 {
+		t.Errorf("retry topic holds %d records, want 3 (1 + 2 replays)", n)
 	}
-	if n := endOffsetSum(t, f.brokers, f.source); n != 3+1+2 {
-		t.Errorf("source topic holds %d records, want 6 (3 originals + 1 + 2 replays)", n)
+	if n := endOffsetSum(t, f.brokers, f.source); n != 3+3 {
+		t.Errorf("source topic holds %d records, want 6 (3 originals + 3 replays with -source)", n)
+	}
+	// The destination is never the operator's choice.
+	if code, _, _ := sagactl(t, f.brokers, "dlq", "replay", f.dlq, "-all", "-to", f.source); code != exitUsage {
+		t.Errorf("replay -to: exit %d, want %d (no such flag)", code, exitUsage)
 	}
 }
 

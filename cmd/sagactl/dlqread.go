@@ -4,8 +4,11 @@ package main
 // console's dead-letter page (console*.go), so both read and replay through one code path.
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -58,6 +61,14 @@ type dlqRecord struct {
 	SHA256       string `json:"sha256,omitempty"`
 	ArchiveTable string `json:"archive_table,omitempty"`
 	ArchiveID    int64  `json:"archive_id,omitempty"`
+
+	// Copies is how many records of the topic are this dead letter (the same source
+	// record, group, key, value and headers): more than 1 when a consumer was killed after the dead-letter
+	// copy was acknowledged and before the source offset was committed, and wrote it
+	// again after the restart. Duplicates are the positions of the other copies. The
+	// list, the counts and replay show and replay such a dead letter once.
+	Copies     int      `json:"copies,omitempty"`
+	Duplicates []string `json:"duplicates,omitempty"`
 
 	Key     string          `json:"key"`
 	Value   json.RawMessage `json:"value,omitempty"`      // the payload when it is valid JSON
@@ -126,21 +137,6 @@ func decodeDLQ(r *kgo.Record) dlqRecord {
 		}
 	}
 	return d
-}
-
-// replayRecord is the record replay produces: the original topic, key, value and headers,
-// without the dead-letter headers.
-func (r dlqRecord) replayRecord(to string) *kgo.Record {
-	if to == "" {
-		to = r.OriginTopic
-	}
-	out := &kgo.Record{Topic: to, Key: r.rec.Key, Value: r.rec.Value}
-	for _, h := range r.rec.Headers {
-		if !slices.Contains(dlqHeaders, h.Key) {
-			out.Headers = append(out.Headers, h)
-		}
-	}
-	return out
 }
 
 // dlqTopic accepts a source topic or its dead-letter topic and returns the latter.
@@ -337,6 +333,108 @@ func (k *kafka) readOne(ctx context.Context, topic string, p int32, o int64) (dl
 	return recs[0], nil
 }
 
+// dlqIdentity names the dead letter a record is: the source record (topic, partition,
+// offset), the group that gave up on it, and a digest of what it carries (key, value
+// and the headers but the choreo_dlq_* ones). Copies with one identity are one dead
+// letter; a record that names the same origin with other content is listed on its own.
+type dlqIdentity struct {
+	topic     string
+	partition int32
+	offset    int64
+	group     string
+	content   [sha256.Size]byte
+}
+
+// identity returns r's identity, or false when r lacks the headers that make one (it
+// is then a dead letter of its own).
+func (r dlqRecord) identity() (dlqIdentity, bool) {
+	if r.OriginTopic == "" || r.OriginPartition < 0 || r.OriginOffset < 0 || r.rec == nil {
+		return dlqIdentity{}, false
+	}
+	h := sha256.New()
+	field := func(b []byte) {
+		h.Write(binary.AppendUvarint(nil, uint64(len(b))))
+		h.Write(b)
+	}
+	field(r.rec.Key)
+	field(r.rec.Value)
+	for _, hd := range r.rec.Headers {
+		if !slices.Contains(dlqHeaders, hd.Key) {
+			field([]byte(hd.Key))
+			field(hd.Value)
+		}
+	}
+	id := dlqIdentity{topic: r.OriginTopic, partition: r.OriginPartition, offset: r.OriginOffset, group: r.Group}
+	h.Sum(id.content[:0])
+	return id, true
+}
+
+// dedupe returns one record per dead letter of recs, the first copy in recs' order (read
+// sorts by failure time, so the first written), with Copies and Duplicates set.
+func dedupe(recs []dlqRecord) []dlqRecord {
+	first := make(map[dlqIdentity]int) // identity -> index in out
+	out := make([]dlqRecord, 0, len(recs))
+	for _, r := range recs {
+		id, ok := r.identity()
+		if i, seen := first[id]; ok && seen {
+			out[i].Copies++
+			out[i].Duplicates = append(out[i].Duplicates, r.pos())
+			continue
+		}
+		if ok {
+			first[id] = len(out)
+		}
+		r.Copies, r.Duplicates = 1, nil
+		out = append(out, r)
+	}
+	return out
+}
+
+// withCopies returns the record of recs at position p:o, with Copies and Duplicates
+// naming every other copy of the same dead letter in recs.
+func withCopies(recs []dlqRecord, p int32, o int64) (dlqRecord, bool) {
+	i := slices.IndexFunc(recs, func(r dlqRecord) bool { return r.Partition == p && r.Offset == o })
+	if i < 0 {
+		return dlqRecord{}, false
+	}
+	r := recs[i]
+	r.Copies, r.Duplicates = 1, nil
+	if id, ok := r.identity(); ok {
+		for j, c := range recs {
+			if cid, ok := c.identity(); ok && j != i && cid == id {
+				r.Copies++
+				r.Duplicates = append(r.Duplicates, c.pos())
+			}
+		}
+	}
+	return r, true
+}
+
+// readDLQ reads every record of the dead-letter topic and returns one per dead letter
+// (dedupe), as the list, the console and replay -all count and replay them.
+func (k *kafka) readDLQ(ctx context.Context, topic string) ([]dlqRecord, error) {
+	recs, err := k.readAll(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	return dedupe(recs), nil
+}
+
+// checkReason returns an error matching errUsage when reason is neither one of the
+// library's reasons (consumer.Reasons) nor the reason of a record of recs.
+func checkReason(reason string, recs []dlqRecord) error {
+	known := consumer.Reasons()
+	for _, r := range recs {
+		if r.Reason != "" && !slices.Contains(known, r.Reason) {
+			known = append(known, r.Reason)
+		}
+	}
+	if reason == "" || slices.Contains(known, reason) {
+		return nil
+	}
+	return fmt.Errorf("%w: unknown reason %q; valid reasons: %s", errUsage, reason, strings.Join(known, ", "))
+}
+
 // dlqFilter selects records by reason and group.
 type dlqFilter struct{ reason, group string }
 
@@ -349,7 +447,8 @@ type replayed struct {
 	From      string `json:"from"` // dlq topic partition:offset
 	EventType string `json:"event_type,omitempty"`
 	Key       string `json:"key"`
-	Topic     string `json:"topic"`
+	Group     string `json:"group"`     // the group that dead-lettered it
+	Topic     string `json:"topic"`     // where it is (or would be) produced
 	Partition int32  `json:"partition"` // -1 on a dry run
 	Offset    int64  `json:"offset"`    // -1 on a dry run
 }
@@ -361,8 +460,10 @@ type replaySelection struct {
 	Positions []string
 	All       bool
 	Filter    dlqFilter
-	To        string // produce here instead of each record's origin topic
-	DryRun    bool   // select and check, produce nothing
+	// Source republishes to the source topic, which every group consuming it reads,
+	// instead of the retry topic of the group that dead-lettered each record.
+	Source bool
+	DryRun bool // select and check, produce nothing
 }
 
 // validate reports a selection that names nothing or mixes positions with -all.
@@ -378,76 +479,308 @@ func (s replaySelection) validate() error {
 	return nil
 }
 
-// replay produces the records sel names back to their origin topics, as `sagactl dlq
-// replay` and the console's replay button do. With All, truncated copies are skipped and
-// reported to skipped; named ones are refused. Every check runs before the first record
-// is produced, so an error before producing means nothing was replayed.
-func (k *kafka) replay(ctx context.Context, sel replaySelection, skipped func(dlqRecord)) ([]replayed, error) {
+// errRefused is returned when replay refuses records it cannot prove are dead letters
+// of their source topic; nothing is produced then.
+var errRefused = errors.New("sagactl: replay refused")
+
+// replayPlan is a checked replay of one dead-letter topic: the records to produce,
+// nothing produced yet.
+type replayPlan struct {
+	topic string
+	items []replayed
+	recs  []*kgo.Record
+}
+
+// replay produces the records sel names, as `sagactl dlq replay` and the console's
+// replay button do: see plan for what is checked and where each goes. Every check runs
+// before the first record is produced, so an error before producing means nothing was
+// replayed.
+func (k *kafka) replay(ctx context.Context, sel replaySelection, skipped func(r dlqRecord, why string)) ([]replayed, error) {
+	p, err := k.plan(ctx, sel, skipped)
+	if err != nil || sel.DryRun {
+		return p.itemsOrNil(), err
+	}
+	return k.produce(ctx, p)
+}
+
+func (p *replayPlan) itemsOrNil() []replayed {
+	if p == nil {
+		return nil
+	}
+	return p.items
+}
+
+// plan selects the records sel names and checks each, producing nothing. With All,
+// every dead letter the filter matches once (copies of one are replayed once); truncated
+// copies, and records whose origin is no longer in its topic (retention), are skipped
+// and reported to skipped; named ones are refused. A record is replayed only if it proves to be what consumer.DeadLetter wrote
+// for a record of this topic's source:
+//
+//   - it names its origin (choreo_dlq_topic, _partition, _offset) and group
+//     (choreo_dlq_group), and the origin is the dead-letter topic's source topic or that
+//     group's retry topic (consumer.RetryTopic);
+//   - the origin record is still there and its key, value and headers are the dead
+//     letter's (without the choreo_dlq_* headers the library adds after them).
+//
+// What is produced is the origin record as read back from its topic. It goes to the
+// retry topic of the group that dead-lettered it (only that group reads it), or with
+// Source to the source topic; the destination must exist. A record that fails any
+// check refuses the whole plan, with every refusal named in one error matching
+// errRefused.
+func (k *kafka) plan(ctx context.Context, sel replaySelection, skipped func(r dlqRecord, why string)) (*replayPlan, error) {
 	if err := sel.validate(); err != nil {
 		return nil, err
 	}
-	type key struct {
+	type pos struct {
 		p int32
 		o int64
 	}
-	want := make(map[key]bool)
+	want := make(map[pos]bool)
 	for _, s := range sel.Positions {
 		p, o, err := parsePos(s)
 		if err != nil {
 			return nil, err
 		}
-		want[key{p, o}] = true
+		want[pos{p, o}] = true
 	}
 	topic := sel.Topic
+	source := strings.TrimSuffix(topic, consumer.DeadLetterSuffix)
 	recs, err := k.readAll(ctx, topic)
 	if err != nil {
 		return nil, err
 	}
+	if err := checkReason(sel.Filter.reason, recs); err != nil {
+		return nil, err
+	}
 	var chosen []dlqRecord
-	for _, r := range recs {
-		if sel.All && sel.Filter.match(r) && r.Truncated {
-			if skipped != nil {
-				skipped(r)
+	if sel.All {
+		for _, r := range dedupe(recs) {
+			switch {
+			case !sel.Filter.match(r):
+			case r.Truncated:
+				if skipped != nil {
+					skipped(r, fmt.Sprintf("a truncated copy; its original is row %d of table %s (docs/operations.md)", r.ArchiveID, orDash(r.ArchiveTable)))
+				}
+			default:
+				chosen = append(chosen, r)
+			}
+		}
+	} else {
+		var named []dlqRecord
+		for _, r := range recs {
+			if want[pos{r.Partition, r.Offset}] {
+				named = append(named, r)
+				delete(want, pos{r.Partition, r.Offset})
+			}
+		}
+		if len(want) > 0 {
+			var missing []string
+			for k := range want {
+				missing = append(missing, fmt.Sprintf("%d:%d", k.p, k.o))
+			}
+			slices.Sort(missing)
+			return nil, fmt.Errorf("%w: no record at %s in %s (nothing replayed)", errNotFound, strings.Join(missing, ", "), topic)
+		}
+		chosen = dedupe(named) // two copies of one dead letter are replayed once
+	}
+
+	var refusals []string
+	refuse := func(r dlqRecord, format string, args ...any) {
+		refusals = append(refusals, r.pos()+": "+fmt.Sprintf(format, args...))
+	}
+	origins := make(map[string]map[int32][]int64) // origin topic -> partition -> offsets
+	for _, r := range chosen {
+		switch {
+		case r.Truncated:
+			refuse(r, "a truncated copy; its original is row %d of table %s: replay it from there (docs/operations.md)", r.ArchiveID, orDash(r.ArchiveTable))
+		case r.OriginTopic == "" || r.OriginPartition < 0 || r.OriginOffset < 0 || r.Group == "":
+			refuse(r, "not a dead letter consumer.DeadLetter wrote (no valid %s, %s, %s and %s headers)",
+				consumer.HeaderDLQTopic, consumer.HeaderDLQPartition, consumer.HeaderDLQOffset, consumer.HeaderDLQGroup)
+		case r.OriginTopic != source && r.OriginTopic != consumer.RetryTopic(source, r.Group):
+			refuse(r, "its %s %q is not %s (the topic whose dead letters %s holds) nor group %s's retry topic",
+				consumer.HeaderDLQTopic, r.OriginTopic, source, topic, r.Group)
+		default:
+			if origins[r.OriginTopic] == nil {
+				origins[r.OriginTopic] = make(map[int32][]int64)
+			}
+			origins[r.OriginTopic][r.OriginPartition] = append(origins[r.OriginTopic][r.OriginPartition], r.OriginOffset)
+		}
+	}
+	if len(refusals) > 0 {
+		return nil, refused(topic, refusals)
+	}
+	originals := make(map[dlqIdentity]*kgo.Record)
+	for ot, parts := range origins {
+		got, err := k.readAt(ctx, ot, parts)
+		if err != nil {
+			return nil, err
+		}
+		for p, byOffset := range got {
+			for o, rec := range byOffset {
+				originals[dlqIdentity{topic: ot, partition: p, offset: o}] = rec
+			}
+		}
+	}
+	plan := &replayPlan{topic: topic}
+	dests := make(map[string]bool)
+	for _, r := range chosen {
+		orig := originals[dlqIdentity{topic: r.OriginTopic, partition: r.OriginPartition, offset: r.OriginOffset}]
+		if orig == nil {
+			why := fmt.Sprintf("its origin %s %d:%d is not in that topic (deleted by retention, or never written there): it cannot be checked",
+				r.OriginTopic, r.OriginPartition, r.OriginOffset)
+			if sel.All {
+				if skipped != nil {
+					skipped(r, why)
+				}
+			} else {
+				refuse(r, "%s", why)
 			}
 			continue
 		}
-		if sel.All && sel.Filter.match(r) || want[key{r.Partition, r.Offset}] {
-			chosen = append(chosen, r)
-			delete(want, key{r.Partition, r.Offset})
+		if why := sameRecord(r.rec, orig); why != "" {
+			refuse(r, "it is not the record at its origin %s %d:%d (%s)", r.OriginTopic, r.OriginPartition, r.OriginOffset, why)
+			continue
 		}
+		dest := consumer.RetryTopic(source, r.Group)
+		if sel.Source {
+			dest = source
+		}
+		dests[dest] = true
+		rec := &kgo.Record{Topic: dest, Key: orig.Key, Value: orig.Value, Headers: slices.Clone(orig.Headers)}
+		plan.recs = append(plan.recs, rec)
+		plan.items = append(plan.items, replayed{From: r.pos(), EventType: r.EventType, Key: r.Key, Group: r.Group,
+			Topic: dest, Partition: -1, Offset: -1})
 	}
-	if len(want) > 0 {
+	if len(refusals) > 0 {
+		return nil, refused(topic, refusals)
+	}
+	if len(dests) > 0 {
+		details, err := k.adm.ListTopics(ctx, slices.Sorted(maps.Keys(dests))...)
+		if err != nil {
+			return nil, fmt.Errorf("sagactl: look up the replay destinations: %w (nothing replayed)", err)
+		}
 		var missing []string
-		for k := range want {
-			missing = append(missing, fmt.Sprintf("%d:%d", k.p, k.o))
-		}
-		slices.Sort(missing)
-		return nil, fmt.Errorf("%w: no record at %s in %s (nothing replayed)", errNotFound, strings.Join(missing, ", "), topic)
-	}
-	for _, r := range chosen {
-		if r.Truncated {
-			return nil, fmt.Errorf("sagactl: %s %s is a truncated copy; its original is row %d of table %s: replay it from there (docs/operations.md) (nothing replayed)",
-				topic, r.pos(), r.ArchiveID, orDash(r.ArchiveTable))
-		}
-		if r.OriginTopic == "" && sel.To == "" {
-			return nil, fmt.Errorf("sagactl: %s %s has no %s header; pass -to TOPIC (nothing replayed)",
-				topic, r.pos(), consumer.HeaderDLQTopic)
-		}
-	}
-	out := make([]replayed, 0, len(chosen))
-	for _, r := range chosen {
-		rec := r.replayRecord(sel.To)
-		res := replayed{From: r.pos(), EventType: r.EventType, Key: r.Key, Topic: rec.Topic, Partition: -1, Offset: -1}
-		if !sel.DryRun {
-			pctx, cancel := context.WithTimeout(ctx, k.timeout)
-			err := k.cl.ProduceSync(pctx, rec).FirstErr()
-			cancel()
-			if err != nil {
-				return out, fmt.Errorf("sagactl: replay %s %s to %s: %w (%d replayed before it)", topic, r.pos(), rec.Topic, err, len(out))
+		for d := range dests {
+			if td, ok := details[d]; !ok || td.Err != nil {
+				missing = append(missing, d)
 			}
-			res.Partition, res.Offset = rec.Partition, rec.Offset
 		}
+		if len(missing) > 0 {
+			slices.Sort(missing)
+			hint := "its group consumes it with consumer.WithRetryTopics, which app.App creates; or replay to the source topic, which every group reads, with -source"
+			if sel.Source {
+				hint = "the source topic is gone"
+			}
+			return nil, fmt.Errorf("%w: destination topic(s) %s do not exist (%s) (nothing replayed)", errRefused, strings.Join(missing, ", "), hint)
+		}
+	}
+	return plan, nil
+}
+
+func refused(topic string, refusals []string) error {
+	return fmt.Errorf("%w: %d record(s) of %s are not replayed, and nothing was: %s", errRefused, len(refusals), topic, strings.Join(refusals, "; "))
+}
+
+// sameRecord returns "" when dead is the dead-letter copy of orig (key, value and the
+// original headers, followed only by choreo_dlq_* headers), or what differs.
+func sameRecord(dead, orig *kgo.Record) string {
+	switch {
+	case !bytes.Equal(dead.Key, orig.Key):
+		return "the key differs"
+	case !bytes.Equal(dead.Value, orig.Value):
+		return "the value differs"
+	case len(dead.Headers) < len(orig.Headers):
+		return "headers differ"
+	}
+	for i, h := range orig.Headers {
+		if dead.Headers[i].Key != h.Key || !bytes.Equal(dead.Headers[i].Value, h.Value) {
+			return fmt.Sprintf("header %q differs", h.Key)
+		}
+	}
+	for _, h := range dead.Headers[len(orig.Headers):] {
+		if !slices.Contains(dlqHeaders, h.Key) {
+			return fmt.Sprintf("header %q is not in the original", h.Key)
+		}
+	}
+	return ""
+}
+
+// maxReadGap is the widest gap between two wanted offsets of a partition that readAt
+// reads across instead of starting a new read.
+const maxReadGap = 256
+
+// readAt returns the records of topic at the wanted offsets of each partition that are
+// still in the topic, by partition and offset; offsets outside a partition's bounds
+// (or a missing topic) are absent from the result.
+func (k *kafka) readAt(ctx context.Context, topic string, want map[int32][]int64) (map[int32]map[int64]*kgo.Record, error) {
+	out := make(map[int32]map[int64]*kgo.Record)
+	b, err := k.bounds(ctx, topic)
+	if errors.Is(err, errNotFound) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	for p, offs := range want {
+		se, ok := b[p]
+		if !ok {
+			continue
+		}
+		offs = slices.DeleteFunc(slices.Sorted(slices.Values(offs)), func(o int64) bool { return o < se[0] || o >= se[1] })
+		offs = slices.Compact(offs)
+		for len(offs) > 0 {
+			n := 1
+			for n < len(offs) && offs[n]-offs[n-1] <= maxReadGap {
+				n++
+			}
+			recs, err := k.read(ctx, topic, map[int32]int64{p: offs[0]}, map[int32]int64{p: offs[n-1] + 1})
+			if err != nil {
+				return nil, err
+			}
+			for _, r := range recs {
+				if slices.Contains(offs[:n], r.Offset) {
+					if out[p] == nil {
+						out[p] = make(map[int64]*kgo.Record)
+					}
+					out[p][r.Offset] = r.rec
+				}
+			}
+			offs = offs[n:]
+		}
+	}
+	return out, nil
+}
+
+// produce produces a checked plan's records, in order, and returns where each went.
+func (k *kafka) produce(ctx context.Context, p *replayPlan) ([]replayed, error) {
+	out := make([]replayed, 0, len(p.recs))
+	for i, rec := range p.recs {
+		res := p.items[i]
+		pctx, cancel := context.WithTimeout(ctx, k.timeout)
+		err := k.cl.ProduceSync(pctx, rec).FirstErr()
+		cancel()
+		if err != nil {
+			return out, fmt.Errorf("sagactl: replay %s %s to %s: %w (%d replayed before it)", p.topic, res.From, rec.Topic, err, len(out))
+		}
+		res.Partition, res.Offset = rec.Partition, rec.Offset
 		out = append(out, res)
 	}
 	return out, nil
+}
+
+// readCopies reads the record at partition:offset of the dead-letter topic, with Copies
+// and Duplicates naming the other copies of the same dead letter in the topic.
+func (k *kafka) readCopies(ctx context.Context, topic string, p int32, o int64) (dlqRecord, error) {
+	r, err := k.readOne(ctx, topic, p, o) // a precise not-found error
+	if err != nil {
+		return dlqRecord{}, err
+	}
+	recs, err := k.readAll(ctx, topic)
+	if err != nil {
+		return dlqRecord{}, err
+	}
+	if c, ok := withCopies(recs, p, o); ok {
+		return c, nil
+	}
+	return r, nil
 }

@@ -9,10 +9,10 @@
 //	                                     COMPENSATION_FAILED order (the API answers 409, exit 1,
 //	                                     in any other state)
 //	sagactl stuck [-older-than 5m]       stuck orders, oldest first, with age and trace link
-//	sagactl dlq list [topic]             dead-letter topics, or one topic's records and reasons
+//	sagactl dlq list [topic]             dead-letter topics, or one topic's dead letters and reasons
 //	sagactl dlq show <topic> <p:o>       one dead-lettered record in full
-//	sagactl dlq replay <topic> <p:o>...  produce records back to their original topic
-//	sagactl dlq replay <topic> -all [-reason R] [-group G] [-dry-run]
+//	sagactl dlq replay <topic> <p:o>...  produce checked dead letters to the failed group's retry topic
+//	sagactl dlq replay <topic> -all [-reason R] [-group G] [-source] [-dry-run]
 //	sagactl load -n 200 -rate 50 [-mix success=70,decline=10,oos=10,cancel=10,stuck=1]
 //	sagactl console [-addr 127.0.0.1:8090] [-metrics order=URL,...]
 //	                                     the operations console in the browser (docs/console.md)
@@ -51,19 +51,20 @@
 // # Exit codes
 //
 //	0  success
-//	1  failure: an order or record not found, a replay that failed, a load run with
+//	1  failure: an order or record not found, a replay refused or failed, a load run with
 //	   orders that could not be placed or did not settle within -wait, a
 //	   retry-compensation of an order that is not CANCELLING or COMPENSATION_FAILED
-//	2  usage error: unknown command, bad flag or argument
+//	2  usage error: unknown command, bad flag or argument (an unknown -reason too)
 //	3  unreachable: the order service, the Kafka broker or Postgres did not answer
 //
 // # Dead-letter topics
 //
 // The consumer package's DeadLetter middleware writes a record that a consumer group gave
 // up on to "<topic>.dlq" with the original key, value and headers plus choreo_dlq_*
-// headers: reason (malformed, unknown_type, key_reused, panic, retries_exhausted,
-// permanent, failed), error text, attempts, origin topic/partition/offset, group and the
-// time it failed. `dlq list` decodes these; positions are printed as partition:offset and
+// headers: reason (consumer.Reasons: malformed, unknown_type, untrusted, key_reused,
+// panic, retries_exhausted, permanent, failed), error text, attempts, origin
+// topic/partition/offset, group and the time it failed. `dlq list` decodes these; an
+// unknown -reason is a usage error listing the valid ones. Positions are printed as partition:offset and
 // accepted in the same form by `dlq show` and `dlq replay`. A topic may be named by its
 // source ("orders.events") or in full ("orders.events.dlq").
 //
@@ -74,18 +75,35 @@
 // "(truncated)", `dlq show` prints where the original is, and `dlq replay` refuses it
 // (-all skips it): replay the original from the archive (docs/operations.md).
 //
-// `dlq replay` produces each selected record to its origin topic (or -to) with its
-// original key, value and headers, the choreo_dlq_* headers removed, and waits for the
-// broker's acknowledgement. The key is kept, so the record lands on the same partition as
-// the original and per-entity order holds from then on. Replay is idempotent: the record
-// carries the same event id (ce_id), and every consumer group claims an idempotency
-// record (scope "<group>/<handler>", key = event id) in the transaction that handles an
-// event, so groups that already handled the event skip the replay, and only the group
-// that failed handles it again; replaying the same record twice is harmless for the same
-// reason. This holds while the idempotency records are kept (idempotency.Store's
-// retention, 7 days by default): replay older records only if every group that reads the
-// topic may safely see the event again. The dead-letter topic is append-only and is not
-// changed by a replay; use -dry-run to see what would be sent.
+// A dead letter is one source record (topic, partition, offset) one group gave up on. A
+// consumer killed after its dead-letter copy was acknowledged and before its offset was
+// committed writes a second copy after the restart (same origin, group, key, value and
+// headers); `dlq list`, `dlq replay`, the console's list and counts show and replay
+// such copies once (COPIES, "duplicates" in -json, and `dlq show` names the others).
+//
+// `dlq replay` republishes only what it can prove: each record must name its origin and
+// group, the origin must be the dead-letter topic's source topic or that group's retry
+// topic, and the record at the origin must still be there with the same key, value and
+// headers (the choreo_dlq_* ones aside). What it produces is that origin record, read
+// back, so a record an attacker wrote into a .dlq topic cannot be laundered onto another
+// topic. It goes to the retry topic of the group that dead-lettered it,
+// "<topic>.retry.<group>" (consumer.RetryTopic), which only that group consumes
+// (consumer.WithRetryTopics; every app.App consumer does), so the other groups of the
+// topic never see it again; -source republishes to the source topic, which every group
+// reads. The destination is never given by hand. Every check (each record, the
+// destinations' existence, positions, -reason) runs before the first record is produced;
+// a refusal names every refused record and produces nothing (exit 1). -all skips, with a
+// line each, truncated copies and records whose origin is no longer in its topic
+// (retention); named, they are refused.
+//
+// The key is kept, so the record lands on a partition by its key and per-entity order
+// holds from then on. Replay is idempotent: the record carries the same event id (ce_id),
+// and every consumer group claims an idempotency record (scope "<group>/<handler>", key =
+// event id) in the transaction that handles an event, so a group that already handled the
+// event skips it (with -source, every group but the failed one); replaying the same record
+// twice is harmless for the same reason. This holds while the idempotency records are kept
+// (idempotency.Store's retention, 7 days by default). The dead-letter topic is
+// append-only and is not changed by a replay; use -dry-run to see what would be sent.
 //
 // # Load generator
 //

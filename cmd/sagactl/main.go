@@ -52,9 +52,9 @@ Usage:
   sagactl order <id>                       an order's state, transitions, trace id and Jaeger link
   sagactl order retry-compensation <id>    re-send the cancellation of a CANCELLING or COMPENSATION_FAILED order
   sagactl stuck [-older-than 5m]           stuck orders, oldest first
-  sagactl dlq list [topic]                 dead-letter topics, or the records of one with reasons
+  sagactl dlq list [topic]                 dead-letter topics, or the dead letters of one with reasons
   sagactl dlq show <topic> <partition:offset>
-  sagactl dlq replay <topic> <partition:offset>... | -all [-reason R] [-group G] [-dry-run]
+  sagactl dlq replay <topic> <partition:offset>... | -all [-reason R] [-group G] [-source] [-dry-run]
   sagactl load [-n 200] [-rate 50] [-mix ` + defaultMix + `]
   sagactl migrate [-database-url URL]      apply the library's table migrations, print the versions
   sagactl console [-addr 127.0.0.1:8090]   the operations console in the browser (overview, orders, dead letters)

@@ -20,9 +20,11 @@ import (
 )
 
 // TestReplayIsIdempotent proves what `dlq replay` documents: two real consumer groups
-// (consumer.Standard, Postgres idempotency records) read a topic; one handles an event,
-// the other dead-letters it. Replaying the record makes only the failed group handle it,
-// and replaying it again changes nothing.
+// (consumer.Standard, Postgres idempotency records, consumer.WithRetryTopics) read a
+// topic; one handles an event, the other dead-letters it. Replaying the record hands it
+// to the failed group only (its retry topic): the other group never sees it again.
+// Replaying it again changes nothing, and -source (every group) is absorbed by the
+// idempotency records.
 func TestReplayIsIdempotent(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -38,8 +40,11 @@ func TestReplayIsIdempotent(t *testing.T) {
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	if _, err := adm.CreateTopic(ctx, 1, 1, nil, topic+".dlq"); err != nil {
-		t.Fatal(err)
+	group := func(name string) string { return name + "-" + topic }
+	for _, name := range []string{topic + ".dlq", consumer.RetryTopic(topic, group("inventory")), consumer.RetryTopic(topic, group("payment"))} {
+		if _, err := adm.CreateTopic(ctx, 1, 1, nil, name); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	var (
@@ -67,7 +72,7 @@ func TestReplayIsIdempotent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := consumer.New(brokers, g.group+"-"+topic, []string{topic}, h, consumer.WithLogger(quiet))
+		c, err := consumer.New(brokers, group(g.group), []string{topic}, h, consumer.WithLogger(quiet), consumer.WithRetryTopics())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -93,16 +98,17 @@ func TestReplayIsIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// committed waits until both groups have committed offset `want` on the topic.
-	committed := func(want int64) {
+	// committed waits until each group has committed at least its offset in want on
+	// topic t.
+	committed := func(t_ string, want map[string]int64) {
 		t.Helper()
 		deadline := time.Now().Add(2 * time.Minute)
 		for {
 			done := true
-			for _, g := range []string{"inventory", "payment"} {
-				offs, err := adm.FetchOffsets(ctx, g+"-"+topic)
-				o, ok := offs.Lookup(topic, 0)
-				if err != nil || !ok || o.At < want {
+			for g, w := range want {
+				offs, err := adm.FetchOffsets(ctx, group(g))
+				o, ok := offs.Lookup(t_, 0)
+				if err != nil || !ok || o.At < w {
 					done = false
 				}
 			}
@@ -110,18 +116,19 @@ func TestReplayIsIdempotent(t *testing.T) {
 				return
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("groups did not commit offset %d on %s (calls %v)", want, topic, calls)
+				t.Fatalf("groups did not commit %v on %s (calls %v)", want, t_, snapshotLocked(&mu, calls))
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
+	retry := consumer.RetryTopic(topic, group("payment"))
 	snapshot := func() map[string]int {
 		mu.Lock()
 		defer mu.Unlock()
 		return map[string]int{"inventory": calls["inventory"], "payment": calls["payment"]}
 	}
 
-	committed(1)
+	committed(topic, map[string]int64{"inventory": 1, "payment": 1})
 	if got := snapshot(); got["inventory"] != 1 || got["payment"] != 1 {
 		t.Fatalf("first delivery: calls %v, want one each", got)
 	}
@@ -133,20 +140,39 @@ func TestReplayIsIdempotent(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("replay: exit %d: %s", code, errs)
 	}
-	committed(2)
+	committed(retry, map[string]int64{"payment": 1})
 	if got := snapshot(); got["inventory"] != 1 || got["payment"] != 2 {
-		t.Errorf("after replay: calls %v, want inventory 1 (duplicate skipped), payment 2 (handled now)", got)
+		t.Errorf("after replay: calls %v, want inventory 1 (never handed the record), payment 2 (handled now)", got)
+	}
+	if n := endOffsetSum(t, brokers, topic); n != 1 {
+		t.Errorf("%s holds %d records after the replay, want 1: the replay went to %s only", topic, n, retry)
 	}
 
 	code, _, errs = sagactl(t, brokers, "dlq", "replay", topic, "0:0")
 	if code != 0 {
 		t.Fatalf("second replay: exit %d: %s", code, errs)
 	}
-	committed(3)
+	committed(retry, map[string]int64{"payment": 2})
 	if got := snapshot(); got["inventory"] != 1 || got["payment"] != 2 {
-		t.Errorf("after a second replay: calls %v, want no new handling", got)
+		t.Errorf("after a second replay: calls %v, want no new handling (duplicate)", got)
+	}
+
+	// -source hands it to every group of the topic; both skip it as a duplicate.
+	code, _, errs = sagactl(t, brokers, "dlq", "replay", topic, "0:0", "-source")
+	if code != 0 {
+		t.Fatalf("replay -source: exit %d: %s", code, errs)
+	}
+	committed(topic, map[string]int64{"inventory": 2, "payment": 2})
+	if got := snapshot(); got["inventory"] != 1 || got["payment"] != 2 {
+		t.Errorf("after replay -source: calls %v, want no new handling (duplicates)", got)
 	}
 	if n := endOffsetSum(t, brokers, topic+".dlq"); n != 1 {
 		t.Errorf("%s.dlq holds %d records after the replays, want still 1", topic, n)
 	}
+}
+
+func snapshotLocked(mu *sync.Mutex, calls map[string]int) map[string]int {
+	mu.Lock()
+	defer mu.Unlock()
+	return map[string]int{"inventory": calls["inventory"], "payment": calls["payment"]}
 }
