@@ -53,10 +53,12 @@ var outageSQLStates = map[string]bool{
 // It never matches when the chain holds kerr.MessageTooLarge, kerr.RecordListTooLarge or
 // kerr.UnknownTopicOrPartition (the broker refusing a dead letter: a problem of the
 // record or of the topic's setup, which an outage wait would not fix), nor for a
-// cancelled context (the runtime taking the record away).
+// cancelled context (the runtime taking the record away), nor for ErrRetriesExhausted
+// (Retry counted the failure as the record's after probing its dependencies; see Retry).
 func IsOutage(err error) bool {
 	switch {
 	case err == nil,
+		errors.Is(err, ErrRetriesExhausted),
 		errors.Is(err, kerr.MessageTooLarge),
 		errors.Is(err, kerr.RecordListTooLarge),
 		errors.Is(err, kerr.UnknownTopicOrPartition),

@@ -29,6 +29,9 @@ type RetryConfig struct {
 	// OnRetry, if set, is called before each backoff sleep with the attempt that failed
 	// and the delay chosen.
 	OnRetry func(ctx context.Context, m *Message, err error, delay time.Duration)
+	// Probes confirm an outage before it may hold a record without limit (default none:
+	// every outage is waited out; Standard adds its DB's Ping). See Retry.
+	Probes Probes
 }
 
 func (p RetryConfig) withDefaults() RetryConfig {
@@ -47,6 +50,7 @@ func (p RetryConfig) withDefaults() RetryConfig {
 	if p.Retryable == nil {
 		p.Retryable = Retryable
 	}
+	p.Probes = p.Probes.withDefaults()
 	return p
 }
 
@@ -67,20 +71,43 @@ func (p RetryConfig) withDefaults() RetryConfig {
 // outage ends (see the package documentation). The sleep ends early when ctx is
 // cancelled or the partition's worker stops; the record is then left unsettled, never
 // dead-lettered.
+//
+// With Probes, an outage is confirmed first when it is one a single record can cause:
+// a timeout (pgconn.Timeout, a net.Error timeout, a context deadline inside the
+// handler), a deadlock or a serialization failure. Retry probes the dependency the error
+// came from (Postgres for Postgres errors, every probe for a timeout of unknown origin),
+// each probe bounded by Probes.Timeout. If a probe fails, the outage is real and is
+// returned as above. If they all answer, the failure counts as the record's: it spends
+// the budget like any retryable error, and once the budget is spent and the record has
+// failed so at least Probes.Confirmations times in a row, Retry returns
+// ErrRetriesExhausted with the last error, which DeadLetter dead-letters with reason
+// retries_exhausted. Connection failures, server shutdowns, missing tables, Redis
+// cluster states and errors wrapping ErrOutage are never refuted.
 func Retry(p RetryConfig) Middleware {
 	p = p.withDefaults()
 	bo := backoff.Policy{Base: p.BaseDelay, Max: p.MaxDelay}
 	return func(next Handler) Handler {
 		return func(ctx context.Context, m *Message) error {
 			start := time.Now()
+			refuted := 0 // outage-class failures in a row whose probes answered
 			for attempt := 1; ; attempt++ {
 				m.Attempt = attempt
 				err := next(ctx, m)
-				if err == nil || !p.Retryable(err) || abandoned(ctx, err) || IsOutage(err) {
+				if err == nil || !p.Retryable(err) || abandoned(ctx, err) {
 					return err
 				}
+				if IsOutage(err) {
+					if !p.Probes.any() || !p.Probes.answers(ctx, err) {
+						return err
+					}
+					refuted++
+					err = &refutedError{err: err}
+				} else {
+					refuted = 0
+				}
 				delay := bo.Delay(attempt)
-				if (p.MaxAttempts > 0 && attempt >= p.MaxAttempts) || time.Since(start)+delay > p.MaxElapsed {
+				spent := (p.MaxAttempts > 0 && attempt >= p.MaxAttempts) || time.Since(start)+delay > p.MaxElapsed
+				if spent && (refuted == 0 || refuted >= p.Probes.Confirmations) {
 					return exhausted(err, attempt, time.Since(start))
 				}
 				if p.OnRetry != nil {

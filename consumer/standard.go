@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 
@@ -49,7 +50,9 @@ type StandardConfig struct {
 	Name string
 	// AfterCommit functions run after each commit, e.g. outbox.Outbox.Wake.
 	AfterCommit []func()
-	// Retry is the retry policy (zero value: the RetryConfig defaults).
+	// Retry is the retry policy (zero value: the RetryConfig defaults). When
+	// Retry.Probes.Postgres is nil and DB has a Ping method (a *pgxpool.Pool does), DB's
+	// Ping is the Postgres probe that confirms outages (see Retry).
 	Retry RetryConfig
 	// Decode options, e.g. event.MaxPayloadBytes, for the default decoder.
 	Decode []event.DecodeOption
@@ -122,7 +125,7 @@ func Standard(cfg StandardConfig) (Handler, error) {
 		c.ins.middleware(),
 		Logging(c.logger),
 		DeadLetter(cfg.DeadLetter, dlqOpts...),
-		Retry(cfg.Retry),
+		Retry(cfg.retryConfig()),
 		Recover(),
 		decodeWith(c.decode),
 	}
@@ -136,4 +139,15 @@ func Standard(cfg StandardConfig) (Handler, error) {
 		mws = append(mws, Lock(c.locker, c.lockEntity))
 	}
 	return Chain(c.tx.handle, mws...), nil
+}
+
+// retryConfig returns cfg.Retry with DB's Ping as the Postgres probe unless one is set.
+func (cfg *StandardConfig) retryConfig() RetryConfig {
+	rc := cfg.Retry
+	if rc.Probes.Postgres == nil {
+		if p, ok := cfg.DB.(interface{ Ping(context.Context) error }); ok {
+			rc.Probes.Postgres = p.Ping
+		}
+	}
+	return rc
 }
