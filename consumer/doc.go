@@ -85,7 +85,8 @@
 // Offsets are committed only for settled records, i.e. records whose transaction
 // committed or that were dead-lettered: a worker marks a record (kgo.AutoCommitMarks,
 // MarkCommitRecords) only after its handler returned nil, and marked offsets are
-// committed periodically. A handler error means "not settled": the worker hands the
+// committed every 100 ms (WithCommitInterval), so a crash redoes at most the records
+// settled since the last commit, which Idempotent skips as duplicates. A handler error means "not settled": the worker hands the
 // same record over again after a backoff (WithRedeliveryBackoff, or WithOutageBackoff for
 // an outage) and never skips it.
 // The poll loop and the rebalance callbacks are serialised (kgo.BlockRebalanceOnPoll,
@@ -121,7 +122,8 @@
 // the lock fails to be acquired because of it), the broker unavailable for the dead-letter
 // produce, or any error wrapping ErrOutage; IsOutage lists exactly what counts.
 //
-// An outage is never dead-lettered and never spends the Retry budget. The partition's
+// A confirmed outage (see Outage confirmation) is never dead-lettered and never spends
+// the Retry budget. The partition's
 // worker keeps the record (and its offset) and hands it to the chain again, without
 // limit, after a full-jitter backoff capped at 30 seconds (WithOutageBackoff); fetching
 // of that partition pauses once its buffer is full, and other partitions go on. The
@@ -136,6 +138,31 @@
 // (WithStallTimeout, 2 minutes by default), whatever the cause (a long outage, a hung
 // handler), is stalled: it is logged once at Error with its offset and lag (and once at
 // Info when it moves again), the choreo.consumer.stalled gauge is 1, and Health names it.
+//
+// # Outage confirmation
+//
+// A failure that looks like an outage can be the record's own: a query that always
+// times out for one key (a bad plan, a pathological payload) or always deadlocks,
+// while Postgres and Redis serve everyone else. Waited out without limit, it would hold
+// its partition for good. So Retry confirms such an outage before it counts as one:
+// for a timeout (pgconn.Timeout, a net.Error timeout, a handler's context deadline), a
+// deadlock (40P01) or a serialization failure (40001) it probes the dependency the error
+// came from (RetryConfig.Probes: Postgres for Postgres errors, every probe for a timeout
+// of unknown origin), each probe bounded by Probes.Timeout (DefaultProbeTimeout, 1 s).
+// A probe that fails confirms the outage: the record is waited out as above and never
+// dead-lettered. When the probes answer, the failure is the record's: it spends the
+// retry budget like any retryable error, and when the budget is spent and the record
+// has failed so at least Probes.Confirmations times in a row
+// (DefaultOutageConfirmations, 5), it is dead-lettered with reason retries_exhausted and
+// the last error ("dependencies answered their probes: ..."). Connection failures,
+// server shutdowns, missing tables or columns, Redis cluster and replica states, lock
+// contention and errors wrapping ErrOutage are never refuted: a single record cannot
+// cause them.
+//
+// Standard probes its DB with Ping when the DB has one (a *pgxpool.Pool); package app
+// adds a Redis PING when Redis is configured. Without probes, every outage is waited
+// out. A handler call that hangs without a deadline returns nothing to classify; stall
+// detection reports it.
 //
 // # Batch mode
 //
