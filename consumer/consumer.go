@@ -38,6 +38,11 @@ const (
 	// from sitting idle with records waiting. A kgo.FetchMaxWait given to
 	// WithClientOptions replaces it.
 	DefaultFetchMaxWait = 250 * time.Millisecond
+	// DefaultCommitInterval is how often the offsets of settled records are committed
+	// (WithCommitInterval). After a crash (kill -9) the records settled since the last
+	// commit are handled again and absorbed as duplicates; the interval bounds that
+	// window (franz-go's own default is 5 s).
+	DefaultCommitInterval = 100 * time.Millisecond
 
 	// DeadLetterSuffix names a source topic's dead-letter topic by default: source +
 	// DeadLetterSuffix. WithDeadLetterTopics names them otherwise.
@@ -82,6 +87,7 @@ type config struct {
 	redelivery      backoff.Policy
 	outage          backoff.Policy
 	stallTimeout    time.Duration
+	commitInterval  time.Duration
 	logger          *slog.Logger
 	meterProvider   metric.MeterProvider
 	batchMax        int
@@ -183,6 +189,19 @@ func WithStallTimeout(d time.Duration) Option {
 	}
 }
 
+// WithCommitInterval sets how often the offsets of settled records are committed
+// (default DefaultCommitInterval); a commit is skipped when nothing was settled since the
+// last one. After a crash, the records settled since the last commit are redone (and
+// skipped as duplicates by Idempotent), so the interval bounds the redo window; a revoke
+// and a graceful shutdown commit at once whatever the interval.
+func WithCommitInterval(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.commitInterval = d
+		}
+	}
+}
+
 // BatchHandler handles several records of one partition, in offset order, as one unit
 // (typically one transaction). Returning nil settles all of them; an error settles none.
 type BatchHandler func(ctx context.Context, ms []*Message) error
@@ -266,6 +285,7 @@ func New(brokers []string, group string, topics []string, h Handler, opts ...Opt
 		redelivery:      backoff.Policy{Base: DefaultRedeliveryMin, Max: DefaultRedeliveryMax},
 		outage:          backoff.Policy{Base: DefaultOutageMinDelay, Max: DefaultOutageMaxDelay},
 		stallTimeout:    DefaultStallTimeout,
+		commitInterval:  DefaultCommitInterval,
 		logger:          slog.Default(),
 		meterProvider:   otel.GetMeterProvider(),
 	}
@@ -299,6 +319,7 @@ func (c *Consumer) clientOptions() []kgo.Opt {
 		kgo.ConsumerGroup(c.group),
 		kgo.ConsumeTopics(append(slices.Clip(c.topics), c.retry...)...),
 		kgo.FetchMaxWait(DefaultFetchMaxWait),
+		kgo.AutoCommitInterval(c.cfg.commitInterval),
 	}, c.cfg.clientOpts...)
 	return append(opts,
 		kgo.AutoCommitMarks(),
