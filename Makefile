@@ -7,16 +7,23 @@ GO    ?= go
 LIB_PKGS := ./event/... ./idempotency/... ./lock/... ./outbox/... ./consumer/... ./tracing/... ./app/... ./internal/...
 APP_PKGS := ./services/... ./cmd/... ./deploy/... ./bench/... ./examples/... ./chaos/...
 
+# make help lists these first, in this order, then the others as they appear below.
+HELP_FIRST := demo test
+
 .PHONY: help
 help: ## list targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' -v first='$(HELP_FIRST)' ' \
+	  BEGIN { n = split(first, f, " "); for (i = 1; i <= n; i++) rank[f[i]] = i } \
+	  { name[NR] = $$1; desc[NR] = $$2; if (length($$1) > w) w = length($$1) } \
+	  END { for (i = 1; i <= n; i++) for (j = 1; j <= NR; j++) if (name[j] == f[i]) printf "  make %-*s  %s\n", w, name[j], desc[j]; \
+	        for (j = 1; j <= NR; j++) if (!(name[j] in rank)) printf "  make %-*s  %s\n", w, name[j], desc[j] }'
 
 .PHONY: services
 services: ## start local Postgres and Redis if they are down
 	@scripts/ensure-services.sh
 
 .PHONY: test
-test: services ## run every test against real Postgres, Redis and an in-process Kafka broker
+test: services ## every test against real Postgres, Redis and an in-process Kafka broker (~9 min)
 	$(GO) test -race -count=1 -timeout 8m $(LIB_PKGS)
 	$(GO) test -count=1 -timeout 8m $(APP_PKGS)
 
@@ -74,7 +81,7 @@ chaos: services ## run every chaos scenario (kill -9, outages, duplicates, poiso
 	$(GO) run ./cmd/chaos -orders $${CHAOS_ORDERS:-2000} -seed $${CHAOS_SEED:-1} -report $${CHAOS_REPORT:-chaos-report.md}
 
 .PHONY: demo
-demo: services ## run the saga on this machine: broker, three services, a batch of orders
+demo: services ## the saga on this machine: broker, three services, 200 orders (first run ~2 min compiling)
 	@scripts/demo.sh
 
 # The console's browser test is a module of its own (cmd/sagactl/browsertest), so its

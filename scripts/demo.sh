@@ -17,7 +17,7 @@ LOGS=$DEMO_DIR/logs
 
 scripts/ensure-services.sh
 mkdir -p "$LOGS" bin
-echo "demo: building binaries"
+echo "demo: building binaries (about 2 minutes the first time, seconds after that)"
 go build -o bin/ ./cmd/devkafka ./cmd/sagactl ./services/order ./services/payment ./services/inventory
 
 pids=()
@@ -42,7 +42,10 @@ cleanup() {
   fi
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+# Ctrl-C is how a demo is stopped, not a failure: exit 0 (after cleanup), so make reports
+# no error for it.
+trap 'echo; echo "demo: interrupted"; exit 0' INT
+trap 'exit 143' TERM
 
 wait_http() { # url name
   for _ in $(seq 1 150); do
@@ -103,7 +106,7 @@ echo "demo: broker on 127.0.0.1:$KAFKA_PORT, order API on http://$ORDER_ADDR, lo
 ORDER_URL="http://$ORDER_ADDR" bin/sagactl load -n "$ORDERS" -rate "$RATE"
 echo
 if [ -n "${DEMO_KEEP:-}" ]; then
-  echo "demo: services keep running; inspect the stuck order with the command above (bin/sagactl ...); Ctrl-C stops them"
+  echo "demo: services keep running; inspect the stuck order with the command above; Ctrl-C stops them"
   wait
 else
   echo "demo: the services stop now; DEMO_KEEP=1 make demo keeps them up (until Ctrl-C) so you can inspect the stuck order"

@@ -100,10 +100,10 @@ func parseLoad(args []string, std stdio) (conn, loadConfig, error) {
 	fs.StringVar(&lc.poor, "poor-customer", "c-poor", "`customer` whose payments are declined (decline)")
 	fs.StringVar(&lc.hang, "hang-customer", "c-hang", "`customer` the payment service leaves hanging (stuck; PAYMENT_HANG_CUSTOMERS on payment)")
 	fs.StringVar(&lc.rare, "rare-sku", "sku-rare", "`SKU` without stock (oos)")
-	fs.DurationVar(&lc.wait, "wait", 2*time.Minute, "after the last order is placed, wait at most this long for orders to settle")
+	durationVar(fs, &lc.wait, "wait", 2*time.Minute, "after the last order is placed, wait at most this long for orders to settle")
 	fs.IntVar(&lc.concurrency, "concurrency", 64, "requests in flight at most (placing falls behind -rate when -rate × the POST latency exceeds it; the summary says so)")
 	fs.BoolVar(&lc.waitStuck, "wait-stuck", true, "also wait (within -wait) until the order service flags the stuck-kind orders as stuck")
-	fs.DurationVar(&lc.pollEvery, "poll", 200*time.Millisecond, "how often to check progress (settlement comes from the order events on -brokers; a check is at most two list queries)")
+	durationVar(fs, &lc.pollEvery, "poll", 200*time.Millisecond, "how often to check progress (settlement comes from the order events on -brokers; a check is at most two list queries)")
 	fs.Int64Var(&seed, "seed", 0, "random seed for the order mix and contents (0: from the clock; printed)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), `usage: sagactl load [flags]
@@ -189,7 +189,7 @@ func cmdLoad(ctx context.Context, args []string, std stdio) error {
 	for i, k := range plan {
 		orders[i] = &loadOrder{Kind: k, req: lc.request(k, rng), idempotency: uuid.NewString()}
 	}
-	r := &loadRun{cfg: lc, api: api, orderURL: c.orderURL, orders: orders, start: time.Now()}
+	r := &loadRun{cfg: lc, api: api, orderURL: c.orderURL, self: std.name(), orders: orders, start: time.Now()}
 	stopWatch, err := r.startWatch(ctx, k)
 	if err != nil {
 		return err
@@ -223,6 +223,7 @@ type loadRun struct {
 	cfg      loadConfig
 	api      *orderAPI
 	orderURL string
+	self     string // the command that runs sagactl (stdio.name)
 	orders   []*loadOrder
 	start    time.Time
 
@@ -233,13 +234,21 @@ type loadRun struct {
 	placeElapsed, settleElapsed time.Duration
 }
 
-// counts is a progress snapshot.
-type counts struct{ total, placed, failed, settled int }
+// counts is a progress snapshot. aging counts the stuck-kind orders still waiting to be
+// flagged stuck once every other order has settled (the run waits for them only then).
+type counts struct{ total, placed, failed, settled, aging int }
 
 func (r *loadRun) snapshot() counts {
+	aging := 0
+	if r.cfg.waitStuck && r.waitingFor() == 0 {
+		aging = r.unflagged()
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return counts{len(r.orders), r.placed, r.failed, r.settled}
+	if r.placed+r.failed < len(r.orders) {
+		aging = 0
+	}
+	return counts{len(r.orders), r.placed, r.failed, r.settled, aging}
 }
 
 func (r *loadRun) run(ctx context.Context, prog *progress) error {
@@ -397,12 +406,20 @@ func (r *loadRun) unflagged() int {
 	return n
 }
 
+// name is the command that runs sagactl.
+func (r *loadRun) name() string {
+	if r.self == "" {
+		return "sagactl"
+	}
+	return r.self
+}
+
 // inspect is the command that shows one order, with -order-url when it is not the default.
 func (r *loadRun) inspect(id string) string {
 	if r.orderURL == "" || r.orderURL == defaultOrderURL {
-		return "sagactl order " + id
+		return r.name() + " order " + id
 	}
-	return "sagactl order " + id + " -order-url " + r.orderURL
+	return r.name() + " order " + id + " -order-url " + r.orderURL
 }
 
 // loadSummary is what load prints (and emits with -json).

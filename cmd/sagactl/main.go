@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -28,6 +29,7 @@ func main() {
 		err:      os.Stderr,
 		getenv:   os.Getenv,
 		terminal: isTerminal(os.Stderr),
+		self:     selfName(os.Args[0]),
 	})
 	stop()
 	os.Exit(code)
@@ -39,6 +41,30 @@ type stdio struct {
 	getenv   func(string) string
 	// terminal is true when err is a terminal: load then draws a progress bar.
 	terminal bool
+	// self is how to run this sagactl again, for the commands it prints (see selfName);
+	// empty means "sagactl".
+	self string
+}
+
+// name is the command that runs this sagactl, as the commands it prints start.
+func (s stdio) name() string {
+	if s.self == "" {
+		return "sagactl"
+	}
+	return s.self
+}
+
+// selfName is how to run this binary again given os.Args[0]: "sagactl" when the shell
+// found it on PATH, "go run ./cmd/sagactl" for a go run build, and otherwise the path as
+// typed (bin/sagactl), so that a printed command works as printed.
+func selfName(arg0 string) string {
+	switch {
+	case arg0 == "" || !strings.ContainsRune(arg0, filepath.Separator):
+		return "sagactl"
+	case strings.Contains(arg0, string(filepath.Separator)+"go-build"):
+		return "go run ./cmd/sagactl"
+	}
+	return arg0
 }
 
 func isTerminal(f *os.File) bool {
@@ -167,7 +193,7 @@ func newFlagSet(name string, std stdio, c *conn) *flag.FlagSet {
 	}
 	fs.StringVar(&c.orderURL, "order-url", orderURL, "order service base `URL` (env ORDER_URL)")
 	fs.StringVar(&c.brokers, "brokers", brokers, "comma-separated Kafka seed `brokers` (env KAFKA_BROKERS)")
-	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "per-request timeout")
+	durationVar(fs, &c.timeout, "timeout", 10*time.Second, "per-request timeout")
 	fs.BoolVar(&c.json, "json", false, "print JSON instead of tables")
 	c.kafkaSec = addKafkaSecFlags(fs, std.getenv)
 	fs.StringVar(&c.orderToken, "order-token", std.getenv("ORDER_API_TOKEN"),

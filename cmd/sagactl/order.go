@@ -202,7 +202,8 @@ func jaegerSearchURL(o Order) string {
 func cmdStuck(ctx context.Context, args []string, std stdio) error {
 	var c conn
 	fs := newFlagSet("stuck", std, &c)
-	olderThan := fs.Duration("older-than", 0, "only orders older than this `duration` (e.g. 5m; 0: every stuck order)")
+	olderThan := new(time.Duration)
+	durationVar(fs, olderThan, "older-than", 0, "only orders older than this `duration` (e.g. 5m; 0: every stuck order)")
 	limit := fs.Int("limit", 100, "at most this many orders")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: sagactl stuck [flags]\n\nLists orders past their state's deadline, oldest first, with state, age, trace id and Jaeger link.\n\nFlags:")

@@ -33,6 +33,15 @@ func newProgress(w io.Writer, terminal bool, total int) *progress {
 // line renders the progress text for c.
 func (p *progress) line(c counts) string {
 	elapsed := p.now().Sub(p.start).Round(100 * time.Millisecond)
+	if c.aging > 0 {
+		// Every other order settled: the run waits for the stuck one to age past the
+		// order service's stuck threshold, which can take a while.
+		what := "the stuck order"
+		if c.aging > 1 {
+			what = fmt.Sprintf("%d stuck orders", c.aging)
+		}
+		return fmt.Sprintf("settled %d/%d; waiting for %s to be flagged stuck  %s", c.settled, c.total, what, elapsed)
+	}
 	text := fmt.Sprintf("placed %d/%d  settled %d  failed %d  %s", c.placed, c.total, c.settled, c.failed, elapsed)
 	if !p.terminal {
 		return text

@@ -634,4 +634,40 @@ func TestProgress(t *testing.T) {
 	if b.String() != want {
 		t.Errorf("plain progress:\n%q\nwant\n%q", b.String(), want)
 	}
+
+	// Every other order settled: the line says what the run waits for.
+	b.Reset()
+	clock = clock.Add(plainEvery)
+	p.update(counts{total: 10, placed: 10, settled: 9, aging: 1})
+	if want := "settled 9/10; waiting for the stuck order to be flagged stuck  4s\n"; b.String() != want {
+		t.Errorf("aging progress %q, want %q", b.String(), want)
+	}
+}
+
+func TestSelfName(t *testing.T) {
+	for arg0, want := range map[string]string{
+		"sagactl":                           "sagactl",
+		"bin/sagactl":                       "bin/sagactl",
+		"/usr/local/bin/sagactl":            "/usr/local/bin/sagactl",
+		"/tmp/go-build123/b001/exe/sagactl": "go run ./cmd/sagactl",
+		"":                                  "sagactl",
+	} {
+		if got := selfName(arg0); got != want {
+			t.Errorf("selfName(%q) = %q, want %q", arg0, got, want)
+		}
+	}
+}
+
+func TestDurationFlagSuggestsUnit(t *testing.T) {
+	var errb bytes.Buffer
+	code := run(context.Background(), []string{"stuck", "-older-than", "5"}, stdio{out: io.Discard, err: &errb, getenv: func(string) string { return "" }})
+	if code != exitUsage || !strings.Contains(errb.String(), "5m for minutes") {
+		t.Errorf("exit %d, stderr:\n%s\nwant exit %d and a suggestion of 5m", code, errb.String(), exitUsage)
+	}
+	var d time.Duration
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	durationVar(fs, &d, "d", time.Second, "")
+	if err := fs.Parse([]string{"-d", "90s"}); err != nil || d != 90*time.Second {
+		t.Errorf("-d 90s: %v, %v", d, err)
+	}
 }
