@@ -105,8 +105,8 @@ func WriteText(w io.Writer, results []Result) {
 	}
 }
 
-// WriteMarkdown writes one table per scenario, one row per run, in the shape
-// docs/reliability.md records them.
+// WriteMarkdown writes one table per scenario with the run's row: date, commit, seed,
+// orders, faults injected, time to quiescence and anomalies.
 func WriteMarkdown(w io.Writer, results []Result) {
 	for _, r := range results {
 		fmt.Fprintf(w, "\n#### %s\n\n%s\n\n", r.Scenario, r.Doc)

@@ -44,7 +44,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		seed     = fs.Uint64("seed", 1, "seed of the order mix and the fault schedule")
 		bound    = fs.Duration("bound", 3*time.Minute, "how long after the last fault the system has to quiesce")
 		asJSON   = fs.Bool("json", false, "print the results as JSON instead of text")
-		report   = fs.String("report", "", "also write the results as Markdown tables (docs/reliability.md's shape) to `file`")
+		report   = fs.String("report", "", "also write the results as Markdown tables, one per scenario, to `file`")
 		keepLogs = fs.Bool("keep-logs", false, "keep each scenario's working directory (process logs) instead of removing it")
 		quiet    = fs.Bool("q", false, "no progress lines on stderr")
 	)
