@@ -23,6 +23,7 @@ import (
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/idempotency"
 	"github.com/choreo-saga/choreo/lock"
+	"github.com/choreo-saga/choreo/migrate"
 	"github.com/choreo-saga/choreo/outbox"
 	"github.com/choreo-saga/choreo/tracing"
 )
@@ -200,14 +201,8 @@ func exampleInfra(ctx context.Context) (*pgxpool.Pool, *redis.Client, []string, 
 	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+schema+"; CREATE TABLE payments (order_id text PRIMARY KEY, amount int NOT NULL)"); err != nil {
 		panic(err)
 	}
-	for _, migrate := range []func(context.Context) error{
-		func(ctx context.Context) error { return idempotency.Migrate(ctx, pool) },
-		func(ctx context.Context) error { return lock.Migrate(ctx, pool) },
-		func(ctx context.Context) error { return outbox.Migrate(ctx, pool) },
-	} {
-		if err := migrate(ctx); err != nil {
-			panic(err)
-		}
+	if err := migrate.Up(ctx, pool); err != nil {
+		panic(err)
 	}
 	addr := os.Getenv("CHOREO_TEST_REDIS_ADDR")
 	if addr == "" {

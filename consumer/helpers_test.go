@@ -9,17 +9,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bsm/redislock"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/choreo-saga/choreo/event"
-	"github.com/choreo-saga/choreo/idempotency"
 	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/lock"
+	"github.com/choreo-saga/choreo/migrate"
 	"github.com/choreo-saga/choreo/outbox"
 )
 
@@ -47,10 +47,7 @@ func newDB(t *testing.T) *pgxpool.Pool {
 func migrateTestDB(t testing.TB, pool *pgxpool.Pool) {
 	t.Helper()
 	ctx := context.Background()
-	if err := idempotency.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	if err := lock.Migrate(ctx, pool); err != nil {
+	if err := migrate.Up(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, `
@@ -290,7 +287,7 @@ func decodeSeq(t testing.TB, rec *kgo.Record) (string, int) {
 }
 
 // newLocker is lock.New that fails the test on an error.
-func newLocker(t testing.TB, client redislock.RedisClient, opts ...lock.Option) *lock.Locker {
+func newLocker(t testing.TB, client redis.UniversalClient, opts ...lock.Option) *lock.Locker {
 	t.Helper()
 	l, err := lock.New(client, opts...)
 	if err != nil {

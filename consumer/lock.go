@@ -21,13 +21,10 @@ type Locker interface {
 // with a Redis lease (package lock): it acquires the entity's lease, runs the handlers it
 // wraps with the lease's context (cancelled if the lease is lost) and the lease attached
 // to the message (Idempotent checks its fencing token), and releases the lease in the
-// background (lock.Lease.ReleaseInBackground: the record does not wait for a round trip;
-// the release goes out with the worker's next acquisition, in the same Redis round trip,
-// or on its own within a millisecond when none comes, and lock.Locker.Wait before exiting
-// lets the last releases reach Redis). With a Locker built with lock.WithKeep, the lease
-// is kept instead for the entity's next record on this instance, which then takes it
-// without a Redis round trip (same fencing token; see lock's "Kept leases"). A lease that cannot be obtained fails with lock.ErrNotObtained and a lease lost
-// mid-handling with lock.ErrLost; both are retryable. The lock is for contention, not
+// background (lock.Lease.ReleaseInBackground: the record does not wait for a round trip,
+// and lock.Locker.Wait before exiting lets the last releases reach Redis). A lease that
+// cannot be obtained fails with lock.ErrNotObtained and a lease lost mid-handling with
+// lock.ErrLost; both are retryable. The lock is for contention, not
 // correctness: the transaction (Idempotent, with Fence) is the guard.
 //
 // entity chooses the entity to lock for a message; nil means Message.Subject (the event's

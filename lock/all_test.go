@@ -25,10 +25,6 @@ func hooked(t *testing.T, opts ...lock.Option) (*lock.Locker, *redis.Client, *te
 	return locker, client, h
 }
 
-// scriptOnly hides the client's Pipeline method: a Locker over it must run
-// its scripts one by one.
-type scriptOnly struct{ redis.Scripter }
-
 func entitiesOf(leases []*lock.Lease) []string {
 	out := make([]string, len(leases))
 	for i, ls := range leases {
@@ -368,34 +364,6 @@ func TestAcquireAllAfterScriptFlush(t *testing.T) {
 	}
 	if hook.Evals.Load() == 0 {
 		t.Fatal("no EVAL resend seen in 20 flushes: the NOSCRIPT path was not exercised")
-	}
-}
-
-// TestAcquireAllWithoutPipelining: over a client without Pipeline, the
-// scripts run one by one (one round trip per entity) with the same results.
-func TestAcquireAllWithoutPipelining(t *testing.T) {
-	base, client, hook := hooked(t)
-	locker := mustNew(t, scriptOnly{client}, lock.WithNamespace(nsOf(base)), lock.WithoutRetry())
-	ctx := context.Background()
-
-	leases, err := locker.AcquireAll(ctx, []string{"b", "a", "c", "a"})
-	if err != nil || fmt.Sprint(entitiesOf(leases)) != "[a b c]" {
-		t.Fatalf("AcquireAll = %v, %v", entitiesOf(leases), err)
-	}
-	if got := hook.RoundTrips.Load(); got != 3 {
-		t.Fatalf("%d EVALSHA round trips, want 3 (one per entity)", got)
-	}
-	if _, err := locker.AcquireAll(ctx, []string{"c", "d"}); !errors.Is(err, lock.ErrNotObtained) {
-		t.Fatalf("AcquireAll of a held entity = %v, want ErrNotObtained", err)
-	}
-	if n := exists(t, client, locker, "d"); n != 0 {
-		t.Fatal("d still locked after a failed AcquireAll")
-	}
-	if err := lock.ReleaseAll(ctx, leases); err != nil {
-		t.Fatal(err)
-	}
-	if n := exists(t, client, locker, "a", "b", "c"); n != 0 {
-		t.Fatalf("%d lock keys left after ReleaseAll", n)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/choreo-saga/choreo/lock"
+	"github.com/choreo-saga/choreo/migrate"
 )
 
 func exampleID() string {
@@ -77,7 +78,7 @@ func ExampleLocker_Acquire() {
 	defer done()
 	pool, cleanup := examplePostgres(ctx)
 	defer cleanup()
-	if err := lock.Migrate(ctx, pool); err != nil {
+	if err := migrate.Up(ctx, pool); err != nil {
 		panic(err)
 	}
 

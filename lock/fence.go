@@ -6,38 +6,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/choreo-saga/choreo/internal/fence"
-	"github.com/choreo-saga/choreo/internal/migrate"
+	"github.com/choreo-saga/choreo/migrate"
 )
-
-// FenceSchema is the SQL of every migration of the choreo_lock_fences table
-// used by CheckFence, in version order, each after a
-// "-- choreo migration: lock_fences version N" line. Every step is safe to
-// re-run (IF NOT EXISTS); it is exported for use with your own migration tool
-// and takes no lock and records no version (Migrate does both).
-var FenceSchema = migrate.Fences().SQL()
-
-// Execer is the smallest interface PruneFences needs; it is satisfied by
-// *pgx.Conn, *pgxpool.Pool and pgx.Tx.
-type Execer interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
-
-// Migrate applies the fencing table's numbered migrations that db has not
-// recorded yet, in one transaction holding the advisory lock that every choreo
-// migration takes, and records each version in choreo_schema_migrations. It is
-// safe to run on every start from several processes at once. db is a
-// *pgxpool.Pool, a *pgx.Conn or a pgx.Tx (then a savepoint).
-func Migrate(ctx context.Context, db interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}) error {
-	if err := migrate.Apply(ctx, db, migrate.Fences()); err != nil {
-		return fmt.Errorf("lock: %w", err)
-	}
-	return nil
-}
 
 // CheckFence records token as the latest fencing token of entity inside
 // tx, the caller's transaction, and returns an error wrapping ErrStaleToken
@@ -69,7 +41,7 @@ func (ls *Lease) CheckFence(ctx context.Context, tx pgx.Tx) error {
 	if err := ls.Err(); err != nil {
 		return err
 	}
-	return CheckFence(ctx, tx, ls.h.key, ls.h.token)
+	return CheckFence(ctx, tx, ls.key, ls.token)
 }
 
 // PruneFences deletes fencing rows not written for olderThan, at most
@@ -77,7 +49,7 @@ func (ls *Lease) CheckFence(ctx context.Context, tx pgx.Tx) error {
 // deleted. Pruning an entity's row removes its protection only against a
 // holder that was paused for longer than olderThan (a newer holder writes a
 // new row), so keep olderThan far above any plausible pause: days.
-func PruneFences(ctx context.Context, db Execer, olderThan time.Duration, batch int) (int64, error) {
+func PruneFences(ctx context.Context, db migrate.Execer, olderThan time.Duration, batch int) (int64, error) {
 	if olderThan <= 0 || batch <= 0 {
 		return 0, fmt.Errorf("lock: prune fences: olderThan %v and batch %d must be positive", olderThan, batch)
 	}

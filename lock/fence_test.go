@@ -12,6 +12,7 @@ import (
 
 	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/lock"
+	"github.com/choreo-saga/choreo/migrate"
 )
 
 // setupFences returns a pool on a fresh database with choreo_lock_fences and
@@ -20,7 +21,7 @@ func setupFences(t *testing.T) *pgxpool.Pool {
 	t.Helper()
 	pool := testenv.Postgres(t)
 	ctx := context.Background()
-	if err := lock.Migrate(ctx, pool); err != nil {
+	if err := migrate.Up(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, `CREATE TABLE accounts (id text PRIMARY KEY, written_by text);
@@ -146,23 +147,23 @@ func TestConcurrentFencedTransactions(t *testing.T) {
 	}
 }
 
-func TestMigrateConcurrentAndRepeated(t *testing.T) {
+func TestUpConcurrentAndRepeated(t *testing.T) {
 	pool := testenv.Postgres(t)
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for range 8 {
-		wg.Go(func() { errs <- lock.Migrate(ctx, pool) })
+		wg.Go(func() { errs <- migrate.Up(ctx, pool) })
 	}
 	wg.Wait()
 	close(errs)
 	for err := range errs {
 		if err != nil {
-			t.Fatalf("concurrent Migrate: %v", err)
+			t.Fatalf("concurrent Up: %v", err)
 		}
 	}
-	if err := lock.Migrate(ctx, pool); err != nil {
-		t.Fatalf("repeated Migrate: %v", err)
+	if err := migrate.Up(ctx, pool); err != nil {
+		t.Fatalf("repeated Up: %v", err)
 	}
 	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return lock.CheckFence(ctx, tx, "e", 1) }); err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bsm/redislock"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/choreo-saga/choreo/internal/testenv"
@@ -24,7 +23,7 @@ func newLocker(t *testing.T, opts ...lock.Option) (*lock.Locker, *redis.Client) 
 }
 
 // mustNew is lock.New that fails the test on an error.
-func mustNew(t testing.TB, client redislock.RedisClient, opts ...lock.Option) *lock.Locker {
+func mustNew(t testing.TB, client redis.UniversalClient, opts ...lock.Option) *lock.Locker {
 	t.Helper()
 	l, err := lock.New(client, opts...)
 	if err != nil {

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/bsm/redislock"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/choreo-saga/choreo/internal/backoff"
@@ -32,10 +31,9 @@ var (
 	// with CheckFence) must reject it.
 	ErrLost = errors.New("lock: lost")
 
-	// ErrStaleToken is returned by CheckFence when a newer fencing token
-	// for the entity has already been recorded: the caller's lease is no
-	// longer the latest and its transaction must roll back. Not retryable
-	// with the same lease.
+	// ErrStaleToken is returned by CheckFence when a newer fencing token for
+	// the entity has already been recorded: the caller's transaction must roll
+	// back. Not retryable with the same lease.
 	ErrStaleToken = fence.ErrStale
 
 	// ErrInvalidEntity is returned for an empty entity.
@@ -48,7 +46,7 @@ var (
 // Locker hands out per-entity leases backed by Redis locks. It is safe for
 // concurrent use.
 type Locker struct {
-	redis redislock.RedisClient
+	redis redis.UniversalClient
 	cfg   config
 	// Script arguments that never change, formatted once.
 	ttlArg, retentionArg string
@@ -58,30 +56,12 @@ type Locker struct {
 	background sync.WaitGroup
 	mu         sync.Mutex
 	releasing  map[string]chan struct{}
-
-	// Where the client can pipeline, background releases wait in pending (under mu) for
-	// the next acquisition to carry them, at most releaseDelay: flushTimer, armed while
-	// pending is not empty, sends them on their own (pending.go).
-	pipelines    bool
-	releaseDelay time.Duration // releaseDelay, or a test's
-	pending      []*holding
-	flushTimer   *time.Timer
-	timerArmed   bool
-
-	// With WithKeep, the holdings kept idle after their use, by lock key (under mu; keep.go).
-	// Where the client can pipeline, the refreshes of kept holdings wait in refreshes
-	// (under mu) for at most refreshBatchDelay, armed by refreshTimer, and go out together.
-	kept              map[string]*holding
-	refreshes         []*holding
-	refreshTimer      *time.Timer
-	refreshArmed      bool
-	refreshBatchDelay time.Duration
 }
 
 // New returns a Locker using client (a *redis.Client, *redis.ClusterClient or
 // *redis.Ring) configured by opts; every option not given takes its Default* value. An
 // option out of range is an error wrapping ErrInvalidOption.
-func New(client redislock.RedisClient, opts ...Option) (*Locker, error) {
+func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: nil Redis client", ErrInvalidOption)
 	}
@@ -89,25 +69,14 @@ func New(client redislock.RedisClient, opts ...Option) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, pipelines := client.(pipeliner)
 	return &Locker{
-		pipelines:    pipelines,
-		releaseDelay: releaseDelay,
 		redis:        client,
 		cfg:          cfg,
 		ttlArg:       strconv.FormatInt(cfg.ttl.Milliseconds(), 10),
 		retentionArg: strconv.FormatInt(cfg.fenceRetention.Milliseconds(), 10),
 		releasing:    make(map[string]chan struct{}),
-		kept:         make(map[string]*holding),
-		// A kept holding's refresh may wait for others this long; its lock stays valid
-		// for at least TTL − refresh period − this (a refresh is due every period).
-		refreshBatchDelay: cfg.refreshEvery / refreshBatchDivisor,
 	}, nil
 }
-
-// refreshBatchDivisor: the refreshes of kept holdings wait at most refreshEvery /
-// refreshBatchDivisor for one another (see Locker.refreshBatchDelay).
-const refreshBatchDivisor = 8
 
 // Key returns the Redis key of entity's lock.
 func (l *Locker) Key(entity string) string {
@@ -161,120 +130,135 @@ func randomValue() string {
 }
 
 // Acquire obtains the lock of entity, retrying with the retry backoff
-// (WithRetryBackoff) while another holder has it, for at most the max wait (WithMaxWait) or until ctx ends. It returns
-// an error wrapping ErrNotObtained if the lock stayed taken, or a wrapped
-// Redis error. The lease must be released with Release.
+// (WithRetryBackoff) while another holder has it, for at most the max wait
+// (WithMaxWait) or until ctx ends. It returns an error wrapping
+// ErrNotObtained if the lock stayed taken, or a wrapped Redis error. The
+// lease must be released with Release or ReleaseInBackground.
 //
 // The lease's Context is derived from ctx and is cancelled with cause
 // ErrLost if the lock is lost, so pass it to the work done under the lock.
-//
-// With WithKeep, a holding of the entity kept idle on l is taken instead, without a round
-// trip, at the start and before every retry (see "Kept leases" in the package doc).
 func (l *Locker) Acquire(ctx context.Context, entity string) (*Lease, error) {
 	if entity == "" {
 		return nil, fmt.Errorf("%w: empty", ErrInvalidEntity)
 	}
-	key := l.Key(entity)
-	keeps := l.cfg.keep > 0 && ctx.Err() == nil
-	if keeps {
-		if ls := l.reuse(ctx, key); ls != nil {
-			return ls, nil
-		}
+	leases, err := l.acquire(ctx, []string{entity})
+	if err != nil {
+		return nil, err
 	}
-	value := randomValue()
-	call := l.obtainCall(key, value)
+	return leases[0], nil
+}
+
+// acquire obtains the leases of entities (distinct, non-empty, sorted), all or none:
+// Acquire and AcquireAll. Each attempt sends every obtain script in one pipeline; if any
+// entity is held by someone else, the attempt gives back what it obtained, backs off and
+// retries the whole set.
+func (l *Locker) acquire(ctx context.Context, entities []string) ([]*Lease, error) {
+	calls := make([]scriptCall, len(entities))
+	for i, e := range entities {
+		calls[i] = l.obtainCall(l.Key(e), randomValue())
+	}
 	waitCtx, cancel := context.WithTimeout(ctx, l.cfg.maxWait)
 	defer cancel()
-	carry := l.takeForAcquire(ctx)
-	if !l.awaitOthers(waitCtx, key, &carry) {
-		return nil, notObtained(ctx, entity)
+	for i, c := range calls { // our own background releases of these entities first
+		if !l.awaitRelease(waitCtx, c.keys[0]) {
+			return nil, notObtained(ctx, entities[i])
+		}
 	}
-	r := retrier{policy: l.cfg.retry, none: l.cfg.noRetry}
-	defer r.stop()
-	for {
+	for n := 1; ; n++ {
 		start := time.Now()
-		var token int64
-		var err error
-		if carry != nil { // the first attempt carries the queued releases
-			token, err = l.obtainCarrying(waitCtx, carry, []scriptCall{call})[0].Int64()
-			carry = nil
-		} else {
-			token, err = call.run(waitCtx, l.redis).Int64()
-		}
-		switch {
-		case err == nil && token > 0:
-			return l.newLease(ctx, entity, key, value, token, start), nil
-		case err == nil:
-			// Held by someone else: retry below.
-		// On an error the script may still have run with its reply lost;
-		// the orphaned lock then blocks the entity for at most TTL (no
-		// lease holds its value, so no one can act on it). A clean-up
-		// call here would double the time Acquire takes to fail while
-		// Redis is unreachable.
-		case waitCtx.Err() != nil:
-			return nil, notObtained(ctx, entity)
-		default:
-			return nil, fmt.Errorf("lock: acquire %q: %w", entity, err)
-		}
-
-		if err := r.pause(waitCtx); err != nil {
-			return nil, notObtainedAfter(ctx, entity, err)
-		}
-		if keeps {
-			// Another lease of this Locker may have held the entity and kept it.
-			if ls := l.reuse(ctx, key); ls != nil {
-				return ls, nil
+		cmds := runAll(waitCtx, l.redis, calls)
+		tokens := make([]int64, len(cmds)) // > 0: obtained in this attempt
+		held, failed := -1, -1
+		var ferr error
+		for i, cmd := range cmds {
+			token, err := cmd.Int64()
+			switch {
+			case err == nil && token > 0:
+				tokens[i] = token
+			case err == nil:
+				if held < 0 {
+					held = i
+				}
+			case ferr == nil:
+				failed, ferr = i, err
 			}
 		}
+		if held < 0 && ferr == nil {
+			leases := make([]*Lease, len(entities))
+			for i, e := range entities {
+				leases[i] = l.newLease(ctx, e, calls[i].keys[0], calls[i].args[0].(string), tokens[i], start)
+			}
+			return leases, nil
+		}
+		// All or none: give back what this attempt obtained. On an error the script may
+		// still have run with its reply lost; the orphaned lock then blocks the entity for
+		// at most TTL (no lease holds its value, so no one can act on it).
+		rerr := l.giveBack(ctx, calls, tokens)
+		switch {
+		case ferr != nil && waitCtx.Err() != nil:
+			return nil, notObtained(ctx, entities[failed])
+		case ferr != nil:
+			return nil, fmt.Errorf("lock: acquire %q: %w", entities[failed], ferr)
+		case rerr != nil:
+			return nil, rerr
+		}
+		if err := l.pause(ctx, waitCtx, entities[held], n); err != nil {
+			return nil, err
+		}
 	}
 }
 
-// errExhausted is returned by retrier.pause when the retry policy gives up.
-var errExhausted = errors.New("retries exhausted")
-
-// retrier waits between the attempts of one acquisition as its Locker's retry backoff
-// says.
-type retrier struct {
-	policy  backoff.Policy
-	none    bool // WithoutRetry
-	retries int
-	timer   *time.Timer
-}
-
-// pause waits for the next backoff. It returns errExhausted at once when the policy has
-// no retry left, or ctx's error if ctx ends first.
-func (r *retrier) pause(ctx context.Context) error {
-	if r.none {
-		return errExhausted
+// giveBack releases, in one round trip, the locks of calls whose token is positive
+// (obtained in a failed attempt). It runs even when ctx has ended, for at most TTL: after
+// that the locks are gone anyway. It returns the first Redis error, wrapped.
+func (l *Locker) giveBack(ctx context.Context, calls []scriptCall, tokens []int64) error {
+	var release []scriptCall
+	for i, c := range calls {
+		if tokens[i] > 0 {
+			release = append(release, releaseCall(c.keys[0], c.args[0]))
+		}
 	}
-	r.retries++
-	d := r.policy.Delay(r.retries)
-	if r.timer == nil {
-		r.timer = time.NewTimer(d)
-	} else {
-		r.timer.Reset(d)
-	}
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-r.timer.C:
+	if len(release) == 0 {
 		return nil
 	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.ttl)
+	defer cancel()
+	for i, cmd := range runAll(rctx, l.redis, release) {
+		if err := cmd.Err(); err != nil {
+			return fmt.Errorf("lock: release key %q after a partial acquire: %w", release[i].keys[0], err)
+		}
+	}
+	return nil
 }
 
-func (r *retrier) stop() {
-	if r.timer != nil {
-		r.timer.Stop()
+// awaitRelease waits until no background release of key by l is in flight; false if ctx
+// ended first.
+func (l *Locker) awaitRelease(ctx context.Context, key string) bool {
+	l.mu.Lock()
+	done := l.releasing[key]
+	l.mu.Unlock()
+	if done == nil {
+		return true
+	}
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
-// notObtainedAfter is the error of an acquisition of entity whose retrier's pause
-// failed with err.
-func notObtainedAfter(ctx context.Context, entity string, err error) error {
-	if errors.Is(err, errExhausted) {
-		return fmt.Errorf("%w: %q: %w", ErrNotObtained, entity, err)
+// pause waits before retry n (from 1) of an acquisition of entity under waitCtx (ctx
+// bounded by the max wait). It returns the error to give up with, wrapping
+// ErrNotObtained, when retries are off or waitCtx ends first.
+func (l *Locker) pause(ctx, waitCtx context.Context, entity string, n int) error {
+	if l.cfg.noRetry {
+		return fmt.Errorf("%w: %q: held by another holder (retries are off)", ErrNotObtained, entity)
 	}
-	return notObtained(ctx, entity)
+	if !backoff.Sleep(waitCtx, l.cfg.retry.Delay(n), nil) {
+		return notObtained(ctx, entity)
+	}
+	return nil
 }
 
 func notObtained(ctx context.Context, entity string) error {
@@ -301,49 +285,21 @@ func (l *Locker) Do(ctx context.Context, entity string, fn func(ctx context.Cont
 	return rerr
 }
 
-// ReleaseInBackground releases the lease like Release, later, and returns at once, so
-// that a caller does not wait for the round trip to Redis. Where the client can pipeline,
-// the release goes out with the Locker's next Acquire or AcquireAll (any entity, any
-// goroutine) in its pipeline, or on its own after at most a millisecond when none comes
-// (see the package doc); otherwise it runs in a goroutine. Acquire and AcquireAll of the
-// same Locker first let such a release of the same entity end (or send it first in their
-// pipeline), so a worker that handles the same entity next does not find its own lock
-// still held. The release is bounded by TTL (an unreleased lock expires by then anyway)
-// and its error is dropped; use Release to see it. Locker.Wait sends the queued releases
-// and waits for every background release, e.g. before exiting.
-//
-// With WithKeep, the lock is kept instead (its lease's Context is cancelled, the lock
-// stays held) for the next Acquire of the entity on the Locker, and released once it
-// stayed unused for the keep duration or at Wait; a lock known to be lost, or whose
-// lease's Context has ended, is released as above.
+// ReleaseInBackground releases the lease like Release, in a goroutine, and returns at
+// once, so that a caller does not wait for the round trip to Redis. Acquire and
+// AcquireAll of the same Locker first let such a release of the same entity end, so a
+// worker that handles the same entity next does not find its own lock still held. The
+// release is bounded by TTL (an unreleased lock expires by then anyway) and its error is
+// dropped; use Release to see it. Locker.Wait waits for every background release.
 func (ls *Lease) ReleaseInBackground() {
-	l := ls.h.locker
-	ended, kept := ls.end(l.cfg.keep > 0)
-	switch {
-	case !ended:
-		return // another call ended the lease
-	case kept:
-		ls.cancel(nil)
-		l.keep(ls.h)
+	if !ls.beginRelease() {
 		return
 	}
-	if ls.h.beginRelease() {
-		l.releaseInBackground(ls.h, ls.ctx)
-	}
-}
-
-// releaseInBackground releases h, whose release the caller claimed (beginRelease), in the
-// background: queued for the next acquisition where the client can pipeline, else in a
-// goroutine under a context with parent's values. Wait waits for it.
-func (l *Locker) releaseInBackground(h *holding, parent context.Context) {
-	if l.pipelines {
-		l.queueRelease(h)
-		return
-	}
+	l := ls.locker
 	done := make(chan struct{})
 	l.mu.Lock()
-	prev := l.releasing[h.key] // another holding of the key still releasing (expired leases)
-	l.releasing[h.key] = done
+	prev := l.releasing[ls.key] // another lease of the key still releasing (expired leases)
+	l.releasing[ls.key] = done
 	l.mu.Unlock()
 	l.background.Add(1)
 	go func() {
@@ -351,28 +307,23 @@ func (l *Locker) releaseInBackground(h *holding, parent context.Context) {
 		if prev != nil {
 			<-prev
 		}
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), l.cfg.ttl)
-		n, err := releaseCall(h.key, h.value).run(ctx, l.redis).Int64()
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ls.ctx), l.cfg.ttl)
+		n, err := releaseCall(ls.key, ls.value).run(ctx, l.redis).Int64()
 		cancel()
-		h.endRelease(n, err)
+		ls.endRelease(n, err)
 		l.mu.Lock()
-		if l.releasing[h.key] == done {
-			delete(l.releasing, h.key)
+		if l.releasing[ls.key] == done {
+			delete(l.releasing, ls.key)
 		}
 		l.mu.Unlock()
 		close(done)
 	}()
 }
 
-// Wait releases every lock kept idle (WithKeep) and waits until every release started
-// with Lease.ReleaseInBackground has ended, or until ctx ends (returning its error). Call
-// it before the process exits, after the work that acquires leases has stopped, so that no
-// lock outlives its holder by up to TTL.
+// Wait waits until every release started with Lease.ReleaseInBackground has ended, or
+// until ctx ends (returning its error). Call it before the process exits, after the work
+// that acquires leases has stopped, so that no lock outlives its holder by up to TTL.
 func (l *Locker) Wait(ctx context.Context) error {
-	l.releaseAllKept()
-	if carry := l.takeForAcquire(context.Background()); carry != nil {
-		go l.sendReleases(carry) // no need to wait for a next acquisition
-	}
 	done := make(chan struct{})
 	go func() {
 		l.background.Wait()

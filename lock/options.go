@@ -23,9 +23,6 @@ const (
 	// DefaultFenceRetention is how long an entity's fencing counter is kept in Redis
 	// after its last acquisition (WithFenceRetention).
 	DefaultFenceRetention = 24 * time.Hour
-	// DefaultKeep is how long ReleaseInBackground keeps a lock for the next Acquire of its
-	// entity (WithKeep): not at all.
-	DefaultKeep time.Duration = 0
 )
 
 // config is the Locker's configuration, every default applied.
@@ -38,16 +35,24 @@ type config struct {
 	noRetry        bool
 	maxWait        time.Duration // 0: TTL
 	fenceRetention time.Duration
-	keep           time.Duration // 0: release at once
-	err            error         // the first invalid option
 }
 
-// Option configures a Locker (New).
-type Option func(*config)
+// Option configures a Locker (New). An invalid value makes New return an error wrapping
+// ErrInvalidOption.
+type Option func(*config) error
 
-func (c *config) invalid(format string, args ...any) {
-	if c.err == nil {
-		c.err = fmt.Errorf("%w: %s", ErrInvalidOption, fmt.Sprintf(format, args...))
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidOption, fmt.Sprintf(format, args...))
+}
+
+// positive is an option that checks that d (what) is positive, then sets it.
+func positive(what string, d time.Duration, set func(*config)) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return invalid("%s %v is not positive", what, d)
+		}
+		set(c)
+		return nil
 	}
 }
 
@@ -55,41 +60,32 @@ func (c *config) invalid(format string, args ...any) {
 // entity E lives at ns+"{"+E+"}" and its fencing counter at the same key plus ":fence";
 // the braces make both keys one Redis Cluster hash slot. ns must not be empty.
 func WithNamespace(ns string) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if ns == "" {
-			c.invalid("empty namespace")
+			return invalid("empty namespace")
 		}
 		c.namespace = ns
+		return nil
 	}
 }
 
 // WithTTL sets how long a lock stays valid without a refresh, bounding how long a crashed
 // holder blocks others (default DefaultTTL). It must be positive.
 func WithTTL(d time.Duration) Option {
-	return func(c *config) {
-		if d <= 0 {
-			c.invalid("TTL %v is not positive", d)
-		}
-		c.ttl = d
-	}
+	return positive("TTL", d, func(c *config) { c.ttl = d })
 }
 
 // WithRefreshEvery sets the period of the lease's watchdog, which extends the lock to a
 // full TTL while the lease is held, so handlers may run longer than TTL (default
 // TTL/DefaultRefreshDivisor). It must be positive and below TTL/2.
 func WithRefreshEvery(d time.Duration) Option {
-	return func(c *config) {
-		if d <= 0 {
-			c.invalid("refresh period %v is not positive", d)
-		}
-		c.refreshEvery, c.watchdog = d, true
-	}
+	return positive("refresh period", d, func(c *config) { c.refreshEvery, c.watchdog = d, true })
 }
 
 // WithoutWatchdog disables the watchdog: a lease is then lost TTL after it was obtained,
 // however long its work runs.
 func WithoutWatchdog() Option {
-	return func(c *config) { c.refreshEvery, c.watchdog = 0, false }
+	return func(c *config) error { c.refreshEvery, c.watchdog = 0, false; return nil }
 }
 
 // WithRetryBackoff sets Acquire's backoff while another holder has the lock: exponential
@@ -99,63 +95,31 @@ func WithoutWatchdog() Option {
 // lock-step; WithMaxWait and the Acquire context bound the retries. base must be positive
 // and max at least base.
 func WithRetryBackoff(base, max time.Duration) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if base <= 0 || max < base {
-			c.invalid("retry backoff base %v, max %v: want 0 < base <= max", base, max)
+			return invalid("retry backoff base %v, max %v: want 0 < base <= max", base, max)
 		}
 		c.retry, c.noRetry = backoff.Policy{Base: base, Max: max}, false
+		return nil
 	}
 }
 
 // WithoutRetry makes Acquire and AcquireAll try exactly once.
 func WithoutRetry() Option {
-	return func(c *config) { c.noRetry = true }
+	return func(c *config) error { c.noRetry = true; return nil }
 }
 
 // WithMaxWait bounds how long one Acquire call keeps retrying, unless its context ends
 // first (default: the TTL). It must be positive.
 func WithMaxWait(d time.Duration) Option {
-	return func(c *config) {
-		if d <= 0 {
-			c.invalid("max wait %v is not positive", d)
-		}
-		c.maxWait = d
-	}
+	return positive("max wait", d, func(c *config) { c.maxWait = d })
 }
 
 // WithFenceRetention sets how long an entity's fencing counter is kept in Redis after its
 // last acquisition (default DefaultFenceRetention). Tokens stay monotonic after the
 // counter expires (see Lease.Token), so this only bounds memory. It must be positive.
 func WithFenceRetention(d time.Duration) Option {
-	return func(c *config) {
-		if d <= 0 {
-			c.invalid("fence retention %v is not positive", d)
-		}
-		c.fenceRetention = d
-	}
-}
-
-// WithKeep makes Lease.ReleaseInBackground keep the lock for up to d instead of releasing
-// it: the lock stays held in Redis (its watchdog keeps refreshing it) and the next Acquire
-// of the entity on the same Locker, from any goroutine, gets it back within d without a
-// Redis round trip, with the same fencing token and a Context derived from its own
-// context. A lock kept unused for d is released (with the Locker's next acquisition, as
-// background releases are), and Wait releases every kept lock at once. Release and
-// ReleaseAll always release. Default DefaultKeep: every lock is released after its use.
-//
-// The cost is contention across Lockers: another instance (or another Locker of this
-// process) that wants a kept entity waits for up to d, plus its retry backoff, until the
-// lock is released; so keep d short, and use WithKeep where an entity's events mostly
-// arrive at one consumer (a partition keyed by the entity), as consumer.Lock's are. See
-// "Kept leases" in the package doc. d must not be negative, must be below the TTL and
-// needs the watchdog (not WithoutWatchdog).
-func WithKeep(d time.Duration) Option {
-	return func(c *config) {
-		if d < 0 {
-			c.invalid("keep %v is negative", d)
-		}
-		c.keep = d
-	}
+	return positive("fence retention", d, func(c *config) { c.fenceRetention = d })
 }
 
 // newConfig applies opts over the defaults and validates the result.
@@ -168,10 +132,9 @@ func newConfig(opts []Option) (config, error) {
 		fenceRetention: DefaultFenceRetention,
 	}
 	for _, o := range opts {
-		o(&c)
-	}
-	if c.err != nil {
-		return c, c.err
+		if err := o(&c); err != nil {
+			return c, err
+		}
 	}
 	if c.watchdog {
 		if c.refreshEvery == 0 {
@@ -180,9 +143,6 @@ func newConfig(opts []Option) (config, error) {
 		if c.refreshEvery >= c.ttl/2 {
 			return c, fmt.Errorf("%w: refresh period %v is not below TTL/2 (%v)", ErrInvalidOption, c.refreshEvery, c.ttl/2)
 		}
-	}
-	if c.keep > 0 && (c.keep >= c.ttl || !c.watchdog) {
-		return c, fmt.Errorf("%w: keep %v needs the watchdog and must be below the TTL (%v)", ErrInvalidOption, c.keep, c.ttl)
 	}
 	if c.maxWait == 0 {
 		c.maxWait = c.ttl

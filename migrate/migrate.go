@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	imigrate "github.com/choreo-saga/choreo/internal/migrate"
 	"github.com/choreo-saga/choreo/internal/sqlname"
@@ -52,9 +53,17 @@ const (
 // 48 bytes per part (see outbox.WithTable).
 var ErrInvalidTable = errors.New("migrate: invalid table name")
 
-// DB begins transactions; *pgxpool.Pool, *pgx.Conn and pgx.Tx (a savepoint) satisfy it.
-type DB interface {
+// Beginner begins transactions; *pgxpool.Pool, *pgx.Conn and pgx.Tx (a savepoint)
+// satisfy it. It is the one such interface of the library: every package that takes a
+// database to begin transactions on takes a Beginner.
+type Beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Execer runs a statement; *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it. It is the one
+// such interface of the library.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
 // Option sets a table name.
@@ -110,7 +119,7 @@ func components(opts []Option) ([]imigrate.Component, error) {
 // Up applies every migration of the library's tables that db has not recorded yet (see
 // the package documentation). It is safe to call on every start, from any number of
 // instances at once.
-func Up(ctx context.Context, db DB, opts ...Option) error {
+func Up(ctx context.Context, db Beginner, opts ...Option) error {
 	comps, err := components(opts)
 	if err != nil {
 		return err

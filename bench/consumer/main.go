@@ -53,8 +53,8 @@ import (
 	"github.com/choreo-saga/choreo/bench/internal/benchutil"
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
-	"github.com/choreo-saga/choreo/idempotency"
 	"github.com/choreo-saga/choreo/lock"
+	"github.com/choreo-saga/choreo/migrate"
 	"github.com/choreo-saga/choreo/outbox"
 )
 
@@ -313,13 +313,7 @@ func brokerKind(b string) string {
 func poolSize(n int) string { return fmt.Sprintf("&pool_max_conns=%d", n) }
 
 func setupSchema(ctx context.Context, pool *pgxpool.Pool, accounts int) error {
-	if err := idempotency.Migrate(ctx, pool); err != nil {
-		return err
-	}
-	if err := lock.Migrate(ctx, pool); err != nil {
-		return err
-	}
-	if err := outbox.Migrate(ctx, pool); err != nil {
+	if err := migrate.Up(ctx, pool); err != nil {
 		return err
 	}
 	_, err := pool.Exec(ctx, `

@@ -188,14 +188,12 @@ type measured struct {
 }
 
 // modeSpec is one pipeline mode: the hand-written floor, or choreo one event per
-// transaction (batch 0) or in batches of batch, with locks kept for keep (0: released
-// after each use), with the UPDATE queued by consumer.AtCommit when atCommit; in this
+// transaction (batch 0) or in batches of batch, with the UPDATE queued by consumer.AtCommit when atCommit; in this
 // process (processes 0) or in that many child processes sharing the consumer group.
 type modeSpec struct {
 	name      string
 	hand      bool
 	batch     int
-	keep      time.Duration
 	atCommit  bool
 	processes int
 }
@@ -205,9 +203,6 @@ func (c config) modes() []modeSpec {
 	ms := []modeSpec{{name: "hand-written (franz-go + pgx + redislock)", hand: true}, {name: "choreo"}}
 	if c.atCommit {
 		ms = append(ms, modeSpec{name: "choreo/atcommit", atCommit: true})
-	}
-	for _, d := range c.keeps {
-		ms = append(ms, modeSpec{name: fmt.Sprintf("choreo/keep=%v", d), keep: d})
 	}
 	for _, n := range c.batches {
 		ms = append(ms, modeSpec{name: fmt.Sprintf("choreo/batch=%d", n), batch: n})
@@ -300,7 +295,7 @@ func (b *bench) pipeline(spec modeSpec, site pipelineSite) (pipeline, func() (tx
 		}, func() (int64, int64) { return 0, 0 }
 	}
 	p := &choreoPipeline{
-		brokers: b.brokers, group: site.group, in: site.in, out: site.out, batch: spec.batch, keep: spec.keep,
+		brokers: b.brokers, group: site.group, in: site.in, out: site.out, batch: spec.batch,
 		atCommit: spec.atCommit, notify: site.notify, pool: site.pool, rdb: site.rdb,
 		lockNS: b.prefix + "choreo:", kgoOpts: b.kgoOpts(), log: b.log, onAcked: site.onAcked,
 	}
@@ -327,8 +322,6 @@ func (b *bench) mode(ctx context.Context, spec modeSpec, round int) (measured, e
 		slug = "hand"
 	case spec.batch > 0:
 		slug = fmt.Sprintf("batch%d", spec.batch)
-	case spec.keep > 0:
-		slug = "keep"
 	case spec.atCommit:
 		slug = "atcommit"
 	}

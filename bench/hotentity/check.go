@@ -13,9 +13,7 @@ import (
 
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
-	"github.com/choreo-saga/choreo/idempotency"
-	"github.com/choreo-saga/choreo/lock"
-	"github.com/choreo-saga/choreo/outbox"
+	"github.com/choreo-saga/choreo/migrate"
 )
 
 // The hand-written pipeline's own tables: its dedup record and its outbox.
@@ -32,13 +30,7 @@ CREATE TABLE hw_outbox (
 // setupSchema creates the accounts (balance 0), the library's tables and the
 // hand-written pipeline's.
 func setupSchema(ctx context.Context, pool *pgxpool.Pool, accounts int) error {
-	if err := idempotency.Migrate(ctx, pool); err != nil {
-		return err
-	}
-	if err := lock.Migrate(ctx, pool); err != nil {
-		return err
-	}
-	if err := outbox.Migrate(ctx, pool); err != nil {
+	if err := migrate.Up(ctx, pool); err != nil {
 		return err
 	}
 	_, err := pool.Exec(ctx, handSchema+`

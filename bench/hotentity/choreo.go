@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -47,15 +46,13 @@ func applyCredit(ctx context.Context, tx pgx.Tx, ev event.Event, atCommit bool) 
 
 // choreoPipeline is the same pipeline on the library: consumer.Standard (Lock = lock.New,
 // Fence, AfterCommit ob.Wake; the idempotency claim is the dedup), in batch mode with
-// consumer.StandardBatch when batch > 0, with locks kept for keep (lock.WithKeep) when
-// keep > 0, with the UPDATE queued by consumer.AtCommit when atCommit, and an
+// consumer.StandardBatch when batch > 0, with the UPDATE queued by consumer.AtCommit when atCommit, and an
 // outbox.Relay linked with WithOutbox.
 type choreoPipeline struct {
 	brokers []string
 	group   string
 	in, out string
 	batch   int
-	keep    time.Duration // lock.WithKeep, if positive
 	// atCommit queues the UPDATE with consumer.AtCommit (it rides the COMMIT's round
 	// trip) instead of sending it with tx.Exec.
 	atCommit bool
@@ -102,11 +99,7 @@ func (p *choreoPipeline) run(ctx context.Context) error {
 		return err
 	}
 	defer dlq.Close()
-	lockOpts := []lock.Option{lock.WithNamespace(p.lockNS)}
-	if p.keep > 0 {
-		lockOpts = append(lockOpts, lock.WithKeep(p.keep))
-	}
-	locker, err := lock.New(p.rdb, lockOpts...)
+	locker, err := lock.New(p.rdb, lock.WithNamespace(p.lockNS))
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,7 @@
 // Command hotentity measures the library on hot entities against a hand-written pipeline
 // doing the same work, and against pgbench running the same transaction, in one run.
 //
-//	go run ./bench/hotentity [-events 20000] [-partitions 12] [-accounts 1000] [-dup 0.05] [-batch 16] [-keep 2s] [-atcommit=true] [-processes 1,2] [-repeat 3]
+//	go run ./bench/hotentity [-events 20000] [-partitions 12] [-accounts 1000] [-dup 0.05] [-batch 16] [-atcommit=true] [-processes 1,2] [-repeat 3]
 //
 // The work, per input event: consume → lock the account (Redis) → one transaction: dedup
 // + one UPDATE of the account's balance + one outbox insert → relay the outgoing event to
@@ -24,9 +24,6 @@
 //   - choreo/atcommit: choreo with the handler's UPDATE queued by consumer.AtCommit instead of
 //     sent with tx.Exec (-atcommit, on by default): it goes out with the outbox row and the
 //     COMMIT, one round trip fewer per transaction.
-//   - choreo/keep=D: choreo with lock.WithKeep(D) (-keep, a list): a worker's lease of an account
-//     is kept for up to D after its record and reused, without a Redis round trip, by the
-//     account's next record (same fencing token, so the fence upsert stays per transaction).
 //   - choreo/batch=N: the same as choreo with consumer.WithBatch(N, consumer.StandardBatch(cfg)).
 //   - hand-written, N processes and choreo, N processes (-processes, a list): the floor and
 //     choreo with their pipeline split over N child processes of this program in one
@@ -98,8 +95,7 @@ type config struct {
 	batches            []int
 	processes          []int // -processes: the floor and choreo also run split over this many child processes
 	rate               int   // -rate: input produced at this many events a second while each mode runs (0: preloaded)
-	keeps              []time.Duration
-	atCommit           bool // the choreo/atcommit mode
+	atCommit           bool  // the choreo/atcommit mode
 	repeat             int
 	pgbenchT           time.Duration
 	fetchMaxWait       time.Duration
@@ -123,7 +119,6 @@ func main() {
 	flag.IntVar(&c.accounts, "accounts", 1000, "distinct accounts (record keys)")
 	flag.Float64Var(&c.dup, "dup", 0.05, "fraction of the input records that are duplicates of earlier ones")
 	flag.StringVar(&batches, "batch", "16", "comma-separated batch sizes of the choreo/batch=N modes (empty: none)")
-	keeps := flag.String("keep", "2s", "comma-separated lock.WithKeep durations of the choreo/keep=D modes, one event per transaction (empty: none)")
 	flag.StringVar(&processes, "processes", "1,2", "comma-separated process counts (e.g. 1,2): the hand-written floor and choreo also run with their pipeline split over that many child processes in one consumer group (empty: none)")
 	flag.IntVar(&c.rate, "rate", 0, "produce each mode's input while it runs, at this many events a second, into a topic of its own (0: the input is loaded once before the first mode); below capacity the events/s column is this rate and the CPU-per-event columns are the comparison")
 	flag.BoolVar(&c.atCommit, "atcommit", true, "run the choreo/atcommit mode: choreo with the UPDATE queued by consumer.AtCommit, one event per transaction")
@@ -146,16 +141,6 @@ func main() {
 		if c.processes, err = benchutil.ParseInts(processes, 1); err != nil {
 			fmt.Fprintln(os.Stderr, "bench/hotentity: -processes:", err)
 			os.Exit(2)
-		}
-	}
-	if *keeps != "" {
-		for _, f := range strings.Split(*keeps, ",") {
-			d, err := time.ParseDuration(strings.TrimSpace(f))
-			if err != nil || d <= 0 {
-				fmt.Fprintf(os.Stderr, "bench/hotentity: -keep: bad duration %q\n", f)
-				os.Exit(2)
-			}
-			c.keeps = append(c.keeps, d)
 		}
 	}
 	if _, err := run(context.Background(), c); err != nil {

@@ -42,7 +42,6 @@ type childSpec struct {
 	Index        int // this child's place among the mode's children (0: runs the hand-written relay)
 	Hand         bool
 	Batch        int
-	Keep         time.Duration
 	AtCommit     bool
 	DSN, Redis   string
 	Brokers      []string
@@ -128,7 +127,7 @@ func (c *childPipelines) run(ctx context.Context) error {
 // tells the child to stop.
 func (c *childPipelines) start(i int, errs chan<- error) (io.Closer, error) {
 	spec, err := json.Marshal(childSpec{
-		Index: i, Hand: c.spec.hand, Batch: c.spec.batch, Keep: c.spec.keep, AtCommit: c.spec.atCommit,
+		Index: i, Hand: c.spec.hand, Batch: c.spec.batch, AtCommit: c.spec.atCommit,
 		DSN: c.b.dsn, Redis: c.b.c.redis, Brokers: c.b.brokers, In: c.in, Prefix: c.b.prefix,
 		Group: c.group, Out: c.out, Partitions: c.b.c.partitions, FetchMaxWait: c.b.c.fetchMaxWait,
 	})
@@ -249,7 +248,7 @@ func runChild(spec string) error {
 		fmt.Fprintf(out, format+"\n", args...)
 		out.Flush()
 	}
-	mode := modeSpec{hand: s.Hand, batch: s.Batch, keep: s.Keep, atCommit: s.AtCommit}
+	mode := modeSpec{hand: s.Hand, batch: s.Batch, atCommit: s.AtCommit}
 	p, counts := b.pipeline(mode, pipelineSite{
 		in: s.In, group: s.Group, out: s.Out, pool: pool, rdb: rdb,
 		relay: s.Index == 0, notify: true,
