@@ -21,7 +21,7 @@
 // recorded version than this release knows) is left as it is.
 //
 // To use your own migration tool instead, copy the SQL that SQL returns (or the
-// per-package exports: idempotency.Schema, idempotency.SchemaFor, lock.FenceSchema,
+// per-package exports: idempotency.Schema, idempotency.SchemaFor,
 // outbox.Schema, (*outbox.Outbox).Schema, (*consumer.DeadLetterArchive).Schema). Versions
 // reports what Up recorded; sagactl migrate runs Up and prints it.
 package migrate
