@@ -63,8 +63,12 @@ func Reasons() []string {
 		ReasonPanic, ReasonRetriesExhausted, ReasonPermanent, ReasonFailed}
 }
 
-// Reason classifies err into one of the Reason constants.
+// Reason classifies err into one of the Reason constants, or returns the reason of a
+// Reject error.
 func Reason(err error) string {
+	if r, ok := rejected(err); ok {
+		return r
+	}
 	switch {
 	case errors.Is(err, ErrRetriesExhausted):
 		return ReasonRetriesExhausted

@@ -58,7 +58,7 @@ func Permanent(err error) error {
 }
 
 // Retryable is the default classification used by Retry. An error is non-retryable when
-// it was marked with Permanent or matches event.ErrMalformed, idempotency.ErrKeyReused,
+// it was marked with Permanent or Reject or matches event.ErrMalformed, idempotency.ErrKeyReused,
 // idempotency.ErrInvalidKey, ErrUnknownType, ErrUntrusted, ErrBadSignature or ErrPanic; every other error, including
 // lock.ErrNotObtained and lock.ErrLost, is retryable. (Retry stops on its own when its
 // context is cancelled, whatever the classification.)
@@ -66,9 +66,12 @@ func Retryable(err error) bool {
 	if err == nil {
 		return false
 	}
-	var p *permanentError
+	var (
+		p *permanentError
+		r *rejectError
+	)
 	switch {
-	case errors.As(err, &p),
+	case errors.As(err, &p), errors.As(err, &r),
 		errors.Is(err, event.ErrMalformed),
 		errors.Is(err, idempotency.ErrKeyReused),
 		errors.Is(err, idempotency.ErrInvalidKey),

@@ -121,19 +121,24 @@ func (t *transactor) handle(ctx context.Context, m *Message) error {
 // transaction's own statements. Each handler's context carries the transaction's
 // before-commit hooks (internal/txhook), which run after the last handler: the outbox
 // rows the handlers enqueued are written there in one INSERT. Then it commits, marks the duplicates with
-// OutcomeDuplicate and runs the AfterCommit hooks once. When every event is a duplicate
-// the transaction, which wrote nothing, is rolled back and no hook runs. An error rolls
+// OutcomeDuplicate and runs the functions the handlers registered with AfterCommit and
+// the configured AfterCommit hooks once. When every event is a duplicate
+// the transaction, which wrote nothing, is rolled back and no hook runs. A Reject from
+// the handler of a single record commits the handler's writes as success does and is
+// then returned. An error rolls
 // everything back; it names the event whose handler failed, or the record when ms holds
 // one.
 func (t *transactor) run(ctx context.Context, ms []*Message, ctxs []context.Context, held []*lock.Lease) error {
 	var (
-		dup    []bool
-		fresh  int
-		failed = -1
+		dup      []bool
+		fresh    int
+		failed   = -1
+		hooks    *txhook.Hooks
+		refusal  error // a Reject of the one record: committed, then returned
 	)
 	t.pool.check(ctx)
 	err := pipetx.Run(ctx, t.db, func(tx *pipetx.Tx) (*pgx.Batch, error) {
-		hooks := txhook.New(tx) // writes deferred to the commit, e.g. outbox rows
+		hooks = txhook.New(tx) // writes deferred to the commit (outbox rows), effects after it
 		cctx := ctx
 		if t.fence {
 			// The fence check of every lease leads the claim: one statement, one
@@ -160,6 +165,10 @@ func (t *transactor) run(ctx context.Context, ms []*Message, ctxs []context.Cont
 				hctx = ctxs[i]
 			}
 			if err := t.h(txhook.With(hctx, hooks), tx, m.Event); err != nil {
+				if _, ok := rejected(err); ok && len(ms) == 1 {
+					refusal = err // the refusal's writes commit
+					break
+				}
 				failed = i
 				return nil, err
 			}
@@ -186,9 +195,13 @@ func (t *transactor) run(ctx context.Context, ms []*Message, ctxs []context.Cont
 		}
 	}
 	if fresh > 0 {
+		hooks.Committed() // the handlers' AfterCommit effects
 		for _, f := range t.afterCommit {
 			f()
 		}
+	}
+	if refusal != nil {
+		return handleErr(ms[0], refusal)
 	}
 	return nil
 }

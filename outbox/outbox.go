@@ -283,10 +283,13 @@ type Beginner interface {
 // consumer's transaction. On a *pgxpool.Pool or *pgx.Conn the transaction spends no
 // round trip on BEGIN (it goes with fn's first statement) or COMMIT (it goes with the
 // rows), so tx is not pgx's own type; use it through pgx.Tx and do not commit or roll it
-// back. If fn returns an error or panics, nothing is written.
+// back. If fn returns an error or panics, nothing is written. Functions fn registers
+// with consumer.AfterCommit (on ctx and tx) run once the transaction has committed,
+// and never when it did not.
 func (o *Outbox) InTx(ctx context.Context, db Beginner, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	var hooks *txhook.Hooks
 	err := pipetx.Run(ctx, db, func(tx *pipetx.Tx) (*pgx.Batch, error) {
-		hooks := txhook.New(tx)
+		hooks = txhook.New(tx)
 		if err := fn(txhook.With(ctx, hooks), tx); err != nil {
 			return nil, err
 		}
@@ -295,6 +298,7 @@ func (o *Outbox) InTx(ctx context.Context, db Beginner, fn func(ctx context.Cont
 	if err != nil {
 		return err
 	}
+	hooks.Committed() // fn's consumer.AfterCommit effects
 	o.Wake()
 	return nil
 }

@@ -7,7 +7,9 @@
 // (internal/pipetx): the deferred writes cost no round trip of their own. A Flusher hook
 // writes in a round trip of its own before it. Any other hook is state that the
 // transaction's handlers share. Writes made outside such a runner, or on another
-// transaction, are not deferred.
+// transaction, are not deferred. A writer may also register functions to run once the
+// transaction has committed (After): the runner calls Committed after a successful
+// COMMIT and never after a rollback or a failed COMMIT.
 package txhook
 
 import (
@@ -35,6 +37,7 @@ type Hooks struct {
 	tx    pgx.Tx
 	keys  []any
 	hooks []any
+	after []func()
 }
 
 // New returns the Hooks of tx, or nil if tx's type cannot be compared (For could not
@@ -78,6 +81,27 @@ func (h *Hooks) Hook(key any, newHook func() any) any {
 	h.keys = append(h.keys, key)
 	h.hooks = append(h.hooks, v)
 	return v
+}
+
+// After adds f to the functions Committed runs. A nil f is not added.
+func (h *Hooks) After(f func()) {
+	if f != nil {
+		h.after = append(h.after, f)
+	}
+}
+
+// Committed runs the functions After added, in the order they were added, and forgets
+// them. The runner calls it once, after the transaction committed; after a rollback or a
+// failed COMMIT it must not. Nil Hooks have nothing to run.
+func (h *Hooks) Committed() {
+	if h == nil {
+		return
+	}
+	after := h.after
+	h.after = nil
+	for _, f := range after {
+		f()
+	}
 }
 
 // Checker is a Queuer whose statements may have callbacks that fail on results the

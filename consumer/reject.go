@@ -1,0 +1,50 @@
+package consumer
+
+import "errors"
+
+// rejectError is the error Reject returns.
+type rejectError struct {
+	reason string
+	err    error
+}
+
+func (e *rejectError) Error() string { return e.err.Error() }
+func (e *rejectError) Unwrap() error { return e.err }
+
+// Reject is the error a business handler returns for an event it refuses after deciding
+// what the refusal does: the writes it made in the transaction commit (e.g. the
+// cancellation of an order that a forged event tried to move), its AfterCommit functions
+// run, and the event is then dead-lettered with reason as its HeaderDLQReason (Reason
+// returns it), never retried. reason should be a short snake_case word ("mismatch");
+// an empty one is ReasonPermanent.
+//
+// The commit applies to a handler that Idempotent or Standard runs for one record. In a
+// StandardBatch transaction the rejection rolls the batch back like any error, and the
+// records are handled again one at a time, where the rejecting one commits and is
+// dead-lettered alone. Outside such a transaction it is a non-retryable error with its
+// own reason.
+//
+// If the dead-letter topic refuses the copy (ErrDeadLetter), the record is delivered
+// again and its idempotency record, committed with the handler's writes, settles it as a
+// duplicate: the refusal's effects stay, without a dead-letter copy. Log the refusal
+// (after commit) where the copy is not enough.
+//
+// The result matches err with errors.Is and errors.As. Reject(reason, nil) is nil.
+func Reject(reason string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if reason == "" {
+		reason = ReasonPermanent
+	}
+	return &rejectError{reason: reason, err: err}
+}
+
+// rejected returns the reason of a Reject error in err's chain.
+func rejected(err error) (string, bool) {
+	var r *rejectError
+	if errors.As(err, &r) {
+		return r.reason, true
+	}
+	return "", false
+}
