@@ -130,11 +130,11 @@ func (t *transactor) handle(ctx context.Context, m *Message) error {
 // one.
 func (t *transactor) run(ctx context.Context, ms []*Message, ctxs []context.Context, held []*lock.Lease) error {
 	var (
-		dup      []bool
-		fresh    int
-		failed   = -1
-		hooks    *txhook.Hooks
-		refusal  error // a Reject of the one record: committed, then returned
+		dup     []bool
+		fresh   int
+		failed  = -1
+		hooks   *txhook.Hooks
+		refusal error // a Reject of the one record: committed, then returned
 	)
 	t.pool.check(ctx)
 	err := pipetx.Run(ctx, t.db, func(tx *pipetx.Tx) (*pgx.Batch, error) {
