@@ -26,13 +26,15 @@ import (
 )
 
 // InBatch runs h for evs in one transaction on db with before-commit hooks, as the
-// consumer's batch mode does, and commits. before, when not nil, runs after the handlers
+// consumer's batch mode does, commits, and runs the effects the handlers registered with
+// consumer.AfterCommit. before, when not nil, runs after the handlers
 // and before the hooks (the deferred stock or balance changes), so a test can slip a
 // concurrent transaction in between.
 func InBatch(db app.Beginner, h consumer.TxHandler, before func(), evs ...event.Event) error {
 	ctx := context.Background()
-	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		hooks := txhook.New(tx)
+	var hooks *txhook.Hooks
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		hooks = txhook.New(tx)
 		hctx := txhook.With(ctx, hooks)
 		for _, ev := range evs {
 			if err := h(hctx, tx, ev); err != nil {
@@ -44,6 +46,10 @@ func InBatch(db app.Beginner, h consumer.TxHandler, before func(), evs ...event.
 		}
 		return hooks.Run(ctx)
 	})
+	if err == nil {
+		hooks.Committed()
+	}
+	return err
 }
 
 // Outcome returns the order service's announcement of an order's outcome: typ is
@@ -147,9 +153,10 @@ func (c *CountingTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResul
 func InCountedBatch(db app.Beginner, h consumer.TxHandler, evs ...event.Event) (int, error) {
 	ctx := context.Background()
 	n := 0
+	var hooks *txhook.Hooks
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		ctr := &CountingTx{Tx: tx}
-		hooks := txhook.New(ctr)
+		hooks = txhook.New(ctr)
 		hctx := txhook.With(context.Background(), hooks)
 		for _, ev := range evs {
 			if err := h(hctx, ctr, ev); err != nil {
@@ -159,5 +166,8 @@ func InCountedBatch(db app.Beginner, h consumer.TxHandler, evs ...event.Event) (
 		n = ctr.RoundTrips
 		return hooks.Run(hctx)
 	})
+	if err == nil {
+		hooks.Committed()
+	}
 	return n, err
 }

@@ -177,7 +177,7 @@ func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event) 
 	if err != nil {
 		return consumer.Permanent(fmt.Errorf("%w: held payment: %w", ErrInvalidEvent, err))
 	}
-	h.log.InfoContext(ctx, "inventory: order announced, reserving for its held payment", slog.String("held_event_id", held.ID))
+	h.note(ctx, tx, slog.LevelInfo, "inventory: order announced, reserving for its held payment", slog.String("held_event_id", held.ID))
 	if !reserved {
 		return h.reserveNew(ctx, tx, held, pa, outcome)
 	}
@@ -217,8 +217,16 @@ func recordOutcome(ctx context.Context, tx pgx.Tx, id string, ev event.Event) er
 	return nil
 }
 
-func (h *Handlers) count(ctx context.Context, op string) {
-	h.ops.Add(ctx, 1, metric.WithAttributes(attribute.String("op", op)))
+// count counts operation op once tx has committed (consumer.AfterCommit): a decision
+// whose transaction rolls back, or whose COMMIT is lost and retried, counts once.
+func (h *Handlers) count(ctx context.Context, tx pgx.Tx, op string) {
+	consumer.AfterCommit(ctx, tx, func() { h.ops.Add(ctx, 1, metric.WithAttributes(attribute.String("op", op))) })
+}
+
+// note logs msg once tx has committed: a log line says what happened, never what a
+// rolled-back transaction attempted.
+func (h *Handlers) note(ctx context.Context, tx pgx.Tx, level slog.Level, msg string, args ...any) {
+	consumer.AfterCommit(ctx, tx, func() { h.log.Log(ctx, level, msg, args...) })
 }
 
 // PaymentAuthorized reserves all of the order's items or none: it checks every
@@ -260,21 +268,21 @@ func (h *Handlers) PaymentAuthorized(ctx context.Context, tx pgx.Tx, ev event.Ev
 			return fmt.Errorf("inventorysvc: hold payment: %w", err)
 		}
 		if tag.RowsAffected() == 1 {
-			h.held(ctx, ev)
+			h.held(ctx, tx, ev)
 			return nil
 		}
 	}
 	announced, held, outcome = st.announced, st.held, st.outcome
 	if !announced {
 		if held {
-			h.log.InfoContext(ctx, "inventory: payment of an unannounced order already held")
+			h.note(ctx, tx, slog.LevelInfo, "inventory: payment of an unannounced order already held")
 			return nil
 		}
 		if _, err := tx.Exec(ctx, `UPDATE inventory_orders SET held_event_id = $2, held_correlation_id = $3, held_data = $4,
 			held_at = now(), updated_at = now() WHERE order_id = $1`, p.OrderID, ev.ID, ev.CorrelationID, ev.Data); err != nil {
 			return fmt.Errorf("inventorysvc: hold payment: %w", err)
 		}
-		h.held(ctx, ev)
+		h.held(ctx, tx, ev)
 		return nil
 	}
 	if !st.reserved {
@@ -284,9 +292,9 @@ func (h *Handlers) PaymentAuthorized(ctx context.Context, tx pgx.Tx, ev event.Ev
 }
 
 // held counts and logs a payment.authorized held until its order is announced.
-func (h *Handlers) held(ctx context.Context, ev event.Event) {
-	h.count(ctx, "hold_unannounced")
-	h.log.WarnContext(ctx, "inventory: payment.authorized for an order not announced by the order service; held until order.created",
+func (h *Handlers) held(ctx context.Context, tx pgx.Tx, ev event.Event) {
+	h.count(ctx, tx, "hold_unannounced")
+	h.note(ctx, tx, slog.LevelWarn, "inventory: payment.authorized for an order not announced by the order service; held until order.created",
 		slog.String("event_id", ev.ID))
 }
 
@@ -339,14 +347,14 @@ func (h *Handlers) reserve(ctx context.Context, tx pgx.Tx, ev event.Event, p eve
 	}
 	if found {
 		if r.status != StatusCancelled {
-			h.log.InfoContext(ctx, "inventory: order already decided, nothing to do", slog.String("status", r.status))
+			h.note(ctx, tx, slog.LevelInfo, "inventory: order already decided, nothing to do", slog.String("status", r.status))
 			return nil
 		}
 		// Cancelled before the payment reached us: reserve nothing.
 		if err := setStatus(ctx, tx, p.OrderID, StatusUnavailable, ReasonOrderCancelled); err != nil {
 			return err
 		}
-		h.count(ctx, "unavailable")
+		h.count(ctx, tx, "unavailable")
 		return h.emit(ctx, tx, ev, events.StockUnavailable, events.StockV1{OrderID: p.OrderID, Items: nonNil(p.Items), Reason: ReasonOrderCancelled})
 	}
 	return h.reserveNew(ctx, tx, ev, p, outcome)
@@ -371,16 +379,16 @@ func (h *Handlers) reserveNew(ctx context.Context, tx pgx.Tx, ev event.Event, p 
 		if err := insertReservation(ctx, tx, p.OrderID, StatusUnavailable, reason, nil); err != nil {
 			return err
 		}
-		h.count(ctx, "unavailable")
-		h.log.InfoContext(ctx, "inventory: stock unavailable", slog.String("reason", reason))
+		h.count(ctx, tx, "unavailable")
+		h.note(ctx, tx, slog.LevelInfo, "inventory: stock unavailable", slog.String("reason", reason))
 		return h.emit(ctx, tx, ev, events.StockUnavailable, events.StockV1{OrderID: p.OrderID, Items: nonNil(p.Items), Reason: reason})
 	}
 	expires := time.Now().Add(h.ttl)
 	if err := insertReserved(ctx, tx, p.OrderID, &expires, items); err != nil {
 		return err
 	}
-	h.count(ctx, "reserve")
-	h.log.InfoContext(ctx, "inventory: reserved", slog.Int("skus", len(items)), slog.Time("expires_at", expires))
+	h.count(ctx, tx, "reserve")
+	h.note(ctx, tx, slog.LevelInfo, "inventory: reserved", slog.Int("skus", len(items)), slog.Time("expires_at", expires))
 	return h.emit(ctx, tx, ev, events.StockReserved, events.StockV1{OrderID: p.OrderID, Items: items})
 }
 
@@ -404,7 +412,7 @@ func (h *Handlers) OrderConfirmed(ctx context.Context, tx pgx.Tx, ev event.Event
 		return fmt.Errorf("inventorysvc: record outcome and commit: %w", err)
 	}
 	if committed {
-		h.count(ctx, "commit")
+		h.count(ctx, tx, "commit")
 		return nil
 	}
 	r, found, err := lockReservation(ctx, tx, p.OrderID)
@@ -413,10 +421,10 @@ func (h *Handlers) OrderConfirmed(ctx context.Context, tx pgx.Tx, ev event.Event
 	}
 	switch {
 	case !found:
-		h.log.WarnContext(ctx, "inventory: order confirmed without a reservation")
+		h.note(ctx, tx, slog.LevelWarn, "inventory: order confirmed without a reservation")
 		return nil
 	case r.status == StatusReserved:
-		h.count(ctx, "commit")
+		h.count(ctx, tx, "commit")
 		return setStatus(ctx, tx, p.OrderID, StatusCommitted, "")
 	case r.status == StatusExpired:
 		items, err := reservationItems(ctx, tx, p.OrderID)
@@ -428,16 +436,16 @@ func (h *Handlers) OrderConfirmed(ctx context.Context, tx pgx.Tx, ev event.Event
 			return err
 		}
 		if reason != "" {
-			h.count(ctx, "oversold")
-			h.log.ErrorContext(ctx, "inventory: confirmed order's reservation expired and its stock is gone",
+			h.count(ctx, tx, "oversold")
+			h.note(ctx, tx, slog.LevelError, "inventory: confirmed order's reservation expired and its stock is gone",
 				slog.String("reason", reason))
 			return nil
 		}
 		deferApply(ctx, tx, pending(ctx, tx))
-		h.count(ctx, "commit")
+		h.count(ctx, tx, "commit")
 		return setStatus(ctx, tx, p.OrderID, StatusCommitted, "re-reserved after expiry")
 	default:
-		h.log.WarnContext(ctx, "inventory: order confirmed in unexpected reservation state", slog.String("status", r.status))
+		h.note(ctx, tx, slog.LevelWarn, "inventory: order confirmed in unexpected reservation state", slog.String("status", r.status))
 		return nil
 	}
 }
@@ -460,9 +468,9 @@ func (h *Handlers) CancelRequested(ctx context.Context, tx pgx.Tx, ev event.Even
 		if err := insertReservation(ctx, tx, p.OrderID, StatusCancelled, ReasonOrderCancelled, nil); err != nil {
 			return err
 		}
-		h.count(ctx, "tombstone")
+		h.count(ctx, tx, "tombstone")
 	case r.cancelSeen && !p.Resend():
-		h.log.InfoContext(ctx, "inventory: cancel already answered")
+		h.note(ctx, tx, slog.LevelInfo, "inventory: cancel already answered")
 		return nil
 	case r.cancelSeen:
 		// A re-send: the order did not hear the answer; repeat it, moving no stock.
@@ -475,8 +483,8 @@ func (h *Handlers) CancelRequested(ctx context.Context, tx pgx.Tx, ev event.Even
 		case StatusCommitted:
 			reason = ReasonAlreadyCommitted
 		}
-		h.count(ctx, "reanswer")
-		h.log.InfoContext(ctx, "inventory: re-sent cancel answered again", slog.String("status", r.status), slog.Int("attempt", p.Attempt))
+		h.count(ctx, tx, "reanswer")
+		h.note(ctx, tx, slog.LevelInfo, "inventory: re-sent cancel answered again", slog.String("status", r.status), slog.Int("attempt", p.Attempt))
 		return h.emit(ctx, tx, ev, events.StockReleased, events.StockV1{OrderID: p.OrderID, Items: released, Reason: reason})
 	case r.status == StatusReserved:
 		items, err := reservationItems(ctx, tx, p.OrderID)
@@ -490,10 +498,10 @@ func (h *Handlers) CancelRequested(ctx context.Context, tx pgx.Tx, ev event.Even
 			return err
 		}
 		released, reason = items, ReasonCancelled
-		h.count(ctx, "release")
+		h.count(ctx, tx, "release")
 	case r.status == StatusCommitted:
 		reason = ReasonAlreadyCommitted
-		h.log.WarnContext(ctx, "inventory: cancel of a committed order; stock stays sold")
+		h.note(ctx, tx, slog.LevelWarn, "inventory: cancel of a committed order; stock stays sold")
 	}
 	if _, err := tx.Exec(ctx, `UPDATE inventory_reservations SET cancel_seen = true, updated_at = now() WHERE order_id = $1`, p.OrderID); err != nil {
 		return fmt.Errorf("inventorysvc: mark cancel: %w", err)

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/outbox"
 	"github.com/choreo-saga/choreo/services/events"
@@ -132,12 +133,16 @@ func (r *Reconciler) correct(ctx context.Context, tx pgx.Tx, id string) (bool, e
 	if err := r.handlers.emit(octx, tx, cause, events.StockReleased, events.StockV1{OrderID: id, Items: items, Reason: reason}); err != nil {
 		return false, err
 	}
-	r.count(octx, "release_"+strings.ToLower(*outcome), id, slog.LevelWarn,
-		"inventory: reconciliation released a reservation the order did not need", slog.String("outcome", *outcome))
+	kind := "release_" + strings.ToLower(*outcome)
+	consumer.AfterCommit(octx, tx, func() {
+		r.count(octx, kind, id, slog.LevelWarn,
+			"inventory: reconciliation released a reservation the order did not need", slog.String("outcome", *outcome))
+	})
 	return true, nil
 }
 
-// count counts one correction of kind and logs it, once.
+// count counts one correction of kind and logs it, once; call it after the correction's
+// commit.
 func (r *Reconciler) count(ctx context.Context, kind, id string, level slog.Level, msg string, attrs ...any) {
 	r.handlers.fixes.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", kind)))
 	r.handlers.log.Log(ctx, level, msg, append([]any{slog.String("order_id", id), slog.String("kind", kind)}, attrs...)...)

@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/choreo-saga/choreo/event"
-	"github.com/choreo-saga/choreo/internal/txhook"
 	"github.com/choreo-saga/choreo/outbox"
 	"github.com/choreo-saga/choreo/services/events"
 	"github.com/choreo-saga/choreo/services/internal/batchjob"
@@ -44,10 +43,9 @@ func (s *Sweeper) SweepOnce(ctx context.Context) (int, error) {
 func (s *Sweeper) sweepBatch(ctx context.Context) (claimed, released int, err error) {
 	n := 0
 	err = s.handlers.outbox.InTx(ctx, s.db, func(ctx context.Context, tx pgx.Tx) error {
-		// The batch's stock returns are summed per SKU and applied at the end, in SKU
-		// order, as the consumer's transactions do (see "Stock moves" in stock.go).
-		hooks := txhook.New(tx)
-		ctx = txhook.With(ctx, hooks)
+		// The batch's stock returns are summed per SKU and applied with the COMMIT
+		// (InTx's hooks), in SKU order, as the consumer's transactions do (see "Stock
+		// moves" in stock.go); the counts follow the commit.
 		rows, err := tx.Query(ctx, `SELECT order_id FROM inventory_reservations
 			WHERE status = 'reserved' AND expires_at < now()
 			ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED`, s.batch)
@@ -73,10 +71,10 @@ func (s *Sweeper) sweepBatch(ctx context.Context) (claimed, released int, err er
 				events.StockV1{OrderID: id, Items: items, Reason: ReasonExpired}); err != nil {
 				return err
 			}
-			s.handlers.count(ctx, "expire")
+			s.handlers.count(ctx, tx, "expire")
 		}
 		n = len(ids)
-		return hooks.Run(ctx)
+		return nil
 	})
 	if err != nil {
 		return 0, 0, fmt.Errorf("inventorysvc: sweep: %w", err)

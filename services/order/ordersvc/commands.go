@@ -198,16 +198,13 @@ func (s *Service) created() {
 // changes nothing and succeeds; any other state fails with ErrInvalidTransition (and
 // the current order). The work runs in a span of the saga's trace, linked to the caller's.
 func (s *Service) Cancel(ctx context.Context, id string) (Order, error) {
-	ctx, o, d, err := s.command(ctx, id, "order.cancel", CmdCancel, func(Order) string { return "cancelled by customer" })
+	ctx, o, _, err := s.command(ctx, id, "order.cancel", CmdCancel, func(Order) string { return "cancelled by customer" })
 	if errors.Is(err, ErrInvalidTransition) {
 		s.log.InfoContext(ctx, "order: cancel rejected", "state", string(o.State))
 		return o, err
 	}
 	if err != nil {
 		return Order{}, err
-	}
-	if d.Emit != "" {
-		s.outbox.Wake()
 	}
 	return o, nil
 }
@@ -232,7 +229,6 @@ func (s *Service) RetryCompensation(ctx context.Context, id string) (Order, erro
 	}
 	s.log.WarnContext(ctx, "order: compensation retried by hand", "from", string(d.From),
 		"attempt", o.CompensationAttempts)
-	s.outbox.Wake()
 	return o, nil
 }
 
@@ -252,7 +248,8 @@ func (s *Service) command(ctx context.Context, id, spanName string, cmd Trigger,
 	}
 	ctx, span := s.sagaSpan(ctx, spanName, o)
 	var d Decision
-	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+	// InTx: the transition's counts run after the commit, and the relay is woken.
+	err = s.outbox.InTx(ctx, s.db, func(ctx context.Context, tx pgx.Tx) error {
 		cur, err := s.load(ctx, tx, id, true)
 		if err != nil {
 			return err
@@ -302,7 +299,7 @@ func (s *Service) HandleEvent(ctx context.Context, tx pgx.Tx, ev event.Event) er
 		return err
 	}
 	if ok {
-		s.logTransition(ctx, d, ev, o2)
+		s.logTransition(ctx, tx, d, ev, o2)
 		return nil
 	}
 	o, err := s.load(ctx, tx, id, true)
@@ -314,27 +311,33 @@ func (s *Service) HandleEvent(ctx context.Context, tx pgx.Tx, ev event.Event) er
 	}
 	o2, d, err = s.apply(ctx, tx, o, Trigger(ev.Type), &ev, reason)
 	if errors.Is(err, ErrInvalidTransition) {
-		s.log.WarnContext(ctx, "order: event ignored: invalid in state",
-			"state", string(o.State), "event_type", ev.Type, "event_id", ev.ID)
+		consumer.AfterCommit(ctx, tx, func() {
+			s.log.WarnContext(ctx, "order: event ignored: invalid in state",
+				"state", string(o.State), "event_type", ev.Type, "event_id", ev.ID)
+		})
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	s.logTransition(ctx, d, ev, o2)
+	s.logTransition(ctx, tx, d, ev, o2)
 	return nil
 }
 
-// logTransition logs the transition d that event ev made (o2: the order after it).
-func (s *Service) logTransition(ctx context.Context, d Decision, ev event.Event, o2 Order) {
-	switch {
-	case d.From == CompensationFailed && d.To == Cancelled:
-		s.log.WarnContext(ctx, "order: failed compensation completed late", "from", string(d.From), "to", string(d.To),
-			"event_type", ev.Type, "event_id", ev.ID)
-	case d.From != d.To:
-		s.log.InfoContext(ctx, "order: transition", "from", string(d.From), "to", string(d.To),
-			"event_type", ev.Type, "event_id", ev.ID, "reason", o2.Reason)
-	}
+// logTransition logs the transition d that event ev made (o2: the order after it) once
+// tx has committed (consumer.AfterCommit): a transaction that rolls back, or whose
+// COMMIT fails and is retried, logs nothing.
+func (s *Service) logTransition(ctx context.Context, tx pgx.Tx, d Decision, ev event.Event, o2 Order) {
+	consumer.AfterCommit(ctx, tx, func() {
+		switch {
+		case d.From == CompensationFailed && d.To == Cancelled:
+			s.log.WarnContext(ctx, "order: failed compensation completed late", "from", string(d.From), "to", string(d.To),
+				"event_type", ev.Type, "event_id", ev.ID)
+		case d.From != d.To:
+			s.log.InfoContext(ctx, "order: transition", "from", string(d.From), "to", string(d.To),
+				"event_type", ev.Type, "event_id", ev.ID, "reason", o2.Reason)
+		}
+	})
 }
 
 // eventReason decodes the payload of a payment or stock event, checks that it is about
@@ -410,7 +413,8 @@ func (s *Service) expire(ctx context.Context, id string) (bool, error) {
 		d     Decision
 		moved bool
 	)
-	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+	// InTx: the transition's counts run after the commit, and the relay is woken.
+	err = s.outbox.InTx(ctx, s.db, func(ctx context.Context, tx pgx.Tx) error {
 		cur, err := s.load(ctx, tx, id, true)
 		if err != nil {
 			return err
@@ -450,9 +454,6 @@ func (s *Service) expire(ctx context.Context, id string) (bool, error) {
 			level = s.log.ErrorContext
 		}
 		level(ctx, "order: deadline passed", "from", string(d.From), "to", string(d.To), "reason", o.Reason)
-	}
-	if d.Emit != "" {
-		s.outbox.Wake()
 	}
 	return moved, nil
 }

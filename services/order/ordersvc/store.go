@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/services/events"
 )
@@ -239,7 +240,9 @@ func (s *Service) apply(ctx context.Context, tx pgx.Tx, o Order, t Trigger, caus
 		if err := s.writeHistory(ctx, tx, o.ID, o.State, o.State, causeID, string(t), true, note); err != nil {
 			return o, d, err
 		}
-		s.ignored.Add(ctx, 1, metric.WithAttributes(attribute.String("state", string(o.State)), attribute.String("trigger", string(t))))
+		consumer.AfterCommit(ctx, tx, func() {
+			s.ignored.Add(ctx, 1, metric.WithAttributes(attribute.String("state", string(o.State)), attribute.String("trigger", string(t))))
+		})
 		return o, d, derr
 	}
 	if d.Noop {
@@ -279,7 +282,8 @@ func (s *Service) apply(ctx context.Context, tx pgx.Tx, o Order, t Trigger, caus
 }
 
 // applied does what follows an order's update by a transition d, in tx: it enqueues the
-// rule's event and counts the transition (and the re-send, if resend).
+// rule's event and, once tx has committed (consumer.AfterCommit), counts the transition
+// (and the re-send, if resend).
 func (s *Service) applied(ctx context.Context, tx pgx.Tx, o2 Order, d Decision, t Trigger, cause *event.Event, resend bool) error {
 	if d.Emit != "" {
 		ev, err := newEvent(d.Emit, o2.ID, o2.Reason, o2.CompensationAttempts, cause)
@@ -290,12 +294,14 @@ func (s *Service) applied(ctx context.Context, tx pgx.Tx, o2 Order, d Decision, 
 			return fmt.Errorf("ordersvc: %w", err)
 		}
 	}
-	if resend {
-		s.resends.Add(ctx, 1, metric.WithAttributes(attribute.String("trigger", string(t))))
-	}
-	if d.From != d.To {
-		s.transitions.Add(ctx, 1, metric.WithAttributes(attribute.String("from", string(d.From)), attribute.String("to", string(d.To))))
-	}
+	consumer.AfterCommit(ctx, tx, func() {
+		if resend {
+			s.resends.Add(ctx, 1, metric.WithAttributes(attribute.String("trigger", string(t))))
+		}
+		if d.From != d.To {
+			s.transitions.Add(ctx, 1, metric.WithAttributes(attribute.String("from", string(d.From)), attribute.String("to", string(d.To))))
+		}
+	})
 	return nil
 }
 

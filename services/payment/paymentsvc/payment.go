@@ -151,8 +151,21 @@ func (h *Handlers) Router() *consumer.Router {
 // Topics are the topics the payment service consumes.
 var Topics = []string{events.TopicOrders, events.TopicInventory}
 
-func (h *Handlers) count(ctx context.Context, op string) {
-	h.ops.Add(ctx, 1, metric.WithAttributes(attribute.String("op", op)))
+// count counts operation op once tx has committed (consumer.AfterCommit): a decision
+// whose transaction rolls back, or whose COMMIT is lost and retried, counts once.
+func (h *Handlers) count(ctx context.Context, tx pgx.Tx, op string) {
+	consumer.AfterCommit(ctx, tx, func() { h.ops.Add(ctx, 1, metric.WithAttributes(attribute.String("op", op))) })
+}
+
+// moved adds amount cents to the money moved by op once tx has committed.
+func (h *Handlers) moved(ctx context.Context, tx pgx.Tx, op string, amount int64) {
+	consumer.AfterCommit(ctx, tx, func() { h.amounts.Add(ctx, amount, metric.WithAttributes(attribute.String("op", op))) })
+}
+
+// note logs msg once tx has committed: a log line says what happened, never what a
+// rolled-back transaction attempted.
+func (h *Handlers) note(ctx context.Context, tx pgx.Tx, level slog.Level, msg string, args ...any) {
+	consumer.AfterCommit(ctx, tx, func() { h.log.Log(ctx, level, msg, args...) })
 }
 
 // OrderCreated charges the order's customer, or declines. It emits payment.authorized
@@ -182,7 +195,7 @@ func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event) 
 	case status != nil:
 		// Already decided (a redelivery under another event id) or cancelled before we
 		// saw it (tombstone): never charge twice, never charge a cancelled order.
-		h.log.InfoContext(ctx, "payment: order already known, nothing to do", slog.String("status", *status))
+		h.note(ctx, tx, slog.LevelInfo, "payment: order already known, nothing to do", slog.String("status", *status))
 		return nil
 	case outcome != nil && *outcome != "CONFIRMED":
 		// The order already ended without needing a charge (its order.created comes
@@ -190,8 +203,8 @@ func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event) 
 		if _, err := insertOrder(ctx, tx, p.OrderID, p.CustomerID, p.Amount, StatusCancelled, 0, "order already "+*outcome); err != nil {
 			return err
 		}
-		h.count(ctx, "tombstone")
-		h.log.WarnContext(ctx, "payment: order.created for an order that already ended, nothing charged", slog.String("outcome", *outcome))
+		h.count(ctx, tx, "tombstone")
+		h.note(ctx, tx, slog.LevelWarn, "payment: order.created for an order that already ended, nothing charged", slog.String("outcome", *outcome))
 		return nil
 	}
 
@@ -199,8 +212,8 @@ func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event) 
 		if _, err := insertOrder(ctx, tx, p.OrderID, p.CustomerID, p.Amount, StatusHeld, 0, "hang knob"); err != nil {
 			return err
 		}
-		h.count(ctx, "hold")
-		h.log.WarnContext(ctx, "payment: order held on purpose (hang knob), it will not be answered",
+		h.count(ctx, tx, "hold")
+		h.note(ctx, tx, slog.LevelWarn, "payment: order held on purpose (hang knob), it will not be answered",
 			slog.String("customer_id", p.CustomerID))
 		return nil
 	}
@@ -243,8 +256,8 @@ func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event) 
 		if err != nil || !inserted {
 			return err
 		}
-		h.count(ctx, "decline")
-		h.log.InfoContext(ctx, "payment: declined", slog.String("reason", reason), slog.Int64("amount", p.Amount))
+		h.count(ctx, tx, "decline")
+		h.note(ctx, tx, slog.LevelInfo, "payment: declined", slog.String("reason", reason), slog.Int64("amount", p.Amount))
 		return h.emit(ctx, tx, ev, events.PaymentDeclined, out)
 	}
 	// The order's row and its ledger charge in one statement (one round trip).
@@ -265,9 +278,9 @@ func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event) 
 	if err := changeBalance(ctx, tx, p.CustomerID, -p.Amount); err != nil {
 		return fmt.Errorf("paymentsvc: debit: %w", err)
 	}
-	h.count(ctx, "charge")
-	h.amounts.Add(ctx, p.Amount, metric.WithAttributes(attribute.String("op", "charge")))
-	h.log.InfoContext(ctx, "payment: authorized", slog.Int64("amount", p.Amount))
+	h.count(ctx, tx, "charge")
+	h.moved(ctx, tx, "charge", p.Amount)
+	h.note(ctx, tx, slog.LevelInfo, "payment: authorized", slog.Int64("amount", p.Amount))
 	out.Reason = ""
 	return h.emit(ctx, tx, ev, events.PaymentAuthorized, out)
 }
@@ -288,7 +301,7 @@ func (h *Handlers) StockUnavailable(ctx context.Context, tx pgx.Tx, ev event.Eve
 		return err
 	}
 	if !found || o.status != StatusAuthorized {
-		h.log.InfoContext(ctx, "payment: nothing to refund", slog.String("status", o.status))
+		h.note(ctx, tx, slog.LevelInfo, "payment: nothing to refund", slog.String("status", o.status))
 		return nil
 	}
 	return h.refund(ctx, tx, ev, o, reason)
@@ -314,7 +327,7 @@ func (h *Handlers) CancelRequested(ctx context.Context, tx pgx.Tx, ev event.Even
 		if !inserted { // a concurrent handler created the row; redeliver and decide on it
 			return fmt.Errorf("paymentsvc: order %s appeared concurrently", p.OrderID)
 		}
-		h.count(ctx, "tombstone")
+		h.count(ctx, tx, "tombstone")
 		return h.emit(ctx, tx, ev, events.PaymentDeclined, events.PaymentV1{OrderID: p.OrderID, Reason: ReasonCancelled})
 	}
 	switch o.status {
@@ -325,12 +338,12 @@ func (h *Handlers) CancelRequested(ctx context.Context, tx pgx.Tx, ev event.Even
 			o.orderID, StatusCancelled, ReasonCancelled); err != nil {
 			return fmt.Errorf("paymentsvc: cancel held order: %w", err)
 		}
-		h.count(ctx, "cancel_held")
+		h.count(ctx, tx, "cancel_held")
 		return h.emit(ctx, tx, ev, events.PaymentDeclined, events.PaymentV1{
 			OrderID: o.orderID, CustomerID: o.customerID, Amount: o.amount, Reason: ReasonCancelled})
 	default: // declined, refunded, cancelled: that event already answered the order
 		if !p.Resend() {
-			h.log.InfoContext(ctx, "payment: cancel needs no compensation", slog.String("status", o.status))
+			h.note(ctx, tx, slog.LevelInfo, "payment: cancel needs no compensation", slog.String("status", o.status))
 			return nil
 		}
 		// A re-send: the order did not hear the answer; repeat it, moving no money.
@@ -342,8 +355,8 @@ func (h *Handlers) CancelRequested(ctx context.Context, tx pgx.Tx, ev event.Even
 		if reason == "" {
 			reason = ReasonCancelled
 		}
-		h.count(ctx, "reanswer")
-		h.log.InfoContext(ctx, "payment: re-sent cancel answered again", slog.String("status", o.status),
+		h.count(ctx, tx, "reanswer")
+		h.note(ctx, tx, slog.LevelInfo, "payment: re-sent cancel answered again", slog.String("status", o.status),
 			slog.Int("attempt", p.Attempt), slog.String("answer", typ))
 		return h.emit(ctx, tx, ev, typ, events.PaymentV1{OrderID: o.orderID, CustomerID: o.customerID, Amount: amount, Reason: reason})
 	}
@@ -413,9 +426,9 @@ func (h *Handlers) refund(ctx context.Context, tx pgx.Tx, cause event.Event, o o
 		WHERE order_id = $1`, o.orderID, StatusRefunded, amount, reason); err != nil {
 		return fmt.Errorf("paymentsvc: mark refunded: %w", err)
 	}
-	h.count(ctx, "refund")
-	h.amounts.Add(ctx, amount, metric.WithAttributes(attribute.String("op", "refund")))
-	h.log.InfoContext(ctx, "payment: refunded", slog.Int64("amount", amount), slog.String("reason", reason))
+	h.count(ctx, tx, "refund")
+	h.moved(ctx, tx, "refund", amount)
+	h.note(ctx, tx, slog.LevelInfo, "payment: refunded", slog.Int64("amount", amount), slog.String("reason", reason))
 	return h.emit(ctx, tx, cause, events.PaymentRefunded, events.PaymentV1{
 		OrderID: o.orderID, CustomerID: o.customerID, Amount: amount, Reason: reason})
 }

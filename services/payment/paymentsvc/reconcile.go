@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/outbox"
 	"github.com/choreo-saga/choreo/services/internal/batchjob"
@@ -82,8 +83,8 @@ func (r *Reconciler) correct(ctx context.Context, tx pgx.Tx, id string) (bool, e
 		return false, err
 	}
 	kind := "refund_" + strings.ToLower(outcome)
-	h.fixes.Add(octx, 1, metric.WithAttributes(attribute.String("kind", kind)))
-	h.log.WarnContext(octx, "payment: reconciliation refunded a charge the order did not need",
+	consumer.AfterCommit(octx, tx, func() { h.fixes.Add(octx, 1, metric.WithAttributes(attribute.String("kind", kind))) })
+	h.note(octx, tx, slog.LevelWarn, "payment: reconciliation refunded a charge the order did not need",
 		slog.String("order_id", id), slog.String("outcome", outcome), slog.String("kind", kind),
 		slog.Int64("amount", o.charged-o.refunded))
 	return true, nil
