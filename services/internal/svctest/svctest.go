@@ -9,10 +9,13 @@ package svctest
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -170,4 +173,108 @@ func InCountedBatch(db app.Beginner, h consumer.TxHandler, evs ...event.Event) (
 		hooks.Committed()
 	}
 	return n, err
+}
+
+// KillFirstCommit makes the first COMMIT of a transaction that inserted a row into
+// table (and, if when is not empty, one for which the SQL condition when on NEW holds)
+// lose its connection: a deferred constraint trigger terminates the committing backend,
+// as a network fault at COMMIT would, and the transaction rolls back. Later commits pass.
+// It returns a function that reports how many commits reached the trigger (the killed
+// one included), read from a sequence that a rollback does not undo.
+func KillFirstCommit(t testing.TB, db *pgxpool.Pool, table, when string) func() int64 {
+	t.Helper()
+	ctx := context.Background()
+	name := table + "_kill_first_commit"
+	cond := ""
+	if when != "" {
+		cond = "WHEN (" + when + ")"
+	}
+	if _, err := db.Exec(ctx, `CREATE SEQUENCE `+name+`;
+CREATE FUNCTION `+name+`() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF nextval('`+name+`') = 1 THEN
+		PERFORM pg_terminate_backend(pg_backend_pid());
+		PERFORM pg_sleep(5); -- interrupted by the termination
+	END IF;
+	RETURN NULL;
+END $$;
+CREATE CONSTRAINT TRIGGER `+name+` AFTER INSERT ON `+table+` DEFERRABLE INITIALLY DEFERRED
+	FOR EACH ROW `+cond+` EXECUTE FUNCTION `+name+`()`); err != nil {
+		t.Fatalf("svctest: kill first commit on %s: %v", table, err)
+	}
+	return func() int64 {
+		t.Helper()
+		var n int64
+		var called bool
+		if err := db.QueryRow(ctx, `SELECT last_value, is_called FROM `+name).Scan(&n, &called); err != nil {
+			t.Fatalf("svctest: read %s: %v", name, err)
+		}
+		if !called {
+			return 0
+		}
+		return n
+	}
+}
+
+// PromValue returns the sum of the samples named name in a Prometheus text exposition
+// (a /metrics body) whose labels include every label of labels.
+func PromValue(body, name string, labels map[string]string) float64 {
+	var sum float64
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, name) || strings.HasPrefix(line, "#") {
+			continue
+		}
+		rest := line[len(name):]
+		var lbls string
+		switch {
+		case strings.HasPrefix(rest, "{"):
+			end := strings.LastIndex(rest, "}")
+			if end < 0 {
+				continue
+			}
+			lbls, rest = rest[1:end], rest[end+1:]
+		case strings.HasPrefix(rest, " "):
+		default:
+			continue // another metric whose name starts with name
+		}
+		ok := true
+		for k, v := range labels {
+			if !strings.Contains(","+lbls+",", ","+k+`="`+v+`",`) {
+				ok = false
+				break
+			}
+		}
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(rest)
+		if len(fields) == 0 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(fields[0], 64); err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
+
+// LogCount returns how many of the JSON log records have msg as their message and, for
+// every key of attrs, that value.
+func LogCount(records []map[string]any, msg string, attrs map[string]string) int {
+	n := 0
+	for _, r := range records {
+		if r["msg"] != msg {
+			continue
+		}
+		ok := true
+		for k, v := range attrs {
+			if s, _ := r[k].(string); s != v {
+				ok = false
+			}
+		}
+		if ok {
+			n++
+		}
+	}
+	return n
 }
