@@ -42,6 +42,11 @@ const (
 	StockReleased    = "stock.released"
 )
 
+// ReasonMismatch is the dead-letter reason (consumer.Reject) of a payment.authorized or
+// stock.reserved whose amount, customer or items differ from the order the order service
+// announced: a forged or corrupted event, never applied.
+const ReasonMismatch = "mismatch"
+
 // Known reports whether typ is one of the saga's event types. Consumers ignore known types
 // they have no handler for, and dead-letter unknown ones.
 func Known(typ string) bool {
@@ -106,4 +111,22 @@ type StockV1 struct {
 	OrderID string `json:"order_id"`
 	Items   []Item `json:"items"`
 	Reason  string `json:"reason,omitempty"`
+}
+
+// SameItems reports whether a and b order the same quantity of every SKU, whatever the
+// order of their lines and however a SKU's quantity is split over lines.
+func SameItems(a, b []Item) bool {
+	sum := make(map[string]int, len(a))
+	for _, it := range a {
+		sum[it.SKU] += it.Qty
+	}
+	for _, it := range b {
+		sum[it.SKU] -= it.Qty
+	}
+	for _, n := range sum {
+		if n != 0 {
+			return false
+		}
+	}
+	return true
 }

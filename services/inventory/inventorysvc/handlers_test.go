@@ -110,7 +110,13 @@ func TestHandlerScenarios(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			pool := newDB(t)
 			h := newHandlers(t)
-			announce(t, pool, h, "o-1")
+			var items []events.Item // the order announced is the one the payment pays
+			for _, s := range tc.steps {
+				if s.kind == "authorized" && items == nil {
+					items = s.items
+				}
+			}
+			announce(t, pool, h, "o-1", items...)
 			for _, s := range tc.steps {
 				var ev event.Event
 				var fn consumer.TxHandler
@@ -155,7 +161,10 @@ func TestSweeperReleasesExpired(t *testing.T) {
 	ctx := context.Background()
 	pool := newDB(t)
 	h := newHandlers(t)
-	announce(t, pool, h, "o-old", "o-new", "o-x", "o-y")
+	announce(t, pool, h, "o-old", item("sku-1", 4))
+	announce(t, pool, h, "o-new", item("sku-1", 1))
+	announce(t, pool, h, "o-x", item("sku-2", 5))
+	announce(t, pool, h, "o-y", item("sku-2", 5))
 	apptest.MustHandle(t, pool, h.PaymentAuthorized, authorized(t, "o-old", item("sku-1", 4)))
 	apptest.MustHandle(t, pool, h.PaymentAuthorized, authorized(t, "o-new", item("sku-1", 1)))
 	if _, err := pool.Exec(ctx, `UPDATE inventory_reservations SET expires_at = now() - interval '1 second' WHERE order_id = 'o-old'`); err != nil {
@@ -216,7 +225,7 @@ func TestConcurrentReservations(t *testing.T) {
 		if i%2 == 1 {
 			items = []events.Item{item("sku-2", 1), item("sku-1", 1)}
 		}
-		announce(t, pool, h, fmt.Sprintf("o-%d", i))
+		announce(t, pool, h, fmt.Sprintf("o-%d", i), items...)
 		evs = append(evs, authorized(t, fmt.Sprintf("o-%d", i), items...))
 	}
 	apptest.HandleConcurrently(t, pool, h.PaymentAuthorized, evs...)

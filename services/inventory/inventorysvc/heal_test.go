@@ -50,7 +50,7 @@ func TestUnannouncedPaymentChangesNothing(t *testing.T) {
 	}
 
 	// Announced after all: the held payment reserves, caused by the held event.
-	announce(t, pool, h, "o-ghost")
+	announce(t, pool, h, "o-ghost", item("sku-1", 4))
 	got := outboxEvents(t, pool)
 	if len(got) != 1 || got[0].Type != events.StockReserved || got[0].CausationID != ghost.ID || got[0].CorrelationID != ghost.CorrelationID {
 		t.Fatalf("after the announcement: %+v", got)
@@ -72,7 +72,9 @@ func TestReconciliationReleasesUnneededReservations(t *testing.T) {
 	ctx := context.Background()
 	pool := newDB(t)
 	h, m := healHandlers(t)
-	announce(t, pool, h, "o-cancelled", "o-rejected", "o-confirmed", "o-late")
+	for _, o := range []string{"o-cancelled", "o-rejected", "o-confirmed", "o-late"} {
+		announce(t, pool, h, o, item("sku-1", 2))
+	}
 	for _, o := range []string{"o-cancelled", "o-rejected", "o-confirmed"} {
 		apptest.MustHandle(t, pool, h.PaymentAuthorized, authorized(t, o, item("sku-1", 2)))
 	}
@@ -130,7 +132,7 @@ func TestReconciliationReleasesUnneededReservations(t *testing.T) {
 func TestResentCancelIsAnsweredAgainWithoutMovingStock(t *testing.T) {
 	pool := newDB(t)
 	h := newHandlers(t)
-	announce(t, pool, h, "o-1")
+	announce(t, pool, h, "o-1", item("sku-1", 3))
 	apptest.MustHandle(t, pool, h.PaymentAuthorized, authorized(t, "o-1", item("sku-1", 3)))
 	for attempt := 1; attempt <= 3; attempt++ {
 		apptest.MustHandle(t, pool, h.CancelRequested, svctest.CancelRequested(t, "o-1", attempt))

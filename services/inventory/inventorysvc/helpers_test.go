@@ -14,7 +14,7 @@ import (
 	"github.com/choreo-saga/choreo/services/events"
 )
 
-var testStock = []Stock{{"sku-1", 10}, {"sku-2", 5}, {"sku-rare", 0}}
+var testStock = []Stock{{"sku-1", 10}, {"sku-2", 5}, {"sku-rare", 0}, {"sku-8", 5}, {"sku-9", 2_000}}
 
 // newDB returns a migrated and seeded inventory database.
 func newDB(t *testing.T) *pgxpool.Pool {
@@ -40,17 +40,21 @@ func authorized(t *testing.T, order string, items ...events.Item) event.Event {
 		OrderID: order, CustomerID: "c-1", Amount: 1_000, Items: items})
 }
 
-func created(t *testing.T, order string) event.Event {
+// created is the order service's announcement of order: items (sku-1 ×1 if none), for
+// customer c-1 and 1,000 cents, as authorized pays them.
+func created(t *testing.T, order string, items ...events.Item) event.Event {
+	if len(items) == 0 {
+		items = []events.Item{item("sku-1", 1)}
+	}
 	return apptest.NewEvent(t, events.SourceOrder, events.OrderCreated, order, events.OrderCreatedV1{
-		OrderID: order, CustomerID: "c-1", Amount: 1_000, Items: []events.Item{item("sku-1", 1)}})
+		OrderID: order, CustomerID: "c-1", Amount: 1_000, Items: items})
 }
 
-// announce hands h an order.created for each order, as the order service announces them.
-func announce(t *testing.T, pool *pgxpool.Pool, h *Handlers, orders ...string) {
+// announce hands h the order.created of order with items (see created), as the order
+// service announces it.
+func announce(t *testing.T, pool *pgxpool.Pool, h *Handlers, order string, items ...events.Item) {
 	t.Helper()
-	for _, o := range orders {
-		apptest.MustHandle(t, pool, h.OrderCreated, created(t, o))
-	}
+	apptest.MustHandle(t, pool, h.OrderCreated, created(t, order, items...))
 }
 
 func confirmed(t *testing.T, order string) event.Event {

@@ -30,6 +30,10 @@ var (
 	// ErrNotAnnounced is returned (permanent: dead-lettered) for an order.created whose
 	// source is not the order service: only the order service announces orders.
 	ErrNotAnnounced = errors.New("inventorysvc: order not announced by the order service")
+	// ErrMismatch is returned (with consumer.Reject: dead-lettered with reason
+	// events.ReasonMismatch) for a payment.authorized whose items, customer or amount
+	// differ from the order as the order service announced it. Nothing is reserved.
+	ErrMismatch = errors.New("inventorysvc: payment does not match the announced order")
 )
 
 // Reservation statuses (inventory_reservations.status).
@@ -78,6 +82,11 @@ const (
 // two travel on different topics, so it can overtake it); Reconciler reports one held
 // too long as an orphan, and releases a reservation of an order that ended REJECTED or
 // CANCELLED.
+//
+// Cross-checks: inventory records the items, customer and amount of each order.created
+// and reserves only for a payment.authorized that carries the same (see
+// PaymentAuthorized); the order service checks the payment and the reservation against
+// its order in turn, and cancels an order that a mismatching event tried to move.
 type Handlers struct {
 	outbox      *outbox.Outbox
 	ttl         time.Duration
@@ -156,11 +165,17 @@ func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event) 
 	// Whether the order has a reservation is read (without a lock, see readOrder) for a
 	// held payment: reserveNew then needs no round trip to lock a reservation that is
 	// not there.
-	err = tx.QueryRow(ctx, `INSERT INTO inventory_orders (order_id, announced) VALUES ($1, true)
-		ON CONFLICT (order_id) DO UPDATE SET announced = true, updated_at = now()
+	// The order as announced is kept (its first announcement): a payment.authorized
+	// reserves only for it (see mismatch).
+	err = tx.QueryRow(ctx, `INSERT INTO inventory_orders (order_id, announced, announced_items, announced_customer, announced_amount)
+		VALUES ($1, true, $2, $3, $4)
+		ON CONFLICT (order_id) DO UPDATE SET announced = true,
+			announced_items = coalesce(inventory_orders.announced_items, $2),
+			announced_customer = coalesce(inventory_orders.announced_customer, $3),
+			announced_amount = coalesce(inventory_orders.announced_amount, $4), updated_at = now()
 		RETURNING held_event_id, held_correlation_id, held_data, outcome,
 			held_event_id IS NOT NULL AND EXISTS (SELECT 1 FROM inventory_reservations r WHERE r.order_id = $1)`,
-		p.OrderID).Scan(&heldID, &heldCorrelation, &heldData, &outcome, &reserved)
+		p.OrderID, nonNil(p.Items), p.CustomerID, p.Amount).Scan(&heldID, &heldCorrelation, &heldData, &outcome, &reserved)
 	if err != nil {
 		return fmt.Errorf("inventorysvc: record announced order: %w", err)
 	}
@@ -176,6 +191,12 @@ func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event) 
 	pa, err := events.Decode[events.PaymentV1](held)
 	if err != nil {
 		return consumer.Permanent(fmt.Errorf("%w: held payment: %w", ErrInvalidEvent, err))
+	}
+	announcedOrder := orderState{items: nonNil(p.Items), customer: &p.CustomerID, amount: &p.Amount}
+	if why := announcedOrder.mismatch(pa); why != "" {
+		// The held payment is not for the order announced: it reserves nothing.
+		h.mismatched(ctx, tx, held, why)
+		return nil
 	}
 	h.note(ctx, tx, slog.LevelInfo, "inventory: order announced, reserving for its held payment", slog.String("held_event_id", held.ID))
 	if !reserved {
@@ -236,6 +257,9 @@ func (h *Handlers) note(ctx context.Context, tx pgx.Tx, level slog.Level, msg st
 // take and "Stock moves" in stock.go).
 // It emits stock.reserved or stock.unavailable. For an order the order service has not
 // announced yet it does nothing but hold the event until order.created (see Handlers).
+// A payment whose items, customer or amount differ from the order as announced reserves
+// nothing and is dead-lettered as events.ReasonMismatch (ErrMismatch); a held one that
+// differs is dropped when order.created arrives, counted and logged as "mismatch".
 func (h *Handlers) PaymentAuthorized(ctx context.Context, tx pgx.Tx, ev event.Event) error {
 	p, err := events.Decode[events.PaymentV1](ev)
 	if err != nil {
@@ -285,10 +309,21 @@ func (h *Handlers) PaymentAuthorized(ctx context.Context, tx pgx.Tx, ev event.Ev
 		h.held(ctx, tx, ev)
 		return nil
 	}
+	if why := st.mismatch(p); why != "" {
+		h.mismatched(ctx, tx, ev, why)
+		return consumer.Reject(events.ReasonMismatch, fmt.Errorf("%w: %s", ErrMismatch, why))
+	}
 	if !st.reserved {
 		return h.reserveNew(ctx, tx, ev, p, outcome)
 	}
 	return h.reserve(ctx, tx, ev, p, outcome)
+}
+
+// mismatched counts and logs a payment.authorized that does not match its order.
+func (h *Handlers) mismatched(ctx context.Context, tx pgx.Tx, ev event.Event, why string) {
+	h.count(ctx, tx, "mismatch")
+	h.note(ctx, tx, slog.LevelWarn, "inventory: payment.authorized does not match the order announced; nothing reserved",
+		slog.String("event_id", ev.ID), slog.String("mismatch", why))
 }
 
 // held counts and logs a payment.authorized held until its order is announced.
@@ -304,6 +339,28 @@ type orderState struct {
 	outcome         *string
 	// reserved: the order has a row in inventory_reservations (read without a lock).
 	reserved bool
+	// items, customer and amount are the order as announced (nil items: not known, for
+	// an order announced before they were recorded).
+	items    []events.Item
+	customer *string
+	amount   *int64
+}
+
+// mismatch returns why payment p is not for the order as announced ("" if it is): other
+// items (merged by SKU), another customer or another amount. An order whose announced
+// items are not known is not checked.
+func (st orderState) mismatch(p events.PaymentV1) string {
+	switch {
+	case st.items == nil:
+		return ""
+	case !events.SameItems(st.items, p.Items):
+		return fmt.Sprintf("items %v, announced %v", p.Items, st.items)
+	case st.customer != nil && *st.customer != p.CustomerID:
+		return fmt.Sprintf("customer %q, announced %q", p.CustomerID, *st.customer)
+	case st.amount != nil && *st.amount != p.Amount:
+		return fmt.Sprintf("amount %d, announced %d", p.Amount, *st.amount)
+	}
+	return ""
 }
 
 // readOrder reads and locks (FOR UPDATE) the order's inventory_orders row, reads whether
@@ -325,9 +382,10 @@ func readOrder(ctx context.Context, tx pgx.Tx, p events.PaymentV1) (orderState, 
 		pending(ctx, tx).queueLoad(b, skus)
 	}
 	b.Queue(`SELECT o.announced, o.held_event_id IS NOT NULL, o.outcome,
-			EXISTS (SELECT 1 FROM inventory_reservations r WHERE r.order_id = o.order_id)
+			EXISTS (SELECT 1 FROM inventory_reservations r WHERE r.order_id = o.order_id),
+			o.announced_items, o.announced_customer, o.announced_amount
 		FROM inventory_orders o WHERE o.order_id = $1 FOR UPDATE OF o`, p.OrderID).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&st.announced, &st.held, &st.outcome, &st.reserved)
+		return row.Scan(&st.announced, &st.held, &st.outcome, &st.reserved, &st.items, &st.customer, &st.amount)
 	})
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {

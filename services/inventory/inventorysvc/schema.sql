@@ -71,6 +71,13 @@ CREATE TABLE IF NOT EXISTS inventory_orders (
     created_at             timestamptz NOT NULL DEFAULT now(),
     updated_at             timestamptz NOT NULL DEFAULT now()
 );
+-- The order as the order service announced it (order.created): inventory reserves for a
+-- payment.authorized only when its items (merged by SKU), customer and amount are these;
+-- any other is dead-lettered as a mismatch and reserves nothing. NULL for an order not
+-- announced yet, or announced before these columns existed (not checked).
+ALTER TABLE inventory_orders ADD COLUMN IF NOT EXISTS announced_items jsonb;
+ALTER TABLE inventory_orders ADD COLUMN IF NOT EXISTS announced_customer text;
+ALTER TABLE inventory_orders ADD COLUMN IF NOT EXISTS announced_amount bigint;
 DO $$ BEGIN
     IF to_regclass('inventory_orders_unchecked') IS NULL THEN
         CREATE INDEX inventory_orders_unchecked

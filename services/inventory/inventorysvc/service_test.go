@@ -3,6 +3,7 @@ package inventorysvc
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -16,17 +17,19 @@ import (
 )
 
 // harness runs the inventory service in process against real Postgres and Redis and an
-// in-process kfake cluster.
+// in-process kfake cluster, collecting its logs.
 type harness struct {
 	*apptest.Instance
-	t *testing.T
+	t    *testing.T
+	logs *apptest.LogBuffer
 }
 
 // startService runs the inventory service with reservations that expire after ttl.
 func startService(t *testing.T, ttl time.Duration) *harness {
 	t.Helper()
-	h := &harness{t: t}
+	h := &harness{t: t, logs: &apptest.LogBuffer{}}
 	h.Instance = apptest.StartApp(t, apptest.NewInfra(t), "inventory", func(ctx context.Context, ac app.Config, opts []app.Option) error {
+		ac.LogLevel = slog.LevelInfo
 		return Run(ctx, Config{
 			App:            ac,
 			Group:          "inventory",
@@ -35,7 +38,7 @@ func startService(t *testing.T, ttl time.Duration) *harness {
 			SweepInterval:  50 * time.Millisecond,
 			// The otel globals stay on: outbox.Enqueue and the relay propagate trace
 			// context through the global propagator.
-			AppOptions: opts,
+			AppOptions: append(opts, app.WithLogOutput(h.logs)),
 		})
 	})
 	return h
@@ -76,7 +79,8 @@ func TestServiceThroughKafka(t *testing.T) {
 	// Phase 1: payments arrive; the early order's cancel overtakes its payment.
 	// The order service announces every order first (an unknown one is held, below).
 	h.ProduceTwice(events.TopicOrders, created(t, early), cancelRequested(t, early),
-		created(t, confirm), created(t, rare), created(t, cancel))
+		created(t, confirm, item("sku-1", 2)), created(t, rare, item("sku-1", 1), item("sku-rare", 1)),
+		created(t, cancel, item("sku-2", 3)))
 	h.settled(events.TopicOrders)
 	h.ProduceTwice(events.TopicPayments,
 		authorized(t, confirm, item("sku-1", 2)),
@@ -123,7 +127,7 @@ func TestServiceThroughKafka(t *testing.T) {
 func TestReservationExpiresInService(t *testing.T) {
 	h := startService(t, time.Millisecond)
 	o := "expire-" + testenv.Name(t, "o")
-	h.ProduceTwice(events.TopicOrders, created(t, o))
+	h.ProduceTwice(events.TopicOrders, created(t, o, item("sku-2", 4)))
 	h.ProduceTwice(events.TopicPayments, authorized(t, o, item("sku-2", 4)))
 	apptest.WaitFor(t, "the reservation to expire", func() bool {
 		var st string

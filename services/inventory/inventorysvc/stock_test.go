@@ -16,7 +16,9 @@ import (
 func TestBatchTakesSeeEachOther(t *testing.T) {
 	pool := newDB(t)
 	h := newHandlers(t)
-	announce(t, pool, h, "o-1", "o-2", "o-3")
+	for _, o := range []string{"o-1", "o-2", "o-3"} {
+		announce(t, pool, h, o, item("sku-2", 2))
+	}
 	err := svctest.InBatch(pool, h.PaymentAuthorized, nil,
 		authorized(t, "o-1", item("sku-2", 2)), authorized(t, "o-2", item("sku-2", 2)), authorized(t, "o-3", item("sku-2", 2)))
 	if err != nil {
@@ -44,7 +46,8 @@ func TestBatchTakesSeeEachOther(t *testing.T) {
 func TestBatchStockConflictIsRetried(t *testing.T) {
 	pool := newDB(t)
 	h := newHandlers(t)
-	announce(t, pool, h, "o-1", "o-2")
+	announce(t, pool, h, "o-1", item("sku-2", 5))
+	announce(t, pool, h, "o-2", item("sku-2", 5))
 	err := svctest.InBatch(pool, h.PaymentAuthorized, func() {
 		apptest.MustHandle(t, pool, h.PaymentAuthorized, authorized(t, "o-2", item("sku-2", 5)))
 	}, authorized(t, "o-1", item("sku-2", 5)))
@@ -96,7 +99,9 @@ func TestSeedSpreadsOldStock(t *testing.T) {
 func TestPaymentAuthorizedRoundTrips(t *testing.T) {
 	pool := newDB(t)
 	h := newHandlers(t)
-	announce(t, pool, h, "o-1", "o-2", "o-3")
+	announce(t, pool, h, "o-1", item("sku-1", 2), item("sku-2", 1))
+	announce(t, pool, h, "o-2", item("sku-1", 1))
+	announce(t, pool, h, "o-3", item("sku-1", 9))
 	n, err := svctest.InCountedBatch(pool, h.PaymentAuthorized, authorized(t, "o-1", item("sku-1", 2), item("sku-2", 1)))
 	if err != nil || n != 2 {
 		t.Fatalf("one order: %d round trips, %v; want 2", n, err)
@@ -145,7 +150,7 @@ func TestHeldPaymentRoundTrips(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("held again: %d round trips, %v; want 1", n, err)
 	}
-	n, err = svctest.InCountedBatch(pool, h.OrderCreated, created(t, "o-1"))
+	n, err = svctest.InCountedBatch(pool, h.OrderCreated, created(t, "o-1", item("sku-2", 2)))
 	if err != nil || n != 4 {
 		t.Fatalf("announced: %d round trips, %v; want 4", n, err)
 	}
