@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -289,12 +290,13 @@ func (s *Service) HandleEvent(ctx context.Context, tx pgx.Tx, ev event.Event) er
 	if !validID(id) {
 		return fmt.Errorf("ordersvc: subject %q is not an order id: %w", id, event.ErrMalformed)
 	}
-	reason, err := eventReason(ev)
+	reason, c, err := eventReason(ev)
 	if err != nil {
 		return err
 	}
-	// The usual case in one round trip (applyExpected); any other on the locked row.
-	o2, d, ok, err := s.applyExpected(ctx, tx, id, Trigger(ev.Type), &ev, reason)
+	// The usual case in one round trip (applyExpected, which checks c); any other on the
+	// locked row.
+	o2, d, ok, err := s.applyExpected(ctx, tx, id, Trigger(ev.Type), &ev, reason, c)
 	if err != nil {
 		return err
 	}
@@ -308,6 +310,9 @@ func (s *Service) HandleEvent(ctx context.Context, tx pgx.Tx, ev event.Event) er
 	}
 	if err != nil {
 		return err
+	}
+	if why := c.mismatch(o); why != "" {
+		return s.refuse(ctx, tx, o, ev, why)
 	}
 	o2, d, err = s.apply(ctx, tx, o, Trigger(ev.Type), &ev, reason)
 	if errors.Is(err, ErrInvalidTransition) {
@@ -340,32 +345,104 @@ func (s *Service) logTransition(ctx context.Context, tx pgx.Tx, d Decision, ev e
 	})
 }
 
+// refuse handles event ev that does not match order o (why says how; see "Cross-checks"
+// in the package doc): a PENDING order moves to CANCELLING (OnMismatch), any other
+// records an ignored entry; after the commit the mismatch is counted and logged; and the
+// returned consumer.Reject commits that and dead-letters ev with reason
+// events.ReasonMismatch.
+func (s *Service) refuse(ctx context.Context, tx pgx.Tx, o Order, ev event.Event, why string) error {
+	refusal := fmt.Errorf("%w: %s %s: %s", ErrMismatch, ev.Type, ev.ID, why)
+	o2, d, err := s.apply(ctx, tx, o, OnMismatch, &ev, fmt.Sprintf("%s does not match the order: %s", ev.Type, why))
+	switch {
+	case err == nil:
+		s.logTransition(ctx, tx, d, ev, o2)
+	case !errors.Is(err, ErrInvalidTransition):
+		return err
+	}
+	consumer.AfterCommit(ctx, tx, func() {
+		s.mismatched.Add(ctx, 1, metric.WithAttributes(attribute.String("event_type", ev.Type)))
+		s.log.WarnContext(ctx, "order: event does not match the order; not applied, dead-lettered",
+			"event_type", ev.Type, "event_id", ev.ID, "mismatch", why, "state", string(o.State), "to", string(d.To))
+	})
+	return consumer.Reject(events.ReasonMismatch, refusal)
+}
+
+// claim is what a payment.authorized or stock.reserved says about its order, for the
+// cross-check: the items, and for a payment (payment) the amount and customer.
+type claim struct {
+	payment  bool
+	amount   int64
+	customer string
+	items    []events.Item
+}
+
+// mismatch returns how c differs from order o ("" if it does not, or c is nil).
+func (c *claim) mismatch(o Order) string {
+	switch {
+	case c == nil:
+		return ""
+	case !events.SameItems(c.items, o.Items):
+		return fmt.Sprintf("items %s, order %s", fmtItems(c.items), fmtItems(o.Items))
+	case c.payment && c.amount != o.Amount:
+		return fmt.Sprintf("amount %d, order %d", c.amount, o.Amount)
+	case c.payment && c.customer != o.CustomerID:
+		return fmt.Sprintf("customer %q, order %q", c.customer, o.CustomerID)
+	}
+	return ""
+}
+
+// fmtItems formats up to 5 items as "sku×qty", then how many more there are.
+func fmtItems(items []events.Item) string {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i, it := range items {
+		if i == 5 {
+			fmt.Fprintf(&b, " …%d more", len(items)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%q×%d", it.SKU, it.Qty)
+	}
+	b.WriteByte(']')
+	return b.String()
+}
+
 // eventReason decodes the payload of a payment or stock event, checks that it is about
-// the event's subject, and returns the reason an outcome caused by it carries.
-func eventReason(ev event.Event) (string, error) {
+// the event's subject, and returns the reason an outcome caused by it carries and, for
+// payment.authorized and stock.reserved, what it claims about the order.
+func eventReason(ev event.Event) (string, *claim, error) {
 	var p struct {
-		OrderID string `json:"order_id"`
-		Reason  string `json:"reason"`
+		OrderID    string        `json:"order_id"`
+		Reason     string        `json:"reason"`
+		CustomerID string        `json:"customer_id"`
+		Amount     int64         `json:"amount"`
+		Items      []events.Item `json:"items"`
 	}
 	if err := ev.DecodeData(&p); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if p.OrderID != "" && p.OrderID != ev.Subject {
-		return "", fmt.Errorf("ordersvc: payload order_id %q differs from subject %q: %w", p.OrderID, ev.Subject, event.ErrMalformed)
+		return "", nil, fmt.Errorf("ordersvc: payload order_id %q differs from subject %q: %w", p.OrderID, ev.Subject, event.ErrMalformed)
 	}
 	var what string
 	switch ev.Type {
+	case events.PaymentAuthorized:
+		return p.Reason, &claim{payment: true, amount: p.Amount, customer: p.CustomerID, items: p.Items}, nil
+	case events.StockReserved:
+		return p.Reason, &claim{items: p.Items}, nil
 	case events.PaymentDeclined:
 		what = "payment declined"
 	case events.PaymentRefunded:
 		what = "payment refunded"
 	default:
-		return p.Reason, nil
+		return p.Reason, nil, nil
 	}
 	if p.Reason != "" {
-		return what + ": " + p.Reason, nil
+		return what + ": " + p.Reason, nil, nil
 	}
-	return what, nil
+	return what, nil, nil
 }
 
 // SweepOnce handles up to SweepBatch orders past their deadline, oldest deadline first:

@@ -59,6 +59,7 @@
 //	PENDING    + stock.unavailable      -> PENDING     (payment refunds next)
 //	PENDING    + payment.refunded       -> REJECTED    emits order.rejected
 //	PENDING    + cancel | saga deadline -> CANCELLING  emits order.cancel_requested
+//	PENDING    + event.mismatch         -> CANCELLING  emits order.cancel_requested
 //	CANCELLING + payment.* / stock.*    -> CANCELLED when compensated, emits order.cancelled;
 //	                                       else stays CANCELLING (fact recorded)
 //	CANCELLING + compensation deadline  -> CANCELLING, re-sends order.cancel_requested while
@@ -96,6 +97,21 @@
 // each page free (fillfactor 80): the first update of an order, a fact on a PENDING
 // order, changes no indexed column and so is a HOT update (no new index entries) when
 // its page has room.
+//
+// # Cross-checks
+//
+// A payment.authorized is applied only when its amount, customer and items (summed per
+// SKU) are the order's, a stock.reserved only when its items are: the order service
+// announced the order, so it knows what payment and inventory must have done for it.
+// The fast path's UPDATE carries the same conditions. Any other such event (a forged
+// one with the right source and topic, a corrupted one) is never applied: its facts
+// are not recorded, a PENDING order moves to CANCELLING (trigger event.mismatch, the
+// cause in the history) so that payment refunds whatever it charged and inventory
+// releases whatever it reserved, an order in any other state records it as ignored,
+// MetricMismatched is counted, a warning is logged, and the event is dead-lettered with
+// reason "mismatch" (consumer.Reject: the cancellation commits, then the event goes to
+// the dead-letter topic). Inventory checks the payment against order.created the same
+// way before it reserves (see inventorysvc).
 //
 // # Cancellation races
 //

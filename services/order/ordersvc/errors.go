@@ -17,4 +17,9 @@ var (
 	// the saga (WithMaxPending). Nothing is written. HTTP answers 503 overloaded with
 	// Retry-After; the client retries later with the same Idempotency-Key.
 	ErrOverloaded = errors.New("ordersvc: overloaded")
+	// ErrMismatch: a payment.authorized or stock.reserved differs from the order it is
+	// about (amount, customer or items). The event is never applied: it is dead-lettered
+	// with reason events.ReasonMismatch (consumer.Reject) and a PENDING order is
+	// cancelled (event.mismatch), so that payment refunds and inventory releases.
+	ErrMismatch = errors.New("ordersvc: event does not match the order")
 )

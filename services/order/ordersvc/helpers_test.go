@@ -126,7 +126,9 @@ func (f *fixture) get(t *testing.T, id string) ordersvc.OrderJSON {
 // transaction, as consumer.Idempotent does, and returns the event.
 func (f *fixture) deliver(t *testing.T, orderID, typ string) (event.Event, error) {
 	t.Helper()
-	var data any = events.PaymentV1{OrderID: orderID, CustomerID: "c-1", Amount: 4200, Reason: "test"}
+	// validBody's order, as payment charges it.
+	var data any = events.PaymentV1{OrderID: orderID, CustomerID: "c-1", Amount: 4200, Reason: "test",
+		Items: []events.Item{{SKU: "sku-1", Qty: 2}}}
 	source := events.SourcePayment
 	if typ == events.StockReserved || typ == events.StockUnavailable || typ == events.StockReleased {
 		data, source = events.StockV1{OrderID: orderID, Items: []events.Item{{SKU: "sku-1", Qty: 2}}}, events.SourceInventory

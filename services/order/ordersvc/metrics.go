@@ -24,11 +24,14 @@ const (
 	// MetricCompensationResends counts re-sent cancellations, by trigger
 	// (deadline.compensation, command.retry_compensation).
 	MetricCompensationResends = "choreo.order.compensation_resends"
+	// MetricMismatched counts payment.authorized and stock.reserved events that did not
+	// match their order (ErrMismatch), by event type.
+	MetricMismatched = "choreo.order.mismatched_events"
 )
 
 func (s *Service) initMetrics() error {
 	m := s.mp.Meter(instrumentationName)
-	var errs [5]error
+	var errs [6]error
 	s.transitions, errs[0] = m.Int64Counter(MetricTransitions, metric.WithUnit("{transition}"),
 		metric.WithDescription("Order state changes, by from and to state."))
 	s.ignored, errs[1] = m.Int64Counter(MetricIgnored, metric.WithUnit("{event}"),
@@ -37,6 +40,8 @@ func (s *Service) initMetrics() error {
 		metric.WithDescription("Orders moved by their saga or compensation deadline, by the state they left."))
 	s.resends, errs[4] = m.Int64Counter(MetricCompensationResends, metric.WithUnit("{event}"),
 		metric.WithDescription("Re-sent order.cancel_requested events, by trigger (compensation deadline or by hand)."))
+	s.mismatched, errs[5] = m.Int64Counter(MetricMismatched, metric.WithUnit("{event}"),
+		metric.WithDescription("payment.authorized and stock.reserved events that did not match their order, by event type."))
 	_, errs[3] = m.Int64ObservableGauge(MetricStuck, metric.WithUnit("{order}"),
 		metric.WithDescription("Non-terminal orders past their state's stuck threshold, as of the last sweep."),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {

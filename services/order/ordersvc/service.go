@@ -164,6 +164,7 @@ type Service struct {
 	ignored     metric.Int64Counter
 	expired     metric.Int64Counter
 	resends     metric.Int64Counter
+	mismatched  metric.Int64Counter
 
 	mu    sync.Mutex // guards stuck
 	stuck map[State]int64

@@ -482,7 +482,7 @@ func TestHandleEventRoundTrips(t *testing.T) {
 	f := newFixture(t, ordersvc.Settings{})
 	handle := func(t *testing.T, order, typ string) int {
 		t.Helper()
-		var data any = events.PaymentV1{OrderID: order, CustomerID: "c-1", Amount: 4200}
+		var data any = events.PaymentV1{OrderID: order, CustomerID: "c-1", Amount: 4200, Items: []events.Item{{SKU: "sku-1", Qty: 2}}}
 		source := events.SourcePayment
 		if typ == events.StockReserved {
 			data, source = events.StockV1{OrderID: order, Items: []events.Item{{SKU: "sku-1", Qty: 2}}}, events.SourceInventory

@@ -67,6 +67,11 @@ const (
 	OnStockUnavailable  Trigger = events.StockUnavailable
 	OnStockReleased     Trigger = events.StockReleased
 
+	// OnMismatch is a payment.authorized or stock.reserved whose amount, customer or items
+	// differ from the order's (ErrMismatch): a forged or corrupted event. Its facts are
+	// not observed; a PENDING order is cancelled.
+	OnMismatch Trigger = "event.mismatch"
+
 	// CmdCancel is POST /orders/{id}/cancel.
 	CmdCancel Trigger = "command.cancel"
 	// CmdSagaTimeout fires when a PENDING order passes its saga deadline.
@@ -216,6 +221,9 @@ var transitions = map[ruleKey]Rule{
 	// Cancellation (by the customer or the saga deadline) and its completion.
 	{Pending, CmdCancel}:      {To: Cancelling, Emit: events.OrderCancelRequested},
 	{Pending, CmdSagaTimeout}: {To: Cancelling, Emit: events.OrderCancelRequested},
+	// An event that does not match the order moved nothing; the order it tried to move
+	// is cancelled and compensated. In any other state it is ignored.
+	{Pending, OnMismatch}: {To: Cancelling, Emit: events.OrderCancelRequested},
 	{Cancelling, CmdCancel}:   {To: Cancelling, Noop: true},
 	{Cancelled, CmdCancel}:    {To: Cancelled, Noop: true},
 

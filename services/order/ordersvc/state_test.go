@@ -6,7 +6,7 @@ import (
 )
 
 var allTriggers = []Trigger{OnPaymentAuthorized, OnPaymentDeclined, OnPaymentRefunded,
-	OnStockReserved, OnStockUnavailable, OnStockReleased, CmdCancel, CmdSagaTimeout, CmdCompensationTimeout, CmdRetryCompensation}
+	OnStockReserved, OnStockUnavailable, OnStockReleased, OnMismatch, CmdCancel, CmdSagaTimeout, CmdCompensationTimeout, CmdRetryCompensation}
 
 func TestDecideTable(t *testing.T) {
 	charged := Facts{PaymentAuthorized: true}

@@ -349,10 +349,11 @@ var expected = map[Trigger]Facts{
 // those facts and no compensation attempt, and appends the history entry only if it did.
 // The UPDATE takes the row lock, and under READ COMMITTED it rechecks the condition on
 // the row's latest version, so the decision is applied to exactly the order it was taken
-// for. ok is false, with nothing written, when the order is in any other state (or does
-// not exist): apply on the locked row decides then. The Order returned has only its ID,
+// for. The statement also checks claim c (see "Cross-checks" in the package doc). ok is
+// false, with nothing written, when the order is in any other state, does not match c
+// or does not exist: apply on the locked row decides then. The Order returned has only its ID,
 // State, Reason and CompensationAttempts.
-func (s *Service) applyExpected(ctx context.Context, tx pgx.Tx, id string, t Trigger, ev *event.Event, reason string) (o Order, d Decision, ok bool, err error) {
+func (s *Service) applyExpected(ctx context.Context, tx pgx.Tx, id string, t Trigger, ev *event.Event, reason string, c *claim) (o Order, d Decision, ok bool, err error) {
 	f, known := expected[t]
 	if !known {
 		return Order{}, Decision{}, false, nil
@@ -368,6 +369,17 @@ func (s *Service) applyExpected(ctx context.Context, tx pgx.Tx, id string, t Tri
 	}
 	args := transitionArgs(id, d, stored, 0, false, ev.ID, t, note)
 	args = append(args, f.PaymentAuthorized, f.PaymentDeclined, f.PaymentRefunded, f.StockReserved, f.StockUnavailable, f.StockReleased)
+	// The cross-check ($22..$26): the event's items are the order's (the order's SKUs
+	// are distinct, so containment both ways with equal lengths is equality as sets) and
+	// a payment's amount and customer are; otherwise the locked path decides.
+	var cc claim
+	if c != nil {
+		cc = *c
+	}
+	if cc.items == nil {
+		cc.items = []events.Item{}
+	}
+	args = append(args, c != nil, cc.payment, cc.amount, cc.customer, cc.items)
 	// Only what the event and the log need comes back (not the whole row: the items'
 	// JSON, the times).
 	o = Order{ID: id, State: d.To}
@@ -375,6 +387,9 @@ func (s *Service) applyExpected(ctx context.Context, tx pgx.Tx, id string, t Tri
 			`+updateOrderSQL+` AND state = $12 AND compensation_attempts = 0
 			AND payment_authorized = $16 AND payment_declined = $17 AND payment_refunded = $18
 			AND stock_reserved = $19 AND stock_unavailable = $20 AND stock_released = $21
+			AND (NOT $22::boolean OR (items @> $26::jsonb AND $26::jsonb @> items
+				AND jsonb_array_length(items) = jsonb_array_length($26::jsonb)
+				AND (NOT $23::boolean OR (amount = $24::bigint AND customer_id = $25::text))))
 			RETURNING reason, compensation_attempts
 		), h AS (
 			INSERT INTO order_history (order_id, from_state, to_state, cause_event_id, cause_event_type, ignored, note)
