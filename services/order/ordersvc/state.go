@@ -223,9 +223,9 @@ var transitions = map[ruleKey]Rule{
 	{Pending, CmdSagaTimeout}: {To: Cancelling, Emit: events.OrderCancelRequested},
 	// An event that does not match the order moved nothing; the order it tried to move
 	// is cancelled and compensated. In any other state it is ignored.
-	{Pending, OnMismatch}: {To: Cancelling, Emit: events.OrderCancelRequested},
-	{Cancelling, CmdCancel}:   {To: Cancelling, Noop: true},
-	{Cancelled, CmdCancel}:    {To: Cancelled, Noop: true},
+	{Pending, OnMismatch}:   {To: Cancelling, Emit: events.OrderCancelRequested},
+	{Cancelling, CmdCancel}: {To: Cancelling, Noop: true},
+	{Cancelled, CmdCancel}:  {To: Cancelled, Noop: true},
 
 	// While cancelling, in-flight events of the forward path are recorded (a late
 	// stock.reserved keeps the order here until stock.released arrives), and each
