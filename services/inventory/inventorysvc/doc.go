@@ -32,6 +32,17 @@
 //     CANCELLED (metric inventory.reconciliations, one log line per correction).
 //   - Expiry: a Sweeper releases reservations older than the TTL that were neither
 //     confirmed nor cancelled and emits stock.released (reason "reservation expired").
+//   - Only what was announced: inventory records the items, customer and amount of each
+//     order.created (inventory_orders.announced_*) and reserves only for a
+//     payment.authorized that carries the same items (summed per SKU), customer and
+//     amount. Any other reserves nothing and is dead-lettered with reason "mismatch"
+//     (consumer.Reject; operation "mismatch"); a held one that differs is dropped when
+//     order.created arrives. The order service checks the same event against its order
+//     and cancels the order, whose compensation inventory then answers as any cancel.
+//     Payment carries the items, so inventory needs no call to the order service, and
+//     the check needs no payload of its own: order.created is the announcement.
+//   - Counted once: operation counters and log lines of a decision run after its
+//     transaction commits (consumer.AfterCommit), never for a rolled-back one.
 //
 // # Configuration
 //

@@ -309,11 +309,17 @@ func TestRunResendsCompensation(t *testing.T) {
 // Redis namespace ns, until the test ends; it returns the API's base URL.
 func runService(t *testing.T, cfg ordersvc.Config, ns string) string {
 	t.Helper()
+	return runServiceLogging(t, cfg, ns, io.Discard)
+}
+
+// runServiceLogging is runService with the service's logs written to logs.
+func runServiceLogging(t *testing.T, cfg ordersvc.Config, ns string, logs io.Writer) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.AppOptions = []app.Option{app.WithListener(ln), app.WithoutSignals(), app.WithLogOutput(io.Discard),
+	cfg.AppOptions = []app.Option{app.WithListener(ln), app.WithoutSignals(), app.WithLogOutput(logs),
 		app.WithLockOptions(lock.WithNamespace(ns))}
 	base := "http://" + ln.Addr().String()
 	svc := apptest.Start(t, base, func(ctx context.Context) error { return ordersvc.Run(ctx, cfg) })

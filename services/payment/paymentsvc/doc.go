@@ -30,6 +30,10 @@
 //     recorded, and a Reconciler refunds, through a normal payment.refunded, a charge still
 //     held by an order that ended REJECTED or CANCELLED (metric payment.reconciliations,
 //     one log line per correction).
+//   - Counted once: payment.operations, payment.amount and the "authorized", "declined"
+//     and "refunded" log lines run after the decision's transaction commits
+//     (consumer.AfterCommit); a COMMIT lost to a fault and retried counts once, so over
+//     a process's life payment.amount matches the ledger rows it wrote.
 //
 // # Configuration
 //
