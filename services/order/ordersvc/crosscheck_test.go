@@ -95,11 +95,15 @@ func TestEventsMustMatchTheOrder(t *testing.T) {
 	f := newFixture(t, ordersvc.Settings{})
 	item := events.Item{SKU: "sku-1", Qty: 2}
 	for name, ev := range map[string]func(id string) event.Event{
-		"amount":      func(id string) event.Event { return paymentAuthorized(t, id, "c-1", 4201, item) },
-		"customer":    func(id string) event.Event { return paymentAuthorized(t, id, "c-2", 4200, item) },
-		"items":       func(id string) event.Event { return paymentAuthorized(t, id, "c-1", 4200, events.Item{SKU: "sku-1", Qty: 3}) },
-		"no items":    func(id string) event.Event { return paymentAuthorized(t, id, "c-1", 4200) },
-		"extra item":  func(id string) event.Event { return paymentAuthorized(t, id, "c-1", 4200, item, events.Item{SKU: "sku-2", Qty: 1}) },
+		"amount":   func(id string) event.Event { return paymentAuthorized(t, id, "c-1", 4201, item) },
+		"customer": func(id string) event.Event { return paymentAuthorized(t, id, "c-2", 4200, item) },
+		"items": func(id string) event.Event {
+			return paymentAuthorized(t, id, "c-1", 4200, events.Item{SKU: "sku-1", Qty: 3})
+		},
+		"no items": func(id string) event.Event { return paymentAuthorized(t, id, "c-1", 4200) },
+		"extra item": func(id string) event.Event {
+			return paymentAuthorized(t, id, "c-1", 4200, item, events.Item{SKU: "sku-2", Qty: 1})
+		},
 		"stock items": func(id string) event.Event { return stockReserved(t, id, events.Item{SKU: "sku-1", Qty: 1}) },
 	} {
 		o := f.create(t)
