@@ -80,6 +80,10 @@ readme-check: services ## run the README's shell commands as written
 chaos: services ## run every chaos scenario (kill -9, outages, duplicates, poison, pause, overload), 2,000 orders each
 	$(GO) run ./cmd/chaos -orders $${CHAOS_ORDERS:-2000} -seed $${CHAOS_SEED:-1} -report $${CHAOS_REPORT:-chaos-report.md}
 
+.PHONY: redis-cluster
+redis-cluster: services ## the locker and the consumer's outage rules on a real Redis Cluster: 3 masters, then a failover (about 20 s)
+	CHOREO_REDIS_CLUSTER=1 $(GO) test -race -count=1 -timeout 5m -run 'TestRedisCluster' -v ./lock/
+
 .PHONY: demo
 demo: services ## the saga on this machine: broker, three services, 200 orders (first run ~2 min compiling)
 	@scripts/demo.sh

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/choreo-saga/choreo/internal/faultproxy"
 	"github.com/choreo-saga/choreo/internal/pgcluster"
 	"github.com/choreo-saga/choreo/services/events"
 )
@@ -44,6 +45,7 @@ const (
 	FaultPoison        = "poison record"
 	FaultPause         = "pause past lock TTL"
 	FaultOverload      = "overload"
+	FaultNetwork       = "network fault"
 )
 
 type kadmOffset = kadm.ListedOffset
@@ -395,4 +397,35 @@ func (s *System) readTopic(ctx context.Context, topic string) ([]*kgo.Record, er
 		})
 	}
 	return out, nil
+}
+
+// netFault applies f to the proxies between the payment instances and their Postgres
+// and Redis for d, then clears it; what names the fault in the report.
+func (r *run) netFault(ctx context.Context, what string, f faultproxy.Faults, d time.Duration) {
+	start := time.Now()
+	if r.s.pgProxy == nil {
+		r.record(FaultNetwork, "payment", what, start, errors.New("the system has no fault proxies (Options.ProxyPayment)"))
+		return
+	}
+	for _, px := range []*faultproxy.Proxy{r.s.pgProxy, r.s.rdProxy} {
+		px.Set(f)
+	}
+	sleep(ctx, d)
+	for _, px := range []*faultproxy.Proxy{r.s.pgProxy, r.s.rdProxy} {
+		px.Clear()
+	}
+	r.record(FaultNetwork, "payment ↔ postgres, redis", fmt.Sprintf("%s for %s", what, d), start, nil)
+}
+
+// netReset resets every connection between the payment instances and their Postgres and
+// Redis once.
+func (r *run) netReset(ctx context.Context) {
+	start := time.Now()
+	if r.s.pgProxy == nil {
+		r.record(FaultNetwork, "payment", "reset", start, errors.New("the system has no fault proxies (Options.ProxyPayment)"))
+		return
+	}
+	r.s.pgProxy.Reset()
+	r.s.rdProxy.Reset()
+	r.record(FaultNetwork, "payment ↔ postgres, redis", "every connection reset", start, nil)
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/choreo-saga/choreo/internal/faultproxy"
 	"github.com/choreo-saga/choreo/internal/pgcluster"
 	"github.com/choreo-saga/choreo/services/events"
 )
@@ -80,6 +81,9 @@ type Scenario struct {
 	// a free port, dropped at the end) that its faults may crash; when one cannot be made
 	// here, the scenario runs on the shared Postgres and reports why.
 	OwnPostgres bool
+	// Network puts fault proxies between the payment instances and their Postgres and
+	// Redis (Options.ProxyPayment), for faults of the network rather than the servers.
+	Network bool
 	// overload: the load is offered at twice the measured saturation.
 	overload bool
 }
@@ -167,6 +171,29 @@ var Scenarios = []Scenario{
 		Faults: spaced(3, 5, (*run).pauseHolder, 13*time.Second),
 	},
 	{
+		Name: "network",
+		Doc: "between the payment instances and their Postgres and Redis (a fault proxy): 300 ms latency with up to 200 ms jitter for 8 s, " +
+			"every connection hung for 5 s then closed, three resets 1 s apart, a 1 KB/s bandwidth cap for 6 s, a 6 s partition",
+		Network: true,
+		Faults: func(ctx context.Context, r *run, c Config) {
+			// The faults take about 28 s; the pauses share the rest of the load.
+			pause := max(time.Second, (loadDuration(c)-28*time.Second)/5)
+			sleep(ctx, pause)
+			r.netFault(ctx, "300 ms latency, 200 ms jitter", faultproxy.Faults{Latency: 300 * time.Millisecond, Jitter: 200 * time.Millisecond}, 8*time.Second)
+			sleep(ctx, pause)
+			r.netFault(ctx, "hung, then closed", faultproxy.Faults{Hung: true}, 5*time.Second)
+			sleep(ctx, pause)
+			for range 3 {
+				r.netReset(ctx)
+				sleep(ctx, time.Second)
+			}
+			sleep(ctx, pause)
+			r.netFault(ctx, "1 KB/s bandwidth", faultproxy.Faults{BytesPerSecond: 1 << 10}, 6*time.Second)
+			sleep(ctx, pause)
+			r.netFault(ctx, "partition", faultproxy.Faults{Down: true}, 6*time.Second)
+		},
+	},
+	{
 		Name:        "overload",
 		Doc:         "on a Postgres cluster of the suite's own: offered load at twice the saturation measured first (the most orders settled in a 5 s window while 200/s were offered), for 30 s (at least -orders orders), then nothing",
 		NoDeadline:  true,
@@ -243,6 +270,9 @@ func Run(ctx context.Context, sc Scenario, c Config) (res Result) {
 			defer cl.Drop() // after the system stopped (defers run last first)
 			c.System.PostgresURL = cl.URL()
 		}
+	}
+	if sc.Network {
+		c.System.ProxyPayment = true
 	}
 	s, err := Start(ctx, c.System)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +26,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/choreo-saga/choreo/consumer"
+	"github.com/choreo-saga/choreo/internal/faultproxy"
 	"github.com/choreo-saga/choreo/internal/pgcluster"
 	"github.com/choreo-saga/choreo/services/events"
 )
@@ -37,6 +39,9 @@ const dlqSuffix = consumer.DeadLetterSuffix
 
 // Options configure the system a scenario runs against.
 type Options struct {
+	// ProxyPayment puts a fault proxy (internal/faultproxy) between the payment instances
+	// and their Postgres and Redis, for the network scenario's faults.
+	ProxyPayment bool
 	// Instances of each service (default 2).
 	Instances int
 	// Partitions of every topic (default 6).
@@ -88,13 +93,16 @@ type System struct {
 	bins  string
 	ownTo bool // dir is ours to remove
 
-	kafka     *proc
-	kafkaAddr string
-	redis     *proc
-	redisAddr string
-	instances map[string][]*proc // service -> instances
-	dbs       map[string]string  // service -> database name
-	dbURL     map[string]string  // service -> database URL
+	kafka        *proc
+	kafkaAddr    string
+	redis        *proc
+	redisAddr    string
+	pgProxy      *faultproxy.Proxy  // between payment and Postgres (Options.ProxyPayment)
+	rdProxy      *faultproxy.Proxy  // between payment and Redis (Options.ProxyPayment)
+	paymentDBURL string             // the payment database through pgProxy
+	instances    map[string][]*proc // service -> instances
+	dbs          map[string]string  // service -> database name
+	dbURL        map[string]string  // service -> database URL
 
 	admin *pgxpool.Pool // maintenance database of the shared Postgres
 	kcl   *kgo.Client   // the harness's own producer/reader
@@ -201,6 +209,11 @@ func Start(ctx context.Context, opts Options) (s *System, err error) {
 	if err := s.startRedis(ctx); err != nil {
 		return s, err
 	}
+	if opts.ProxyPayment {
+		if err := s.startProxies(); err != nil {
+			return s, err
+		}
+	}
 
 	// devkafka with every topic created at start, so that a restart on the data dir
 	// finds them.
@@ -297,10 +310,14 @@ func (s *System) newInstance(svc string, i int) (*proc, error) {
 	}
 	name := fmt.Sprintf("%s-%d", svc, i)
 	addr := "127.0.0.1:" + strconv.Itoa(port)
+	dbURL, redisAddr := s.dbURL[svc], s.redisAddr
+	if svc == "payment" && s.pgProxy != nil {
+		dbURL, redisAddr = s.paymentDBURL, s.rdProxy.Addr()
+	}
 	env := []string{
-		"DATABASE_URL=" + s.dbURL[svc],
+		"DATABASE_URL=" + dbURL,
 		"DATABASE_MAX_CONNS=" + strconv.Itoa(s.opts.MaxConns),
-		"REDIS_ADDR=" + s.redisAddr,
+		"REDIS_ADDR=" + redisAddr,
 		"KAFKA_BROKERS=" + s.kafkaAddr,
 		"KAFKA_PARTITIONS=" + strconv.Itoa(s.opts.Partitions),
 		"KAFKA_INSTANCE_ID=" + name,
@@ -401,6 +418,11 @@ func (s *System) Close() {
 		wg.Go(func() { p.stop(8 * time.Second) })
 	}
 	wg.Wait()
+	for _, px := range []*faultproxy.Proxy{s.pgProxy, s.rdProxy} {
+		if px != nil {
+			_ = px.Close()
+		}
+	}
 	if s.kcl != nil {
 		s.kcl.Close()
 	}
@@ -509,4 +531,27 @@ func (s *System) groups(ctx context.Context) ([]string, error) {
 	gs := ls.Groups()
 	slices.Sort(gs)
 	return gs, nil
+}
+
+// startProxies starts the fault proxies between the payment instances and their Postgres
+// and Redis.
+func (s *System) startProxies() error {
+	cfg, err := pgx.ParseConfig(s.dbURL["payment"])
+	if err != nil {
+		return fmt.Errorf("chaos: postgres URL: %w", err)
+	}
+	if s.pgProxy, err = faultproxy.Start("127.0.0.1:0", net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))); err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	if s.rdProxy, err = faultproxy.Start("127.0.0.1:0", s.redisAddr); err != nil {
+		return fmt.Errorf("chaos: %w", err)
+	}
+	u, err := url.Parse(s.dbURL["payment"])
+	if err != nil {
+		return fmt.Errorf("chaos: postgres URL: %w", err)
+	}
+	u.Host = s.pgProxy.Addr()
+	s.paymentDBURL = u.String()
+	s.logf("payment reaches Postgres through %s and Redis through %s", s.pgProxy.Addr(), s.rdProxy.Addr())
+	return nil
 }

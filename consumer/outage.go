@@ -42,7 +42,8 @@ var outageSQLStates = map[string]bool{
 //     column: a deployment error);
 //   - Redis (also wrapped by lock.Locker.Acquire, AcquireAll and Lease.CheckFence):
 //     redis.ErrClosed, redis.ErrPoolTimeout, redis.ErrPoolExhausted and the LOADING,
-//     READONLY, MASTERDOWN, CLUSTERDOWN and TRYAGAIN replies;
+//     READONLY, MASTERDOWN, CLUSTERDOWN and TRYAGAIN replies, and MOVED and ASK (a slot
+//     that moved, e.g. in a failover, reaching a client that did not follow it);
 //   - Kafka (a dead-letter produce): retriable broker errors (kerr.IsRetriable),
 //     kgo.ErrRecordTimeout, kgo.ErrRecordRetries and *kgo.ErrFirstReadEOF;
 //   - the network: any net.Error (timeouts included; a context deadline that expires
@@ -85,7 +86,7 @@ func IsOutage(err error) bool {
 		return true
 	case errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrPoolExhausted),
 		redis.IsLoadingError(err), redis.IsReadOnlyError(err), redis.IsClusterDownError(err),
-		redis.IsTryAgainError(err), redis.IsMasterDownError(err):
+		redis.IsTryAgainError(err), redis.IsMasterDownError(err), isRedirect(err):
 		return true
 	case kerr.IsRetriable(err), errors.Is(err, kgo.ErrRecordTimeout), errors.Is(err, kgo.ErrRecordRetries),
 		errors.As(err, &firstReadEOF):
@@ -97,4 +98,11 @@ func IsOutage(err error) bool {
 		return true
 	}
 	return false
+}
+
+// isRedirect reports whether err is a Redis Cluster MOVED or ASK reply.
+func isRedirect(err error) bool {
+	_, moved := redis.IsMovedError(err)
+	_, ask := redis.IsAskError(err)
+	return moved || ask
 }
