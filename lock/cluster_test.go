@@ -16,6 +16,7 @@ import (
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/lock"
+	"github.com/choreo-saga/choreo/migrate"
 )
 
 // clusterEnv is a Redis Cluster of the test's own, a locker on it, and a database with
@@ -44,7 +45,7 @@ func newClusterEnv(t *testing.T, replicas int, opts ...lock.Option) *clusterEnv 
 	t.Cleanup(func() { _ = locker.Wait(context.Background()) })
 	pool := testenv.Postgres(t)
 	ctx := context.Background()
-	if err := lock.Migrate(ctx, pool); err != nil {
+	if err := migrate.Up(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, `CREATE TABLE effects (id bigserial PRIMARY KEY, entity text NOT NULL, token bigint NOT NULL)`); err != nil {
