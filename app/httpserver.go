@@ -206,3 +206,18 @@ func RequireBearer(token string, h http.Handler) http.Handler {
 		h.ServeHTTP(w, r)
 	})
 }
+
+// Loopback reports whether the listen address addr ([host]:port) accepts connections
+// from this host only: a loopback IP or "localhost". An empty host or an unspecified
+// address (":8080", "0.0.0.0:8080", "[::]:8080") listens on every interface.
+func Loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -296,3 +296,15 @@ func TestRouteAdmission(t *testing.T) {
 		t.Fatalf("shed counter %q, want 1", shed)
 	}
 }
+
+func TestLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:8080": true, "[::1]:8080": true, "localhost:8080": true, "127.0.0.2:1": true,
+		":8080": false, "0.0.0.0:8080": false, "[::]:8080": false, "10.0.0.5:8080": false,
+		"example.com:80": false, "garbage": false,
+	} {
+		if got := app.Loopback(addr); got != want {
+			t.Errorf("Loopback(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}

@@ -317,7 +317,7 @@ func Setup(ctx context.Context, serviceName string, opts ...Option) (*Telemetry,
 		closeExporters()
 		return nil, err
 	}
-	mpOpts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(promReader)}
+	mpOpts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(promReader), sdkmetric.WithView(httpServerView)}
 	if !disabled {
 		readers, names, err := newMetricReaders(ctx)
 		if err != nil {
@@ -544,3 +544,12 @@ func newMetricReaders(ctx context.Context) (readers []sdkmetric.Reader, names []
 	}
 	return readers, names, nil
 }
+
+// httpServerView drops server.address and server.port from the HTTP server metrics
+// (otelhttp's http.server.*): otelhttp takes them from the request's Host header, so
+// any client could make a new series per request (and keep it until a restart). A
+// process knows its own address; the metrics keep method, route, status and scheme.
+var httpServerView = sdkmetric.NewView(
+	sdkmetric.Instrument{Name: "http.server.*"},
+	sdkmetric.Stream{AttributeFilter: attribute.NewDenyKeysFilter("server.address", "server.port")},
+)

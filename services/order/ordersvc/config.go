@@ -50,8 +50,10 @@ const (
 
 // Defaults of Config.
 const (
-	// DefaultHTTPAddr is the default HTTP_ADDR of the order service.
-	DefaultHTTPAddr = ":8080"
+	// DefaultHTTPAddr is the default HTTP_ADDR of the order service: loopback only.
+	// Listening on other interfaces (e.g. HTTP_ADDR=:8080 in a container) is a choice;
+	// without ORDER_API_TOKEN the service then logs a warning at start.
+	DefaultHTTPAddr = "127.0.0.1:8080"
 	// DefaultGroup is the default consumer group.
 	DefaultGroup = "order"
 	// DefaultAPIConns is added to the shared default pool size (app.EnvDatabaseConns) for

@@ -80,7 +80,14 @@ func (f *fixture) do(t *testing.T, method, path string, body string, header map[
 	if err != nil {
 		t.Fatal(err)
 	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	for k, v := range header {
+		if v == "" {
+			req.Header.Del(k)
+			continue
+		}
 		req.Header.Set(k, v)
 	}
 	resp, err := f.srv.Client().Do(req)

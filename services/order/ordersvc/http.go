@@ -1,6 +1,7 @@
 package ordersvc
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -234,11 +235,12 @@ func (s *Service) logOutage(r *http.Request, err error) {
 }
 
 func (s *Service) handleCreate(w http.ResponseWriter, r *http.Request) {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			writeError(w, http.StatusUnsupportedMediaType, CodeInvalidRequest, "Content-Type must be application/json")
-			return
-		}
+	// A body without Content-Type: application/json is refused, not guessed: a page on
+	// another origin can send a cross-site POST without a preflight only with no or a
+	// "simple" content type (text/plain, form encodings), never with this one.
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		writeError(w, http.StatusUnsupportedMediaType, CodeInvalidRequest, "Content-Type must be application/json")
+		return
 	}
 	key := r.Header.Get(HeaderIdempotencyKey)
 	if _, present := r.Header[HeaderIdempotencyKey]; present && !validKey(key) {
@@ -293,11 +295,25 @@ func validKey(k string) bool {
 }
 
 // decodeBody decodes exactly one JSON object with known fields from a size-limited body.
+// A key that appears twice in one object, also in another letter case (encoding/json
+// matches field names case-insensitively and keeps the last), is refused: two readers
+// of the body could otherwise see two different orders.
 // It returns a status and a client-safe message on failure, or 0.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) (int, string) {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err == nil {
+		if k, dup := duplicateKey(body); dup {
+			if len(k) > 64 {
+				k = k[:64]
+			}
+			return http.StatusBadRequest, fmt.Sprintf("key %q appears twice in one object", k)
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
+	if err == nil {
+		err = dec.Decode(v)
+	}
 	if err == nil {
 		if _, extra := dec.Token(); extra != io.EOF {
 			return http.StatusBadRequest, "body must hold exactly one JSON object"
@@ -325,6 +341,47 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) (int, string) {
 		return http.StatusBadRequest, "unknown field " + strings.TrimPrefix(err.Error(), "json: unknown field ")
 	}
 	return http.StatusBadRequest, "body is not a valid order request"
+}
+
+// duplicateKey reports the first key that appears twice, compared case-insensitively,
+// in one object of the JSON text b. Invalid JSON has none (the decoder reports it).
+func duplicateKey(b []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	type frame struct {
+		keys   map[string]bool // nil for an array
+		expect bool            // the next token of an object is a key
+	}
+	var stack []frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		if n := len(stack); n > 0 && stack[n-1].keys != nil {
+			top := &stack[n-1]
+			if top.expect {
+				if k, ok := tok.(string); ok {
+					lk := strings.ToLower(k)
+					if top.keys[lk] {
+						return k, true
+					}
+					top.keys[lk] = true
+					top.expect = false
+					continue
+				}
+			} else if d, ok := tok.(json.Delim); !ok || d == '{' || d == '[' {
+				top.expect = true // a value (a nested one ends before the next key)
+			}
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, frame{keys: map[string]bool{}, expect: true})
+		case json.Delim('['):
+			stack = append(stack, frame{})
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+	}
 }
 
 func jsonKind(goKind string) string {

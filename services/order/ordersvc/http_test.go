@@ -37,7 +37,7 @@ func TestCreateValidation(t *testing.T) {
 		code    string
 		message string // substring of the error message
 	}{
-		{"empty body", "", nil, 400, "invalid_request", "empty"},
+		{"empty body", "", map[string]string{"Content-Type": "application/json"}, 400, "invalid_request", "empty"},
 		{"not json", "{customer", nil, 400, "invalid_request", "not valid JSON"},
 		{"array", `[1]`, nil, 400, "invalid_request", "JSON object"},
 		{"two objects", validBody + validBody, nil, 400, "invalid_request", "exactly one"},
@@ -59,6 +59,13 @@ func TestCreateValidation(t *testing.T) {
 		{"huge amount", `{"customer_id":"c-1","items":[{"sku":"a","qty":1}],"amount":99999999999999999999}`, nil, 400, "invalid_request", "amount must be a JSON integer"},
 		{"too large", `{"customer_id":"` + strings.Repeat("c", ordersvc.MaxBodyBytes) + `"}`, nil, 413, "payload_too_large", "larger than"},
 		{"wrong content type", validBody, map[string]string{"Content-Type": "text/plain"}, 415, "invalid_request", "Content-Type"},
+		// A cross-site fetch(url, {mode: "no-cors", method: "POST", body: blob}) sends no
+		// Content-Type: refused, so another origin's page cannot create an order.
+		{"no content type", validBody, map[string]string{"Content-Type": ""}, 415, "invalid_request", "Content-Type"},
+		{"form content type", validBody, map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, 415, "invalid_request", "Content-Type"},
+		{"duplicate key", `{"customer_id":"c-1","items":[{"sku":"a","qty":1}],"amount":100,"amount":200}`, nil, 400, "invalid_request", `"amount" appears twice`},
+		{"duplicate key in another case", `{"customer_id":"c-1","items":[{"sku":"a","qty":1}],"amount":100,"AMOUNT":200}`, nil, 400, "invalid_request", `"AMOUNT" appears twice`},
+		{"duplicate key in an item", `{"customer_id":"c-1","items":[{"sku":"a","qty":1,"Qty":1000}],"amount":100}`, nil, 400, "invalid_request", `"Qty" appears twice`},
 		{"blank idempotency key", validBody, map[string]string{"Idempotency-Key": " "}, 400, "invalid_request", "Idempotency-Key"},
 		{"long idempotency key", validBody, map[string]string{"Idempotency-Key": strings.Repeat("k", 256)}, 400, "invalid_request", "Idempotency-Key"},
 		{"valid", validBody, map[string]string{"Content-Type": "application/json; charset=utf-8"}, 201, "", ""},
@@ -414,6 +421,7 @@ func TestUnavailable(t *testing.T) {
 			t.Fatal(err)
 		}
 		req.Header.Set("Idempotency-Key", "k-1")
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

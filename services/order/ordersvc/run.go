@@ -49,6 +49,10 @@ func setup(ctx context.Context, a *app.App, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("ordersvc: %w", err)
 	}
+	if cfg.APIToken == "" && !app.Loopback(cfg.App.HTTPAddr) {
+		a.Logger.WarnContext(ctx, "order: the API listens beyond loopback without a token: anyone who reaches "+
+			cfg.App.HTTPAddr+" can create and cancel orders; set "+EnvAPIToken, "http_addr", cfg.App.HTTPAddr)
+	}
 	svc.Register(func(pattern string, h http.Handler) {
 		a.Handle(pattern, app.RequireBearer(cfg.APIToken, h), app.WithRouteAdmission(adm))
 	})

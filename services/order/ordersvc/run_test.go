@@ -34,8 +34,13 @@ func TestLoadConfig(t *testing.T) {
 	s := c.Settings
 	if s.StuckAfter[ordersvc.Pending] != 10*time.Second || s.StuckAfter[ordersvc.Cancelling] != 10*time.Second ||
 		s.SagaTimeout != time.Minute || s.CompensationTimeout != 3*time.Minute || s.SweepInterval != 250*time.Millisecond ||
-		s.JaegerUIURL != "http://jaeger:16686" || c.Group != "order" || c.App.HTTPAddr != ":8080" {
+		s.JaegerUIURL != "http://jaeger:16686" || c.Group != "order" || c.App.HTTPAddr != "127.0.0.1:8080" {
 		t.Fatalf("config %+v", c)
+	}
+
+	// The API listens on loopback unless told otherwise.
+	if !app.Loopback(c.App.HTTPAddr) {
+		t.Errorf("default HTTP_ADDR %s listens beyond loopback", c.App.HTTPAddr)
 	}
 
 	if c.MaxInFlight != int(c.App.DatabaseMaxConns) || c.MaxInFlight == 0 {
