@@ -22,6 +22,7 @@ const (
 	DefaultIdleTimeout       = 2 * time.Minute
 	DefaultMaxHeaderBytes    = 64 << 10
 	DefaultMaxConns          = 1024
+	DefaultMaxConnsPerClient = 256
 	// DefaultAdminPortOffset is added to HTTP_ADDR's port to make the default
 	// ADMIN_ADDR: 127.0.0.1:9080 for HTTP_ADDR :8080.
 	DefaultAdminPortOffset = 1000
@@ -50,9 +51,18 @@ type HTTPLimits struct {
 	// MaxHeaderBytes bounds a request's headers; larger ones get 431 (default
 	// DefaultMaxHeaderBytes).
 	MaxHeaderBytes int
-	// MaxConns caps the open connections; more wait in the kernel's accept queue
-	// (default DefaultMaxConns).
+	// MaxConns caps the open connections (default DefaultMaxConns). When they are all
+	// open, a new one closes the connection that has been idle longest (between two
+	// requests), so idle keep-alive
+	// connections cannot keep others out; when none is idle, it waits in the kernel's
+	// accept queue until one closes or goes idle.
 	MaxConns int
+	// MaxConnsPerClient caps the connections of one client IP (default
+	// DefaultMaxConnsPerClient, at most MaxConns; negative: no cap). A new connection
+	// over it closes that client's longest-idle connection, or is closed at once when
+	// the client uses all of its share. Clients behind one proxy share its IP: raise it,
+	// or turn it off, there.
+	MaxConnsPerClient int
 }
 
 func (l HTTPLimits) withDefaults() HTTPLimits {
@@ -71,6 +81,9 @@ func (l HTTPLimits) withDefaults() HTTPLimits {
 	}
 	if l.MaxConns <= 0 {
 		l.MaxConns = DefaultMaxConns
+	}
+	if l.MaxConnsPerClient == 0 {
+		l.MaxConnsPerClient = min(DefaultMaxConnsPerClient, l.MaxConns)
 	}
 	return l
 }
@@ -114,35 +127,144 @@ func newServer(h http.Handler, l HTTPLimits) *http.Server {
 	}
 }
 
-// limitListener accepts at most n connections at a time; Accept waits for one to close.
-type limitListener struct {
+// connLimiter is the listener of the public server: it holds at most MaxConns
+// connections and MaxConnsPerClient per client IP, and makes room under pressure by
+// closing idle ones (see HTTPLimits.MaxConns).
+type connLimiter struct {
 	net.Listener
-	sem chan struct{}
+	sem       chan struct{}
+	perClient int // 0: no per-client cap
+
+	mu    sync.Mutex
+	conns map[*limitConn]struct{}
+	byIP  map[string]int
 }
 
-func limitConns(ln net.Listener, n int) net.Listener {
-	return &limitListener{Listener: ln, sem: make(chan struct{}, n)}
-}
-
-func (l *limitListener) Accept() (net.Conn, error) {
-	l.sem <- struct{}{}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.sem
-		return nil, err
+// limitConns returns ln limited by l, and sets srv.ConnState to track idle connections.
+func limitConns(srv *http.Server, ln net.Listener, l HTTPLimits) net.Listener {
+	cl := &connLimiter{Listener: ln, sem: make(chan struct{}, l.MaxConns),
+		conns: make(map[*limitConn]struct{}), byIP: make(map[string]int)}
+	if l.MaxConnsPerClient > 0 && l.MaxConnsPerClient < l.MaxConns {
+		cl.perClient = l.MaxConnsPerClient
 	}
-	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
+	srv.ConnState = cl.connState
+	return cl
+}
+
+// evictPoll is how often a full Accept looks again for an idle connection to close.
+const evictPoll = 50 * time.Millisecond
+
+func (l *connLimiter) Accept() (net.Conn, error) {
+	for {
+		for acquired := false; !acquired; {
+			select {
+			case l.sem <- struct{}{}:
+				acquired = true
+			default:
+				// Full: close the longest-idle connection, or wait for one to close or
+				// go idle.
+				l.evict("")
+				select {
+				case l.sem <- struct{}{}:
+					acquired = true
+				case <-time.After(evictPoll):
+				}
+			}
+		}
+		c, err := l.Listener.Accept()
+		if err != nil {
+			<-l.sem
+			return nil, err
+		}
+		ip := remoteIP(c)
+		lc := &limitConn{Conn: c, l: l, ip: ip}
+		l.mu.Lock()
+		over := l.perClient > 0 && l.byIP[ip] >= l.perClient
+		l.mu.Unlock()
+		if over && !l.evict(ip) {
+			// The client holds its share and uses all of it: refuse this one.
+			_ = c.Close()
+			<-l.sem
+			continue
+		}
+		l.mu.Lock()
+		l.conns[lc] = struct{}{}
+		l.byIP[ip]++
+		l.mu.Unlock()
+		return lc, nil
+	}
+}
+
+// evict closes the connection that has been idle longest (of client ip, or of any
+// client for ""), and reports whether there was one. A connection counts as idle
+// between two requests; one that has not sent its first request yet is bounded by
+// ReadHeaderTimeout instead.
+func (l *connLimiter) evict(ip string) bool {
+	l.mu.Lock()
+	var oldest *limitConn
+	for c := range l.conns {
+		if c.idleSince.IsZero() || (ip != "" && c.ip != ip) {
+			continue
+		}
+		if oldest == nil || c.idleSince.Before(oldest.idleSince) {
+			oldest = c
+		}
+	}
+	if oldest != nil {
+		oldest.idleSince = time.Time{} // not chosen twice
+	}
+	l.mu.Unlock()
+	if oldest == nil {
+		return false
+	}
+	_ = oldest.Close()
+	return true
+}
+
+// connState is the server's ConnState hook: it records when connections go idle.
+func (l *connLimiter) connState(c net.Conn, st http.ConnState) {
+	lc, ok := c.(*limitConn)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	switch st {
+	case http.StateIdle:
+		lc.idleSince = time.Now()
+	case http.StateActive, http.StateHijacked:
+		lc.idleSince = time.Time{}
+	}
+	l.mu.Unlock()
+}
+
+// remoteIP returns the IP of c's peer, or its whole address.
+func remoteIP(c net.Conn) string {
+	addr := c.RemoteAddr().String()
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		return host
+	}
+	return addr
 }
 
 type limitConn struct {
 	net.Conn
-	once    sync.Once
-	release func()
+	l         *connLimiter
+	ip        string
+	idleSince time.Time // guarded by l.mu; zero while serving a request
+	once      sync.Once
 }
 
 func (c *limitConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(c.release)
+	c.once.Do(func() {
+		c.l.mu.Lock()
+		delete(c.l.conns, c)
+		if c.l.byIP[c.ip]--; c.l.byIP[c.ip] <= 0 {
+			delete(c.l.byIP, c.ip)
+		}
+		c.l.mu.Unlock()
+		<-c.l.sem
+	})
 	return err
 }
 

@@ -308,3 +308,61 @@ func TestLoopback(t *testing.T) {
 		}
 	}
 }
+
+// openIdle opens n keep-alive connections to host, makes one GET /healthz on each and
+// leaves them open and idle.
+func openIdle(t *testing.T, host string, n int) {
+	t.Helper()
+	for i := range n {
+		c, err := net.Dial("tcp", host)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		go func() { // an evicted connection fails its read: that is the point
+			_, _ = io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+			if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil {
+				resp.Body.Close()
+			}
+		}()
+	}
+}
+
+// TestHTTPIdleConnectionFlood: 1,024 idle keep-alive connections from one client (the
+// default MaxConns) do not keep /readyz or an API call from being answered: one
+// client holds at most MaxConnsPerClient connections, and when the server is full a
+// new connection closes the longest-idle one. Before either, both waited for the
+// idle timeout (2 minutes).
+func TestHTTPIdleConnectionFlood(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		limits app.HTTPLimits
+		flood  int
+	}{
+		{"per-client cap", app.HTTPLimits{}, app.DefaultMaxConns},
+		{"idle eviction when full", app.HTTPLimits{MaxConns: 64, MaxConnsPerClient: -1}, 64},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base, _ := runHTTPApp(t, tc.limits, nil)
+			openIdle(t, strings.TrimPrefix(base, "http://"), tc.flood)
+			// Answers come long before the idle timeout, or the client gives up.
+			hc := &http.Client{Timeout: app.DefaultIdleTimeout / 4}
+			for _, path := range []string{"/readyz", "/healthz"} {
+				resp, err := hc.Get(base + path)
+				if err != nil {
+					t.Fatalf("GET %s behind %d idle connections: %v", path, tc.flood, err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					t.Errorf("GET %s: %d", path, resp.StatusCode)
+				}
+			}
+			req, _ := http.NewRequest("POST", base+"/echo", strings.NewReader("hi"))
+			resp, err := hc.Do(req)
+			if err != nil {
+				t.Fatalf("POST /echo behind %d idle connections: %v", tc.flood, err)
+			}
+			resp.Body.Close()
+		})
+	}
+}
