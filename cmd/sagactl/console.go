@@ -37,7 +37,7 @@ func parseMetricsTargets(s string) ([]metricsTarget, error) {
 		name, u, ok := strings.Cut(part, "=")
 		pu, err := url.Parse(u)
 		if !ok || name == "" || err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
-			return nil, fmt.Errorf("%w: -metrics entry %q must be service=http(s)://host:port/metrics", errUsage, part)
+			return nil, fmt.Errorf("%w: -metrics entry %q must be service=http(s)://host:port/metrics", errUsage, name+"="+redactURL(u))
 		}
 		out = append(out, metricsTarget{Service: name, URL: u})
 	}
@@ -49,6 +49,10 @@ func cmdConsole(ctx context.Context, args []string, std stdio) error {
 	fs := newFlagSet("console", std, &c)
 	addr := fs.String("addr", envOr(std.getenv, "CONSOLE_ADDR", defaultConsoleAddr),
 		"listen `address` of the console (env CONSOLE_ADDR; keep it on loopback: the console can cancel orders and replay dead letters)")
+	token := fs.String("token", "",
+		"access `token` the console requires of every request, as the password of HTTP Basic authentication (any user name) or a bearer token (env CONSOLE_TOKEN); required to listen beyond loopback")
+	hosts := fs.String("hosts", envOr(std.getenv, "CONSOLE_HOSTS", ""),
+		"comma-separated host `names` the console answers to besides loopback names and IP addresses (env CONSOLE_HOSTS), e.g. ops.example.com")
 	metrics := fs.String("metrics", envOr(std.getenv, "CONSOLE_METRICS", defaultConsoleMetrics),
 		"comma-separated `service=URL` of the services' /metrics on their admin listeners, for the outbox backlog (env CONSOLE_METRICS)")
 	fs.Usage = func() {
@@ -69,6 +73,9 @@ Flags:`)
 	if len(pos) > 0 {
 		return fmt.Errorf("%w: console takes no arguments", errUsage)
 	}
+	if *token == "" {
+		*token = std.getenv("CONSOLE_TOKEN")
+	}
 	targets, err := parseMetricsTargets(*metrics)
 	if err != nil {
 		return err
@@ -81,6 +88,15 @@ Flags:`)
 		return err
 	}
 	defer srv.close()
+	srv.token = *token
+	for h := range strings.SplitSeq(*hosts, ",") {
+		if h = strings.ToLower(strings.TrimSpace(h)); h != "" {
+			srv.hosts[h] = true
+		}
+	}
+	if host, _, err := net.SplitHostPort(*addr); err == nil && !isLoopback(host) && srv.token == "" {
+		return fmt.Errorf("%w: the console can cancel orders and replay dead letters: to listen on %s, beyond loopback, set an access token (-token or CONSOLE_TOKEN)", errUsage, *addr)
+	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return fmt.Errorf("sagactl: console: listen on %s: %w", *addr, err)
@@ -93,11 +109,12 @@ Flags:`)
 		IdleTimeout:       time.Minute,
 		MaxHeaderBytes:    64 << 10,
 	}
-	if host, _, _ := net.SplitHostPort(ln.Addr().String()); !isLoopback(host) {
-		srv.public = true
-		fmt.Fprintf(std.err, "sagactl: warning: the console listens on %s, not on loopback; anyone who reaches it can cancel orders and replay dead letters\n", ln.Addr())
+	if host, _, _ := net.SplitHostPort(ln.Addr().String()); !isLoopback(host) && srv.token == "" {
+		// A host name that resolved beyond loopback: refuse, as for an address.
+		ln.Close()
+		return fmt.Errorf("%w: the console listens on %s, beyond loopback: set an access token (-token or CONSOLE_TOKEN)", errUsage, ln.Addr())
 	}
-	fmt.Fprintf(std.out, "sagactl console: serving http://%s/ (order API %s, brokers %s)\n", ln.Addr(), c.orderURL, c.brokers)
+	fmt.Fprintf(std.out, "sagactl console: serving http://%s/ (order API %s, brokers %s)\n", ln.Addr(), redactURL(c.orderURL), c.brokers)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
@@ -138,7 +155,8 @@ type console struct {
 	metrics *http.Client
 	secret  []byte // per process: CSRF tokens do not outlive it
 	now     func() time.Time
-	public  bool // listening beyond loopback on purpose: any Host header is accepted
+	token   string          // required of every request when set (-token)
+	hosts   map[string]bool // host names answered besides loopback names and IPs (-hosts)
 
 	mu sync.Mutex
 	k  *kafka // connected on first use, so the console starts while the broker is down
@@ -164,7 +182,7 @@ func newConsole(c conn, targets []metricsTarget) (*console, error) {
 	return &console{
 		conn: c, api: api, targets: targets, secret: secret, now: time.Now,
 		metrics: &http.Client{Timeout: c.timeout},
-		dlqMemo: make(map[string]dlqCount),
+		dlqMemo: make(map[string]dlqCount), hosts: make(map[string]bool),
 	}, nil
 }
 

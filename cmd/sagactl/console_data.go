@@ -321,16 +321,16 @@ func (s *console) outboxBacklog(ctx context.Context) ([]outboxBacklog, error) {
 func (s *console) scrapeOutbox(ctx context.Context, t metricsTarget) ([]outboxBacklog, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.URL, nil)
 	if err != nil {
-		return nil, fmt.Errorf("sagactl: metrics of %s: %w", t.Service, err)
+		return nil, fmt.Errorf("sagactl: metrics of %s: %w", t.Service, withoutURL(err))
 	}
 	req.Header.Set("Accept", "text/plain")
 	resp, err := s.metrics.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("metrics of %s at %s: %w", t.Service, t.URL, err)
+		return nil, fmt.Errorf("metrics of %s at %s: %w", t.Service, redactURL(t.URL), withoutURL(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("metrics of %s at %s: HTTP %d", t.Service, t.URL, resp.StatusCode)
+		return nil, fmt.Errorf("metrics of %s at %s: HTTP %d", t.Service, redactURL(t.URL), resp.StatusCode)
 	}
 	byTable := make(map[string]*outboxBacklog)
 	samples, err := parseProm(io.LimitReader(resp.Body, 16<<20), promOutboxBacklog, promOutboxOldest, promOutboxLeader)

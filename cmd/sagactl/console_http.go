@@ -6,6 +6,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/subtle"
 	"embed"
 	"encoding/base64"
 	"encoding/json"
@@ -112,12 +113,13 @@ func (s *console) secure(next http.Handler) http.Handler {
 		h.Set("Referrer-Policy", "no-referrer")
 		h.Set("Cache-Control", "no-store")
 		h.Set("Cross-Origin-Opener-Policy", "same-origin")
-		host := r.Host
-		if hh, _, err := net.SplitHostPort(host); err == nil {
-			host = hh
+		if !s.knownHost(r.Host) {
+			http.Error(w, "this console answers only to loopback host names, IP addresses and the names of -hosts", http.StatusMisdirectedRequest)
+			return
 		}
-		if !isLoopback(strings.Trim(host, "[]")) && r.TLS == nil && s.loopbackOnly() {
-			http.Error(w, "this console answers only to loopback host names", http.StatusMisdirectedRequest)
+		if !s.authorized(r) {
+			h.Set("WWW-Authenticate", `Basic realm="sagactl console", charset="UTF-8"`)
+			http.Error(w, "an access token is required (the password of HTTP Basic authentication)", http.StatusUnauthorized)
 			return
 		}
 		if r.Method == http.MethodPost {
@@ -130,9 +132,30 @@ func (s *console) secure(next http.Handler) http.Handler {
 	})
 }
 
-// loopbackOnly reports whether the Host check applies: always, unless the operator
-// chose a non-loopback listen address on purpose (then any Host is accepted).
-func (s *console) loopbackOnly() bool { return !s.public }
+// knownHost reports whether the console answers to the Host header host: a loopback
+// name, an IP address (DNS rebinding needs a name) or a name given with -hosts.
+// Checked on every listen address, so a page of another site cannot reach the console
+// under a name of its own.
+func (s *console) knownHost(host string) bool {
+	if hh, _, err := net.SplitHostPort(host); err == nil {
+		host = hh
+	}
+	host = strings.ToLower(strings.Trim(host, "[]"))
+	return isLoopback(host) || net.ParseIP(host) != nil || s.hosts[host]
+}
+
+// authorized reports whether r carries the access token, if one is set: as the
+// password of HTTP Basic authentication (a browser asks for it) or a bearer token.
+func (s *console) authorized(r *http.Request) bool {
+	if s.token == "" {
+		return true
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		_, got, ok = r.BasicAuth()
+	}
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) == 1
+}
 
 // csrfToken returns the token for the forms of this answer, setting the cookie first if
 // the browser has none.

@@ -196,7 +196,7 @@ func cmdLoad(ctx context.Context, args []string, std stdio) error {
 	}
 	prog := newProgress(std.err, std.terminal, len(orders))
 	fmt.Fprintf(std.err, "sagactl load: %d orders at %g/s against %s (mix %s, seed %d)\n",
-		lc.n, lc.rate, c.orderURL, lc.mix, int64(lc.seed))
+		lc.n, lc.rate, redactURL(c.orderURL), lc.mix, int64(lc.seed))
 	runErr := r.run(ctx, prog)
 	stopWatch()
 	prog.finish(r.snapshot())
@@ -419,7 +419,7 @@ func (r *loadRun) inspect(id string) string {
 	if r.orderURL == "" || r.orderURL == defaultOrderURL {
 		return r.name() + " order " + id
 	}
-	return r.name() + " order " + id + " -order-url " + r.orderURL
+	return r.name() + " order " + id + " -order-url " + redactURL(r.orderURL)
 }
 
 // loadSummary is what load prints (and emits with -json).

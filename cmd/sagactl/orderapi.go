@@ -147,7 +147,7 @@ func (c conn) orderAPI() (*orderAPI, error) {
 func newOrderAPI(base string, timeout time.Duration) (*orderAPI, error) {
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("%w: order URL %q must be http(s)://host:port", errUsage, base)
+		return nil, fmt.Errorf("%w: order URL %q must be http(s)://host:port", errUsage, redactURL(base))
 	}
 	return &orderAPI{
 		base: strings.TrimRight(base, "/"),
@@ -237,9 +237,9 @@ func (a *orderAPI) do(ctx context.Context, method, path string, h http.Header, b
 	resp, err := a.http.Do(req)
 	if err != nil {
 		if ctx.Err() == nil && isConnError(err) {
-			return fmt.Errorf("%w: order service at %s: %w (is it running? set -order-url or ORDER_URL)", errUnreachable, a.base, err)
+			return fmt.Errorf("%w: order service at %s: %w (is it running? set -order-url or ORDER_URL)", errUnreachable, redactURL(a.base), withoutURL(err))
 		}
-		return fmt.Errorf("sagactl: %s %s: %w", method, path, err)
+		return fmt.Errorf("sagactl: %s %s: %w", method, path, withoutURL(err))
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
