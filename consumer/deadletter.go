@@ -59,8 +59,8 @@ const (
 // Reasons returns every Reason constant, in the order they are declared: the values
 // HeaderDLQReason takes (tools use it to refuse a reason they do not know).
 func Reasons() []string {
-	return []string{ReasonMalformed, ReasonUnknownType, ReasonUntrusted, ReasonKeyReused,
-		ReasonPanic, ReasonRetriesExhausted, ReasonPermanent, ReasonFailed}
+	return []string{ReasonMalformed, ReasonUnknownType, ReasonUntrusted, ReasonBadSignature,
+		ReasonKeyReused, ReasonPanic, ReasonRetriesExhausted, ReasonPermanent, ReasonFailed}
 }
 
 // Reason classifies err into one of the Reason constants, or returns the reason of a
