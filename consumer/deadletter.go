@@ -113,6 +113,7 @@ const (
 
 type deadLetterConfig struct {
 	now        func() time.Time
+	lookback   time.Duration
 	archive    *DeadLetterArchive
 	valueBytes int
 	logger     *slog.Logger
@@ -178,6 +179,7 @@ func DeadLetterLogger(l *slog.Logger) DeadLetterOption {
 func DeadLetter(p Producer, opts ...DeadLetterOption) Middleware {
 	cfg := deadLetterConfig{
 		now:        time.Now,
+		lookback:   DefaultDeadLetterLookback,
 		valueBytes: DefaultDeadLetterValueBytes,
 		logger:     slog.Default(),
 	}
@@ -191,6 +193,16 @@ func DeadLetter(p Producer, opts ...DeadLetterOption) Middleware {
 				return err
 			}
 			rec := cfg.record(m, err)
+			if dup, cerr := cfg.alreadyCopied(ctx, p, m, rec.Topic); cerr != nil {
+				return fmt.Errorf("%w: to %s: %w (handling error: %w)", ErrDeadLetter, rec.Topic, cerr, err)
+			} else if dup {
+				cfg.logger.LogAttrs(ctx, slog.LevelInfo, "consumer: record already dead-lettered by the partition's previous owner; settled without a second copy",
+					slog.String("group", m.Group), slog.String("topic", m.Record.Topic), slog.Int("partition", int(m.Record.Partition)),
+					slog.Int64("offset", m.Record.Offset), slog.String("dlq_topic", rec.Topic), slog.String("reason", Reason(err)))
+				cfg.settled(ctx, m, rec.Topic, err, attribute.Bool("choreo.dlq.copy_exists", true))
+				m.Outcome = OutcomeDuplicate // counted once, by the owner that wrote the copy
+				return nil
+			}
 			if perr := p.ProduceSync(ctx, rec).FirstErr(); perr != nil {
 				return cfg.refused(ctx, p, m, rec, err, perr)
 			}

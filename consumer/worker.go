@@ -69,7 +69,7 @@ func newWorker(c *Consumer, cl *kgo.Client, tp topicPartition) *worker {
 		done:     make(chan struct{}),
 		wake:     make(chan struct{}, 1),
 	}
-	w.ctx, w.cancel = context.WithCancel(context.WithValue(c.baseCtx, stopKey{}, w.stopping))
+	w.ctx, w.cancel = context.WithCancel(withPartitionRun(context.WithValue(c.baseCtx, stopKey{}, w.stopping)))
 	w.hwm.Store(-1)
 	w.next.Store(-1)
 	w.progress.Store(time.Now().UnixNano())

@@ -251,9 +251,11 @@ func TestDLQUnknownReason(t *testing.T) {
 // DeadLetter) over two poison records, and simulates a kill -9 between the dead-letter
 // copy's acknowledgement and the offset commit: the chain gives up the first record
 // right after DeadLetter returned, so its offset is never committed. A second consumer
-// in the same group then dead-letters it again: the dead-letter topic holds three
-// copies of two dead letters, and `sagactl dlq list`, `dlq show`, `dlq replay -all` and
-// the console count and replay two.
+// in the same group then handles it again: DeadLetter finds the copy the first one
+// wrote and writes none, so the dead-letter topic holds one copy per poison record. A
+// second copy written anyway (by a DeadLetter that cannot read the topic, here one
+// called outside the runtime) is counted and replayed once by `sagactl dlq list`,
+// `dlq show`, `dlq replay` and the console.
 func TestDLQCrashCopiesCountedOnce(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	source := testenv.Topic(t, brokers, 1)
@@ -335,11 +337,28 @@ func TestDLQCrashCopiesCountedOnce(t *testing.T) {
 		return err == nil && ok && o.At == 2
 	}
 	run(false, committed)
+	if n := endOffsetSum(t, brokers, dlq); n != 2 {
+		t.Fatalf("%s holds %d records after the crash and restart, want 2 (one per poison record)", dlq, n)
+	}
+	code, out, errs := sagactl(t, brokers, "dlq", "list", source, "-json")
+	var once struct{ Records []dlqRecord }
+	if err := json.Unmarshal([]byte(out), &once); code != 0 || err != nil || len(once.Records) != 2 || once.Records[0].Copies != 1 {
+		t.Fatalf("dlq list %s after the restart: exit %d %v: %s%s", source, code, err, out, errs)
+	}
+
+	// A copy written again by a DeadLetter that could not look (outside the runtime).
+	first0 := fetchAt(t, brokers, source, 0, 0)
+	again := consumer.DeadLetter(cl)(func(context.Context, *consumer.Message) error {
+		return fmt.Errorf("decode: %w", event.ErrMalformed)
+	})
+	if err := again(ctx, &consumer.Message{Record: first0, Group: group, Attempt: 1}); err != nil {
+		t.Fatal(err)
+	}
 	if n := endOffsetSum(t, brokers, dlq); n != 3 {
 		t.Fatalf("%s holds %d records, want 3 (the first record dead-lettered twice)", dlq, n)
 	}
 
-	code, out, errs := sagactl(t, brokers, "dlq", "list", "-json")
+	code, out, errs = sagactl(t, brokers, "dlq", "list", "-json")
 	var topics struct{ Topics []dlqTopicInfo }
 	if err := json.Unmarshal([]byte(out), &topics); code != 0 || err != nil {
 		t.Fatalf("dlq list: exit %d %v: %s%s", code, err, out, errs)
