@@ -521,7 +521,7 @@ func (a *App) Consume(spec ConsumerSpec) error {
 		consumer.WithClientOptions(a.kafkaOpts...),
 		consumer.WithLogger(a.Logger),
 		consumer.WithMeterProvider(a.Telemetry.MeterProvider),
-		consumer.WithDeadLetterTopics(nil),
+		consumer.WithDeadLetterTopicCheck(),
 		consumer.WithRetryTopics(),
 	}
 	if d := a.Config.ShutdownTimeout / 2; d > 0 {
@@ -550,7 +550,7 @@ func (a *App) Consume(spec ConsumerSpec) error {
 	copts = append(copts, consumer.WithClientOptions(kopts...))
 	copts = append(copts, spec.Options...)
 	for _, t := range spec.Topics {
-		a.dlqTopics = append(a.dlqTopics, t+consumer.DeadLetterSuffix, consumer.RetryTopic(t, spec.Group))
+		a.dlqTopics = append(a.dlqTopics, consumer.DeadLetterTopic(t), consumer.RetryTopic(t, spec.Group))
 	}
 	c, err := consumer.New(a.Config.KafkaBrokers, spec.Group, spec.Topics, h, copts...)
 	if err != nil {
@@ -573,8 +573,7 @@ func (a *App) Go(name string, fn func(ctx context.Context) error) {
 	a.workers = append(a.workers, component{name: name, run: fn})
 }
 
-// EnsureTopics creates topics and their dead-letter topics (topic +
-// consumer.DeadLetterSuffix) with
+// EnsureTopics creates topics and their dead-letter topics (consumer.DeadLetterTopic) with
 // Config.KafkaPartitions partitions if they do not exist (see [EnsureTopics]).
 func (a *App) EnsureTopics(ctx context.Context, topics ...string) error {
 	return EnsureTopics(ctx, a.Kafka, a.Config.KafkaPartitions, WithDeadLetterTopics(topics...)...)
@@ -775,7 +774,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 		err := EnsureTopics(tctx, a.Kafka, a.Config.KafkaPartitions, a.dlqTopics...)
 		cancel()
 		if err != nil {
-			// Each consumer's own check (consumer.WithDeadLetterTopics) fails on a topic
+			// Each consumer's own check (consumer.WithDeadLetterTopicCheck) fails on a topic
 			// that is still missing.
 			log.Warn("app: creating dead-letter and retry topics failed", slog.Any("topics", a.dlqTopics), slog.Any("error", err))
 		}

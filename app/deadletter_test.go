@@ -83,7 +83,7 @@ func TestConsumeDeadLetterPath(t *testing.T) {
 		Scan(&id, &size, &reason); err != nil || size != int64(len(hugeRec.Value)) || reason != consumer.ReasonMalformed {
 		t.Fatalf("archive row: id %d size %d reason %q (%v)", id, size, reason, err)
 	}
-	dlq := k.ReadAll("widgets.in" + consumer.DeadLetterSuffix)
+	dlq := k.ReadAll(consumer.DeadLetterTopic("widgets.in"))
 	if len(dlq) != 1 {
 		t.Fatalf("%d records in the dead-letter topic, want 1", len(dlq))
 	}
@@ -117,7 +117,7 @@ func TestConsumeMissingDeadLetterTopic(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = a.Run(ctx)
-	const dlq = "widgets.in" + consumer.DeadLetterSuffix
+	dlq := consumer.DeadLetterTopic("widgets.in")
 	if !errors.Is(err, app.ErrComponent) || !errors.Is(err, consumer.ErrMissingTopic) || !strings.Contains(err.Error(), dlq) {
 		t.Fatalf("Run = %v; want a component failure naming %s", err, dlq)
 	}

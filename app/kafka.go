@@ -37,11 +37,11 @@ func EnsureTopics(ctx context.Context, cl *kgo.Client, partitions int32, topics 
 }
 
 // WithDeadLetterTopics returns topics followed by the dead-letter topic of each
-// (topic + consumer.DeadLetterSuffix), for [EnsureTopics].
+// (consumer.DeadLetterTopic(topic)), for [EnsureTopics].
 func WithDeadLetterTopics(topics ...string) []string {
 	out := append([]string(nil), topics...)
 	for _, t := range topics {
-		out = append(out, t+consumer.DeadLetterSuffix)
+		out = append(out, consumer.DeadLetterTopic(t))
 	}
 	return out
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/services/events"
 	"github.com/choreo-saga/choreo/services/order/ordersvc"
 )
@@ -365,7 +366,7 @@ func (c *checker) deadLetters(ctx context.Context, poison []poisonRecord) error 
 	}
 	found := make(map[string][]string) // poison id -> reasons seen
 	for _, topic := range events.Topics {
-		recs, err := c.s.readTopic(ctx, topic+dlqSuffix)
+		recs, err := c.s.readTopic(ctx, consumer.DeadLetterTopic(topic))
 		if err != nil {
 			return err
 		}

@@ -34,9 +34,6 @@ import (
 // The services of the reference system, in start order.
 var services = []string{"payment", "inventory", "order"}
 
-// dlqSuffix names a topic's dead-letter topic.
-const dlqSuffix = consumer.DeadLetterSuffix
-
 // Options configure the system a scenario runs against.
 type Options struct {
 	// ProxyPayment puts a fault proxy (internal/faultproxy) between the payment instances
@@ -224,7 +221,7 @@ func Start(ctx context.Context, opts Options) (s *System, err error) {
 	s.kafkaAddr = "127.0.0.1:" + strconv.Itoa(kport)
 	var topics []string
 	for _, t := range events.Topics {
-		topics = append(topics, t, t+dlqSuffix)
+		topics = append(topics, t, consumer.DeadLetterTopic(t))
 	}
 	s.kafka = &proc{name: "devkafka", path: filepath.Join(s.bins, "devkafka"), logPath: s.logPath("devkafka"),
 		args: []string{"-port", strconv.Itoa(kport), "-data-dir", filepath.Join(s.dir, "kafka"),

@@ -200,7 +200,7 @@ func newDeadLetterRun(t *testing.T, dlqConfigs map[string]*string) *deadLetterRu
 	t.Helper()
 	d := &deadLetterRun{brokers: testenv.Kafka(t)}
 	d.src = testenv.Topic(t, d.brokers, 1)
-	d.dlq = d.src + DeadLetterSuffix
+	d.dlq = DeadLetterTopic(d.src)
 	createTopic(t, d.brokers, d.dlq, dlqConfigs)
 	d.pool = newDB(t)
 	d.archive = newArchive(t, d.pool, "")
@@ -229,7 +229,7 @@ func (d *deadLetterRun) consumer(t *testing.T, valueBytes int, opts ...Option) *
 		t.Fatal(err)
 	}
 	d.group = testenv.Name(t, "g")
-	c, err := New(d.brokers, d.group, []string{d.src}, h, append([]Option{fastGroup(), WithDeadLetterTopics(nil)}, opts...)...)
+	c, err := New(d.brokers, d.group, []string{d.src}, h, append([]Option{fastGroup(), WithDeadLetterTopicCheck()}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,30 +371,30 @@ func TestConsumerMissingDeadLetterTopic(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	src := testenv.Topic(t, brokers, 1)
 	other := testenv.Topic(t, brokers, 1)
-	createTopic(t, brokers, other+DeadLetterSuffix, nil)
+	createTopic(t, brokers, DeadLetterTopic(other), nil)
 	c, err := New(brokers, testenv.Name(t, "g"), []string{src, other}, func(context.Context, *Message) error { return nil },
-		fastGroup(), WithDeadLetterTopics(nil))
+		fastGroup(), WithDeadLetterTopicCheck())
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	err = c.Run(ctx)
-	if !errors.Is(err, ErrMissingTopic) || !strings.Contains(err.Error(), src+DeadLetterSuffix) ||
-		strings.Contains(err.Error(), other+DeadLetterSuffix) {
-		t.Fatalf("Run: %v; want ErrMissingTopic naming %s only", err, src+DeadLetterSuffix)
+	if !errors.Is(err, ErrMissingTopic) || !strings.Contains(err.Error(), DeadLetterTopic(src)) ||
+		strings.Contains(err.Error(), DeadLetterTopic(other)) {
+		t.Fatalf("Run: %v; want ErrMissingTopic naming %s only", err, DeadLetterTopic(src))
 	}
 	if ctx.Err() != nil {
 		t.Fatal("Run returned only when its context ended")
 	}
 	// The check never creates the topic.
 	cl := newProducer(t, brokers)
-	details, err := kadm.NewClient(cl).ListTopics(ctx, src+DeadLetterSuffix)
+	details, err := kadm.NewClient(cl).ListTopics(ctx, DeadLetterTopic(src))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := details[src+DeadLetterSuffix]; !errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
-		t.Errorf("topic %s after the check: %v", src+DeadLetterSuffix, d.Err)
+	if d := details[DeadLetterTopic(src)]; !errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
+		t.Errorf("topic %s after the check: %v", DeadLetterTopic(src), d.Err)
 	}
 }
 
@@ -545,7 +545,7 @@ func TestConsumerChecksTopicsOnceTheBrokerIsUp(t *testing.T) {
 	c, err := New(brokers, testenv.Name(t, "g"), []string{"src"}, func(context.Context, *Message) error {
 		handled.Done()
 		return nil
-	}, fastGroup(), WithDeadLetterTopics(nil), WithLogger(slog.New(slog.NewJSONHandler(&log, nil))))
+	}, fastGroup(), WithDeadLetterTopicCheck(), WithLogger(slog.New(slog.NewJSONHandler(&log, nil))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -553,7 +553,7 @@ func TestConsumerChecksTopicsOnceTheBrokerIsUp(t *testing.T) {
 	waitFor(t, "a Warn line about the unreachable broker", func() bool {
 		return len(log.lines(t, "cannot check the dead-letter topics yet")) == 1
 	})
-	cluster := testenv.KafkaCluster(t, kfake.Ports(port), kfake.SeedTopics(1, "src", "src"+DeadLetterSuffix))
+	cluster := testenv.KafkaCluster(t, kfake.Ports(port), kfake.SeedTopics(1, "src", DeadLetterTopic("src")))
 	produce(t, newProducer(t, cluster.ListenAddrs()), &kgo.Record{Topic: "src", Value: []byte("v")})
 	done := make(chan struct{})
 	go func() { handled.Wait(); close(done) }()

@@ -96,15 +96,21 @@ type config struct {
 	retryTopics     bool                       // WithRetryTopics
 }
 
-// Option configures a Consumer.
-type Option func(*config)
+// Option configures a Consumer. An invalid value makes New return an error wrapping
+// ErrInvalidConfig.
+type Option func(*config) error
+
+// invalidOption is the error of an option whose value cannot work.
+func invalidOption(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+}
 
 // WithClientOptions adds franz-go client options (TLS, SASL, fetch sizes, session timeout,
 // kgo.ConsumeResetOffset, ...). The consumer sets the group, topics, commit mode and
 // partition callbacks itself; options that override those break its guarantees. It also
 // sets kgo.FetchMaxWait to DefaultFetchMaxWait; a kgo.FetchMaxWait given here wins.
 func WithClientOptions(opts ...kgo.Opt) Option {
-	return func(c *config) { c.clientOpts = append(c.clientOpts, opts...) }
+	return func(c *config) error { c.clientOpts = append(c.clientOpts, opts...); return nil }
 }
 
 // WithMaxBuffered bounds the records buffered per partition waiting for its worker
@@ -112,20 +118,24 @@ func WithClientOptions(opts ...kgo.Opt) Option {
 // partition pauses until the worker has drained half of it. One poll can overshoot the
 // bound by at most its own size (see WithMaxPollRecords).
 func WithMaxBuffered(n int) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.maxBuffered = n
+	return func(c *config) error {
+		if !(n > 0) {
+			return invalidOption("max buffered %d is not positive", n)
 		}
+		c.maxBuffered = n
+		return nil
 	}
 }
 
 // WithMaxPollRecords bounds the records taken from the client per poll, across all
 // partitions (default DefaultMaxPollRecords).
 func WithMaxPollRecords(n int) Option {
-	return func(c *config) {
-		if n > 0 {
-			c.maxPollRecords = n
+	return func(c *config) error {
+		if !(n > 0) {
+			return invalidOption("max poll records %d is not positive", n)
 		}
+		c.maxPollRecords = n
+		return nil
 	}
 }
 
@@ -133,10 +143,12 @@ func WithMaxPollRecords(n int) Option {
 // finishing the record it is handling before that handler's context is cancelled (default
 // DefaultDrainTimeout). Keep it well below the group's rebalance timeout.
 func WithDrainTimeout(d time.Duration) Option {
-	return func(c *config) {
-		if d > 0 {
-			c.drainTimeout = d
+	return func(c *config) error {
+		if !(d > 0) {
+			return invalidOption("drain timeout %v is not positive", d)
 		}
+		c.drainTimeout = d
+		return nil
 	}
 }
 
@@ -145,10 +157,12 @@ func WithDrainTimeout(d time.Duration) Option {
 // cancelled when it runs out. The final offset commit then gets up to the same time,
 // at most 10s.
 func WithShutdownTimeout(d time.Duration) Option {
-	return func(c *config) {
-		if d > 0 {
-			c.shutdownTimeout = d
+	return func(c *config) error {
+		if !(d > 0) {
+			return invalidOption("shutdown timeout %v is not positive", d)
 		}
+		c.shutdownTimeout = d
+		return nil
 	}
 }
 
@@ -158,10 +172,12 @@ func WithShutdownTimeout(d time.Duration) Option {
 // chain a handler only returns such an error when even dead-lettering failed; the record
 // is never skipped. Outages have their own backoff (WithOutageBackoff).
 func WithRedeliveryBackoff(minDelay, maxDelay time.Duration) Option {
-	return func(c *config) {
-		if minDelay > 0 && maxDelay >= minDelay {
-			c.redelivery = backoff.Policy{Base: minDelay, Max: maxDelay}
+	return func(c *config) error {
+		if !(minDelay > 0 && maxDelay >= minDelay) {
+			return invalidOption("redelivery backoff %v..%v: want 0 < min <= max", minDelay, maxDelay)
 		}
+		c.redelivery = backoff.Policy{Base: minDelay, Max: maxDelay}
+		return nil
 	}
 }
 
@@ -171,10 +187,12 @@ func WithRedeliveryBackoff(minDelay, maxDelay time.Duration) Option {
 // and keeps its offset; the partition's outage shows in the choreo.consumer.outage gauge
 // and in Health, and is logged once when it starts and once when it ends.
 func WithOutageBackoff(minDelay, maxDelay time.Duration) Option {
-	return func(c *config) {
-		if minDelay > 0 && maxDelay >= minDelay {
-			c.outage = backoff.Policy{Base: minDelay, Max: maxDelay}
+	return func(c *config) error {
+		if !(minDelay > 0 && maxDelay >= minDelay) {
+			return invalidOption("outage backoff %v..%v: want 0 < min <= max", minDelay, maxDelay)
 		}
+		c.outage = backoff.Policy{Base: minDelay, Max: maxDelay}
+		return nil
 	}
 }
 
@@ -182,10 +200,12 @@ func WithOutageBackoff(minDelay, maxDelay time.Duration) Option {
 // as stalled (default DefaultStallTimeout): it then shows in the choreo.consumer.stalled
 // gauge and in Health, and is logged at Error once (and at Info once it moves again).
 func WithStallTimeout(d time.Duration) Option {
-	return func(c *config) {
-		if d > 0 {
-			c.stallTimeout = d
+	return func(c *config) error {
+		if !(d > 0) {
+			return invalidOption("stall timeout %v is not positive", d)
 		}
+		c.stallTimeout = d
+		return nil
 	}
 }
 
@@ -195,10 +215,12 @@ func WithStallTimeout(d time.Duration) Option {
 // skipped as duplicates by Idempotent), so the interval bounds the redo window; a revoke
 // and a graceful shutdown commit at once whatever the interval.
 func WithCommitInterval(d time.Duration) Option {
-	return func(c *config) {
-		if d > 0 {
-			c.commitInterval = d
+	return func(c *config) error {
+		if !(d > 0) {
+			return invalidOption("commit interval %v is not positive", d)
 		}
+		c.commitInterval = d
+		return nil
 	}
 }
 
@@ -213,29 +235,35 @@ type BatchHandler func(ctx context.Context, ms []*Message) error
 // record is isolated, retried and dead-lettered exactly as without batching. A lone
 // buffered record always goes to the Handler.
 func WithBatch(maxRecords int, h BatchHandler) Option {
-	return func(c *config) {
-		if maxRecords > 1 && h != nil {
-			c.batchMax, c.batch = maxRecords, h
+	return func(c *config) error {
+		if !(maxRecords > 1 && h != nil) {
+			return invalidOption("batch of %d records: want more than 1, and a handler", maxRecords)
 		}
+		c.batchMax, c.batch = maxRecords, h
+		return nil
 	}
 }
 
 // WithLogger sets the runtime's logger (default slog.Default() at New).
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) {
-		if l != nil {
-			c.logger = l
+	return func(c *config) error {
+		if !(l != nil) {
+			return invalidOption("nil logger")
 		}
+		c.logger = l
+		return nil
 	}
 }
 
 // WithMeterProvider sets the meter provider for the per-partition lag, buffer, outage
 // and stall gauges (default otel.GetMeterProvider() at New).
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(c *config) {
-		if mp != nil {
-			c.meterProvider = mp
+	return func(c *config) error {
+		if !(mp != nil) {
+			return invalidOption("nil meter provider")
 		}
+		c.meterProvider = mp
+		return nil
 	}
 }
 
@@ -290,7 +318,9 @@ func New(brokers []string, group string, topics []string, h Handler, opts ...Opt
 		meterProvider:   otel.GetMeterProvider(),
 	}
 	for _, o := range opts {
-		o(&cfg)
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
 	}
 	var retry []string
 	if cfg.retryTopics {
@@ -337,7 +367,7 @@ func (c *Consumer) clientOptions() []kgo.Opt {
 // failed. A Consumer runs once.
 func (c *Consumer) Run(ctx context.Context) error {
 	if !c.started.CompareAndSwap(false, true) {
-		return ErrClosed
+		return ErrRunning
 	}
 	c.baseCtx = context.WithValue(context.WithoutCancel(ctx), runtimeKey{}, c)
 	c.mu.Lock()

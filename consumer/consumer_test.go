@@ -275,8 +275,8 @@ func TestRunTwice(t *testing.T) {
 	if err := c.Run(ctx); err != nil {
 		t.Fatalf("first Run: %v", err)
 	}
-	if err := c.Run(ctx); !errors.Is(err, ErrClosed) {
-		t.Fatalf("second Run: %v, want ErrClosed", err)
+	if err := c.Run(ctx); !errors.Is(err, ErrRunning) {
+		t.Fatalf("second Run: %v, want ErrRunning", err)
 	}
 }
 

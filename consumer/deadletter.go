@@ -96,13 +96,18 @@ type Producer interface {
 	ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.ProduceResults
 }
 
+// DeadLetterTopic returns the default dead-letter topic of topic: topic +
+// DeadLetterSuffix ("orders.events" → "orders.events.dlq"). It is the one place that
+// builds the name; WithDeadLetterTopics can name them otherwise.
+func DeadLetterTopic(topic string) string { return topic + DeadLetterSuffix }
+
 // deadLetterTopicOf returns the dead-letter topic of source: the one WithDeadLetterTopics
-// names, or source + DeadLetterSuffix.
+// names, or DeadLetterTopic(source).
 func (m *Message) deadLetterTopicOf(source string) string {
 	if m.deadLetterTopic != nil {
 		return m.deadLetterTopic(source)
 	}
-	return source + DeadLetterSuffix
+	return DeadLetterTopic(source)
 }
 
 // Bounds of the other parts of a bounded copy.

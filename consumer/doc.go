@@ -15,7 +15,7 @@
 //		Name: "charge", AfterCommit: []func(){ob.Wake}, DeadLetterArchive: archive,
 //	})
 //	c, err := consumer.New(brokers, "payment", []string{"orders.events"}, h,
-//		consumer.WithDeadLetterTopics(nil)) // Run fails if orders.events.dlq is missing
+//		consumer.WithDeadLetterTopicCheck()) // Run fails if orders.events.dlq is missing
 //	err = c.Run(ctx) // until ctx is cancelled; then a graceful shutdown
 //	err = errors.Join(err, locker.Wait(context.WithoutCancel(ctx))) // last lease releases
 //
@@ -26,7 +26,7 @@
 // A dead letter the topic refuses (too large, or the topic deleted) would otherwise block
 // its partition: with a DeadLetterArchive the whole original goes to a Postgres table
 // first, a bounded copy (HeaderDLQTruncated) to the topic when it exists, and the record
-// is settled (see DeadLetter). WithDeadLetterTopics makes Run fail at start, with
+// is settled (see DeadLetter). WithDeadLetterTopicCheck makes Run fail at start, with
 // ErrMissingTopic, when a dead-letter topic does not exist.
 //
 // # The chain

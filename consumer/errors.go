@@ -32,8 +32,8 @@ var (
 	// ErrInvalidConfig: New, Standard or StandardBatch was given an unusable configuration,
 	// or AtCommit a nil transaction or queue function.
 	ErrInvalidConfig = errors.New("consumer: invalid configuration")
-	// ErrClosed: Run was called twice, or on a consumer that was already shut down.
-	ErrClosed = errors.New("consumer: closed")
+	// ErrRunning: Run was called twice, or on a consumer that was already shut down.
+	ErrRunning = errors.New("consumer: already running or stopped")
 	// ErrOutage: a dependency of the handler chain is unavailable (see IsOutage). A
 	// handler may wrap it to declare a failure of its own dependency an outage; the
 	// error of Consumer.Health wraps it while a partition is in an outage.

@@ -36,7 +36,7 @@ type Message struct {
 	// message, so it needs no synchronisation.
 	lease *lock.Lease
 	// deadLetterTopic names a source topic's dead-letter topic; the runtime sets it from
-	// WithDeadLetterTopics. nil: source + DeadLetterSuffix.
+	// WithDeadLetterTopics. nil: DeadLetterTopic(source).
 	deadLetterTopic func(source string) string
 }
 

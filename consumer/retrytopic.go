@@ -33,7 +33,7 @@ func RetryTopic(topic, group string) string { return topic + RetryTopicInfix + g
 // The name "<topic>.retry.<group>" is reserved for this: Message.Topic maps a record of
 // such a topic consumed by that group to <topic> whether or not this option is set.
 func WithRetryTopics() Option {
-	return func(c *config) { c.retryTopics = true }
+	return func(c *config) error { c.retryTopics = true; return nil }
 }
 
 // retryTopicsOf returns the retry topics of group for topics, or an error matching

@@ -78,7 +78,7 @@ func TestRetryTopicConsumed(t *testing.T) {
 	e := newChainEnv(t, 1)
 	retry := RetryTopic(e.topic, e.group)
 	createTopic(t, e.brokers, retry, nil)
-	createTopic(t, e.brokers, e.topic+DeadLetterSuffix, nil)
+	createTopic(t, e.brokers, DeadLetterTopic(e.topic), nil)
 	otherGroup := testenv.Name(t, "other")
 	createTopic(t, e.brokers, RetryTopic(e.topic, otherGroup), nil)
 
@@ -96,7 +96,7 @@ func TestRetryTopicConsumed(t *testing.T) {
 	}
 	for _, g := range []string{e.group, otherGroup} {
 		h := e.standard(t, StandardConfig{Router: router(g), Name: "h"})
-		c, err := New(e.brokers, g, []string{e.topic}, h, fastGroup(), WithRetryTopics(), WithDeadLetterTopics(nil))
+		c, err := New(e.brokers, g, []string{e.topic}, h, fastGroup(), WithRetryTopics(), WithDeadLetterTopicCheck())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -125,7 +125,7 @@ func TestRetryTopicConsumed(t *testing.T) {
 	if other != 0 {
 		t.Errorf("the other group handled %d records of a retry topic it does not own", other)
 	}
-	dl := readTopic(t, e.brokers, e.topic+DeadLetterSuffix, 1)[0]
+	dl := readTopic(t, e.brokers, DeadLetterTopic(e.topic), 1)[0]
 	m := &Message{Record: dl}
 	if string(dl.Key) != "o-2" || m.Header(HeaderDLQTopic) != retry || m.Header(HeaderDLQGroup) != e.group ||
 		m.Header(HeaderDLQReason) != ReasonMalformed || m.Header(HeaderDLQOffset) != "1" {

@@ -14,19 +14,24 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// WithDeadLetterTopics is the one place that names dead-letter topics: DeadLetter (in
-// Standard and StandardBatch too) sends a record of topic t to name(t) (nil name: t +
-// DeadLetterSuffix, the default without this option), and Run checks, before it consumes
-// anything, that the dead-letter topic of every consumed topic exists. If any is missing,
+// WithDeadLetterTopicCheck makes Run check, before it consumes anything, that the
+// dead-letter topic (DeadLetterTopic) of every consumed topic exists. If any is missing,
 // Run returns an error matching ErrMissingTopic that names them all. While the brokers
 // cannot be reached, Run keeps asking (a Warn line says so) until its context ends.
-// Default: t + DeadLetterSuffix, not checked at start.
+// Default: not checked at start. It is WithDeadLetterTopics(DeadLetterTopic).
+func WithDeadLetterTopicCheck() Option { return WithDeadLetterTopics(DeadLetterTopic) }
+
+// WithDeadLetterTopics names dead-letter topics otherwise than DeadLetterTopic, and checks
+// them at start as WithDeadLetterTopicCheck does: DeadLetter (in Standard and
+// StandardBatch too) sends a record of topic t to name(t). A nil name is an error
+// wrapping ErrInvalidConfig. Default: DeadLetterTopic(t), not checked at start.
 func WithDeadLetterTopics(name func(source string) string) Option {
-	return func(c *config) {
+	return func(c *config) error {
 		if name == nil {
-			name = func(source string) string { return source + DeadLetterSuffix }
+			return invalidOption("nil dead-letter topic name function (WithDeadLetterTopicCheck checks the default names)")
 		}
 		c.dlqTopic = name
+		return nil
 	}
 }
 

@@ -45,7 +45,7 @@ func (c *statementCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBa
 
 // setupCounted is setup with a pool whose statements are counted; schema,
 // if not empty, is created first (for a WithTable option that names it).
-func setupCounted(t *testing.T, schema string, opts ...idempotency.Option) (*pgxpool.Pool, *statementCounter) {
+func setupCounted(t *testing.T, schema string, opts ...idempotency.TableOption) (*pgxpool.Pool, *statementCounter) {
 	t.Helper()
 	counter := new(statementCounter)
 	pool := testenv.PostgresWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = counter })

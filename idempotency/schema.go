@@ -46,11 +46,11 @@ func SchemaFor(table string) (string, error) {
 // the package migrate for all of the library's tables at once). It is safe to
 // call on every start and from several processes at once. db is a
 // *pgxpool.Pool, a *pgx.Conn or a pgx.Tx (then a savepoint, and the lock is
-// held until that transaction ends). Options other than WithTable are ignored.
+// held until that transaction ends).
 func Migrate(ctx context.Context, db interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
-}, opts ...Option) error {
-	cfg, err := newConfig(opts)
+}, opts ...TableOption) error {
+	cfg, err := newConfig(opts, func(o TableOption, c *config) error { return o(c) })
 	if err != nil {
 		return err
 	}
@@ -64,7 +64,7 @@ func Migrate(ctx context.Context, db interface {
 func parseTable(name string) (sqlname.Name, error) {
 	t, err := sqlname.Parse(name)
 	if err != nil {
-		return t, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+		return t, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return t, nil
 }

@@ -49,64 +49,80 @@ var (
 	// duplicate, a reuse or an expired record to take over.
 	ErrKeyExists = errors.New("idempotency: key already has a record")
 
-	// ErrInvalidOption is returned by NewStore, NewSweeper and Migrate for an
+	// ErrInvalidConfig is returned by NewStore, NewSweeper and Migrate for an
 	// invalid option value.
-	ErrInvalidOption = errors.New("idempotency: invalid option")
+	ErrInvalidConfig = errors.New("idempotency: invalid configuration")
 )
 
-// Option configures a Store, Migrate or a Sweeper.
-type Option func(*config)
+// StoreOption configures a Store (NewStore): WithTable, WithRetention.
+type StoreOption interface{ applyStore(*config) error }
+
+// SweeperOption configures a Sweeper (NewSweeper): WithTable, WithBatchSize,
+// WithSweepInterval, WithSweepHook.
+type SweeperOption interface{ applySweeper(*config) error }
+
+// TableOption is the option of WithTable: it configures a Store, a Sweeper and Migrate.
+type TableOption func(*config) error
+
+func (o TableOption) applyStore(c *config) error   { return o(c) }
+func (o TableOption) applySweeper(c *config) error { return o(c) }
+
+type storeOption func(*config) error
+
+func (o storeOption) applyStore(c *config) error { return o(c) }
+
+type sweeperOption func(*config) error
+
+func (o sweeperOption) applySweeper(c *config) error { return o(c) }
 
 type config struct {
 	table     sqlname.Name
-	tableRaw  string
 	retention time.Duration
 	batchSize int
 	interval  time.Duration
 	onSweep   func(deleted int64, err error)
-	err       error
 }
 
-func newConfig(opts []Option) (config, error) {
+// newConfig returns the configuration with every default and then each option applied
+// (apply(o, c) applies o to c), or the first option's error.
+func newConfig[O any](opts []O, apply func(O, *config) error) (config, error) {
 	c := config{
-		tableRaw:  DefaultTable,
+		table:     sqlname.MustParse(DefaultTable),
 		retention: DefaultRetention,
 		batchSize: DefaultSweepBatchSize,
 		interval:  DefaultSweepInterval,
 	}
 	for _, o := range opts {
-		o(&c)
+		if err := apply(o, &c); err != nil {
+			return c, err
+		}
 	}
-	if c.err != nil {
-		return c, c.err
-	}
-	t, err := parseTable(c.tableRaw)
-	if err != nil {
-		return c, err
-	}
-	c.table = t
 	return c, nil
 }
 
 // WithTable sets the table name, optionally schema-qualified
 // ("billing.idempotency"). Default: DefaultTable in the connection's
 // search_path. Several Stores with different tables may share a database.
-func WithTable(name string) Option {
-	return func(c *config) { c.tableRaw = name }
+func WithTable(name string) TableOption {
+	return func(c *config) error {
+		t, err := parseTable(name)
+		c.table = t
+		return err
+	}
 }
 
 // WithRetention sets how long a record guards its key after it was claimed.
 // Default: DefaultRetention (7 days). An expired record no longer counts: a
 // later Claim of the same key is treated as a first time, whether or not the
 // Sweeper has deleted the record yet. Must be positive.
-func WithRetention(d time.Duration) Option {
-	return func(c *config) {
+func WithRetention(d time.Duration) StoreOption {
+	return storeOption(func(c *config) error {
 		if d <= 0 {
-			c.err = fmt.Errorf("%w: retention %v is not positive", ErrInvalidOption, d)
-			return
+			return fmt.Errorf("%w: retention %v is not positive", ErrInvalidConfig, d)
 		}
 		c.retention = d
-	}
+		return nil
+	})
 }
 
 // Hash returns the SHA-256 of parts, each prefixed by its length, so that
@@ -151,9 +167,9 @@ type Claim struct {
 }
 
 // NewStore returns a Store configured by opts (WithTable, WithRetention). An
-// invalid option is an error wrapping ErrInvalidOption.
-func NewStore(opts ...Option) (*Store, error) {
-	cfg, err := newConfig(opts)
+// invalid option is an error wrapping ErrInvalidConfig.
+func NewStore(opts ...StoreOption) (*Store, error) {
+	cfg, err := newConfig(opts, StoreOption.applyStore)
 	if err != nil {
 		return nil, err
 	}

@@ -21,33 +21,33 @@ const (
 // statement. Each batch is its own short transaction, so a large backlog
 // never becomes one huge DELETE holding locks and bloating WAL. Default:
 // DefaultSweepBatchSize. Must be positive.
-func WithBatchSize(n int) Option {
-	return func(c *config) {
+func WithBatchSize(n int) SweeperOption {
+	return sweeperOption(func(c *config) error {
 		if n <= 0 {
-			c.err = fmt.Errorf("%w: batch size %d is not positive", ErrInvalidOption, n)
-			return
+			return fmt.Errorf("%w: batch size %d is not positive", ErrInvalidConfig, n)
 		}
 		c.batchSize = n
-	}
+		return nil
+	})
 }
 
 // WithSweepInterval sets the pause between sweeps of Sweeper.Run. Default:
 // DefaultSweepInterval. Must be positive.
-func WithSweepInterval(d time.Duration) Option {
-	return func(c *config) {
+func WithSweepInterval(d time.Duration) SweeperOption {
+	return sweeperOption(func(c *config) error {
 		if d <= 0 {
-			c.err = fmt.Errorf("%w: sweep interval %v is not positive", ErrInvalidOption, d)
-			return
+			return fmt.Errorf("%w: sweep interval %v is not positive", ErrInvalidConfig, d)
 		}
 		c.interval = d
-	}
+		return nil
+	})
 }
 
 // WithSweepHook sets a function that Sweeper.Run calls after every sweep
 // with the number of records deleted and the error, if any (for logs and
 // metrics). Default: none.
-func WithSweepHook(fn func(deleted int64, err error)) Option {
-	return func(c *config) { c.onSweep = fn }
+func WithSweepHook(fn func(deleted int64, err error)) SweeperOption {
+	return sweeperOption(func(c *config) error { c.onSweep = fn; return nil })
 }
 
 // Sweeper deletes expired idempotency records in bounded batches. Several
@@ -63,9 +63,9 @@ type Sweeper struct {
 
 // NewSweeper returns a Sweeper over db, usually a *pgxpool.Pool. It accepts
 // WithTable, WithBatchSize, WithSweepInterval and WithSweepHook; an invalid
-// option is an error wrapping ErrInvalidOption, like NewStore's.
-func NewSweeper(db Execer, opts ...Option) (*Sweeper, error) {
-	cfg, err := newConfig(opts)
+// option is an error wrapping ErrInvalidConfig, like NewStore's.
+func NewSweeper(db Execer, opts ...SweeperOption) (*Sweeper, error) {
+	cfg, err := newConfig(opts, SweeperOption.applySweeper)
 	if err != nil {
 		return nil, err
 	}

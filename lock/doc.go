@@ -55,5 +55,5 @@
 // # Options
 //
 // New takes functional options (With…), each documented with its default; a
-// value out of range makes New return an error wrapping ErrInvalidOption.
+// value out of range makes New return an error wrapping ErrInvalidConfig.
 package lock

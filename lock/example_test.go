@@ -137,7 +137,7 @@ func ExampleNew() {
 	_, err := lock.New(client, lock.WithRetryBackoff(5*time.Millisecond, 200*time.Millisecond), lock.WithMaxWait(2*time.Second))
 	fmt.Println(err)
 	_, err = lock.New(client, lock.WithTTL(time.Second), lock.WithRefreshEvery(time.Second))
-	fmt.Println(errors.Is(err, lock.ErrInvalidOption))
+	fmt.Println(errors.Is(err, lock.ErrInvalidConfig))
 	// Output:
 	// <nil>
 	// true

@@ -362,7 +362,7 @@ func TestDefaults(t *testing.T) {
 	if got := l.Key("order-1"); got != "choreo:lock:{order-1}" {
 		t.Fatalf("Key = %q", got)
 	}
-	if _, err := lock.New(nil); !errors.Is(err, lock.ErrInvalidOption) {
+	if _, err := lock.New(nil); !errors.Is(err, lock.ErrInvalidConfig) {
 		t.Fatalf("nil client: %v", err)
 	}
 	for name, opt := range map[string]lock.Option{
@@ -375,8 +375,8 @@ func TestDefaults(t *testing.T) {
 		"max wait 0":       lock.WithMaxWait(0),
 		"retention 0":      lock.WithFenceRetention(-time.Hour),
 	} {
-		if _, err := lock.New(client, opt); !errors.Is(err, lock.ErrInvalidOption) {
-			t.Errorf("%s: err %v, want ErrInvalidOption", name, err)
+		if _, err := lock.New(client, opt); !errors.Is(err, lock.ErrInvalidConfig) {
+			t.Errorf("%s: err %v, want ErrInvalidConfig", name, err)
 		}
 	}
 }

@@ -39,8 +39,8 @@ var (
 	// ErrInvalidEntity is returned for an empty entity.
 	ErrInvalidEntity = errors.New("lock: invalid entity")
 
-	// ErrInvalidOption is returned by New for an option whose value is out of range.
-	ErrInvalidOption = errors.New("lock: invalid option")
+	// ErrInvalidConfig is returned by New for an option whose value is out of range.
+	ErrInvalidConfig = errors.New("lock: invalid configuration")
 )
 
 // Locker hands out per-entity leases backed by Redis locks. It is safe for
@@ -60,10 +60,10 @@ type Locker struct {
 
 // New returns a Locker using client (a *redis.Client, *redis.ClusterClient or
 // *redis.Ring) configured by opts; every option not given takes its Default* value. An
-// option out of range is an error wrapping ErrInvalidOption.
+// option out of range is an error wrapping ErrInvalidConfig.
 func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if client == nil {
-		return nil, fmt.Errorf("%w: nil Redis client", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: nil Redis client", ErrInvalidConfig)
 	}
 	cfg, err := newConfig(opts)
 	if err != nil {

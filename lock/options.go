@@ -38,11 +38,11 @@ type config struct {
 }
 
 // Option configures a Locker (New). An invalid value makes New return an error wrapping
-// ErrInvalidOption.
+// ErrInvalidConfig.
 type Option func(*config) error
 
 func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidOption, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
 }
 
 // positive is an option that checks that d (what) is positive, then sets it.
@@ -141,7 +141,7 @@ func newConfig(opts []Option) (config, error) {
 			c.refreshEvery = c.ttl / DefaultRefreshDivisor
 		}
 		if c.refreshEvery >= c.ttl/2 {
-			return c, fmt.Errorf("%w: refresh period %v is not below TTL/2 (%v)", ErrInvalidOption, c.refreshEvery, c.ttl/2)
+			return c, fmt.Errorf("%w: refresh period %v is not below TTL/2 (%v)", ErrInvalidConfig, c.refreshEvery, c.ttl/2)
 		}
 	}
 	if c.maxWait == 0 {

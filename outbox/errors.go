@@ -1,6 +1,9 @@
 package outbox
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 var (
 	// ErrInvalidConfig is returned (wrapped) by New and NewRelay for an option
@@ -8,8 +11,8 @@ var (
 	ErrInvalidConfig = errors.New("outbox: invalid configuration")
 
 	// ErrInvalidTable is returned for a table name that is not a lower-case,
-	// optionally schema-qualified SQL identifier.
-	ErrInvalidTable = errors.New("outbox: invalid table name")
+	// optionally schema-qualified SQL identifier. It wraps ErrInvalidConfig.
+	ErrInvalidTable = fmt.Errorf("%w: table name", ErrInvalidConfig)
 
 	// ErrInvalidHeader is returned by Enqueue when a record header value is not
 	// valid UTF-8 or holds a NUL byte (headers are stored as jsonb, which refuses

@@ -21,7 +21,6 @@ import (
 // per outbox table and share it (also with the [Relay], via [NewRelay]).
 type Outbox struct {
 	names    names
-	nameErr  error         // from WithTable, returned by New
 	notifier Execer        // sends NOTIFY after commit when no in-process leader exists
 	signer   *event.Signer // see WithSigner (signer.go)
 
@@ -38,8 +37,8 @@ type Outbox struct {
 	ownWake time.Time
 }
 
-// Option configures an Outbox.
-type Option func(*Outbox)
+// Option configures an Outbox (New). An invalid value makes New return its error.
+type Option func(*Outbox) error
 
 // WithTable sets the outbox table name: a lower-case identifier, optionally
 // schema-qualified ("billing.outbox"). The dead-letter table is the same name
@@ -47,9 +46,10 @@ type Option func(*Outbox)
 // [DefaultTable] ("choreo_outbox"). An invalid name makes [New] return an
 // error wrapping [ErrInvalidTable].
 func WithTable(name string) Option {
-	return func(o *Outbox) {
+	return func(o *Outbox) error {
 		n, err := newNames(name)
-		o.names, o.nameErr = n, err
+		o.names = n
+		return err
 	}
 }
 
@@ -66,7 +66,7 @@ func WithTable(name string) Option {
 // Default: none, so without an in-process leader the relay finds the rows at its
 // next poll.
 func WithNotifier(db Execer) Option {
-	return func(o *Outbox) { o.notifier = db }
+	return func(o *Outbox) error { o.notifier = db; return nil }
 }
 
 // New returns an Outbox for the default table, changed by opts. It returns an
@@ -75,10 +75,9 @@ func New(opts ...Option) (*Outbox, error) {
 	n, _ := newNames(DefaultTable)
 	o := &Outbox{names: n}
 	for _, opt := range opts {
-		opt(o)
-	}
-	if o.nameErr != nil {
-		return nil, o.nameErr
+		if err := opt(o); err != nil {
+			return nil, err
+		}
 	}
 	return o, nil
 }

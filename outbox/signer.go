@@ -11,5 +11,5 @@ import "github.com/choreo-saga/choreo/event"
 // the old key once the outbox and the topics hold no record signed with it.
 // Default: no signature.
 func WithSigner(s *event.Signer) Option {
-	return func(o *Outbox) { o.signer = s }
+	return func(o *Outbox) error { o.signer = s; return nil }
 }

@@ -374,7 +374,7 @@ func createTopic(ctx context.Context, brokers []string, topic string, partitions
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	for _, t := range []string{topic, topic + consumer.DeadLetterSuffix} {
+	for _, t := range []string{topic, consumer.DeadLetterTopic(topic)} {
 		resp, err := adm.CreateTopic(ctx, partitions, 1, nil, t)
 		if err == nil {
 			err = resp.Err

@@ -40,7 +40,7 @@ type bench struct {
 	pool    *pgxpool.Pool
 	rdb     *redis.Client
 	brokers []string
-	in      string   // input topic (and in+consumer.DeadLetterSuffix)
+	in      string   // input topic (and consumer.DeadLetterTopic(in))
 	prefix  string   // Redis key prefix of this run
 	topics  []string // created on external brokers, deleted by close
 	log     *slog.Logger
@@ -99,7 +99,7 @@ func newBench(ctx context.Context, c config) (_ *bench, err error) {
 	if c.rate > 0 {
 		return b, nil // each mode gets its own input topic, fed while it runs
 	}
-	if err := b.createTopics(ctx, b.in, b.in+consumer.DeadLetterSuffix); err != nil {
+	if err := b.createTopics(ctx, b.in, consumer.DeadLetterTopic(b.in)); err != nil {
 		return nil, err
 	}
 	if err := produce(ctx, b.brokers, b.in, b.w, 0); err != nil {
@@ -335,7 +335,7 @@ func (b *bench) mode(ctx context.Context, spec modeSpec, round int) (measured, e
 	in := b.in
 	if b.c.rate > 0 {
 		in = "hot-in" + strings.TrimPrefix(out, "hot-out")
-		if err := b.createTopics(ctx, in, in+consumer.DeadLetterSuffix); err != nil {
+		if err := b.createTopics(ctx, in, consumer.DeadLetterTopic(in)); err != nil {
 			return measured{}, err
 		}
 	}

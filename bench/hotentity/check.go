@@ -100,7 +100,7 @@ func check(ctx context.Context, pool *pgxpool.Pool, brokers []string, in, out st
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	ends, err := adm.ListEndOffsets(ctx, out, in+consumer.DeadLetterSuffix)
+	ends, err := adm.ListEndOffsets(ctx, out, consumer.DeadLetterTopic(in))
 	if err != nil {
 		return err
 	}

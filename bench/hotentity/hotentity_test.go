@@ -138,7 +138,7 @@ func TestCheckDetectsViolations(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	if resp, err := kadm.NewClient(cl).CreateTopic(ctx, 2, 1, nil, in+consumer.DeadLetterSuffix); err != nil || resp.Err != nil {
+	if resp, err := kadm.NewClient(cl).CreateTopic(ctx, 2, 1, nil, consumer.DeadLetterTopic(in)); err != nil || resp.Err != nil {
 		t.Fatal(err, resp.Err)
 	}
 	// Correct balances, but only the first unique event relayed, twice.
@@ -153,7 +153,7 @@ func TestCheckDetectsViolations(t *testing.T) {
 	}
 	r1, _ := event.ToRecord(out, next.CausedBy(w.events[0]))
 	r2, _ := event.ToRecord(out, next.CausedBy(w.events[0]))
-	dead := &kgo.Record{Topic: in + consumer.DeadLetterSuffix, Value: []byte("x")}
+	dead := &kgo.Record{Topic: consumer.DeadLetterTopic(in), Value: []byte("x")}
 	if err := cl.ProduceSync(ctx, r1, r2, dead).FirstErr(); err != nil {
 		t.Fatal(err)
 	}

@@ -144,7 +144,7 @@ func dlqTopic(name string) string {
 	if strings.HasSuffix(name, consumer.DeadLetterSuffix) {
 		return name
 	}
-	return name + consumer.DeadLetterSuffix
+	return consumer.DeadLetterTopic(name)
 }
 
 // parsePos parses "partition:offset".

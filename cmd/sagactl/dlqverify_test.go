@@ -259,7 +259,7 @@ func TestDLQUnknownReason(t *testing.T) {
 func TestDLQCrashCopiesCountedOnce(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	source := testenv.Topic(t, brokers, 1)
-	dlq := source + consumer.DeadLetterSuffix
+	dlq := consumer.DeadLetterTopic(source)
 	pool := testenv.Postgres(t)
 	ctx := context.Background()
 	if err := idempotency.Migrate(ctx, pool); err != nil {

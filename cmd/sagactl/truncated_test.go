@@ -20,7 +20,7 @@ import (
 func TestDLQTruncatedCopy(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	source := testenv.Topic(t, brokers, 1)
-	dlq := source + consumer.DeadLetterSuffix
+	dlq := consumer.DeadLetterTopic(source)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		t.Fatal(err)

@@ -122,7 +122,7 @@ func run(ctx context.Context, cfg Config) (err error) {
 	}
 	// WithDeadLetterTopics: Run refuses to start while <topic>.dlq is missing.
 	c, err := consumer.New(cfg.Brokers, cfg.Group, []string{cfg.OrdersTopic}, h,
-		consumer.WithDeadLetterTopics(nil), consumer.WithLogger(log), consumer.WithMeterProvider(d.tel.MeterProvider))
+		consumer.WithDeadLetterTopicCheck(), consumer.WithLogger(log), consumer.WithMeterProvider(d.tel.MeterProvider))
 	if err != nil {
 		return err
 	}

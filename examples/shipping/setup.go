@@ -122,7 +122,7 @@ func createTopics(ctx context.Context, cl *kgo.Client, cfg Config) error {
 	// kadm wraps cl without owning it: do not Close the admin client, it would close cl.
 	adm := kadm.NewClient(cl)
 	resp, err := adm.CreateTopics(ctx, cfg.Partitions, -1, nil, // -1: the brokers' replication factor
-		cfg.OrdersTopic, cfg.OrdersTopic+consumer.DeadLetterSuffix, cfg.ShippingTopic)
+		cfg.OrdersTopic, consumer.DeadLetterTopic(cfg.OrdersTopic), cfg.ShippingTopic)
 	if err != nil {
 		return fmt.Errorf("create topics: %w", err)
 	}

@@ -22,7 +22,7 @@ import (
 const MaxPartLen = 63
 
 // ErrInvalid is wrapped by every error Parse returns. Packages wrap it again in their
-// own sentinel (fmt.Errorf("%w: %w", ErrInvalidOption, err)).
+// own sentinel (fmt.Errorf("%w: %w", ErrInvalidConfig, err)).
 var ErrInvalid = errors.New("invalid table name")
 
 // Name is a validated, possibly schema-qualified table name. The zero Name is invalid.

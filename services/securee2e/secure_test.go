@@ -156,7 +156,7 @@ func TestSecuredDeployment(t *testing.T) {
 	_, kport, _ := net.SplitHostPort(kafkaAddr)
 	var topics []string
 	for _, tp := range events.Topics {
-		topics = append(topics, tp, tp+consumer.DeadLetterSuffix)
+		topics = append(topics, tp, consumer.DeadLetterTopic(tp))
 	}
 	broker := start(t, "devkafka", bin("devkafka"), nil, "-port", kport, "-data-dir", "", "-partitions", "2",
 		"-topics", strings.Join(topics, ","), "-sasl", "SCRAM-SHA-256:choreo:"+kafkaPW,
@@ -333,7 +333,7 @@ func TestSecuredDeployment(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl, err := kgo.NewClient(append(kopts, kgo.SeedBrokers(kafkaAddr),
-		kgo.ConsumeTopics(events.TopicPayments+consumer.DeadLetterSuffix), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+		kgo.ConsumeTopics(consumer.DeadLetterTopic(events.TopicPayments)), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -102,7 +102,7 @@ func TestServiceThroughKafka(t *testing.T) {
 		cancel:  "stock.reserved(;sku-2:3),stock.released(cancelled;sku-2:3)",
 		early:   "stock.released(nothing reserved;),stock.unavailable(order cancelled;sku-1:1)",
 	})
-	if dlq := h.ReadAll(events.TopicPayments + consumer.DeadLetterSuffix); len(dlq) != 0 {
+	if dlq := h.ReadAll(consumer.DeadLetterTopic(events.TopicPayments)); len(dlq) != 0 {
 		t.Errorf("%d records dead-lettered", len(dlq))
 	}
 	a := audit(t, h.Pool)

@@ -141,7 +141,7 @@ func TestServiceThroughKafka(t *testing.T) {
 		}
 	}
 
-	dlq := h.ReadAll(events.TopicOrders + consumer.DeadLetterSuffix)
+	dlq := h.ReadAll(consumer.DeadLetterTopic(events.TopicOrders))
 	var keys []string
 	for _, r := range dlq {
 		keys = append(keys, string(r.Key))
