@@ -93,7 +93,7 @@ func TestForgedPaymentIsRefused(t *testing.T) {
 	}
 	// Both consumers of payments.events dead-lettered it, as a mismatch.
 	reasons := map[string]int{}
-	for _, r := range readAll(t, s, events.TopicPayments+consumer.DeadLetterSuffix) {
+	for _, r := range readAll(t, s, consumer.DeadLetterTopic(events.TopicPayments)) {
 		for _, h := range r.Headers {
 			if h.Key == consumer.HeaderDLQReason {
 				reasons[string(h.Value)]++

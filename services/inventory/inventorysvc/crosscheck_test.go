@@ -61,7 +61,7 @@ func TestForgedPaymentReservesNothing(t *testing.T) {
 		events.PaymentV1{OrderID: o, CustomerID: forgery.CustomerID, Amount: forgery.Amount, Items: forgery.Items}))
 	h.settled(events.TopicOrders, events.TopicPayments)
 
-	dlq := h.ReadAll(events.TopicPayments + consumer.DeadLetterSuffix)
+	dlq := h.ReadAll(consumer.DeadLetterTopic(events.TopicPayments))
 	if len(dlq) != 1 || header(dlq[0], consumer.HeaderDLQReason) != events.ReasonMismatch {
 		t.Fatalf("dead letters %d (reason %q), want 1 with reason %s", len(dlq), reasonOf(dlq), events.ReasonMismatch)
 	}
