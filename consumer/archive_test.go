@@ -551,7 +551,7 @@ func TestConsumerChecksTopicsOnceTheBrokerIsUp(t *testing.T) {
 	}
 	r := start(t, c)
 	waitFor(t, "a Warn line about the unreachable broker", func() bool {
-		return len(log.lines(t, "cannot check the dead-letter topics yet")) == 1
+		return len(log.lines(t, "cannot check the dead-letter and retry topics yet")) == 1
 	})
 	cluster := testenv.KafkaCluster(t, kfake.Ports(port), kfake.SeedTopics(1, "src", DeadLetterTopic("src")))
 	produce(t, newProducer(t, cluster.ListenAddrs()), &kgo.Record{Topic: "src", Value: []byte("v")})
@@ -565,7 +565,7 @@ func TestConsumerChecksTopicsOnceTheBrokerIsUp(t *testing.T) {
 	if err := r.stop(t); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if got := len(log.lines(t, "cannot check the dead-letter topics yet")); got != 1 {
+	if got := len(log.lines(t, "cannot check the dead-letter and retry topics yet")); got != 1 {
 		t.Errorf("%d Warn lines, want 1", got)
 	}
 }
