@@ -334,7 +334,11 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 		a.Logger.Warn("app: SASL PLAIN without TLS sends the Kafka password in clear text; set KAFKA_TLS=on")
 	}
 	a.kafkaOpts = append(secOpts, o.kafkaOpts...)
-	kopts := append([]kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...), kgo.ClientID(cfg.Service)}, a.kafkaOpts...)
+	compression, err := KafkaCompressionOption(cfg.KafkaCompression)
+	if err != nil {
+		return nil, err
+	}
+	kopts := append([]kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...), kgo.ClientID(cfg.Service), compression}, a.kafkaOpts...)
 	if a.Kafka, err = kgo.NewClient(kopts...); err != nil {
 		return nil, fmt.Errorf("app: kafka client: %w", err)
 	}

@@ -36,7 +36,7 @@ const (
 func EnvVars() []string {
 	return append([]string{EnvDatabaseURL, EnvDatabaseConns, EnvDatabaseMinConns, EnvRedisAddr, EnvRedisURL, EnvRedisTLSCAFile, EnvKafkaBrokers, EnvKafkaPartitions,
 		EnvHTTPAddr, EnvAdminAddr, EnvLogLevel, EnvShutdownTimeout, EnvConsumerBatch, EnvPprof,
-		EnvKafkaInstanceID, EnvKafkaSessionTimeout, EnvKafkaRebalanceTimeout,
+		EnvKafkaInstanceID, EnvKafkaSessionTimeout, EnvKafkaRebalanceTimeout, EnvKafkaCompression,
 		EnvIdempotencyRetention, EnvDeadLetterRetention, EnvSigningKeyFile, EnvSigningKey, EnvTrustedKeys}, kafkaSecurityVars()...)
 }
 
@@ -110,6 +110,11 @@ type Config struct {
 	// KafkaSecurity is the SASL and TLS setting of every Kafka client of the service
 	// (KAFKA_SASL_*, KAFKA_TLS*; see [LoadKafkaSecurity]; default plaintext, no SASL).
 	KafkaSecurity KafkaSecurity
+	// KafkaCompression is the batch compression of the App's producer, which the outbox
+	// relay and dead-lettering share (KAFKA_COMPRESSION: none, gzip, snappy, lz4 or zstd;
+	// default DefaultKafkaCompression, gzip, which every mainstream client's consumer
+	// reads; "" in a Config built in code means the default).
+	KafkaCompression string
 	// HTTPAddr is the listen address of the HTTP server with /healthz, /readyz, /metrics
 	// and the service's own routes (HTTP_ADDR; the default is the service's).
 	HTTPAddr string
@@ -215,20 +220,21 @@ func DefaultDatabaseURL(service string) string {
 // [Env.Err]), together with those of [Config.Validate].
 func LoadConfig(env *Env, service, defaultHTTPAddr string) Config {
 	c := Config{
-		Service:         service,
-		DatabaseURL:     env.String(EnvDatabaseURL, DefaultDatabaseURL(service)),
-		RedisAddr:       env.String(EnvRedisAddr, DefaultRedisAddr),
-		RedisURL:        env.String(EnvRedisURL, ""),
-		RedisTLSCAFile:  env.String(EnvRedisTLSCAFile, ""),
-		KafkaBrokers:    env.List(EnvKafkaBrokers, []string{DefaultKafkaBrokers}),
-		KafkaPartitions: int32(env.Int(EnvKafkaPartitions, DefaultKafkaPartitions)),
-		KafkaSecurity:   readKafkaSecurity(env),
-		HTTPAddr:        env.String(EnvHTTPAddr, defaultHTTPAddr),
-		AdminAddr:       env.String(EnvAdminAddr, defaultAdminAddr(env.String(EnvHTTPAddr, defaultHTTPAddr))),
-		LogLevel:        env.Level(EnvLogLevel, slog.LevelInfo),
-		ShutdownTimeout: env.Duration(EnvShutdownTimeout, DefaultShutdownTimeout),
-		ConsumerBatch:   env.Int(EnvConsumerBatch, DefaultConsumerBatch),
-		Pprof:           env.Bool(EnvPprof, false),
+		Service:          service,
+		DatabaseURL:      env.String(EnvDatabaseURL, DefaultDatabaseURL(service)),
+		RedisAddr:        env.String(EnvRedisAddr, DefaultRedisAddr),
+		RedisURL:         env.String(EnvRedisURL, ""),
+		RedisTLSCAFile:   env.String(EnvRedisTLSCAFile, ""),
+		KafkaBrokers:     env.List(EnvKafkaBrokers, []string{DefaultKafkaBrokers}),
+		KafkaPartitions:  int32(env.Int(EnvKafkaPartitions, DefaultKafkaPartitions)),
+		KafkaSecurity:    readKafkaSecurity(env),
+		KafkaCompression: strings.ToLower(strings.TrimSpace(env.String(EnvKafkaCompression, DefaultKafkaCompression))),
+		HTTPAddr:         env.String(EnvHTTPAddr, defaultHTTPAddr),
+		AdminAddr:        env.String(EnvAdminAddr, defaultAdminAddr(env.String(EnvHTTPAddr, defaultHTTPAddr))),
+		LogLevel:         env.Level(EnvLogLevel, slog.LevelInfo),
+		ShutdownTimeout:  env.Duration(EnvShutdownTimeout, DefaultShutdownTimeout),
+		ConsumerBatch:    env.Int(EnvConsumerBatch, DefaultConsumerBatch),
+		Pprof:            env.Bool(EnvPprof, false),
 	}
 	c.DatabaseMaxConns = int32(env.Int(EnvDatabaseConns, DefaultDatabaseMaxConns(int(c.KafkaPartitions))))
 	c.DatabaseMinConns = int32(env.Int(EnvDatabaseMinConns, 0))
@@ -295,6 +301,9 @@ func (c Config) problems() []problem {
 		ps = append(ps, problem{EnvKafkaPartitions, "must be at least 1"})
 	}
 	ps = append(ps, c.KafkaSecurity.problems()...)
+	if _, err := kafkaCodec(c.KafkaCompression); err != nil {
+		ps = append(ps, problem{EnvKafkaCompression, compressionReason})
+	}
 	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 		ps = append(ps, problem{EnvHTTPAddr, "not [host]:port"})
 	}

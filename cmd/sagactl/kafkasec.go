@@ -9,9 +9,9 @@ import (
 	"github.com/choreo-saga/choreo/app"
 )
 
-// kafkaSecFlags are the -kafka-sasl-* and -kafka-tls* flags. Each defaults to the
-// environment variable the services read (app.LoadKafkaSecurity), so sagactl and the
-// services share one configuration.
+// kafkaSecFlags are the -kafka-sasl-*, -kafka-tls* and -kafka-compression flags. Each
+// defaults to the environment variable the services read (app.LoadKafkaSecurity,
+// app.EnvKafkaCompression), so sagactl and the services share one configuration.
 type kafkaSecFlags map[string]*string
 
 // kafkaSecFlagNames maps each flag to its environment variable.
@@ -24,6 +24,7 @@ var kafkaSecFlagNames = []struct{ flag, env, usage string }{
 	{"kafka-tls-cert-file", app.EnvKafkaTLSCertFile, "PEM client certificate `file` (mutual TLS)"},
 	{"kafka-tls-key-file", app.EnvKafkaTLSKeyFile, "PEM client key `file` (mutual TLS)"},
 	{"kafka-tls-server-name", app.EnvKafkaTLSServerName, "`name` expected in the brokers' certificates"},
+	{"kafka-compression", app.EnvKafkaCompression, "batch `codec` of the records sagactl produces (dlq replay): none, gzip, snappy, lz4 or zstd; empty: " + app.DefaultKafkaCompression},
 }
 
 func addKafkaSecFlags(fs *flag.FlagSet, getenv func(string) string) kafkaSecFlags {
@@ -58,5 +59,9 @@ func (c conn) clientOptions(brokers []string) ([]kgo.Opt, app.KafkaSecurity, err
 	if err != nil {
 		return nil, s, fmt.Errorf("%w: %w", errUsage, err)
 	}
-	return append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.DialTimeout(c.timeout)}, opts...), s, nil
+	compression, err := app.KafkaCompressionOption(*c.kafkaSec[app.EnvKafkaCompression])
+	if err != nil {
+		return nil, s, fmt.Errorf("%w: -kafka-compression: %w", errUsage, err)
+	}
+	return append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.DialTimeout(c.timeout), compression}, opts...), s, nil
 }

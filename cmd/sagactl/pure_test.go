@@ -396,6 +396,7 @@ func TestRunUsageAndUnreachable(t *testing.T) {
 		{[]string{"stuck", "-order-url", "http://" + closed}, exitUnreachable, "is it running?"},
 		{[]string{"load", "-order-url", "http://" + closed, "-n", "1"}, exitUnreachable, "order service"},
 		{[]string{"dlq", "list", "-brokers", closed, "-timeout", "2s"}, exitUnreachable, "kafka at " + closed},
+		{[]string{"dlq", "list", "-brokers", closed, "-kafka-compression", "brotli"}, exitUsage, "-kafka-compression"},
 		{[]string{"help"}, exitOK, ""},
 		{[]string{"order", "-h"}, exitOK, ""},
 		{[]string{"--order-url", "http://" + closed, "order", "some-id"}, exitUnreachable, "order service at http://" + closed},
