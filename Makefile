@@ -84,6 +84,10 @@ chaos: services ## run every chaos scenario (kill -9, outages, network faults, d
 redis-cluster: services ## the locker and the consumer's outage rules on a real Redis Cluster: 3 masters, then a failover (about 20 s)
 	CHOREO_REDIS_CLUSTER=1 $(GO) test -race -count=1 -timeout 5m -run 'TestRedisCluster' -v ./lock/
 
+.PHONY: interop-check
+interop-check: ## a stock kafkajs 2.2.4 consumer reads the kit's default producer output: every record a valid CloudEvent (docs/interop.md)
+	@scripts/interop-check.sh
+
 .PHONY: demo
 demo: services ## the saga on this machine: broker, three services, 200 orders (first run ~2 min compiling)
 	@scripts/demo.sh
