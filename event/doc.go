@@ -8,7 +8,9 @@
 // record value is the payload and the envelope travels in ce_* headers (ce_id, ce_type,
 // ce_source, ce_specversion, ce_time, ce_subject, and the extensions ce_correlationid,
 // ce_causationid and ce_dataschemaversion). Any Kafka client in any language can read and
-// write these records. W3C trace context headers (traceparent, tracestate, baggage) are
+// write these records, as long as it reads the batch compression of the producer (the
+// service kit's KAFKA_COMPRESSION, default gzip, which every stock client reads);
+// docs/interop.md says what each client and CloudEvents SDK needs. W3C trace context headers (traceparent, tracestate, baggage) are
 // added beside them by package tracing.
 //
 // ToRecord writes every attribute; FromRecord reads whatever the CloudEvents 1.0 spec
