@@ -61,8 +61,10 @@ const (
 	DefaultAPIConns = 32
 	// MaxCompensationRetries bounds EnvCompensationRetries.
 	MaxCompensationRetries = 20
-	// DefaultJaegerUIURL is the default EnvJaegerUIURL: Jaeger's UI on this host.
-	DefaultJaegerUIURL = "http://localhost:16686"
+	// DefaultJaegerUIURL is the default EnvJaegerUIURL: none, so the order API, sagactl
+	// and the console print no trace link unless a Jaeger UI is configured (the compose
+	// stack sets http://localhost:16686, where its Jaeger serves one).
+	DefaultJaegerUIURL = ""
 )
 
 // EnvVars returns the names of the environment variables the order service reads

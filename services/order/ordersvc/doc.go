@@ -36,7 +36,7 @@
 // LoadConfig reads the variables of app.LoadConfig (DATABASE_URL, REDIS_ADDR,
 // KAFKA_BROKERS, HTTP_ADDR with default :8080, ...) and
 //
-//	JAEGER_UI_URL                 http://localhost:16686  base of each order's jaeger_url in the API (empty: none)
+//	JAEGER_UI_URL                 none base of each order's jaeger_url in the API (unset or empty: no links)
 //	ORDER_STUCK_AFTER             30s  non-terminal orders longer than this in their state are stuck
 //	ORDER_STUCK_AFTER_CANCELLING  = ORDER_STUCK_AFTER
 //	ORDER_SAGA_TIMEOUT            2m   PENDING longer than this is cancelled (must exceed ORDER_STUCK_AFTER)
