@@ -89,8 +89,16 @@ interop-check: ## a stock kafkajs 2.2.4 consumer reads the kit's default produce
 	@scripts/interop-check.sh
 
 .PHONY: demo
-demo: services ## the saga on this machine: broker, three services, 200 orders (first run ~2 min compiling)
-	@scripts/demo.sh
+demo: services ## the saga on this machine: broker, three services, 200 orders (first run ~2 min compiling; TRACES=1: with a local Jaeger)
+	@TRACES=$(TRACES) scripts/demo.sh
+
+.PHONY: jaeger
+jaeger: ## build Jaeger v2 from the Go module proxy (tools/jaeger) and run it: OTLP 127.0.0.1:4317/4318, query API :16686, memory storage
+	@scripts/jaeger.sh
+
+.PHONY: jaeger-check
+jaeger-check: services ## make demo TRACES=1, then assert the stuck order's trace in Jaeger spans order and payment and a completed saga's all three services
+	@TRACES=1 JAEGER_CHECK=1 DEMO_ORDERS=$${DEMO_ORDERS:-60} scripts/demo.sh
 
 # The console's browser test is a module of its own (cmd/sagactl/browsertest), so its
 # chromedp dependency stays out of go.mod.

@@ -3,6 +3,10 @@
 # three services as separate processes, places a mixed batch of orders with `sagactl load`
 # (including one deliberately stuck order), prints the summary, and stops every process it
 # started, also on Ctrl-C. Logs go to .demo/logs/. A second run needs no clean-up.
+# TRACES=1 (make demo TRACES=1) also builds and runs Jaeger v2 (scripts/jaeger.sh), points
+# the services at it and reads the stuck order's trace back from Jaeger's query API;
+# JAEGER_CHECK=1 (make jaeger-check) then fails unless that trace spans order and payment
+# and a completed saga's trace spans all three services.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,8 +23,13 @@ scripts/ensure-services.sh
 mkdir -p "$LOGS" bin
 echo "demo: building binaries (about 2 minutes the first time, seconds after that)"
 go build -o bin/ ./cmd/devkafka ./cmd/sagactl ./services/order ./services/payment ./services/inventory
+if [ -n "${TRACES:-}" ]; then
+  go build -o bin/ ./internal/jaegercheck
+  scripts/jaeger.sh build
+fi
 
 pids=()
+jaeger_pid=
 stop_pids() { # pid... : SIGTERM, wait up to 10 s, then SIGKILL
   kill -TERM "$@" 2>/dev/null || true
   for _ in $(seq 1 100); do
@@ -38,8 +47,10 @@ cleanup() {
     # pids[0] is devkafka: the services drain and commit their offsets while it still runs.
     [ ${#pids[@]} -gt 1 ] && stop_pids "${pids[@]:1}"
     stop_pids "${pids[0]}"
-    wait 2>/dev/null || true
   fi
+  # Jaeger last: the services flush their spans to it as they stop.
+  if [ -n "$jaeger_pid" ]; then stop_pids "$jaeger_pid"; fi
+  wait 2>/dev/null || true
 }
 trap cleanup EXIT
 # Ctrl-C is how a demo is stopped, not a failure: exit 0 (after cleanup), so make reports
@@ -68,10 +79,18 @@ export ORDER_STUCK_AFTER=${ORDER_STUCK_AFTER:-10s}
 # Each service opens 16 Postgres connections before it is ready, so the first orders do not
 # wait for new backends (docs/operations.md, "Slow first seconds after a start").
 export DATABASE_MIN_CONNS=${DATABASE_MIN_CONNS:-16}
+if [ -n "${TRACES:-}" ]; then
+  bin/jaeger --config tools/jaeger/config.yaml >"$LOGS/jaeger.log" 2>&1 &
+  jaeger_pid=$!
+  wait_http "http://127.0.0.1:16686/api/services" jaeger
+  # Jaeger takes traces only; metrics stay on each service's /metrics.
+  export OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 OTEL_METRICS_EXPORTER=none
+  echo "demo: Jaeger v2 runs on this machine (OTLP 127.0.0.1:4318, query API http://127.0.0.1:16686/api/; log in $LOGS/jaeger.log)"
+fi
 if [ -n "${OTEL_EXPORTER_OTLP_ENDPOINT:-}" ]; then
   echo "demo: traces go to $OTEL_EXPORTER_OTLP_ENDPOINT"
 else
-  echo "demo: OTEL_EXPORTER_OTLP_ENDPOINT is not set, so traces are not exported (set it to send them to Jaeger)"
+  echo "demo: traces are not exported (make demo TRACES=1 runs a Jaeger and sends them there)"
 fi
 
 # Event signing (docs/threat-model.md): each service signs what it publishes with its own
@@ -105,6 +124,27 @@ echo "demo: broker on 127.0.0.1:$KAFKA_PORT, order API on http://$ORDER_ADDR, lo
 
 ORDER_URL="http://$ORDER_ADDR" bin/sagactl load -n "$ORDERS" -rate "$RATE"
 echo
+if [ -n "${TRACES:-}" ]; then
+  # The stuck order's trace id, once the order service lists it as stuck.
+  trace_id=
+  for _ in $(seq 1 40); do
+    trace_id=$(ORDER_URL="http://$ORDER_ADDR" bin/sagactl stuck -json | grep -o '"trace_id": *"[0-9a-f]\{32\}"' | head -1 | grep -o '[0-9a-f]\{32\}' || true)
+    [ -n "$trace_id" ] && break
+    sleep 0.5
+  done
+  if [ -z "$trace_id" ]; then
+    echo "demo: no stuck order with a trace id to look up in Jaeger" >&2
+    [ -n "${JAEGER_CHECK:-}" ] && exit 1
+  else
+    echo "demo: the stuck order's trace, read back from Jaeger (it ends at payment, which never answered):"
+    check=(-trace "$trace_id" -want order,payment)
+    [ -n "${JAEGER_CHECK:-}" ] && check+=(-complete inventory,order,payment)
+    if ! bin/jaegercheck "${check[@]}"; then
+      [ -n "${JAEGER_CHECK:-}" ] && exit 1
+    fi
+  fi
+  echo
+fi
 if [ -n "${DEMO_KEEP:-}" ]; then
   echo "demo: services keep running; inspect the stuck order with the command above; Ctrl-C stops them"
   wait
