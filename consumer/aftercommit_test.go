@@ -3,10 +3,12 @@ package consumer
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/choreo-saga/choreo/event"
 )
@@ -95,7 +97,7 @@ func TestAfterCommitRunsOnlyAfterCommit(t *testing.T) {
 }
 
 // A Reject commits the handler's writes and its effects, and is then returned with its
-// own dead-letter reason, not retryable; a redelivery is a duplicate.
+// own dead-letter reason, not retryable; a redelivery is refused again, handled once.
 func TestRejectCommitsAndRefuses(t *testing.T) {
 	pool := newDB(t)
 	if _, err := pool.Exec(context.Background(), `CREATE TABLE done (id text PRIMARY KEY)`); err != nil {
@@ -119,11 +121,53 @@ func TestRejectCommitsAndRefuses(t *testing.T) {
 	if n := count(t, pool, `SELECT count(*) FROM done`); n != 1 || effects != 1 {
 		t.Fatalf("rows %d, effects %d; want 1, 1 (the refusal's writes commit)", n, effects)
 	}
+	// A redelivery (say the dead-letter copy failed) is refused again without the
+	// handler: nothing is written or counted twice.
 	again := &Message{Group: "g", Event: m.Event, Decoded: true}
-	if err := h(ctx, again); err != nil || again.Outcome != OutcomeDuplicate || effects != 1 {
-		t.Fatalf("redelivery: err %v, outcome %q, effects %d; want nil, duplicate, 1", err, again.Outcome, effects)
+	err = h(ctx, again)
+	if Reason(err) != "mismatch" || Retryable(err) || !strings.Contains(err.Error(), mismatch.Error()) {
+		t.Fatalf("redelivery: err %v (reason %q); want the refusal again", err, Reason(err))
+	}
+	if n := count(t, pool, `SELECT count(*) FROM done`); n != 1 || effects != 1 {
+		t.Fatalf("redelivery: rows %d, effects %d; want 1, 1", n, effects)
 	}
 	if Reject("", mismatch) == nil || Reason(Reject("", mismatch)) != ReasonPermanent || Reject("x", nil) != nil {
 		t.Fatal("Reject defaults")
+	}
+}
+
+// In a batch transaction a Reject rolls the batch back (its records are then handled
+// one at a time), and a batch holding a record refused before fails the same way.
+func TestRejectInBatch(t *testing.T) {
+	pool := newDB(t)
+	if _, err := pool.Exec(context.Background(), `CREATE TABLE done (id text PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	refuse := errors.New("refused")
+	tr, err := IdempotentConfig{DB: pool, Name: "batch"}.resolve(func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO done VALUES ($1)`, ev.ID); err != nil {
+			return err
+		}
+		if ev.Subject == "bad" {
+			return Reject("mismatch", refuse)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, bad := decoded(t, "good", 1), decoded(t, "bad", 1)
+	good.Record, bad.Record = &kgo.Record{Offset: 1}, &kgo.Record{Offset: 2}
+	if err := tr.run(ctx, []*Message{good, bad}, nil, nil); err == nil || count(t, pool, `SELECT count(*) FROM done`) != 0 {
+		t.Fatalf("batch with a refusal: err %v; want an error and nothing committed", err)
+	}
+	if err := tr.run(ctx, []*Message{bad}, nil, nil); Reason(err) != "mismatch" {
+		t.Fatalf("alone: err %v; want the refusal", err)
+	}
+	again := decoded(t, "bad", 1)
+	again.Event, again.Record = bad.Event, bad.Record
+	if err := tr.run(ctx, []*Message{good, again}, nil, nil); err == nil || count(t, pool, `SELECT count(*) FROM done`) != 1 {
+		t.Fatalf("batch with a refused duplicate: err %v; want an error, only the refusal's row", err)
 	}
 }

@@ -124,8 +124,10 @@ func (t *transactor) handle(ctx context.Context, m *Message) error {
 // OutcomeDuplicate and runs the functions the handlers registered with AfterCommit and
 // the configured AfterCommit hooks once. When every event is a duplicate
 // the transaction, which wrote nothing, is rolled back and no hook runs. A Reject from
-// the handler of a single record commits the handler's writes as success does and is
-// then returned. An error rolls
+// the handler of a single record commits the handler's writes as success does, is
+// recorded as the idempotency record's response, and is then returned; a redelivery of
+// that record returns it again (so that DeadLetter produces the copy a failed produce
+// missed) and a batch holding it is handled one record at a time. An error rolls
 // everything back; it names the event whose handler failed, or the record when ms holds
 // one.
 func (t *transactor) run(ctx context.Context, ms []*Message, ctxs []context.Context, held []*lock.Lease) error {
@@ -135,6 +137,7 @@ func (t *transactor) run(ctx context.Context, ms []*Message, ctxs []context.Cont
 		failed  = -1
 		hooks   *txhook.Hooks
 		refusal error // a Reject of the one record: committed, then returned
+		again   error // the stored Reject of the one record, a duplicate
 	)
 	t.pool.check(ctx)
 	err := pipetx.Run(ctx, t.db, func(tx *pipetx.Tx) (*pgx.Batch, error) {
@@ -151,9 +154,21 @@ func (t *transactor) run(ctx context.Context, ms []*Message, ctxs []context.Cont
 				cctx = txhook.WithLeading(ctx, *st)
 			}
 		}
-		var err error
-		if dup, err = t.claim(cctx, tx, ms); err != nil {
+		var (
+			err     error
+			refused []error
+		)
+		if dup, refused, err = t.claim(cctx, tx, ms); err != nil {
 			return nil, err
+		}
+		for i, r := range refused {
+			switch {
+			case r == nil:
+			case len(ms) == 1:
+				again = r // refused before: dead-letter it again (its copy may be missing)
+			default:
+				return nil, fmt.Errorf("consumer: event %s was refused before; handling the batch's records one at a time", ms[i].Event.ID)
+			}
 		}
 		for i, m := range ms {
 			if dup[i] {
@@ -176,11 +191,20 @@ func (t *transactor) run(ctx context.Context, ms []*Message, ctxs []context.Cont
 		if fresh == 0 {
 			return nil, errRollback
 		}
+		if refusal != nil {
+			// A redelivery finds the refusal with the claim and refuses again.
+			m := ms[0]
+			if err := t.store.Complete(ctx, tx, m.Group+"/"+t.name, m.Event.ID, encodeRefusal(refusal)); err != nil {
+				return nil, err
+			}
+		}
 		// Writes deferred by the handlers (outbox.Enqueue: one multi-row insert for
 		// the whole transaction), after every handler, sent with the commit.
 		return hooks.Batch(ctx)
 	})
 	switch {
+	case again != nil && errors.Is(err, errRollback):
+		return handleErr(ms[0], again)
 	case err == nil || (fresh == 0 && errors.Is(err, errRollback)):
 	case failed >= 0:
 		return handleErr(ms[failed], err)
@@ -243,25 +267,59 @@ func fenceStmt(ms []*Message, held []*lock.Lease) (*txhook.Stmt, error) {
 }
 
 // claim claims the events of ms and reports which are duplicates.
-func (t *transactor) claim(ctx context.Context, tx pgx.Tx, ms []*Message) ([]bool, error) {
+// claim claims the events of ms and reports which are duplicates and, of those, which
+// were refused (Reject) when they were handled: the stored refusal.
+func (t *transactor) claim(ctx context.Context, tx pgx.Tx, ms []*Message) ([]bool, []error, error) {
 	scope := ms[0].Group + "/" + t.name
-	dup := make([]bool, len(ms))
+	var claims []idempotency.Claim
 	if len(ms) == 1 {
 		ev := ms[0].Event
 		c, err := t.store.Claim(ctx, tx, scope, ev.ID, idempotency.Hash([]byte(ev.Type), ev.Data))
-		dup[0] = c.Duplicate
-		return dup, err
+		if err != nil {
+			return nil, nil, err
+		}
+		claims = []idempotency.Claim{c}
+	} else {
+		reqs := make([]idempotency.Request, len(ms))
+		for i, m := range ms {
+			reqs[i] = idempotency.Request{Key: m.Event.ID, Hash: idempotency.Hash([]byte(m.Event.Type), m.Event.Data)}
+		}
+		var err error
+		if claims, err = t.store.ClaimAll(ctx, tx, scope, reqs); err != nil {
+			return nil, nil, err
+		}
 	}
-	reqs := make([]idempotency.Request, len(ms))
-	for i, m := range ms {
-		reqs[i] = idempotency.Request{Key: m.Event.ID, Hash: idempotency.Hash([]byte(m.Event.Type), m.Event.Data)}
-	}
-	claims, err := t.store.ClaimAll(ctx, tx, scope, reqs)
-	if err != nil {
-		return nil, err
-	}
+	dup := make([]bool, len(ms))
+	refused := make([]error, len(ms))
 	for i, c := range claims {
 		dup[i] = c.Duplicate
+		if c.Duplicate {
+			refused[i] = decodeRefusal(c.Response)
+		}
 	}
-	return dup, nil
+	return dup, refused, nil
+}
+
+// refusalPrefix starts the idempotency response that records a Reject.
+const refusalPrefix = "consumer.Reject\n"
+
+// encodeRefusal is the idempotency response that records refusal (a Reject): its
+// reason and its error text, at most MaxDLQErrorBytes.
+func encodeRefusal(refusal error) []byte {
+	reason, _ := rejected(refusal)
+	text := refusal.Error()
+	if len(text) > MaxDLQErrorBytes {
+		text = text[:MaxDLQErrorBytes]
+	}
+	return []byte(refusalPrefix + reason + "\n" + text)
+}
+
+// decodeRefusal returns the Reject that response records, or nil.
+func decodeRefusal(response []byte) error {
+	rest, ok := strings.CutPrefix(string(response), refusalPrefix)
+	if !ok {
+		return nil
+	}
+	reason, text, _ := strings.Cut(rest, "\n")
+	return Reject(reason, errors.New(text))
 }

@@ -24,10 +24,10 @@ func (e *rejectError) Unwrap() error { return e.err }
 // dead-lettered alone. Outside such a transaction it is a non-retryable error with its
 // own reason.
 //
-// If the dead-letter topic refuses the copy (ErrDeadLetter), the record is delivered
-// again and its idempotency record, committed with the handler's writes, settles it as a
-// duplicate: the refusal's effects stay, without a dead-letter copy. Log the refusal
-// (after commit) where the copy is not enough.
+// The refusal is stored with the event's idempotency record: if the dead-letter topic
+// refuses the copy (ErrDeadLetter), the redelivered record is a duplicate that is
+// refused again, without calling the handler, so its copy is produced then; the
+// refusal's writes and effects happen once.
 //
 // The result matches err with errors.Is and errors.As. Reject(reason, nil) is nil.
 func Reject(reason string, err error) error {
