@@ -15,7 +15,7 @@
 //
 // ToRecord writes every attribute; FromRecord reads whatever the CloudEvents 1.0 spec
 // allows other producers to send: ids that are not UUIDs, no subject (the record key is
-// used) or correlation id (the event id is used), content types with parameters, and
+// used) or correlation id (the subject is used, as New sets it), content types with parameters, and
 // structured mode (application/cloudevents+json).
 //
 // Decoding untrusted records never panics; every error matches ErrMalformed, which marks

@@ -54,7 +54,9 @@ const (
 
 // New returns an event of the given type about subject, with a fresh time-ordered UUID,
 // the current UTC time, schema version 1, data marshalled to JSON, and the correlation id
-// set to the subject, which starts a new saga. Use CausedBy to continue an existing one.
+// set to the subject, which starts a new saga named after its entity (FromRecord gives a
+// record without ce_correlationid the same default). Use CausedBy to continue an
+// existing saga.
 func New(source, typ, subject string, data any) (Event, error) {
 	id, err := uuid.NewV7()
 	if err != nil {

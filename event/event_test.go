@@ -249,7 +249,7 @@ func TestFromRecordForeignProducers(t *testing.T) {
 				"ce_specversion", "1.0", "ce_id", "A234-1234-1234", "ce_type", "com.example.shipment.created",
 				"ce_source", "/shipping/eu", "content-type", "application/json; charset=utf-8")},
 			want: event.Event{ID: "A234-1234-1234", Type: "com.example.shipment.created", Source: "/shipping/eu",
-				Subject: "ship-7", Time: ts, SchemaVersion: 1, CorrelationID: "A234-1234-1234", Data: []byte(`{"w":1}`)},
+				Subject: "ship-7", Time: ts, SchemaVersion: 1, CorrelationID: "ship-7", Data: []byte(`{"w":1}`)},
 		},
 		{
 			name: "binary, vendor +json type, own subject",
@@ -257,7 +257,7 @@ func TestFromRecordForeignProducers(t *testing.T) {
 				"ce_specversion", "1.0", "ce_id", "42", "ce_type", "t", "ce_source", "s", "ce_subject", "o-1",
 				"ce_time", "2026-01-02T03:04:05.5+01:00", "content-type", "application/vnd.example+json")},
 			want: event.Event{ID: "42", Type: "t", Source: "s", Subject: "o-1", Time: time.Date(2026, 1, 2, 2, 4, 5, 5e8, time.UTC),
-				SchemaVersion: 1, CorrelationID: "42", Data: []byte(`[1]`)},
+				SchemaVersion: 1, CorrelationID: "o-1", Data: []byte(`[1]`)},
 		},
 		{
 			name: "structured, extensions as members",
@@ -274,7 +274,7 @@ func TestFromRecordForeignProducers(t *testing.T) {
 			rec: &kgo.Record{Key: []byte("o-3"), Timestamp: ts, Headers: hdrs("content-type", "application/cloudevents+json"),
 				Value: []byte(`{"specversion":"1.0","id":"x","type":"t","source":"s","dataschemaversion":"3"}`)},
 			want: event.Event{ID: "x", Type: "t", Source: "s", Subject: "o-3", Time: ts, SchemaVersion: 3,
-				CorrelationID: "x", Data: []byte(`null`)},
+				CorrelationID: "o-3", Data: []byte(`null`)},
 		},
 		{
 			name: "Debezium outbox router with CloudEvents headers (id header beside ce_*)",
@@ -282,7 +282,7 @@ func TestFromRecordForeignProducers(t *testing.T) {
 				"id", "5d7c8f0e-0000-4000-8000-000000000001", "ce_specversion", "1.0",
 				"ce_id", "5d7c8f0e-0000-4000-8000-000000000001", "ce_type", "OrderCreated", "ce_source", "debezium.inventory")},
 			want: event.Event{ID: "5d7c8f0e-0000-4000-8000-000000000001", Type: "OrderCreated", Source: "debezium.inventory",
-				Subject: "4711", Time: ts, SchemaVersion: 1, CorrelationID: "5d7c8f0e-0000-4000-8000-000000000001", Data: []byte(`{"total":12}`)},
+				Subject: "4711", Time: ts, SchemaVersion: 1, CorrelationID: "4711", Data: []byte(`{"total":12}`)},
 		},
 	}
 	for _, tt := range tests {

@@ -81,8 +81,8 @@ func MaxPayloadBytes(n int) DecodeOption {
 // Binary mode (the default, and what ToRecord writes): the value is the payload and the
 // attributes are ce_* headers. Required: ce_specversion ("1.0"), ce_id (any non-empty
 // string up to MaxFieldBytes, the longest idempotency key), ce_type and ce_source.
-// Optional, with their defaults: ce_subject (the record key), ce_correlationid (the event
-// id: the first event of a saga starts its correlation), ce_causationid (none), ce_time
+// Optional, with their defaults: ce_subject (the record key), ce_correlationid (the
+// subject, as event.New sets it: an event that names no saga belongs to its entity's), ce_causationid (none), ce_time
 // (RFC 3339; the record timestamp) and ce_dataschemaversion (1). A content-type header,
 // when present, must name JSON (application/json, text/json or any +json type);
 // media-type parameters such as charset are accepted.
@@ -148,7 +148,7 @@ func FromRecord(r *kgo.Record, opts ...DecodeOption) (Event, error) {
 		e.Subject = string(r.Key)
 	}
 	if e.CorrelationID == "" {
-		e.CorrelationID = e.ID
+		e.CorrelationID = e.Subject // as New: the entity's saga
 	}
 	if err := e.Validate(); err != nil {
 		return Event{}, err
