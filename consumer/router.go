@@ -18,6 +18,8 @@ import (
 type Router struct {
 	routes  map[string]TxHandler
 	ignore  map[string]bool
+	topic   map[string]string // see HandleOn: the one topic a type is routed from
+	others  bool              // see IgnoreUnknown
 	trust   map[string][]trustRule     // see Trust (trust.go)
 	subject func(subject string) error // see Subjects (trust.go)
 	keys    map[string]*event.KeySet   // see TrustKeys (signature.go)
@@ -36,6 +38,28 @@ func (r *Router) Handle(typ string, h TxHandler) *Router {
 	}
 	r.mustBeNew(typ)
 	r.routes[typ] = h
+	return r
+}
+
+// HandleOn is Handle for events of type typ consumed from topic only, and returns r: on
+// any other topic the type counts as not routed (ignored under IgnoreUnknown, unknown
+// otherwise). Like Trust, the topic is checked by Filter, and so by Standard and
+// StandardBatch; Route alone does not see it. It panics as Handle does.
+func (r *Router) HandleOn(topic, typ string, h TxHandler) *Router {
+	r.Handle(typ, h)
+	if r.topic == nil {
+		r.topic = make(map[string]string)
+	}
+	r.topic[typ] = topic
+	return r
+}
+
+// IgnoreUnknown makes r settle events of every type that is not routed with
+// OutcomeIgnored, as if declared with Ignore, instead of failing them with
+// ErrUnknownType (dead-lettered); it returns r. For a consumer that reads a topic shared
+// with event types that are none of its business.
+func (r *Router) IgnoreUnknown() *Router {
+	r.others = true
 	return r
 }
 
@@ -92,9 +116,9 @@ func (r *Router) filter(m *Message) (bool, error) {
 		return false, err
 	}
 	switch {
-	case r.routes[typ] != nil:
+	case r.routes[typ] != nil && (r.topic[typ] == "" || r.topic[typ] == m.Record.Topic):
 		return true, nil
-	case r.ignore[typ]:
+	case r.ignore[typ] || r.others:
 		m.Outcome = OutcomeIgnored
 		return false, nil
 	default:

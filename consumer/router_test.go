@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/choreo-saga/choreo/event"
 )
@@ -82,5 +83,31 @@ func TestRouterRejectsDoubleRegistration(t *testing.T) {
 			}()
 			f()
 		})
+	}
+}
+
+// HandleOn routes a type from its topic only; IgnoreUnknown settles every type that is
+// not routed (also a routed type on another topic) as ignored instead of failing it.
+func TestRouterHandleOnAndIgnoreUnknown(t *testing.T) {
+	var calls int
+	h := func(context.Context, pgx.Tx, event.Event) error { calls++; return nil }
+	filter := func(r *Router, topic, typ string) (*Message, error) {
+		m := &Message{Record: &kgo.Record{Topic: topic}, Event: event.Event{Type: typ}, Decoded: true}
+		err := r.Filter()(func(ctx context.Context, m *Message) error { return r.Route(ctx, nil, m.Event) })(context.Background(), m)
+		return m, err
+	}
+	strict := NewRouter().HandleOn("orders", "order.confirmed", h)
+	if _, err := filter(strict, "orders", "order.confirmed"); err != nil || calls != 1 {
+		t.Fatalf("on its topic: err %v, %d calls", err, calls)
+	}
+	if _, err := filter(strict, "returns", "order.confirmed"); !errors.Is(err, ErrUnknownType) || calls != 1 {
+		t.Errorf("on another topic: err %v, %d calls; want ErrUnknownType and no call", err, calls)
+	}
+	lax := NewRouter().HandleOn("orders", "order.confirmed", h).IgnoreUnknown()
+	for _, in := range [][2]string{{"returns", "order.confirmed"}, {"orders", "order.teleported"}} {
+		m, err := filter(lax, in[0], in[1])
+		if err != nil || m.Outcome != OutcomeIgnored || calls != 1 {
+			t.Errorf("%s on %s: err %v, outcome %q, %d calls; want ignored", in[1], in[0], err, m.Outcome, calls)
+		}
 	}
 }
