@@ -18,8 +18,8 @@ import (
 type Router struct {
 	routes  map[string]TxHandler
 	ignore  map[string]bool
-	topic   map[string]string // see HandleOn: the one topic a type is routed from
-	others  bool              // see IgnoreUnknown
+	topic   map[string]string          // see HandleOn: the one topic a type is routed from
+	others  bool                       // see IgnoreUnknown
 	trust   map[string][]trustRule     // see Trust (trust.go)
 	subject func(subject string) error // see Subjects (trust.go)
 	keys    map[string]*event.KeySet   // see TrustKeys (signature.go)
