@@ -4,23 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/idempotency"
@@ -49,7 +43,6 @@ const ensureTopicsTimeout = 30 * time.Second
 // kafkaAuthTimeout bounds New's first connection to a broker that requires SASL or TLS.
 const kafkaAuthTimeout = 15 * time.Second
 
-
 type component struct {
 	name string
 	run  func(ctx context.Context) error
@@ -58,19 +51,23 @@ type component struct {
 	mustRun bool
 }
 
-// App is one running choreo service: its connections, its HTTP server, its consumers,
-// its outbox relay and its background functions, and their ordered shutdown. Build it
-// with New, register routes (Handle), consumers (Consume) and background functions (Go),
-// then call Run. The exported fields are ready to use after New.
+// App is one choreo service: its connections, its HTTP server, its consumers, its
+// outbox relay, its background functions, and their ordered shutdown. Build it with New,
+// register event handlers (Handle), HTTP routes (HandleHTTP) and background functions
+// (Go), then call Run. The exported fields are ready after New, for code that drops
+// down to the building blocks.
 type App struct {
 	// Config is the configuration the App was built with.
 	Config Config
 	// Logger is the service's structured logger.
 	Logger *slog.Logger
-	// Telemetry holds the tracer and meter providers and the Prometheus registry.
+	// Telemetry holds the tracer and meter providers and the Prometheus registry. Unless
+	// WithTelemetry or tracing.WithoutGlobals says otherwise they are also the otel
+	// globals, so code that creates spans or instruments needs nothing passed to it.
 	Telemetry *tracing.Telemetry
 	// Pool is the instrumented pool on the service's database, where New applied the
-	// library's migrations (package migrate) for Store, Outbox and the archive.
+	// library's migrations (package migrate) for Store, Outbox and the archive, and the
+	// service's own (WithSchema).
 	Pool *pgxpool.Pool
 	// Redis is the instrumented Redis client; nil when Config.RedisAddr and
 	// Config.RedisURL are empty.
@@ -78,13 +75,16 @@ type App struct {
 	// Kafka is the producer shared by the outbox relay and dead-lettering: idempotent,
 	// acks=all.
 	Kafka *kgo.Client
-	// Outbox stores events in handler transactions; the App's relay publishes them and
-	// consumers wake it after each commit.
+	// Outbox stores events in handler transactions (Publish); the App's relay publishes
+	// them and consumers wake it after each commit.
 	Outbox *outbox.Outbox
 	// Locker serialises work per entity; nil without Redis.
 	Locker *lock.Locker
 	// Store is the idempotency store of the consumers.
 	Store *idempotency.Store
+	// Router routes the events of the consumer group of Handle, which registers on it.
+	// Add trust rules (Router.Trust, Router.Subjects) or types to ignore on it before Run.
+	Router *consumer.Router
 
 	opts      options
 	kafkaOpts []kgo.Opt // security and WithKafkaOptions, for every client
@@ -93,9 +93,10 @@ type App struct {
 	checks    []NamedCheck
 	relay     *outbox.Relay
 	archive   *consumer.DeadLetterArchive // the default dead-letter archive, migrated by New
-	dlqTopics []string                    // dead-letter and retry topics of the consumers; Run creates them if missing
+	topics    []string                    // to create in Run: consumed, their .dlq, declared
 	consumers []component
 	workers   []component
+	kit       kit // Handle's registrations (handle.go)
 
 	state     atomic.Int32 // stateNew, stateRunning, stateStopping
 	ran       atomic.Bool
@@ -111,22 +112,34 @@ const (
 	stateStopping
 )
 
-// New validates cfg and connects the service: telemetry (tracing.Setup), logger, the
-// database (created if missing, then the library's migrations applied for the tables of
-// Store, Outbox and the dead-letter archive, see package migrate), Redis (pinged) and the
-// Kafka producer (with Config.KafkaSecurity: connected once, so that a broker refusing
-// the credentials or the certificate fails New). Nothing is served or consumed until Run.
-// If New fails, everything
-// it opened is closed again.
-func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
+// DefaultHTTPAddr is HTTP_ADDR when New reads the environment and it is unset.
+const DefaultHTTPAddr = ":8080"
+
+// New builds the service named service and connects it. The configuration comes from the
+// environment ([LoadConfig] with [DefaultHTTPAddr]; [WithEnv] names another source,
+// [WithConfig] gives it in code); every problem of it is returned at once, each
+// matching [ErrInvalidConfig]. Then: telemetry (tracing.Setup, installed as the otel
+// globals), the logger, the database (created if missing, then the library's migrations
+// for the tables of Store, Outbox and the dead-letter archive, see package migrate, and
+// the service's own, [WithSchema]), Redis (pinged) with a [lock.Locker], and the Kafka
+// producer (with Config.KafkaSecurity: connected once, so that a broker refusing the
+// credentials or the certificate fails New). Nothing is served or consumed until Run. If
+// New fails, everything it opened is closed again.
+func New(ctx context.Context, service string, opts ...Option) (a *App, err error) {
 	o := options{signals: true, sweeper: true, ensureDB: true, logOutput: os.Stderr, entityAttr: consumer.DefaultEntityAttribute}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if err := cfg.Validate(); err != nil {
+	cfg, err := o.resolve(service)
+	if err != nil {
 		return nil, err
 	}
-	a = &App{Config: cfg, opts: o, mux: http.NewServeMux(), ready: make(chan struct{})}
+	a = &App{Config: cfg, opts: o, mux: http.NewServeMux(), ready: make(chan struct{}),
+		Router: consumer.NewRouter(), kit: newKit()}
+	if !o.deadUnknown {
+		a.Router.IgnoreUnknown()
+	}
+	a.topics = append(a.topics, o.topics...)
 	self := a // "return nil, err" clears a before the deferred cleanup runs
 	defer func() {
 		if err != nil {
@@ -202,6 +215,11 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("app: %w", err)
 	}
+	for _, sc := range o.schemas {
+		if err := MigrateSQL(ctx, a.Pool, sc.name, sc.script); err != nil {
+			return nil, err
+		}
+	}
 	a.checks = append(a.checks, NamedCheck{"postgres", PostgresCheck(a.Pool)})
 
 	ro, err := cfg.redisOptions()
@@ -274,4 +292,3 @@ func New(ctx context.Context, cfg Config, opts ...Option) (a *App, err error) {
 	}
 	return a, nil
 }
-

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -141,7 +142,7 @@ func TestEnsureTopics(t *testing.T) {
 	}
 	defer cl.Close()
 	existing := testenv.Topic(t, brokers, 1)
-	topics := app.WithDeadLetterTopics("a.events", existing)
+	topics := []string{"a.events", existing, "a.events.dlq", existing + ".dlq"}
 	for range 2 {
 		if err := app.EnsureTopics(ctx, cl, 3, topics...); err != nil {
 			t.Fatal(err)
@@ -195,7 +196,7 @@ func newTestAppSignals(t *testing.T, opts ...app.Option) *testApp {
 		t.Fatal(err)
 	}
 	logs := &apptest.LogBuffer{}
-	a, err := app.New(context.Background(), cfg, append([]app.Option{
+	a, err := app.New(context.Background(), cfg.Service, append([]app.Option{app.WithConfig(cfg), 
 		app.WithListener(ln), app.WithLogOutput(logs),
 		app.WithLockOptions(lock.WithNamespace(ns)), app.WithEntityAttribute("widget.id"),
 	}, opts...)...)
@@ -229,7 +230,7 @@ func TestAppLifecycle(t *testing.T) {
 	if err := a.Migrate(ctx, "widget", `CREATE TABLE IF NOT EXISTS widgets (id text PRIMARY KEY)`); err != nil {
 		t.Fatal(err)
 	}
-	a.HandleFunc("GET /widgets/{id}", func(w http.ResponseWriter, r *http.Request) {
+	a.HandleHTTPFunc("GET /widgets/{id}", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "widget "+r.PathValue("id"))
 	})
 	router := consumer.NewRouter().
@@ -429,11 +430,11 @@ func TestNewFailsCleanly(t *testing.T) {
 	cfg := app.LoadConfig(env, "widget", "127.0.0.1:0")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, err := app.New(ctx, cfg, app.WithLogOutput(io.Discard))
+	_, err := app.New(ctx, cfg.Service, app.WithConfig(cfg), app.WithLogOutput(io.Discard))
 	if err == nil || !strings.Contains(err.Error(), "app: redis 127.0.0.1:1") {
 		t.Fatalf("New = %v", err)
 	}
-	if _, err := app.New(ctx, app.Config{Service: "x"}); !errors.Is(err, app.ErrInvalidConfig) {
+	if _, err := app.New(ctx, "x", app.WithConfig(app.Config{Service: "x"})); !errors.Is(err, app.ErrInvalidConfig) {
 		t.Fatalf("invalid config: %v", err)
 	}
 }
@@ -450,7 +451,7 @@ func TestWithoutRedis(t *testing.T) {
 		app.EnvDatabaseURL: freshDSN(t), app.EnvRedisAddr: "none", app.EnvKafkaBrokers: strings.Join(brokers, ","),
 	})
 	cfg := app.LoadConfig(env, "widget", ln.Addr().String())
-	a, err := app.New(context.Background(), cfg, app.WithListener(ln), app.WithoutSignals(), app.WithLogOutput(io.Discard))
+	a, err := app.New(context.Background(), cfg.Service, app.WithConfig(cfg), app.WithListener(ln), app.WithoutSignals(), app.WithLogOutput(io.Discard))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -483,34 +484,36 @@ func TestWithoutRedis(t *testing.T) {
 	}
 }
 
-// Serve closes the App when setup fails, and runs the components setup registered.
-func TestServe(t *testing.T) {
+// New reads the environment itself and reports every problem of it at once; a
+// component that fails on its own stops Run with its error.
+func TestNewFromEnv(t *testing.T) {
+	ctx := context.Background()
+	_, err := app.New(ctx, "widget", app.WithEnv(app.MapEnv(map[string]string{
+		app.EnvKafkaPartitions: "zero", app.EnvShutdownTimeout: "-1s", app.EnvRedisAddr: "redis",
+	})), app.WithSchema("widget", " "))
+	for _, want := range []string{app.EnvKafkaPartitions, app.EnvShutdownTimeout, app.EnvRedisAddr, `WithSchema("widget")`} {
+		if !errors.Is(err, app.ErrInvalidConfig) || !strings.Contains(fmt.Sprint(err), want) {
+			t.Errorf("New = %v; want ErrInvalidConfig naming %s", err, want)
+		}
+	}
+
 	ns := func(t *testing.T) string { _, ns := testenv.Redis(t); return ns }(t)
 	env := app.MapEnv(map[string]string{
-		app.EnvDatabaseURL: freshDSN(t), app.EnvRedisAddr: testenv.RedisAddr(t),
-		app.EnvKafkaBrokers: strings.Join(testenv.KafkaCluster(t).ListenAddrs(), ","),
+		app.EnvDatabaseURL: freshDSN(t), app.EnvRedisAddr: testenv.RedisAddr(t), app.EnvHTTPAddr: "127.0.0.1:0",
+		app.EnvAdminAddr: "none", app.EnvKafkaBrokers: strings.Join(testenv.KafkaCluster(t).ListenAddrs(), ","),
 	})
-	cfg := app.LoadConfig(env, "widget", "127.0.0.1:0")
-	opts := []app.Option{app.WithoutSignals(), app.WithLogOutput(io.Discard), app.WithLockOptions(lock.WithNamespace(ns))}
-	ctx := context.Background()
-
-	var kept *app.App
-	bad := errors.New("bad setup")
-	err := app.Serve(ctx, cfg, func(ctx context.Context, a *app.App) error { kept = a; return bad }, opts...)
-	if !errors.Is(err, bad) {
-		t.Fatalf("Serve = %v, want the setup error", err)
+	a, err := app.New(ctx, "widget", app.WithEnv(env), app.WithoutSignals(), app.WithLogOutput(io.Discard),
+		app.WithLockOptions(lock.WithNamespace(ns)), app.WithSchema("widget", `CREATE TABLE IF NOT EXISTS widgets (id text PRIMARY KEY)`))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if kept == nil || kept.Pool.Ping(ctx) == nil {
-		t.Fatal("the App was not closed after setup failed")
+	if _, err := a.Pool.Exec(ctx, `INSERT INTO widgets VALUES ('w-1')`); err != nil {
+		t.Fatalf("the schema of WithSchema is not there after New: %v", err)
 	}
-
 	boom := errors.New("boom")
-	err = app.Serve(ctx, cfg, func(ctx context.Context, a *app.App) error {
-		a.Go("exploder", func(context.Context) error { return boom })
-		return nil
-	}, opts...)
-	if !errors.Is(err, boom) {
-		t.Fatalf("Serve = %v, want the component's error", err)
+	a.Go("exploder", func(context.Context) error { return boom })
+	if err := a.Run(ctx); !errors.Is(err, boom) || !errors.Is(err, app.ErrComponent) {
+		t.Fatalf("Run = %v, want the component's error", err)
 	}
 }
 
@@ -601,7 +604,7 @@ func TestShutdownTimeoutReachesConsumers(t *testing.T) {
 	if err := env.Err(); err != nil {
 		t.Fatal(err)
 	}
-	a, err := app.New(context.Background(), cfg, app.WithListener(ln), app.WithoutSignals(), app.WithLogOutput(io.Discard))
+	a, err := app.New(context.Background(), cfg.Service, app.WithConfig(cfg), app.WithListener(ln), app.WithoutSignals(), app.WithLogOutput(io.Discard))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -739,7 +742,7 @@ func newPoolApp(t *testing.T, dsn, maxConns, minConns string) (*app.App, *apptes
 		t.Fatal(err)
 	}
 	logs := &apptest.LogBuffer{}
-	a, err := app.New(context.Background(), cfg, app.WithListener(ln), app.WithoutSignals(), app.WithLogOutput(logs))
+	a, err := app.New(context.Background(), cfg.Service, app.WithConfig(cfg), app.WithListener(ln), app.WithoutSignals(), app.WithLogOutput(logs))
 	if err != nil {
 		return nil, logs, err
 	}

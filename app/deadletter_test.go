@@ -121,7 +121,7 @@ func TestConsumeMissingDeadLetterTopic(t *testing.T) {
 	if !errors.Is(err, app.ErrComponent) || !errors.Is(err, consumer.ErrMissingTopic) || !strings.Contains(err.Error(), dlq) {
 		t.Fatalf("Run = %v; want a component failure naming %s", err, dlq)
 	}
-	if !strings.Contains(a.logs.String(), "creating dead-letter and retry topics failed") {
+	if !strings.Contains(a.logs.String(), "creating topics failed") {
 		t.Errorf("no log line about the refused creation:\n%s", a.logs.String())
 	}
 }

@@ -43,48 +43,29 @@ func ExampleLoadConfig() {
 	// Output: choreo_shipping [k1:9092 k2:9092] true :8090 <nil>
 }
 
-func ExampleWithDeadLetterTopics() {
-	fmt.Println(app.WithDeadLetterTopics("orders.events", "payments.events"))
-	// Output: [orders.events payments.events orders.events.dlq payments.events.dlq]
-}
-
 // A whole service: a shipping service that schedules a shipment for every confirmed
-// order and publishes shipment.scheduled through the outbox.
+// order and publishes shipment.scheduled through the outbox, in the same transaction.
 func ExampleNew() {
-	env := app.NewEnv(nil)
-	cfg := app.LoadConfig(env, "shipping", ":8090")
-	if err := env.Err(); err != nil {
-		log.Fatal(err)
-	}
 	ctx := context.Background()
-	a, err := app.New(ctx, cfg, app.WithEntityAttribute("order.id"))
+	svc, err := app.New(ctx, "shipping", // configuration from the environment
+		app.WithSchema("shipping", `CREATE TABLE IF NOT EXISTS shipments (order_id text PRIMARY KEY)`),
+		app.WithTopics("shipping.events"))
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := a.Migrate(ctx, "shipping", `CREATE TABLE IF NOT EXISTS shipments (order_id text PRIMARY KEY)`); err != nil {
-		log.Fatal(err)
-	}
-	if err := a.EnsureTopics(ctx, "orders.events", "shipping.events"); err != nil {
-		log.Fatal(err)
-	}
-	router := consumer.NewRouter().
-		Handle("order.confirmed", func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
-			if _, err := tx.Exec(ctx, `INSERT INTO shipments (order_id) VALUES ($1) ON CONFLICT DO NOTHING`, ev.Subject); err != nil {
-				return err
-			}
-			out, err := event.New("shipping", "shipment.scheduled", ev.Subject, map[string]string{"order_id": ev.Subject})
-			if err != nil {
-				return consumer.Permanent(err)
-			}
-			return a.Outbox.Enqueue(ctx, tx, "shipping.events", out.CausedBy(ev))
-		}).
-		Ignore("order.created", "order.rejected", "order.cancel_requested", "order.cancelled")
-	if err := a.Consume(app.ConsumerSpec{Group: "shipping", Topics: []string{"orders.events"}, Router: router}); err != nil {
-		log.Fatal(err)
-	}
-	a.HandleFunc("GET /shipments/{id}", func(w http.ResponseWriter, r *http.Request) {
+	svc.Handle("orders.events", "order.confirmed", func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO shipments (order_id) VALUES ($1) ON CONFLICT DO NOTHING`, ev.Subject); err != nil {
+			return err
+		}
+		next, err := event.New("shipping", "shipment.scheduled", ev.Subject, map[string]string{"order_id": ev.Subject})
+		if err != nil {
+			return consumer.Permanent(err)
+		}
+		return svc.Publish(ctx, tx, "shipping.events", next.CausedBy(ev))
+	})
+	svc.HandleHTTPFunc("GET /shipments/{id}", func(w http.ResponseWriter, r *http.Request) {
 		var id string
-		err := a.Pool.QueryRow(r.Context(), `SELECT order_id FROM shipments WHERE order_id = $1`, r.PathValue("id")).Scan(&id)
+		err := svc.Pool.QueryRow(r.Context(), `SELECT order_id FROM shipments WHERE order_id = $1`, r.PathValue("id")).Scan(&id)
 		if err != nil {
 			http.NotFound(w, r)
 			return
@@ -92,7 +73,7 @@ func ExampleNew() {
 		fmt.Fprintf(w, "shipment for %s scheduled\n", id)
 	})
 	// Blocks until SIGTERM, then shuts down in order: HTTP, consumers, relay, connections, telemetry.
-	if err := a.Run(ctx); err != nil {
+	if err := svc.Run(ctx); err != nil {
 		log.Fatal(err)
 	}
 }

@@ -39,12 +39,12 @@ func runHTTPApp(t *testing.T, limits app.HTTPLimits, opts []app.Option, register
 	if cfg.AdminAddr != "127.0.0.1:0" {
 		t.Fatalf("default AdminAddr %q for HTTP_ADDR 127.0.0.1:0", cfg.AdminAddr)
 	}
-	a, err := app.New(context.Background(), cfg, append([]app.Option{app.WithoutSignals(), app.WithLogOutput(io.Discard),
+	a, err := app.New(context.Background(), cfg.Service, append([]app.Option{app.WithConfig(cfg), app.WithoutSignals(), app.WithLogOutput(io.Discard),
 		app.WithLockOptions(lock.WithNamespace(ns)), app.WithHTTPLimits(limits)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.HandleFunc("POST /echo", func(w http.ResponseWriter, r *http.Request) {
+	a.HandleHTTPFunc("POST /echo", func(w http.ResponseWriter, r *http.Request) {
 		b, err := io.ReadAll(r.Body)
 		if err != nil {
 			http.Error(w, "read: "+err.Error(), http.StatusBadRequest)
@@ -52,7 +52,7 @@ func runHTTPApp(t *testing.T, limits app.HTTPLimits, opts []app.Option, register
 		}
 		_, _ = w.Write(b)
 	})
-	a.HandleFunc("GET /slow", func(w http.ResponseWriter, r *http.Request) {
+	a.HandleHTTPFunc("GET /slow", func(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done()
 	})
 	for _, f := range register {
@@ -232,14 +232,14 @@ func TestRouteAdmission(t *testing.T) {
 			if adm, err = app.NewAdmission(1, app.WithAdmissionMeterProvider(a.Telemetry.MeterProvider)); err != nil {
 				t.Fatal(err)
 			}
-			a.HandleFunc("GET /held", func(w http.ResponseWriter, r *http.Request) {
+			a.HandleHTTPFunc("GET /held", func(w http.ResponseWriter, r *http.Request) {
 				entered <- struct{}{}
 				select {
 				case <-hold:
 				case <-r.Context().Done():
 				}
 			}, app.WithRouteAdmission(adm))
-			a.HandleFunc("GET /past-deadline", func(w http.ResponseWriter, r *http.Request) {
+			a.HandleHTTPFunc("GET /past-deadline", func(w http.ResponseWriter, r *http.Request) {
 				<-r.Context().Done()
 			}, app.WithRouteAdmission(adm))
 		})

@@ -8,8 +8,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/choreo-saga/choreo/consumer"
 )
 
 // EnsureTopics creates every topic in topics that does not exist yet, with partitions
@@ -34,14 +32,4 @@ func EnsureTopics(ctx context.Context, cl *kgo.Client, partitions int32, topics 
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// WithDeadLetterTopics returns topics followed by the dead-letter topic of each
-// (consumer.DeadLetterTopic(topic)), for [EnsureTopics].
-func WithDeadLetterTopics(topics ...string) []string {
-	out := append([]string(nil), topics...)
-	for _, t := range topics {
-		out = append(out, consumer.DeadLetterTopic(t))
-	}
-	return out
 }

@@ -178,7 +178,7 @@ func TestAppKafkaSecurity(t *testing.T) {
 	}
 	_, rdbNS := testenv.Redis(t)
 	logs := &apptest.LogBuffer{}
-	_, err := app.New(ctx, load(), app.WithLogOutput(logs), app.WithoutSignals())
+	_, err := app.New(ctx, "", app.WithConfig(load()), app.WithLogOutput(logs), app.WithoutSignals())
 	if err == nil {
 		t.Fatal("New accepted a wrong Kafka password")
 	}
@@ -196,7 +196,7 @@ func TestAppKafkaSecurity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := app.New(ctx, load(), app.WithLogOutput(logs), app.WithoutSignals(), app.WithListener(ln),
+	a, err := app.New(ctx, "", app.WithConfig(load()), app.WithLogOutput(logs), app.WithoutSignals(), app.WithListener(ln),
 		app.WithLockOptions(lock.WithNamespace(rdbNS)))
 	if err != nil {
 		t.Fatalf("New with the right password: %v", err)

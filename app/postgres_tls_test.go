@@ -62,7 +62,7 @@ func TestPostgresTLS(t *testing.T) {
 			t.Fatal(err)
 		}
 		logs := &apptest.LogBuffer{}
-		a, err := app.New(ctx, cfg, app.WithLogOutput(logs), app.WithoutSignals())
+		a, err := app.New(ctx, cfg.Service, app.WithConfig(cfg), app.WithLogOutput(logs), app.WithoutSignals())
 		if a != nil {
 			t.Cleanup(func() { _ = a.Close() })
 		}

@@ -32,7 +32,7 @@ func TestRetention(t *testing.T) {
 	if cfg.IdempotencyRetention != 90*time.Minute || cfg.DeadLetterRetention != 48*time.Hour {
 		t.Fatalf("retentions %s, %s", cfg.IdempotencyRetention, cfg.DeadLetterRetention)
 	}
-	a, err := app.New(ctx, cfg, app.WithLogOutput(io.Discard), app.WithoutSignals())
+	a, err := app.New(ctx, cfg.Service, app.WithConfig(cfg), app.WithLogOutput(io.Discard), app.WithoutSignals())
 	if err != nil {
 		t.Fatal(err)
 	}
