@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/lock"
 	"github.com/choreo-saga/choreo/services/events"
@@ -302,7 +303,11 @@ func (s *system) deadLettered(t *testing.T) int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	offs, err := s.admin.ListEndOffsets(ctx, app.WithDeadLetterTopics(events.Topics...)[len(events.Topics):]...)
+	var dlqs []string
+	for _, t := range events.Topics {
+		dlqs = append(dlqs, t+consumer.DeadLetterSuffix)
+	}
+	offs, err := s.admin.ListEndOffsets(ctx, dlqs...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -136,14 +136,11 @@ var Topics = []string{events.TopicOrders, events.TopicPayments}
 // order.confirmed, order.rejected, order.cancelled and order.cancel_requested are
 // handled; the saga's other types on those topics are ignored.
 func (h *Handlers) Router() *consumer.Router {
-	return events.Trust(consumer.NewRouter()).
-		Handle(events.OrderCreated, h.OrderCreated).
-		Handle(events.PaymentAuthorized, h.PaymentAuthorized).
-		Handle(events.OrderConfirmed, h.OrderConfirmed).
-		Handle(events.OrderRejected, h.OrderOutcome).
-		Handle(events.OrderCancelled, h.OrderOutcome).
-		Handle(events.OrderCancelRequested, h.CancelRequested).
-		Ignore(events.PaymentDeclined, events.PaymentRefunded)
+	r := events.Trust(consumer.NewRouter()).Ignore(ignored...)
+	for _, rt := range h.routes() {
+		r.HandleOn(rt.topic, rt.typ, rt.h)
+	}
+	return r
 }
 
 // OrderCreated records that the order service announced the order, and reserves for a

@@ -2,9 +2,9 @@ package inventorysvc
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/services/events"
 )
 
@@ -18,27 +18,28 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	opts := append([]app.Option{app.WithEntityAttribute("order.id")}, cfg.AppOptions...)
-	return app.Serve(ctx, cfg.App, func(ctx context.Context, a *app.App) error { return setup(ctx, a, cfg) }, opts...)
+	a, err := app.New(ctx, "inventory", append([]app.Option{app.WithConfig(cfg.App), app.WithEntityAttribute("order.id"),
+		app.WithSchema("inventory", Schema), app.WithTopics(events.Topics...), app.WithGroup(cfg.Group),
+		app.WithHandlerName("inventory"), app.WithDeadLetterUnknownTypes()}, cfg.AppOptions...)...)
+	if err != nil {
+		return err
+	}
+	if err := setup(ctx, a, cfg); err != nil {
+		_ = a.Close()
+		return err
+	}
+	return a.Run(ctx)
 }
 
 func setup(ctx context.Context, a *app.App, cfg Config) error {
-	if err := a.Migrate(ctx, "inventory", Schema); err != nil {
-		return err
-	}
 	if err := Seed(ctx, a.Pool, cfg.Stock); err != nil {
-		return err
-	}
-	if err := a.EnsureTopics(ctx, events.Topics...); err != nil {
 		return err
 	}
 	h, err := NewHandlers(a.Outbox, cfg, a.Logger, a.Telemetry.MeterProvider)
 	if err != nil {
 		return err
 	}
-	if err := a.Consume(app.ConsumerSpec{Group: cfg.Group, Topics: Topics, Router: h.Router(), Name: "inventory"}); err != nil {
-		return fmt.Errorf("inventorysvc: %w", err)
-	}
+	h.register(a)
 	sw := NewSweeper(a.Pool, h)
 	a.Go("reservation sweeper", func(ctx context.Context) error { return sw.Run(ctx, cfg.SweepInterval) })
 	interval := cfg.ReconcileInterval
@@ -51,4 +52,34 @@ func setup(ctx context.Context, a *app.App, cfg Config) error {
 		"orphan_after", h.orphanAfter.String(),
 		"reservation_ttl", cfg.ReservationTTL.String(), "sweep_interval", cfg.SweepInterval.String())
 	return nil
+}
+
+// route is one event type the inventory service handles, and the topic it comes from.
+type route struct {
+	topic, typ string
+	h          consumer.TxHandler
+}
+
+// routes are the inventory service's handlers (see Router).
+func (h *Handlers) routes() []route {
+	return []route{
+		{events.TopicOrders, events.OrderCreated, h.OrderCreated},
+		{events.TopicPayments, events.PaymentAuthorized, h.PaymentAuthorized},
+		{events.TopicOrders, events.OrderConfirmed, h.OrderConfirmed},
+		{events.TopicOrders, events.OrderRejected, h.OrderOutcome},
+		{events.TopicOrders, events.OrderCancelled, h.OrderOutcome},
+		{events.TopicOrders, events.OrderCancelRequested, h.CancelRequested},
+	}
+}
+
+// ignored are the saga's types on the inventory service's topics that it knowingly does
+// not handle (see Router).
+var ignored = []string{events.PaymentDeclined, events.PaymentRefunded}
+
+// register routes the inventory service's events on a, as Router does.
+func (h *Handlers) register(a *app.App) {
+	events.Trust(a.Router).Ignore(ignored...)
+	for _, rt := range h.routes() {
+		a.Handle(rt.topic, rt.typ, rt.h)
+	}
 }

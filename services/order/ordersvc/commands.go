@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/choreo-saga/choreo/app"
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/idempotency"
@@ -266,11 +267,26 @@ func (s *Service) command(ctx context.Context, id, spanName string, cmd Trigger,
 // inventory.events): every event type on them is routed to HandleEvent.
 func (s *Service) Router() *consumer.Router {
 	r := events.Trust(consumer.NewRouter())
-	for _, t := range []Trigger{OnPaymentAuthorized, OnPaymentDeclined, OnPaymentRefunded,
-		OnStockReserved, OnStockUnavailable, OnStockReleased} {
-		r.Handle(string(t), s.HandleEvent)
+	for t, topic := range triggerTopics {
+		r.HandleOn(topic, string(t), s.HandleEvent)
 	}
 	return r
+}
+
+// triggerTopics are the events the order service consumes, and the topic of each.
+var triggerTopics = map[Trigger]string{
+	OnPaymentAuthorized: events.TopicPayments, OnPaymentDeclined: events.TopicPayments,
+	OnPaymentRefunded: events.TopicPayments, OnStockReserved: events.TopicInventory,
+	OnStockUnavailable: events.TopicInventory, OnStockReleased: events.TopicInventory,
+}
+
+// register routes the order service's events on a, as Router does.
+func (s *Service) register(a *app.App) {
+	events.Trust(a.Router)
+	for _, t := range []Trigger{OnPaymentAuthorized, OnPaymentDeclined, OnPaymentRefunded,
+		OnStockReserved, OnStockUnavailable, OnStockReleased} {
+		a.Handle(triggerTopics[t], string(t), s.HandleEvent)
+	}
 }
 
 // Topics are the topics the order service consumes.

@@ -18,17 +18,20 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	opts := append([]app.Option{app.WithEntityAttribute(AttrOrderID)}, cfg.AppOptions...)
-	return app.Serve(ctx, cfg.App, func(ctx context.Context, a *app.App) error { return setup(ctx, a, cfg) }, opts...)
+	a, err := app.New(ctx, "order", append([]app.Option{app.WithConfig(cfg.App), app.WithEntityAttribute(AttrOrderID),
+		app.WithSchema("order", Schema), app.WithTopics(events.Topics...), app.WithGroup(cfg.Group),
+		app.WithHandlerName("order"), app.WithDeadLetterUnknownTypes()}, cfg.AppOptions...)...)
+	if err != nil {
+		return err
+	}
+	if err := setup(ctx, a, cfg); err != nil {
+		_ = a.Close()
+		return err
+	}
+	return a.Run(ctx)
 }
 
 func setup(ctx context.Context, a *app.App, cfg Config) error {
-	if err := a.Migrate(ctx, "order", Schema); err != nil {
-		return fmt.Errorf("ordersvc: %w", err)
-	}
-	if err := a.EnsureTopics(ctx, events.Topics...); err != nil {
-		return fmt.Errorf("ordersvc: %w", err)
-	}
 	svc, err := New(a.Pool, cfg.Settings,
 		WithLogger(a.Logger),
 		WithTracerProvider(a.Telemetry.TracerProvider),
@@ -54,11 +57,9 @@ func setup(ctx context.Context, a *app.App, cfg Config) error {
 			cfg.App.HTTPAddr+" can create and cancel orders; set "+EnvAPIToken, "http_addr", cfg.App.HTTPAddr)
 	}
 	svc.Register(func(pattern string, h http.Handler) {
-		a.Handle(pattern, app.RequireBearer(cfg.APIToken, h), app.WithRouteAdmission(adm))
+		a.HandleHTTP(pattern, app.RequireBearer(cfg.APIToken, h), app.WithRouteAdmission(adm))
 	})
-	if err := a.Consume(app.ConsumerSpec{Group: cfg.Group, Topics: Topics, Router: svc.Router(), Name: "order"}); err != nil {
-		return fmt.Errorf("ordersvc: %w", err)
-	}
+	svc.register(a)
 	a.Go("deadline sweeper", svc.RunSweeper)
 	a.Go("pending counter", svc.RunPendingCounter)
 	s := svc.Settings()

@@ -139,13 +139,11 @@ const MetricReconciliations = "payment.reconciliations"
 // would cost a transaction per order for nothing). Each type is accepted only from
 // its producer and topic (events.Trust).
 func (h *Handlers) Router() *consumer.Router {
-	return events.Trust(consumer.NewRouter()).
-		Handle(events.OrderCreated, h.OrderCreated).
-		Handle(events.StockUnavailable, h.StockUnavailable).
-		Handle(events.OrderCancelRequested, h.CancelRequested).
-		Handle(events.OrderRejected, h.OrderOutcome).
-		Handle(events.OrderCancelled, h.OrderOutcome).
-		Ignore(events.OrderConfirmed, events.StockReserved, events.StockReleased)
+	r := events.Trust(consumer.NewRouter()).Ignore(ignored...)
+	for _, rt := range h.routes() {
+		r.HandleOn(rt.topic, rt.typ, rt.h)
+	}
+	return r
 }
 
 // Topics are the topics the payment service consumes.
