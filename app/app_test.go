@@ -196,7 +196,7 @@ func newTestAppSignals(t *testing.T, opts ...app.Option) *testApp {
 		t.Fatal(err)
 	}
 	logs := &apptest.LogBuffer{}
-	a, err := app.New(context.Background(), cfg.Service, append([]app.Option{app.WithConfig(cfg), 
+	a, err := app.New(context.Background(), cfg.Service, append([]app.Option{app.WithConfig(cfg),
 		app.WithListener(ln), app.WithLogOutput(logs),
 		app.WithLockOptions(lock.WithNamespace(ns)), app.WithEntityAttribute("widget.id"),
 	}, opts...)...)

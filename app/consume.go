@@ -72,6 +72,7 @@ func (a *App) consume(spec ConsumerSpec) error {
 		AfterCommit:       []func(){a.Outbox.Wake},
 		Retry:             spec.Retry,
 		EntityAttribute:   a.opts.entityAttr,
+		TrustedKeys:       a.Config.Signing.TrustedKeys,
 		Logger:            a.Logger,
 		TracerProvider:    a.Telemetry.TracerProvider,
 		MeterProvider:     a.Telemetry.MeterProvider,
