@@ -82,6 +82,10 @@ func (a *App) consume(spec ConsumerSpec) error {
 		sc.Locker = a.Locker
 		sc.Fence = true
 	}
+	if a.Redis != nil && sc.Retry.Probes.Redis == nil {
+		// Confirms outages of unknown origin (consumer.Retry); Standard adds the pool's Ping.
+		sc.Retry.Probes.Redis = func(ctx context.Context) error { return a.Redis.Ping(ctx).Err() }
+	}
 	if spec.Configure != nil {
 		spec.Configure(&sc)
 	}
