@@ -159,7 +159,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 	httpDone := make(chan struct{})
 	go func() {
 		defer close(httpDone)
-		if err := srv.Serve(limitConns(ln, limits.MaxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) && !stopping.Load() {
+		if err := srv.Serve(limitConns(srv, ln, limits)); err != nil && !errors.Is(err, http.ErrServerClosed) && !stopping.Load() {
 			exits <- exit{"http server", err}
 		}
 	}()
