@@ -129,3 +129,10 @@ func (a *App) startKit() error {
 	}
 	return a.consume(spec)
 }
+
+// HandlerGroup returns the consumer group of the handlers registered with Handle and the
+// topics it consumes (none before the first Handle), e.g. to wait in a test until the
+// group has caught up.
+func (a *App) HandlerGroup() (group string, topics []string) {
+	return a.opts.group, slices.Clone(a.kit.topics)
+}
