@@ -97,7 +97,7 @@ func (a *App) consume(spec ConsumerSpec) error {
 		consumer.WithClientOptions(a.kafkaOpts...),
 		consumer.WithLogger(a.Logger),
 		consumer.WithMeterProvider(a.Telemetry.MeterProvider),
-		consumer.WithDeadLetterTopics(nil),
+		consumer.WithDeadLetterTopicCheck(),
 		consumer.WithRetryTopics(),
 	}
 	if d := a.Config.ShutdownTimeout / 2; d > 0 {
@@ -126,7 +126,7 @@ func (a *App) consume(spec ConsumerSpec) error {
 	copts = append(copts, consumer.WithClientOptions(kopts...))
 	copts = append(copts, spec.Options...)
 	for _, t := range spec.Topics {
-		a.topics = append(a.topics, t, t+consumer.DeadLetterSuffix, consumer.RetryTopic(t, spec.Group))
+		a.topics = append(a.topics, t, consumer.DeadLetterTopic(t), consumer.RetryTopic(t, spec.Group))
 	}
 	c, err := consumer.New(a.Config.KafkaBrokers, spec.Group, spec.Topics, h, copts...)
 	if err != nil {
@@ -155,7 +155,7 @@ func (a *App) Go(name string, fn func(ctx context.Context) error) {
 func (a *App) EnsureTopics(ctx context.Context, topics ...string) error {
 	all := append([]string(nil), topics...)
 	for _, t := range topics {
-		all = append(all, t+consumer.DeadLetterSuffix)
+		all = append(all, consumer.DeadLetterTopic(t))
 	}
 	return EnsureTopics(ctx, a.Kafka, a.Config.KafkaPartitions, all...)
 }
