@@ -36,7 +36,7 @@ func TestKafkaCompressionConfig(t *testing.T) {
 	if err := bad.Validate(); !errors.Is(err, app.ErrInvalidConfig) || !strings.Contains(err.Error(), app.EnvKafkaCompression) {
 		t.Fatalf("Validate: %v", err)
 	}
-	if _, err := app.New(context.Background(), bad); !errors.Is(err, app.ErrInvalidConfig) {
+	if _, err := app.New(context.Background(), bad.Service, app.WithConfig(bad)); !errors.Is(err, app.ErrInvalidConfig) {
 		t.Fatalf("New: %v", err)
 	}
 	if _, err := app.KafkaCompressionOption("brotli"); !errors.Is(err, app.ErrInvalidConfig) {
