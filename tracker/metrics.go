@@ -1,0 +1,151 @@
+package tracker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// MeterName is the name of the meter the tracker takes from the global meter provider.
+const MeterName = "github.com/choreo-saga/choreo/tracker"
+
+type instruments struct {
+	indexed, skipped metric.Int64Counter
+	latency          metric.Float64Histogram
+	reg              metric.Registration
+}
+
+type stepKey struct{ saga, step string }
+
+// snapshot is what the gauges report, as of the last Refresh.
+type snapshot struct {
+	inFlight map[string]int64
+	stuck    map[stepKey]int64
+}
+
+func (t *Tracker) initMetrics() error {
+	m := t.meter
+	if m == nil {
+		m = otel.GetMeterProvider().Meter(MeterName)
+	}
+	var err error
+	wrap := func(e error) error { return fmt.Errorf("tracker: metrics: %w", e) }
+	if t.inst.indexed, err = m.Int64Counter("choreo.tracker.events.indexed",
+		metric.WithDescription("Records newly indexed by the saga tracker")); err != nil {
+		return wrap(err)
+	}
+	if t.inst.skipped, err = m.Int64Counter("choreo.tracker.events.skipped",
+		metric.WithDescription("Records without correlation id or event type, not indexed")); err != nil {
+		return wrap(err)
+	}
+	if t.inst.latency, err = m.Float64Histogram("choreo.tracker.saga.duration", metric.WithUnit("s"),
+		metric.WithDescription("End-to-end saga latency, from its first start event to its terminal event, per saga")); err != nil {
+		return wrap(err)
+	}
+	inFlight, err := m.Int64ObservableGauge("choreo.tracker.sagas.in_flight",
+		metric.WithDescription("Sagas started and not ended (stuck ones included), per saga, as of the last refresh"))
+	if err != nil {
+		return wrap(err)
+	}
+	stuck, err := m.Int64ObservableGauge("choreo.tracker.sagas.stuck",
+		metric.WithDescription("Stuck sagas per saga and waiting step, as of the last refresh"))
+	if err != nil {
+		return wrap(err)
+	}
+	t.inst.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		for saga, n := range t.snap.inFlight {
+			o.ObserveInt64(inFlight, n, metric.WithAttributes(attribute.String("saga", saga)))
+		}
+		for k, n := range t.snap.stuck {
+			o.ObserveInt64(stuck, n, metric.WithAttributes(attribute.String("saga", k.saga), attribute.String("step", k.step)))
+		}
+		return nil
+	}, inFlight, stuck)
+	if err != nil {
+		return wrap(err)
+	}
+	return nil
+}
+
+// Close unregisters the tracker's gauge callback. The tracker's queries keep working.
+func (t *Tracker) Close() error {
+	if t.inst.reg == nil {
+		return nil
+	}
+	return t.inst.reg.Unregister()
+}
+
+// Refresh recomputes what the in-flight and stuck gauges report. Run calls it every
+// refresh interval.
+func (t *Tracker) Refresh(ctx context.Context) error {
+	all, err := t.List(ctx, "")
+	if err != nil {
+		return err
+	}
+	s := snapshot{inFlight: map[string]int64{}, stuck: map[stepKey]int64{}}
+	for _, sg := range t.cfg.Sagas {
+		s.inFlight[sg.Name] = 0
+	}
+	for _, sum := range all {
+		if sum.Status == StatusCompleted {
+			continue
+		}
+		s.inFlight[sum.Saga]++
+		if sum.Waiting != nil {
+			s.stuck[stepKey{sum.Saga, sum.Waiting.Step}]++
+		}
+	}
+	t.mu.Lock()
+	t.snap = s
+	t.mu.Unlock()
+	return nil
+}
+
+// recordLatency records the end-to-end latency of each saga that fresh entries ended.
+func (t *Tracker) recordLatency(ctx context.Context, fresh []entry) {
+	for _, e := range fresh {
+		if e.dead {
+			continue
+		}
+		for _, s := range t.cfg.Sagas {
+			if !matchAny(s.Terminal, e.typ) {
+				continue
+			}
+			start, ok := t.startTime(ctx, e.corr, s)
+			if !ok || e.at.Before(start) {
+				continue
+			}
+			t.inst.latency.Record(ctx, e.at.Sub(start).Seconds(), metric.WithAttributes(attribute.String("saga", s.Name)))
+		}
+	}
+}
+
+// startTime returns the time of the first start event of saga s under corr.
+func (t *Tracker) startTime(ctx context.Context, corr string, s Saga) (time.Time, bool) {
+	rows, err := t.db.Query(ctx, `SELECT type, event_time FROM `+t.table+
+		` WHERE correlation_id = $1 AND NOT dead_letter ORDER BY event_time`, corr)
+	if err != nil {
+		t.log.Warn("tracker: saga start", "correlation_id", corr, "error", err)
+		return time.Time{}, false
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			typ string
+			at  time.Time
+		)
+		if err := rows.Scan(&typ, &at); err != nil {
+			return time.Time{}, false
+		}
+		if matchAny(s.Start, typ) {
+			return at, true
+		}
+	}
+	return time.Time{}, false
+}
