@@ -21,8 +21,9 @@ import (
 // DefaultGroup is the consumer group Run joins unless WithGroup says otherwise.
 const DefaultGroup = "choreo-tracker"
 
-// DLQSuffix is the suffix of a dead-letter topic: the dead letters of topic T are on T+DLQSuffix.
-const DLQSuffix = ".dlq"
+// DLQSuffix is the suffix of a dead-letter topic: the dead letters of topic T are on
+// T+DLQSuffix, as consumer.DeadLetterSuffix names them by default.
+const DLQSuffix = consumer.DeadLetterSuffix
 
 // DB is what the tracker needs of Postgres; *pgxpool.Pool satisfies it.
 type DB interface {

@@ -19,6 +19,12 @@
 //	sagactl migrate [-database-url URL]  apply the library's table migrations (package
 //	                                     migrate), print the recorded versions; -sql prints
 //	                                     the SQL instead
+//	sagactl track -db URL -config a.json[,b.json]
+//	                                     index any declared saga's events with a consumer group
+//	                                     of its own (package tracker, docs/tracker.md)
+//	sagactl track stuck|list [-status S]|saga <correlation-id>
+//	                                     query that index: stuck sagas and whom they wait
+//	                                     for, sagas by status, one saga's timeline
 //
 // order, stuck and load talk to the order service's HTTP API at -order-url (environment
 // ORDER_URL, default http://127.0.0.1:8080). dlq reads and writes Kafka directly at

@@ -84,6 +84,7 @@ Usage:
   sagactl load [-n 200] [-rate 50] [-mix ` + defaultMix + `]
   sagactl migrate [-database-url URL]      apply the library's table migrations, print the versions
   sagactl console [-addr 127.0.0.1:8090]   the operations console in the browser (overview, orders, dead letters)
+  sagactl track -db URL -config sagas.json index any saga's events (own group); track stuck|list|saga <id> query it
 
 Connection flags (every command; before or after its name): -order-url (env ORDER_URL, default ` + defaultOrderURL + `),
 -brokers (env KAFKA_BROKERS, default ` + defaultBrokers + `), -timeout, -json, and Kafka security:
@@ -118,6 +119,8 @@ func run(ctx context.Context, args []string, std stdio) int {
 		err = cmdMigrate(ctx, args[1:], std)
 	case "console":
 		err = cmdConsole(ctx, args[1:], std)
+	case "track":
+		err = cmdTrack(ctx, args[1:], std)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(std.out, usage)
 		return exitOK

@@ -1,0 +1,265 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/choreo-saga/choreo/tracker"
+)
+
+// trackFlags are the flags of every track subcommand.
+type trackFlags struct {
+	c         conn
+	dsn       string
+	configs   string
+	group     string
+	table     string
+	retention time.Duration
+	refresh   time.Duration
+	status    string
+}
+
+const trackUsage = `usage: sagactl track [run] [flags]           index the saga topics (its own consumer group) until interrupted
+       sagactl track stuck [flags]           stuck sagas, the earliest missed deadline first
+       sagactl track list [-status S] [flags] sagas (in_flight, stuck, completed; default all), oldest first
+       sagactl track saga <correlation-id>   one correlation id's sagas, events and dead letters
+
+The sagas are declared in JSON files (-config a.json,b.json; see deploy/tracker). The
+index lives in its own Postgres table (-table), created on start.
+
+Flags:`
+
+// cmdTrack runs the saga tracker (package tracker) or queries its index.
+func cmdTrack(ctx context.Context, args []string, std stdio) error {
+	sub := "run"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		sub, args = args[0], args[1:]
+	}
+	var f trackFlags
+	fs := newFlagSet("track "+sub, std, &f.c)
+	dbDefault := std.getenv("DATABASE_URL")
+	fs.StringVar(&f.dsn, "db", dbDefault, "Postgres connection `URL` of the index (env DATABASE_URL)")
+	fs.StringVar(&f.dsn, "database-url", dbDefault, "same as -db")
+	fs.StringVar(&f.configs, "config", std.getenv("TRACKER_CONFIG"), "comma-separated saga declaration `files` (JSON; env TRACKER_CONFIG)")
+	fs.StringVar(&f.group, "group", tracker.DefaultGroup, "the tracker's own consumer `group`")
+	fs.StringVar(&f.table, "table", tracker.DefaultTable, "index table `name`, optionally schema-qualified")
+	fs.DurationVar(&f.retention, "retention", 7*24*time.Hour, "delete indexed events older than this (by event time)")
+	fs.DurationVar(&f.refresh, "refresh", 15*time.Second, "how often run recomputes its gauges and applies retention")
+	fs.StringVar(&f.status, "status", "", "list only sagas with this `status`: in_flight, stuck or completed")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), trackUsage)
+		fs.PrintDefaults()
+	}
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	switch sub {
+	case "run", "stuck", "list":
+		if len(pos) != 0 {
+			return fmt.Errorf("%w: track %s takes no arguments, got %q", errUsage, sub, pos)
+		}
+	case "saga":
+		if len(pos) != 1 {
+			return fmt.Errorf("%w: track saga takes one correlation id", errUsage)
+		}
+	default:
+		return fmt.Errorf("%w: unknown track subcommand %q (run, stuck, list, saga)", errUsage, sub)
+	}
+	switch f.status {
+	case "", string(tracker.StatusInFlight), string(tracker.StatusStuck), string(tracker.StatusCompleted):
+	default:
+		return fmt.Errorf("%w: -status %q: want in_flight, stuck or completed", errUsage, f.status)
+	}
+	cfg, err := loadTrackConfigs(f.configs)
+	if err != nil {
+		return err
+	}
+	if f.dsn == "" {
+		return fmt.Errorf("%w: track needs -db or DATABASE_URL", errUsage)
+	}
+	pcfg, err := pgxpool.ParseConfig(f.dsn)
+	if err != nil {
+		// The error would quote the URL, which may carry a password.
+		return fmt.Errorf("%w: -db is not a Postgres connection string", errUsage)
+	}
+	pcfg.ConnConfig.ConnectTimeout = f.c.timeout
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return fmt.Errorf("sagactl: postgres: %w", err)
+	}
+	defer pool.Close()
+	tr, err := tracker.New(pool, cfg, tracker.WithGroup(f.group), tracker.WithTable(f.table),
+		tracker.WithRetention(f.retention), tracker.WithRefresh(f.refresh))
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	defer tr.Close() //nolint:errcheck
+	if err := tracker.Migrate(ctx, pool, f.table); err != nil {
+		if isConnError(err) {
+			return fmt.Errorf("%w: postgres: %w (is it running? set -db or DATABASE_URL)", errUnreachable, err)
+		}
+		return err
+	}
+	switch sub {
+	case "run":
+		return trackRun(ctx, tr, f, cfg, std)
+	case "stuck":
+		s, err := tr.Stuck(ctx)
+		if err != nil {
+			return err
+		}
+		return printStuck(s, f.c.json, std)
+	case "list":
+		s, err := tr.List(ctx, tracker.Status(f.status))
+		if err != nil {
+			return err
+		}
+		return printSagas(s, f.c.json, std)
+	default:
+		tl, err := tr.Saga(ctx, pos[0])
+		if errors.Is(err, tracker.ErrNotFound) {
+			return fmt.Errorf("%w: %w", errNotFound, err)
+		}
+		if err != nil {
+			return err
+		}
+		return printTimeline(tl, f.c.json, std)
+	}
+}
+
+// loadTrackConfigs reads and merges the comma-separated config files.
+func loadTrackConfigs(files string) (tracker.Config, error) {
+	var merged tracker.Config
+	for file := range strings.SplitSeq(files, ",") {
+		if file = strings.TrimSpace(file); file == "" {
+			continue
+		}
+		c, err := tracker.LoadConfig(file)
+		if err != nil {
+			return merged, fmt.Errorf("%w: %w", errUsage, err)
+		}
+		for _, tp := range c.Topics {
+			if !slices.Contains(merged.Topics, tp) {
+				merged.Topics = append(merged.Topics, tp)
+			}
+		}
+		merged.Sagas = append(merged.Sagas, c.Sagas...)
+	}
+	if len(merged.Sagas) == 0 {
+		return merged, fmt.Errorf("%w: track needs -config with at least one saga declaration file", errUsage)
+	}
+	if err := merged.Validate(); err != nil {
+		return merged, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	return merged, nil
+}
+
+func trackRun(ctx context.Context, tr *tracker.Tracker, f trackFlags, cfg tracker.Config, std stdio) error {
+	var brokers []string
+	for b := range strings.SplitSeq(f.c.brokers, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			brokers = append(brokers, b)
+		}
+	}
+	if len(brokers) == 0 {
+		return fmt.Errorf("%w: -brokers is empty", errUsage)
+	}
+	opts, _, err := f.c.clientOptions(brokers)
+	if err != nil {
+		return err
+	}
+	names := make([]string, len(cfg.Sagas))
+	for i, s := range cfg.Sagas {
+		names[i] = s.Name
+	}
+	fmt.Fprintf(std.out, "sagactl track: indexing %s into %s as group %s (sagas: %s)\n",
+		strings.Join(tr.Topics(), ","), f.table, f.group, strings.Join(names, ", "))
+	return tr.Run(ctx, brokers, opts...)
+}
+
+func when(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+func printJSON(v any, std stdio) error {
+	enc := json.NewEncoder(std.out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func printStuck(s []tracker.Summary, asJSON bool, std stdio) error {
+	if asJSON {
+		return printJSON(s, std)
+	}
+	if len(s) == 0 {
+		_, err := fmt.Fprintln(std.out, "no stuck sagas")
+		return err
+	}
+	t := newTable("SAGA", "CORRELATION ID", "STEP", "WAITING FOR", "TO ANSWER", "WITH", "DEADLINE", "DLQ").right(7)
+	for _, x := range s {
+		w := x.Waiting
+		t.add(x.Saga, x.CorrelationID, w.Step, orDash(w.Service), w.After.Type, strings.Join(w.Expected, "|"),
+			when(w.Deadline), strconv.Itoa(x.DeadLetters))
+	}
+	return t.render(std.out)
+}
+
+func printSagas(s []tracker.Summary, asJSON bool, std stdio) error {
+	if asJSON {
+		return printJSON(s, std)
+	}
+	if len(s) == 0 {
+		_, err := fmt.Fprintln(std.out, "no sagas")
+		return err
+	}
+	t := newTable("SAGA", "CORRELATION ID", "STATUS", "STARTED", "ENDED", "LAST EVENT", "EVENTS", "DLQ").right(6, 7)
+	for _, x := range s {
+		t.add(x.Saga, x.CorrelationID, string(x.Status), when(x.Started), when(x.Ended), x.LastType,
+			strconv.Itoa(x.Events), strconv.Itoa(x.DeadLetters))
+	}
+	return t.render(std.out)
+}
+
+func printTimeline(tl tracker.Timeline, asJSON bool, std stdio) error {
+	if asJSON {
+		return printJSON(tl, std)
+	}
+	for _, s := range tl.Sagas {
+		line := fmt.Sprintf("%s saga %s: %s", s.Saga, tl.CorrelationID, s.Status)
+		if w := s.Waiting; w != nil {
+			line += fmt.Sprintf(", waiting for %s to answer %s with %s (step %q, deadline %s)",
+				orDash(w.Service), w.After.Type, strings.Join(w.Expected, "|"), w.Step, when(w.Deadline))
+		}
+		fmt.Fprintln(std.out, line)
+	}
+	t := newTable("TIME", "TYPE", "SOURCE", "TOPIC", "POSITION", "TRACE ID", "EVENT ID")
+	for _, e := range tl.Events {
+		t.add(e.Time.UTC().Format(time.RFC3339Nano), e.Type, e.Source, e.Topic,
+			fmt.Sprintf("%d:%d", e.Partition, e.Offset), orDash(e.TraceID), e.ID)
+	}
+	if err := t.render(std.out); err != nil {
+		return err
+	}
+	if len(tl.DeadLetters) == 0 {
+		return nil
+	}
+	fmt.Fprintln(std.out, "\ndead letters:")
+	d := newTable("TIME", "TYPE", "TOPIC", "POSITION", "REASON", "ERROR")
+	for _, e := range tl.DeadLetters {
+		d.add(e.Time.UTC().Format(time.RFC3339Nano), e.Type, e.Topic, fmt.Sprintf("%d:%d", e.Partition, e.Offset),
+			orDash(e.Reason), orDash(e.Error))
+	}
+	return d.render(std.out)
+}
