@@ -151,7 +151,7 @@ func TestPoisonDeadLettered(t *testing.T) {
 
 // checkOnePerOrder asserts exactly one shipment row and one shipment.scheduled event id
 // per order, and that they agree.
-func checkOnePerOrder(t *testing.T, k *apptest.Kit, orders int) {
+func checkOnePerOrder(t *testing.T, k view, orders int) {
 	t.Helper()
 	if n := k.Count(`SELECT count(*) FROM shipments`); n != orders {
 		t.Errorf("%d shipments, want %d", n, orders)
@@ -174,6 +174,12 @@ func checkOnePerOrder(t *testing.T, k *apptest.Kit, orders int) {
 			t.Errorf("order %s: event names shipment %s, not in the table", id, s.ShipmentID)
 		}
 	}
+}
+
+// view is what checkOnePerOrder reads: the service's database and cluster.
+type view interface {
+	Count(query string, args ...any) int
+	Events(topic string) map[string][]event.Event
 }
 
 // record encodes an event of typ about orderID for the orders topic.
