@@ -59,7 +59,11 @@ func (c conn) clientOptions(brokers []string) ([]kgo.Opt, app.KafkaSecurity, err
 	if err != nil {
 		return nil, s, fmt.Errorf("%w: %w", errUsage, err)
 	}
-	compression, err := app.KafkaCompressionOption(*c.kafkaSec[app.EnvKafkaCompression])
+	var codec string // the default when the command has no -kafka-compression flag
+	if f := c.kafkaSec[app.EnvKafkaCompression]; f != nil {
+		codec = *f
+	}
+	compression, err := app.KafkaCompressionOption(codec)
 	if err != nil {
 		return nil, s, fmt.Errorf("%w: -kafka-compression: %w", errUsage, err)
 	}
