@@ -116,7 +116,7 @@ func (r *Router) filter(m *Message) (bool, error) {
 		return false, err
 	}
 	switch {
-	case r.routes[typ] != nil && (r.topic[typ] == "" || r.topic[typ] == m.Record.Topic):
+	case r.routes[typ] != nil && (r.topic[typ] == "" || r.topic[typ] == m.Topic()):
 		return true, nil
 	case r.ignore[typ] || r.others:
 		m.Outcome = OutcomeIgnored

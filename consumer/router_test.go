@@ -103,10 +103,15 @@ func TestRouterHandleOnAndIgnoreUnknown(t *testing.T) {
 	if _, err := filter(strict, "returns", "order.confirmed"); !errors.Is(err, ErrUnknownType) || calls != 1 {
 		t.Errorf("on another topic: err %v, %d calls; want ErrUnknownType and no call", err, calls)
 	}
+	// A record replayed to the group's retry topic is routed as a record of its base topic.
+	m := &Message{Record: &kgo.Record{Topic: RetryTopic("orders", "g")}, Group: "g", Event: event.Event{Type: "order.confirmed"}, Decoded: true}
+	if err := strict.Filter()(func(ctx context.Context, m *Message) error { return strict.Route(ctx, nil, m.Event) })(context.Background(), m); err != nil || calls != 2 {
+		t.Fatalf("from the retry topic: err %v, %d calls", err, calls)
+	}
 	lax := NewRouter().HandleOn("orders", "order.confirmed", h).IgnoreUnknown()
 	for _, in := range [][2]string{{"returns", "order.confirmed"}, {"orders", "order.teleported"}} {
 		m, err := filter(lax, in[0], in[1])
-		if err != nil || m.Outcome != OutcomeIgnored || calls != 1 {
+		if err != nil || m.Outcome != OutcomeIgnored || calls != 2 {
 			t.Errorf("%s on %s: err %v, outcome %q, %d calls; want ignored", in[1], in[0], err, m.Outcome, calls)
 		}
 	}
