@@ -39,7 +39,7 @@ var ErrAdmission = errors.New("app: invalid admission control")
 // at capacity.
 //
 //	adm, err := app.NewAdmission(64, app.WithAdmissionMeterProvider(a.Telemetry.MeterProvider))
-//	a.Handle("POST /orders", h, app.WithRouteAdmission(adm))
+//	a.HandleHTTP("POST /orders", h, app.WithRouteAdmission(adm))
 //
 // It records the counter http.server.shed_requests and the gauge
 // http.server.in_flight_requests, and logs at most one warning per
