@@ -45,6 +45,10 @@ type bench struct {
 	topics  []string // created on external brokers, deleted by close
 	log     *slog.Logger
 	closers []func()
+	// signer signs the input events and, in the choreo/signed mode, the outbox's; trusted
+	// is its key, which that mode's consumer requires of every input event.
+	signer  *event.Signer
+	trusted map[string]*event.KeySet
 }
 
 func newBench(ctx context.Context, c config) (_ *bench, err error) {
@@ -63,6 +67,9 @@ func newBench(ctx context.Context, c config) (_ *bench, err error) {
 		}
 	}()
 	if b.w, err = genWorkload(c.events, c.accounts, c.dup, c.seed); err != nil {
+		return nil, err
+	}
+	if b.signer, b.trusted, err = newSigning(); err != nil {
 		return nil, err
 	}
 	dsn, drop, err := benchutil.CreateDB(ctx, c.pg, "choreo_bench_hotentity")
@@ -102,7 +109,7 @@ func newBench(ctx context.Context, c config) (_ *bench, err error) {
 	if err := b.createTopics(ctx, b.in, consumer.DeadLetterTopic(b.in)); err != nil {
 		return nil, err
 	}
-	if err := produce(ctx, b.brokers, b.in, b.w, 0); err != nil {
+	if err := produce(ctx, b.brokers, b.in, b.w, 0, b.signer); err != nil {
 		return nil, fmt.Errorf("loading %s: %w", b.in, err)
 	}
 	return b, nil
@@ -188,19 +195,24 @@ type measured struct {
 }
 
 // modeSpec is one pipeline mode: the hand-written floor, or choreo one event per
-// transaction (batch 0) or in batches of batch, with the UPDATE queued by consumer.AtCommit when atCommit; in this
-// process (processes 0) or in that many child processes sharing the consumer group.
+// transaction (batch 0) or in batches of batch, with the UPDATE queued by consumer.AtCommit when atCommit,
+// with event signing when signed; in this process (processes 0) or in that many child
+// processes sharing the consumer group.
 type modeSpec struct {
 	name      string
 	hand      bool
 	batch     int
 	atCommit  bool
+	signed    bool
 	processes int
 }
 
 // modes lists the pipeline modes of a run, the floor first.
 func (c config) modes() []modeSpec {
 	ms := []modeSpec{{name: "hand-written (franz-go + pgx + redislock)", hand: true}, {name: "choreo"}}
+	if c.signed {
+		ms = append(ms, modeSpec{name: "choreo/signed (Ed25519)", signed: true})
+	}
 	if c.atCommit {
 		ms = append(ms, modeSpec{name: "choreo/atcommit", atCommit: true})
 	}
@@ -299,6 +311,9 @@ func (b *bench) pipeline(spec modeSpec, site pipelineSite) (pipeline, func() (tx
 		atCommit: spec.atCommit, notify: site.notify, pool: site.pool, rdb: site.rdb,
 		lockNS: b.prefix + "choreo:", kgoOpts: b.kgoOpts(), log: b.log, onAcked: site.onAcked,
 	}
+	if spec.signed {
+		p.signer, p.trusted = b.signer, b.trusted
+	}
 	return p, func() (int64, int64) { return p.txs.Load(), p.records.Load() }
 }
 
@@ -324,6 +339,8 @@ func (b *bench) mode(ctx context.Context, spec modeSpec, round int) (measured, e
 		slug = fmt.Sprintf("batch%d", spec.batch)
 	case spec.atCommit:
 		slug = "atcommit"
+	case spec.signed:
+		slug = "signed"
 	}
 	if spec.processes > 0 {
 		slug += fmt.Sprintf("-p%d", spec.processes)
@@ -377,7 +394,7 @@ func (b *bench) mode(ctx context.Context, spec modeSpec, round int) (measured, e
 	var fed chan error // with -rate, the input is produced while the pipeline runs
 	if b.c.rate > 0 {
 		fed = make(chan error, 1)
-		go func() { fed <- produce(runCtx, b.brokers, in, b.w, b.c.rate) }()
+		go func() { fed <- produce(runCtx, b.brokers, in, b.w, b.c.rate, b.signer) }()
 	}
 	var end time.Time
 	timeout := time.After(modeTimeout)

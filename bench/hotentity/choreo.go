@@ -46,7 +46,8 @@ func applyCredit(ctx context.Context, tx pgx.Tx, ev event.Event, atCommit bool) 
 
 // choreoPipeline is the same pipeline on the library: consumer.Standard (Lock = lock.New,
 // Fence, AfterCommit ob.Wake; the idempotency claim is the dedup), in batch mode with
-// consumer.StandardBatch when batch > 0, with the UPDATE queued by consumer.AtCommit when atCommit, and an
+// consumer.StandardBatch when batch > 0, with the UPDATE queued by consumer.AtCommit when atCommit,
+// with signed outgoing events and verified incoming ones when signer is set, and an
 // outbox.Relay linked with WithOutbox.
 type choreoPipeline struct {
 	brokers []string
@@ -58,7 +59,11 @@ type choreoPipeline struct {
 	atCommit bool
 	// notify has the outbox send a NOTIFY (outbox.WithNotifier) so that the relay leader
 	// in another process of the same pipeline learns of rows this one commits.
-	notify  bool
+	notify bool
+	// signer, if set, signs every event the outbox stores (outbox.WithSigner), and the
+	// consumer verifies each input event against trusted (StandardConfig.TrustedKeys).
+	signer  *event.Signer
+	trusted map[string]*event.KeySet
 	pool    *pgxpool.Pool
 	rdb     *redis.Client
 	lockNS  string
@@ -76,6 +81,9 @@ func (p *choreoPipeline) run(ctx context.Context) error {
 	var obOpts []outbox.Option
 	if p.notify {
 		obOpts = append(obOpts, outbox.WithNotifier(p.pool))
+	}
+	if p.signer != nil {
+		obOpts = append(obOpts, outbox.WithSigner(p.signer))
 	}
 	ob, err := outbox.New(obOpts...)
 	if err != nil {
@@ -105,7 +113,7 @@ func (p *choreoPipeline) run(ctx context.Context) error {
 	}
 	cfg := consumer.StandardConfig{
 		DB: p.pool, DeadLetter: dlq, Locker: locker, Fence: true, Name: "hot",
-		AfterCommit: []func(){ob.Wake}, Logger: p.log,
+		AfterCommit: []func(){ob.Wake}, Logger: p.log, TrustedKeys: p.trusted,
 		Handler: func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
 			next, err := applyCredit(ctx, tx, ev, p.atCommit)
 			if err != nil {

@@ -1,7 +1,7 @@
 // Command hotentity measures the library on hot entities against a hand-written pipeline
 // doing the same work, and against pgbench running the same transaction, in one run.
 //
-//	go run ./bench/hotentity [-events 20000] [-partitions 12] [-accounts 1000] [-dup 0.05] [-batch 16] [-atcommit=true] [-processes 1,2] [-repeat 3]
+//	go run ./bench/hotentity [-events 20000] [-partitions 12] [-accounts 1000] [-dup 0.05] [-batch 16] [-atcommit=true] [-signed=true] [-processes 1,2] [-repeat 3]
 //
 // The work, per input event: consume → lock the account (Redis) → one transaction: dedup
 // + one UPDATE of the account's balance + one outbox insert → relay the outgoing event to
@@ -21,6 +21,12 @@
 //   - choreo: consumer.Standard (Locker lock.New, Fence, AfterCommit ob.Wake; the
 //     idempotency claim is its dedup), one event per transaction, and an outbox.Relay
 //     sharing the writers' outbox.Outbox.
+//   - choreo/signed (Ed25519): choreo with event signing on (-signed, on by default): the
+//     outbox signs every outgoing event (outbox.WithSigner) and the consumer verifies the
+//     signature of every input event (StandardConfig.TrustedKeys; the input is signed in
+//     every mode, and the other modes ignore the header). It runs right after choreo in
+//     each round, so the two form an interleaved pair per round: the difference is the
+//     cost of signing one event and verifying one.
 //   - choreo/atcommit: choreo with the handler's UPDATE queued by consumer.AtCommit instead of
 //     sent with tx.Exec (-atcommit, on by default): it goes out with the outbox row and the
 //     COMMIT, one round trip fewer per transaction.
@@ -96,6 +102,7 @@ type config struct {
 	processes          []int // -processes: the floor and choreo also run split over this many child processes
 	rate               int   // -rate: input produced at this many events a second while each mode runs (0: preloaded)
 	atCommit           bool  // the choreo/atcommit mode
+	signed             bool  // the choreo/signed mode
 	repeat             int
 	pgbenchT           time.Duration
 	fetchMaxWait       time.Duration
@@ -122,6 +129,7 @@ func main() {
 	flag.StringVar(&processes, "processes", "1,2", "comma-separated process counts (e.g. 1,2): the hand-written floor and choreo also run with their pipeline split over that many child processes in one consumer group (empty: none)")
 	flag.IntVar(&c.rate, "rate", 0, "produce each mode's input while it runs, at this many events a second, into a topic of its own (0: the input is loaded once before the first mode); below capacity the events/s column is this rate and the CPU-per-event columns are the comparison")
 	flag.BoolVar(&c.atCommit, "atcommit", true, "run the choreo/atcommit mode: choreo with the UPDATE queued by consumer.AtCommit, one event per transaction")
+	flag.BoolVar(&c.signed, "signed", true, "run the choreo/signed mode: choreo with every outgoing event signed (Ed25519, outbox.WithSigner) and every input event's signature verified (StandardConfig.TrustedKeys)")
 	flag.IntVar(&c.repeat, "repeat", 3, "rounds; the table shows each mode's median round")
 	flag.DurationVar(&c.pgbenchT, "pgbench-time", 10*time.Second, "duration of each pgbench run")
 	flag.DurationVar(&c.fetchMaxWait, "fetch-max-wait", 0, "kgo.FetchMaxWait for both consumers (0: franz-go's default)")

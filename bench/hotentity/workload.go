@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -68,9 +69,10 @@ func genWorkload(n, accounts int, dup float64, seed uint64) (workload, error) {
 }
 
 // produce writes every event of w to topic (keyed by account, so an account's events,
-// duplicates included, share a partition), at rate events a second if rate > 0 (else as
-// fast as the client goes), and waits for every acknowledgement.
-func produce(ctx context.Context, brokers []string, topic string, w workload, rate int) error {
+// duplicates included, share a partition), signed by signer (the pipelines that do not
+// verify signatures ignore the header), at rate events a second if rate > 0 (else as fast
+// as the client goes), and waits for every acknowledgement.
+func produce(ctx context.Context, brokers []string, topic string, w workload, rate int, signer *event.Signer) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		return err
@@ -95,6 +97,7 @@ func produce(ctx context.Context, brokers []string, topic string, w workload, ra
 		if err != nil {
 			return err
 		}
+		signer.Sign(r)
 		cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
 			mu.Lock()
 			first = cmp.Or(first, err)
@@ -107,4 +110,22 @@ func produce(ctx context.Context, brokers []string, topic string, w workload, ra
 	mu.Lock()
 	defer mu.Unlock()
 	return first
+}
+
+// newSigning returns an Ed25519 signer with a fresh key and the trusted keys that accept
+// its events (source "hotentity").
+func newSigning() (*event.Signer, map[string]*event.KeySet, error) {
+	_, priv, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := event.NewEd25519Signer(priv)
+	if err != nil {
+		return nil, nil, err
+	}
+	set, err := event.NewKeySet(s.Key())
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, map[string]*event.KeySet{"hotentity": set}, nil
 }
