@@ -43,13 +43,15 @@ const (
 )
 
 // Reasons, the values of HeaderDLQReason. Reasons lists them all; a new one is added
-// there too.
+// there too. A handler's Reject passes one of them (ReasonMismatch for a refused
+// cross-check), so that every reason a dead letter carries is listed.
 const (
 	ReasonMalformed        = "malformed"         // event.ErrMalformed: undecodable or invalid
 	ReasonUnknownType      = "unknown_type"      // ErrUnknownType
 	ReasonUntrusted        = "untrusted"         // ErrUntrusted: wrong source or topic (Router.Trust)
 	ReasonBadSignature     = "bad_signature"     // ErrBadSignature: no valid signature (Router.TrustKeys)
 	ReasonKeyReused        = "key_reused"        // idempotency.ErrKeyReused
+	ReasonMismatch         = "mismatch"          // Reject: the event contradicts what it applies to (a business cross-check)
 	ReasonPanic            = "panic"             // ErrPanic
 	ReasonRetriesExhausted = "retries_exhausted" // ErrRetriesExhausted
 	ReasonPermanent        = "permanent"         // any other non-retryable error
@@ -60,7 +62,7 @@ const (
 // HeaderDLQReason takes (tools use it to refuse a reason they do not know).
 func Reasons() []string {
 	return []string{ReasonMalformed, ReasonUnknownType, ReasonUntrusted, ReasonBadSignature,
-		ReasonKeyReused, ReasonPanic, ReasonRetriesExhausted, ReasonPermanent, ReasonFailed}
+		ReasonKeyReused, ReasonMismatch, ReasonPanic, ReasonRetriesExhausted, ReasonPermanent, ReasonFailed}
 }
 
 // Reason classifies err into one of the Reason constants, or returns the reason of a

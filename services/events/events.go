@@ -4,6 +4,8 @@
 // and checks that the payload is about the event's subject, the order id.
 package events
 
+import "github.com/choreo-saga/choreo/consumer"
+
 // Topics. Every event of one order is keyed by the order id, so per-order order holds on
 // each topic.
 const (
@@ -44,8 +46,8 @@ const (
 
 // ReasonMismatch is the dead-letter reason (consumer.Reject) of a payment.authorized or
 // stock.reserved whose amount, customer or items differ from the order the order service
-// announced: a forged or corrupted event, never applied.
-const ReasonMismatch = "mismatch"
+// announced: a forged or corrupted event, never applied. It is consumer.ReasonMismatch.
+const ReasonMismatch = consumer.ReasonMismatch
 
 // Known reports whether typ is one of the saga's event types. Consumers ignore known types
 // they have no handler for, and dead-letter unknown ones.

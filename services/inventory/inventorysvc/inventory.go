@@ -308,7 +308,7 @@ func (h *Handlers) PaymentAuthorized(ctx context.Context, tx pgx.Tx, ev event.Ev
 	}
 	if why := st.mismatch(p); why != "" {
 		h.mismatched(ctx, tx, ev, why)
-		return consumer.Reject(events.ReasonMismatch, fmt.Errorf("%w: %s", ErrMismatch, why))
+		return consumer.Reject(consumer.ReasonMismatch, fmt.Errorf("%w: %s", ErrMismatch, why))
 	}
 	if !st.reserved {
 		return h.reserveNew(ctx, tx, ev, p, outcome)

@@ -380,7 +380,7 @@ func (s *Service) refuse(ctx context.Context, tx pgx.Tx, o Order, ev event.Event
 		s.log.WarnContext(ctx, "order: event does not match the order; not applied, dead-lettered",
 			"event_type", ev.Type, "event_id", ev.ID, "mismatch", why, "state", string(o.State), "to", string(d.To))
 	})
-	return consumer.Reject(events.ReasonMismatch, refusal)
+	return consumer.Reject(consumer.ReasonMismatch, refusal)
 }
 
 // claim is what a payment.authorized or stock.reserved says about its order, for the
