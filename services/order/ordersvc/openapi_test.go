@@ -73,7 +73,14 @@ func TestOpenAPI(t *testing.T) {
 	c.do("POST /orders", "POST", "/orders", "{customer", nil, 400, invalid)
 	c.do("POST /orders", "POST", "/orders", body, map[string]string{"Idempotency-Key": strings.Repeat("k", 256)}, 400, invalid)
 	c.do("POST /orders", "POST", "/orders", `{"customer_id":"`+strings.Repeat("c", ordersvc.MaxBodyBytes)+`"}`, nil, 413, invalid)
+	// A key twice in one object: in another letter case (an unknown field to the schema
+	// too) or exactly (JSON Schema sees the last value only, so the document can only say
+	// it in the 400's description).
+	c.do("POST /orders", "POST", "/orders", `{"customer_id":"c-1","items":[{"sku":"a","qty":1}],"amount":100,"AMOUNT":200}`, nil, 400, invalid)
+	c.do("POST /orders", "POST", "/orders", `{"customer_id":"c-1","items":[{"sku":"a","qty":1}],"amount":100,"amount":200}`, nil, 400, valid)
+	// Without Content-Type: application/json (what a cross-site form or no-cors fetch sends).
 	c.do("POST /orders", "POST", "/orders", body, map[string]string{"Content-Type": "text/plain"}, 415, invalid)
+	c.do("POST /orders", "POST", "/orders", body, map[string]string{"Content-Type": ""}, 415, invalid)
 
 	// GET /orders, /orders/counts, /orders/{id}
 	c.do("GET /orders", "GET", "/orders?state=pending&limit=10", "", nil, 200, valid)
@@ -222,8 +229,8 @@ type apiClient struct {
 	last    exchange
 }
 
-// do sends method path with body (Content-Type application/json unless header sets it)
-// and header, and checks the status and the validation of the request (wantValid) and
+// do sends method path with body (Content-Type application/json unless header sets it;
+// an empty value removes a header) and header, and checks the status and the validation of the request (wantValid) and
 // of the response.
 func (c *apiClient) do(op, method, path, body string, header map[string]string, status int, wantValid bool) exchange {
 	t := c.t
@@ -241,7 +248,11 @@ func (c *apiClient) do(op, method, path, body string, header map[string]string, 
 			req.Header.Set("Content-Type", "application/json")
 		}
 		for k, v := range header {
-			req.Header.Set(k, v)
+			if v == "" {
+				req.Header.Del(k)
+			} else {
+				req.Header.Set(k, v)
+			}
 		}
 		if c.token != "" {
 			req.Header.Set("Authorization", "Bearer "+c.token)
