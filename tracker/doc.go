@@ -33,5 +33,9 @@
 // correlation id or type).
 //
 // Statuses are computed when asked, from the index and the tracker's clock (WithNow), so a
-// window passing needs no new event. List reads the whole index; retention bounds it.
+// window passing needs no new event. Ingest keeps one summary row per saga (its start,
+// end, counts and the deadline of its earliest unmet expectation) beside the index, so
+// Find, List, Stuck and Counts read the summaries through their indexes, never the events;
+// Find with a Limit reads a bounded number of rows. Run rebuilds the summaries from the
+// index when it starts, so they follow the current declarations.
 package tracker

@@ -84,22 +84,17 @@ func (t *Tracker) Close() error {
 // Refresh recomputes what the in-flight and stuck gauges report. Run calls it every
 // refresh interval.
 func (t *Tracker) Refresh(ctx context.Context) error {
-	all, err := t.List(ctx, "")
+	counts, err := t.Counts(ctx)
 	if err != nil {
 		return err
 	}
-	s := snapshot{inFlight: map[string]int64{}, stuck: map[stepKey]int64{}}
-	for _, sg := range t.cfg.Sagas {
-		s.inFlight[sg.Name] = 0
+	stuck, err := t.stuckBySteps(ctx)
+	if err != nil {
+		return err
 	}
-	for _, sum := range all {
-		if sum.Status == StatusCompleted {
-			continue
-		}
-		s.inFlight[sum.Saga]++
-		if sum.Waiting != nil {
-			s.stuck[stepKey{sum.Saga, sum.Waiting.Step}]++
-		}
+	s := snapshot{inFlight: map[string]int64{}, stuck: stuck}
+	for _, c := range counts {
+		s.inFlight[c.Saga] = c.InFlight + c.Stuck
 	}
 	t.mu.Lock()
 	t.snap = s

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -92,8 +93,7 @@ func (e entry) event() Event {
 
 // sources returns the latest observed source of every event type.
 func (t *Tracker) sources(ctx context.Context) (map[string]string, error) {
-	rows, err := t.db.Query(ctx, `SELECT DISTINCT ON (type) type, source FROM `+t.table+
-		` WHERE NOT dead_letter AND source <> '' ORDER BY type, event_time DESC`)
+	rows, err := t.db.Query(ctx, `SELECT type, source FROM `+t.typesTable())
 	if err != nil {
 		return nil, fmt.Errorf("tracker: sources: %w", err)
 	}
@@ -178,60 +178,164 @@ func serviceFor(st Step, srcs map[string]string) string {
 	return srcs[types[0]]
 }
 
-// List returns the sagas with the given status ("" for all), ordered by start time,
-// oldest first. It reads the whole index: size the retention accordingly.
-func (t *Tracker) List(ctx context.Context, status Status) ([]Summary, error) {
-	srcs, err := t.sources(ctx)
-	if err != nil {
-		return nil, err
+// Filter selects the sagas Find returns.
+type Filter struct {
+	Status Status // only sagas with this status; "" for all
+	Saga   string // only sagas of this declared kind; "" for all
+	Limit  int    // at most this many; 0 for no bound
+}
+
+// Find returns the sagas f selects: stuck ones by deadline, the one whose window closed
+// first first; the others by start time, oldest first. It reads the saga summaries the
+// tracker keeps at ingest, through their indexes, so a bounded Filter reads a bounded
+// number of rows.
+func (t *Tracker) Find(ctx context.Context, f Filter) ([]Summary, error) {
+	args := []any{t.now()}
+	where := []string{"true"}
+	switch f.Status {
+	case "":
+	case StatusCompleted:
+		where = append(where, "s.ended IS NOT NULL")
+	case StatusStuck:
+		where = append(where, "s.ended IS NULL", "s.deadline < $1")
+	case StatusInFlight:
+		where = append(where, "s.ended IS NULL", "(s.deadline IS NULL OR s.deadline >= $1)")
+	default:
+		return nil, fmt.Errorf("%w: unknown status %q", ErrInvalidConfig, f.Status)
 	}
-	rows, err := t.db.Query(ctx, `SELECT `+selectCols+` FROM `+t.table+
-		` ORDER BY correlation_id, event_time, topic, partition, "offset"`)
-	if err != nil {
-		return nil, fmt.Errorf("tracker: list: %w", err)
+	if f.Saga != "" {
+		args = append(args, f.Saga)
+		where = append(where, fmt.Sprintf("s.saga = $%d", len(args)))
 	}
-	defer rows.Close()
-	now := t.now()
-	var (
-		out   []Summary
-		group []entry
-	)
-	flush := func() {
-		if len(group) == 0 {
-			return
+	order := "s.started, s.correlation_id, s.saga"
+	if f.Status == StatusStuck {
+		order = "s.deadline, s.correlation_id, s.saga"
+	}
+	q := `SELECT s.correlation_id, s.saga, s.started, s.ended, s.last_type, s.events, s.dead_letters,
+		CASE WHEN s.ended IS NOT NULL THEN 'completed' WHEN s.deadline < $1 THEN 'stuck' ELSE 'in_flight' END, s.deadline, s.step, s.expected, s.service,
+		coalesce(e.topic, ''), coalesce(e.partition, 0), coalesce(e."offset", 0), coalesce(e.event_id, ''),
+		coalesce(e.type, ''), coalesce(e.source, ''), coalesce(e.subject, ''), coalesce(e.event_time, s.started),
+		coalesce(e.trace_id, ''), coalesce(e.causation_id, '')
+		FROM ` + t.sagasTable() + ` s LEFT JOIN ` + t.table + ` e
+		ON s.deadline IS NOT NULL AND e.topic = s.after_topic AND e.partition = s.after_partition AND e."offset" = s.after_offset
+		WHERE ` + strings.Join(where, " AND ") + ` ORDER BY ` + order
+	if f.Limit > 0 {
+		args = append(args, f.Limit)
+		q += fmt.Sprintf(" LIMIT $%d", len(args))
+	}
+	rows, err := t.db.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("tracker: find: %w", err)
+	}
+	var srcs map[string]string
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Summary, error) {
+		var (
+			s               Summary
+			ended, deadline *time.Time
+			w               Waiting
+		)
+		err := r.Scan(&s.CorrelationID, &s.Saga, &s.Started, &ended, &s.LastType, &s.Events, &s.DeadLetters,
+			&s.Status, &deadline, &w.Step, &w.Expected, &w.Service,
+			&w.After.Topic, &w.After.Partition, &w.After.Offset, &w.After.ID, &w.After.Type, &w.After.Source,
+			&w.After.Subject, &w.After.Time, &w.After.TraceID, &w.After.CausationID)
+		s.Started = s.Started.UTC()
+		if ended != nil {
+			s.Ended = ended.UTC()
 		}
-		for _, s := range t.evaluate(group[0].corr, group, srcs, now) {
-			if status == "" || s.Status == status {
-				out = append(out, s)
+		if s.Status == StatusStuck && deadline != nil {
+			w.Deadline, w.After.Time = deadline.UTC(), w.After.Time.UTC()
+			s.Waiting = &w
+		}
+		return s, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tracker: find: %w", err)
+	}
+	for _, s := range out {
+		if s.Waiting == nil {
+			continue
+		}
+		if srcs == nil {
+			if srcs, err = t.sources(ctx); err != nil {
+				return nil, err
 			}
 		}
-		group = group[:0]
+		s.Waiting.Service = serviceFor(Step{Expect: s.Waiting.Expected, Service: s.Waiting.Service}, srcs)
 	}
-	for rows.Next() {
-		e, err := scanEntry(rows)
-		if err != nil {
-			return nil, fmt.Errorf("tracker: list: %w", err)
-		}
-		if len(group) > 0 && group[0].corr != e.corr {
-			flush()
-		}
-		group = append(group, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("tracker: list: %w", err)
-	}
-	flush()
-	slices.SortStableFunc(out, func(a, b Summary) int { return a.Started.Compare(b.Started) })
 	return out, nil
+}
+
+// List returns every saga with the given status ("" for all), ordered as Find orders
+// them. Use Find with a Limit to bound the answer.
+func (t *Tracker) List(ctx context.Context, status Status) ([]Summary, error) {
+	return t.Find(ctx, Filter{Status: status})
 }
 
 // Stuck returns the stuck sagas, the one whose window closed first first.
 func (t *Tracker) Stuck(ctx context.Context) ([]Summary, error) {
-	out, err := t.List(ctx, StatusStuck)
+	return t.Find(ctx, Filter{Status: StatusStuck})
+}
+
+// Count is how many sagas of one declared kind stand at each status.
+type Count struct {
+	Saga      string
+	InFlight  int64
+	Stuck     int64
+	Completed int64
+	// Since is the start of the earliest of these sagas: the counts cover the sagas
+	// started since then that retention has kept.
+	Since time.Time
+}
+
+// Counts counts the sagas by kind and status, in the order of the declarations (a kind
+// with no saga counts zero), then any kind indexed under a declaration since removed.
+func (t *Tracker) Counts(ctx context.Context) ([]Count, error) {
+	rows, err := t.db.Query(ctx, `SELECT saga,
+		count(*) FILTER (WHERE ended IS NULL AND (deadline IS NULL OR deadline >= $1)),
+		count(*) FILTER (WHERE ended IS NULL AND deadline < $1),
+		count(*) FILTER (WHERE ended IS NOT NULL),
+		min(started)
+		FROM `+t.sagasTable()+` GROUP BY saga ORDER BY saga`, t.now())
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("tracker: counts: %w", err)
 	}
-	slices.SortStableFunc(out, func(a, b Summary) int { return a.Waiting.Deadline.Compare(b.Waiting.Deadline) })
+	found, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Count, error) {
+		var c Count
+		err := r.Scan(&c.Saga, &c.InFlight, &c.Stuck, &c.Completed, &c.Since)
+		c.Since = c.Since.UTC()
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tracker: counts: %w", err)
+	}
+	out := make([]Count, 0, len(t.cfg.Sagas))
+	for _, s := range t.cfg.Sagas {
+		c := Count{Saga: s.Name}
+		if i := slices.IndexFunc(found, func(f Count) bool { return f.Saga == s.Name }); i >= 0 {
+			c = found[i]
+			found = slices.Delete(found, i, i+1)
+		}
+		out = append(out, c)
+	}
+	return append(out, found...), nil
+}
+
+// stuckBySteps counts the stuck sagas per kind and waiting step.
+func (t *Tracker) stuckBySteps(ctx context.Context) (map[stepKey]int64, error) {
+	rows, err := t.db.Query(ctx, `SELECT saga, step, count(*) FROM `+t.sagasTable()+
+		` WHERE ended IS NULL AND deadline < $1 GROUP BY saga, step`, t.now())
+	if err != nil {
+		return nil, fmt.Errorf("tracker: stuck by step: %w", err)
+	}
+	out := map[stepKey]int64{}
+	var (
+		k stepKey
+		n int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&k.saga, &k.step, &n}, func() error { out[k] = n; return nil })
+	if err != nil {
+		return nil, fmt.Errorf("tracker: stuck by step: %w", err)
+	}
 	return out, nil
 }
 

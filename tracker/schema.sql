@@ -18,3 +18,36 @@ CREATE TABLE IF NOT EXISTS {{.Table}} (
 );
 CREATE INDEX IF NOT EXISTS {{.Index}}_corr ON {{.Table}} (correlation_id, event_time);
 CREATE INDEX IF NOT EXISTS {{.Index}}_time ON {{.Table}} (event_time);
+-- One row per saga (declared kind × correlation id), recomputed from the events whenever
+-- one of its correlation id's records is indexed. seen counts the rows it was computed
+-- from, so a computation from fewer rows never overwrites one from more. deadline is the
+-- earliest deadline of an unmet expectation (NULL when none or ended): the saga is stuck
+-- once it has passed, so List, Stuck and Counts read this table, not the events.
+CREATE TABLE IF NOT EXISTS {{.Table}}_sagas (
+	correlation_id  text        NOT NULL,
+	saga            text        NOT NULL,
+	started         timestamptz NOT NULL,
+	ended           timestamptz,
+	last_type       text        NOT NULL,
+	last_at         timestamptz NOT NULL,
+	events          integer     NOT NULL,
+	dead_letters    integer     NOT NULL,
+	seen            integer     NOT NULL,
+	deadline        timestamptz,
+	step            text        NOT NULL DEFAULT '',
+	expected        text[]      NOT NULL DEFAULT '{}',
+	service         text        NOT NULL DEFAULT '',
+	after_topic     text        NOT NULL DEFAULT '',
+	after_partition integer     NOT NULL DEFAULT 0,
+	after_offset    bigint      NOT NULL DEFAULT 0,
+	PRIMARY KEY (correlation_id, saga)
+);
+CREATE INDEX IF NOT EXISTS {{.Index}}_sagas_started ON {{.Table}}_sagas (started);
+CREATE INDEX IF NOT EXISTS {{.Index}}_sagas_deadline ON {{.Table}}_sagas (deadline) WHERE ended IS NULL;
+CREATE INDEX IF NOT EXISTS {{.Index}}_sagas_last ON {{.Table}}_sagas (last_at);
+-- The latest observed producer of every event type: who is expected to answer a step.
+CREATE TABLE IF NOT EXISTS {{.Table}}_types (
+	type      text        PRIMARY KEY,
+	source    text        NOT NULL,
+	last_seen timestamptz NOT NULL
+);

@@ -277,6 +277,9 @@ func (t *Tracker) Ingest(ctx context.Context, recs ...*kgo.Record) (int, error) 
 	if err := br.Close(); err != nil {
 		return 0, fmt.Errorf("tracker: index: %w", err)
 	}
+	if err := t.summarize(ctx, entries); err != nil {
+		return 0, err
+	}
 	t.inst.indexed.Add(ctx, int64(len(fresh)))
 	t.recordLatency(ctx, fresh)
 	return len(fresh), nil
@@ -299,6 +302,12 @@ func (t *Tracker) Run(ctx context.Context, brokers []string, opts ...kgo.Opt) er
 		return fmt.Errorf("tracker: kafka client: %w", err)
 	}
 	defer cl.Close()
+	if err := t.Rebuild(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	next := time.Now()
 	for {
 		if time.Now().After(next) {
@@ -340,17 +349,28 @@ func (t *Tracker) Run(ctx context.Context, brokers []string, opts ...kgo.Opt) er
 	}
 }
 
-// Retain deletes indexed events older than the retention age, in batches of at most the
-// retention batch size, and returns how many it deleted.
+// Retain deletes indexed events older than the retention age, and the summaries of sagas
+// whose every record is older, in batches of at most the retention batch size. It returns
+// how many events it deleted.
 func (t *Tracker) Retain(ctx context.Context) (int64, error) {
 	cutoff := t.now().Add(-t.retention)
-	q := `DELETE FROM ` + t.table + ` WHERE ctid IN (SELECT ctid FROM ` + t.table +
-		` WHERE event_time < $1 LIMIT $2)`
+	total, err := t.deleteBatches(ctx, t.table, "event_time", cutoff)
+	if err != nil {
+		return total, err
+	}
+	_, err = t.deleteBatches(ctx, t.sagasTable(), "last_at", cutoff)
+	return total, err
+}
+
+// deleteBatches deletes the rows of table whose column is before cutoff, batch by batch.
+func (t *Tracker) deleteBatches(ctx context.Context, table, column string, cutoff time.Time) (int64, error) {
+	q := `DELETE FROM ` + table + ` WHERE ctid IN (SELECT ctid FROM ` + table +
+		` WHERE ` + column + ` < $1 LIMIT $2)`
 	var total int64
 	for {
 		tag, err := t.db.Exec(ctx, q, cutoff, t.batch)
 		if err != nil {
-			return total, fmt.Errorf("tracker: retention: %w", err)
+			return total, fmt.Errorf("tracker: retention of %s: %w", table, err)
 		}
 		total += tag.RowsAffected()
 		if tag.RowsAffected() < int64(t.batch) {

@@ -3,6 +3,7 @@ package tracker_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -158,7 +159,16 @@ func TestTrackerStuckCompletedAndDeadLetters(t *testing.T) {
 		return n
 	}
 	want := len(recs) + 1
-	testenv.Eventually(t, testenv.Timeout, "every event and the dead letter indexed", func() bool { return count() == want })
+	// Summaries follow each indexed batch: wait for the last one, the dead letter's.
+	testenv.Eventually(t, testenv.Timeout, "every event and the dead letter indexed and summarized", func() bool {
+		all, err := tr.List(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return count() == want && len(all) == 3 && slices.ContainsFunc(all, func(s tracker.Summary) bool {
+			return s.CorrelationID == "order-stuck" && s.DeadLetters == 1
+		})
+	})
 
 	// Within every window: nothing is stuck yet.
 	if s, err := tr.Stuck(ctx); err != nil || len(s) != 0 {
@@ -258,6 +268,34 @@ func TestTrackerStuckCompletedAndDeadLetters(t *testing.T) {
 		t.Fatalf("latency = %+v; want one order saga of 3 s", lat)
 	}
 
+	// Counts by kind and status, and a bounded, filtered Find.
+	counts, err := tr.Counts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCounts := []tracker.Count{
+		{Saga: "order", Stuck: 1, Completed: 1, Since: t0},
+		{Saga: "shipping", Stuck: 1, Since: t0.Add(3 * time.Second)},
+	}
+	if !slices.Equal(counts, wantCounts) {
+		t.Fatalf("Counts = %+v; want %+v", counts, wantCounts)
+	}
+	if got, err := tr.Find(ctx, tracker.Filter{Saga: "order", Limit: 1}); err != nil || len(got) != 1 || got[0].CorrelationID != "order-done" {
+		t.Fatalf("Find(order, limit 1) = %+v, %v; want the oldest order saga", got, err)
+	}
+	if got, err := tr.Find(ctx, tracker.Filter{Status: tracker.StatusStuck, Limit: 1}); err != nil || len(got) != 1 || got[0].Saga != "order" {
+		t.Fatalf("Find(stuck, limit 1) = %+v, %v; want the order saga (earliest deadline)", got, err)
+	}
+	// Rebuild recomputes the summaries from the index alone.
+	if _, err := db.Exec(ctx, `TRUNCATE `+tracker.DefaultTable+`_sagas, `+tracker.DefaultTable+`_types`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Rebuild(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := tr.Stuck(ctx); err != nil || len(again) != 2 || again[0].Waiting.Service != "inventory" || again[0].DeadLetters != 1 {
+		t.Fatalf("Stuck after Rebuild = %+v, %v; want the same two", again, err)
+	}
 	// Retention: nothing is older than an hour at +10 min; everything is at +2 h.
 	if n, err := tr.Retain(ctx); err != nil || n != 0 {
 		t.Fatalf("Retain at +10m = %d, %v; want 0", n, err)
@@ -268,6 +306,9 @@ func TestTrackerStuckCompletedAndDeadLetters(t *testing.T) {
 	}
 	if got := count(); got != 0 {
 		t.Fatalf("rows after retention = %d; want 0", got)
+	}
+	if all, err := tr.List(ctx, ""); err != nil || len(all) != 0 {
+		t.Fatalf("sagas after retention = %+v, %v; want none", all, err)
 	}
 
 	cancel()

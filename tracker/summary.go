@@ -1,0 +1,176 @@
+package tracker
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// never is a clock past every deadline: evaluating with it opens every unmet expectation,
+// so the stored deadline is the earliest one whatever the time of the query.
+var never = time.Unix(math.MaxInt32, 0)
+
+// sagasTable and typesTable name the summary tables of the index table t.table.
+func (t *Tracker) sagasTable() string { return t.table + "_sagas" }
+func (t *Tracker) typesTable() string { return t.table + "_types" }
+
+// summarize recomputes the summaries of the correlation ids of entries from every row
+// indexed under them, and records the producers of their event types. Ingest calls it
+// after each batch, for the batch's correlation ids, fresh or redelivered, so a batch
+// whose summaries were not written (a crash in between) gets them when redelivered.
+func (t *Tracker) summarize(ctx context.Context, entries []entry) error {
+	var corrs []string
+	seen := map[string]bool{}
+	for _, e := range entries {
+		if !seen[e.corr] {
+			seen[e.corr] = true
+			corrs = append(corrs, e.corr)
+		}
+	}
+	var b pgx.Batch
+	if err := t.queueSummaries(ctx, &b, corrs); err != nil {
+		return err
+	}
+	t.queueTypes(&b, entries)
+	if b.Len() == 0 {
+		return nil
+	}
+	if err := t.db.SendBatch(ctx, &b).Close(); err != nil {
+		return fmt.Errorf("tracker: summarize: %w", err)
+	}
+	return nil
+}
+
+// queueSummaries reads the rows of corrs and queues the upsert of their summaries.
+func (t *Tracker) queueSummaries(ctx context.Context, b *pgx.Batch, corrs []string) error {
+	if len(corrs) == 0 {
+		return nil
+	}
+	rows, err := t.db.Query(ctx, `SELECT `+selectCols+` FROM `+t.table+
+		` WHERE correlation_id = ANY($1) ORDER BY correlation_id, event_time, topic, partition, "offset"`, corrs)
+	if err != nil {
+		return fmt.Errorf("tracker: summarize: %w", err)
+	}
+	entries, err := pgx.CollectRows(rows, scanEntry)
+	if err != nil {
+		return fmt.Errorf("tracker: summarize: %w", err)
+	}
+	q := `INSERT INTO ` + t.sagasTable() + ` AS s (correlation_id, saga, started, ended, last_type, last_at,
+		events, dead_letters, seen, deadline, step, expected, service, after_topic, after_partition, after_offset)
+		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16)
+		ON CONFLICT (correlation_id, saga) DO UPDATE SET started = excluded.started, ended = excluded.ended,
+		last_type = excluded.last_type, last_at = excluded.last_at, events = excluded.events,
+		dead_letters = excluded.dead_letters, seen = excluded.seen, deadline = excluded.deadline,
+		step = excluded.step, expected = excluded.expected, service = excluded.service,
+		after_topic = excluded.after_topic, after_partition = excluded.after_partition,
+		after_offset = excluded.after_offset
+		WHERE s.seen <= excluded.seen`
+	for group := range groupByCorrelation(entries) {
+		last := group[0].at
+		for _, e := range group {
+			last = maxTime(last, e.at)
+		}
+		for _, s := range t.evaluate(group[0].corr, group, nil, never) {
+			var (
+				ended, deadline *time.Time
+				w               = Waiting{Expected: []string{}}
+			)
+			if s.Status == StatusCompleted {
+				ended = &s.Ended
+			}
+			if s.Waiting != nil {
+				w = *s.Waiting
+				deadline = &w.Deadline
+			}
+			b.Queue(q, s.CorrelationID, s.Saga, s.Started, ended, s.LastType, last, s.Events, s.DeadLetters,
+				len(group), deadline, w.Step, w.Expected, w.Service, w.After.Topic, w.After.Partition, w.After.Offset)
+		}
+	}
+	return nil
+}
+
+// queueTypes queues the upsert of the latest producer of each event type in entries.
+func (t *Tracker) queueTypes(b *pgx.Batch, entries []entry) {
+	latest := map[string]entry{}
+	for _, e := range entries {
+		if e.dead || e.source == "" {
+			continue
+		}
+		if l, ok := latest[e.typ]; !ok || e.at.After(l.at) {
+			latest[e.typ] = e
+		}
+	}
+	q := `INSERT INTO ` + t.typesTable() + ` AS y (type, source, last_seen) VALUES ($1, $2, $3)
+		ON CONFLICT (type) DO UPDATE SET source = excluded.source, last_seen = excluded.last_seen
+		WHERE y.last_seen <= excluded.last_seen`
+	for _, typ := range slices.Sorted(maps.Keys(latest)) { // a stable lock order across instances
+		e := latest[typ]
+		b.Queue(q, e.typ, e.source, e.at)
+	}
+}
+
+// Rebuild recomputes every saga's summary and the producers of every event type from the
+// index, in batches of correlation ids. Run calls it on start, so summaries follow the
+// current declarations (a step added, a window changed) and an index filled by a version
+// without summaries gets them.
+func (t *Tracker) Rebuild(ctx context.Context) error {
+	const page = 500
+	if _, err := t.db.Exec(ctx, `INSERT INTO `+t.typesTable()+` AS y (type, source, last_seen)
+		SELECT DISTINCT ON (type) type, source, event_time FROM `+t.table+`
+		WHERE NOT dead_letter AND source <> '' ORDER BY type, event_time DESC
+		ON CONFLICT (type) DO UPDATE SET source = excluded.source, last_seen = excluded.last_seen
+		WHERE y.last_seen <= excluded.last_seen`); err != nil {
+		return fmt.Errorf("tracker: rebuild: types: %w", err)
+	}
+	after := ""
+	for {
+		rows, err := t.db.Query(ctx, `SELECT DISTINCT correlation_id FROM `+t.table+
+			` WHERE correlation_id > $1 ORDER BY correlation_id LIMIT $2`, after, page)
+		if err != nil {
+			return fmt.Errorf("tracker: rebuild: %w", err)
+		}
+		corrs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("tracker: rebuild: %w", err)
+		}
+		if len(corrs) == 0 {
+			return nil
+		}
+		var b pgx.Batch
+		if err := t.queueSummaries(ctx, &b, corrs); err != nil {
+			return err
+		}
+		if err := t.db.SendBatch(ctx, &b).Close(); err != nil {
+			return fmt.Errorf("tracker: rebuild: %w", err)
+		}
+		after = corrs[len(corrs)-1]
+	}
+}
+
+// groupByCorrelation yields the runs of entries (sorted by correlation id) that share one.
+func groupByCorrelation(entries []entry) func(yield func([]entry) bool) {
+	return func(yield func([]entry) bool) {
+		for i := 0; i < len(entries); {
+			j := i + 1
+			for j < len(entries) && entries[j].corr == entries[i].corr {
+				j++
+			}
+			if !yield(entries[i:j]) {
+				return
+			}
+			i = j
+		}
+	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
