@@ -88,7 +88,7 @@ Flags:`)
 
 func renderDLQList(w io.Writer, topic string, recs []dlqRecord) error {
 	if len(recs) == 0 {
-		_, err := fmt.Fprintf(w, "%s: no dead-lettered records\n", topic)
+		_, err := printf(w, "%s: no dead-lettered records\n", topic)
 		return err
 	}
 	t := newTable("POS", "FAILED AT", "GROUP", "REASON", "ATTEMPTS", "COPIES", "EVENT TYPE", "KEY", "FROM", "ERROR").right(4, 5)
@@ -111,7 +111,7 @@ func renderDLQList(w io.Writer, topic string, recs []dlqRecord) error {
 	if err := t.render(w); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "\n%d dead letter(s) in %s; details: sagactl dlq show %s %s\n", len(recs), topic, topic, recs[0].pos())
+	_, err := printf(w, "\n%d dead letter(s) in %s; details: sagactl dlq show %s %s\n", len(recs), topic, topic, recs[0].pos())
 	return err
 }
 
@@ -201,27 +201,27 @@ func cmdDLQShow(ctx context.Context, args []string, std stdio) error {
 
 func renderDLQRecord(w io.Writer, r dlqRecord) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "record     %s %s\n", r.Topic, r.pos())
-	fmt.Fprintf(&b, "reason     %s (after %d attempt(s), group %s)\n", orDash(r.Reason), r.Attempts, orDash(r.Group))
+	printf(&b, "record     %s %s\n", r.Topic, r.pos())
+	printf(&b, "reason     %s (after %d attempt(s), group %s)\n", orDash(r.Reason), r.Attempts, orDash(r.Group))
 	if !r.FailedAt.IsZero() {
-		fmt.Fprintf(&b, "failed at  %s\n", r.FailedAt.Format(time.RFC3339Nano))
+		printf(&b, "failed at  %s\n", r.FailedAt.Format(time.RFC3339Nano))
 	}
 	if r.OriginTopic != "" {
-		fmt.Fprintf(&b, "origin     %s partition %d offset %d\n", r.OriginTopic, r.OriginPartition, r.OriginOffset)
+		printf(&b, "origin     %s partition %d offset %d\n", r.OriginTopic, r.OriginPartition, r.OriginOffset)
 	}
 	if len(r.Duplicates) > 0 {
-		fmt.Fprintf(&b, "copies     %d of this dead letter (same origin and group): also at %s\n", r.Copies, strings.Join(r.Duplicates, ", "))
+		printf(&b, "copies     %d of this dead letter (same origin and group): also at %s\n", r.Copies, strings.Join(r.Duplicates, ", "))
 	}
-	fmt.Fprintf(&b, "event      %s %s\n", orDash(r.EventType), orDash(r.EventID))
-	fmt.Fprintf(&b, "key        %s\n", r.Key)
-	fmt.Fprintf(&b, "error      %s\n", orDash(r.Error))
+	printf(&b, "event      %s %s\n", orDash(r.EventType), orDash(r.EventID))
+	printf(&b, "key        %s\n", r.Key)
+	printf(&b, "error      %s\n", orDash(r.Error))
 	if r.Truncated {
-		fmt.Fprintf(&b, "truncated  this is a bounded copy; the original (%d bytes, sha256 %s) is row %d of table %s in the consuming service's database\n",
+		printf(&b, "truncated  this is a bounded copy; the original (%d bytes, sha256 %s) is row %d of table %s in the consuming service's database\n",
 			r.OriginalSize, orDash(r.SHA256), r.ArchiveID, orDash(r.ArchiveTable))
 	}
 	b.WriteString("headers\n")
 	for _, h := range r.Headers {
-		fmt.Fprintf(&b, "  %s: %s\n", h.Key, h.Value)
+		printf(&b, "  %s: %s\n", h.Key, h.Value)
 	}
 	b.WriteString("payload\n")
 	if r.Value != nil {
@@ -232,7 +232,7 @@ func renderDLQRecord(w io.Writer, r dlqRecord) error {
 		if json.Unmarshal(r.Value, &v) == nil && enc.Encode(v) == nil {
 			b.WriteString("  " + pretty.String())
 		} else {
-			b.WriteString("  " + string(r.Value) + "\n")
+			b.WriteString("  " + safeText(string(r.Value)) + "\n")
 		}
 	} else {
 		fmt.Fprintf(&b, "  %q\n", r.Text)
@@ -241,7 +241,7 @@ func renderDLQRecord(w io.Writer, r dlqRecord) error {
 	case r.Truncated:
 		b.WriteString("\nreplay the original from the archive (see docs/operations.md), not this copy\n")
 	case r.OriginTopic != "":
-		fmt.Fprintf(&b, "\nreplay it with: sagactl dlq replay %s %s\n", r.Topic, r.pos())
+		printf(&b, "\nreplay it with: sagactl dlq replay %s %s\n", r.Topic, r.pos())
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -303,7 +303,7 @@ Flags:`)
 	}
 	defer k.close()
 	out, err := k.replay(ctx, sel, func(r dlqRecord, why string) {
-		fmt.Fprintf(std.err, "sagactl: skipping %s %s: %s\n", sel.Topic, r.pos(), why)
+		printf(std.err, "sagactl: skipping %s %s: %s\n", sel.Topic, r.pos(), why)
 	})
 	if err != nil {
 		return err

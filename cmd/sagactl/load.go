@@ -573,7 +573,7 @@ func renderSummary(w io.Writer, s loadSummary) error {
 			s.Rate, float64(s.Placed+s.FailedToPlace)/s.PlaceSeconds, s.Concurrency)
 	}
 	for _, e := range s.PlaceErrors {
-		fmt.Fprintf(w, "place error: %s\n", e)
+		printf(w, "place error: %s\n", e)
 	}
 	if len(s.Unexpected) > 0 {
 		fmt.Fprintf(w, "\n%d order(s) ended other than their kind aims for:\n", len(s.Unexpected))
@@ -605,7 +605,7 @@ func renderSummary(w io.Writer, s loadSummary) error {
 		return err
 	}
 	if o := s.Stuck[0]; o.JaegerURL != "" {
-		_, err := fmt.Fprintf(w, "\ntrace of %s: %s\n", o.ID, o.JaegerURL)
+		_, err := printf(w, "\ntrace of %s: %s\n", o.ID, o.JaegerURL)
 		return err
 	}
 	return nil

@@ -133,7 +133,7 @@ func run(ctx context.Context, args []string, std stdio) int {
 	if err != nil {
 		msg := strings.TrimPrefix(err.Error(), errUsage.Error()+": ")
 		msg = strings.TrimPrefix(msg, "sagactl: ")
-		fmt.Fprintf(std.err, "sagactl: %s\n", msg)
+		printf(std.err, "sagactl: %s\n", msg)
 		if errors.Is(err, errUsage) {
 			fmt.Fprintln(std.err, `run "sagactl help" for usage`)
 		}

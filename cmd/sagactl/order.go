@@ -85,7 +85,7 @@ func retryCompensation(ctx context.Context, c conn, pos []string, std stdio) err
 	if c.json {
 		return writeJSON(std.out, o)
 	}
-	_, err = fmt.Fprintf(std.out, "cancellation re-sent for order %s: %s, attempt %d, deadline %s\n"+
+	_, err = printf(std.out, "cancellation re-sent for order %s: %s, attempt %d, deadline %s\n"+
 		"follow it with: sagactl order %s\n", o.ID, o.State, o.CompensationAttempts, fmtDeadline(o.DeadlineAt), o.ID)
 	return err
 }
@@ -104,35 +104,35 @@ func renderOrder(w io.Writer, o Order, now time.Time) error {
 	if o.Stuck {
 		stuck = "  (STUCK)"
 	}
-	fmt.Fprintf(&b, "order     %s\n", o.ID)
-	fmt.Fprintf(&b, "state     %s%s\n", o.State, stuck)
+	printf(&b, "order     %s\n", o.ID)
+	printf(&b, "state     %s%s\n", o.State, stuck)
 	if o.CompensationAttempts > 1 {
-		fmt.Fprintf(&b, "attempts  cancellation sent %d times\n", o.CompensationAttempts)
+		printf(&b, "attempts  cancellation sent %d times\n", o.CompensationAttempts)
 	}
 	if o.Reason != "" {
-		fmt.Fprintf(&b, "reason    %s\n", o.Reason)
+		printf(&b, "reason    %s\n", o.Reason)
 	}
 	if o.Payment != "" || o.Stock != "" {
-		fmt.Fprintf(&b, "payment   %s   stock %s\n", orDash(o.Payment), orDash(o.Stock))
+		printf(&b, "payment   %s   stock %s\n", orDash(o.Payment), orDash(o.Stock))
 	}
-	fmt.Fprintf(&b, "customer  %s\n", o.CustomerID)
-	fmt.Fprintf(&b, "amount    %s\n", fmtAmount(o.Amount))
-	fmt.Fprintf(&b, "items     %s\n", fmtItems(o.Items))
+	printf(&b, "customer  %s\n", o.CustomerID)
+	printf(&b, "amount    %s\n", fmtAmount(o.Amount))
+	printf(&b, "items     %s\n", fmtItems(o.Items))
 	if !o.CreatedAt.IsZero() {
-		fmt.Fprintf(&b, "created   %s (%s ago)\n", o.CreatedAt.UTC().Format(time.RFC3339Nano), fmtAge(now.Sub(o.CreatedAt)))
+		printf(&b, "created   %s (%s ago)\n", o.CreatedAt.UTC().Format(time.RFC3339Nano), fmtAge(now.Sub(o.CreatedAt)))
 	}
 	if d, ok := o.SettledIn(); ok {
-		fmt.Fprintf(&b, "settled   in %s\n", fmtDuration(d, 1))
+		printf(&b, "settled   in %s\n", fmtDuration(d, 1))
 	} else if o.DeadlineAt != nil {
-		fmt.Fprintf(&b, "deadline  %s (in %s; then it is cancelled)\n", o.DeadlineAt.UTC().Format(time.RFC3339), fmtAge(o.DeadlineAt.Sub(now)))
+		printf(&b, "deadline  %s (in %s; then it is cancelled)\n", o.DeadlineAt.UTC().Format(time.RFC3339), fmtAge(o.DeadlineAt.Sub(now)))
 	}
 	if w := o.waitingOn(); w != "" {
-		fmt.Fprintf(&b, "waiting   %s\n", w)
+		printf(&b, "waiting   %s\n", w)
 	}
-	fmt.Fprintf(&b, "trace id  %s\n", orDash(o.TraceID))
-	fmt.Fprintf(&b, "jaeger    %s\n", orDash(o.JaegerURL))
+	printf(&b, "trace id  %s\n", orDash(o.TraceID))
+	printf(&b, "jaeger    %s\n", orDash(o.JaegerURL))
 	if u := jaegerSearchURL(o); u != "" {
-		fmt.Fprintf(&b, "search    %s\n", u)
+		printf(&b, "search    %s\n", u)
 	}
 	b.WriteString("\n")
 	if _, err := io.WriteString(w, b.String()); err != nil {
@@ -257,7 +257,7 @@ func renderStuck(w io.Writer, orders []Order, now time.Time) error {
 	if err := t.render(w); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "\n%d stuck; inspect one with: sagactl order %s\n", len(orders), orders[0].ID)
+	_, err := printf(w, "\n%d stuck; inspect one with: sagactl order %s\n", len(orders), orders[0].ID)
 	return err
 }
 

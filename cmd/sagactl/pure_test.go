@@ -29,7 +29,7 @@ func TestTableRender(t *testing.T) {
 		"NAME                         COUNT  NOTE\n" +
 		"confirmed                      140  ok\n" +
 		"rejected (payment.declined)      7\n" +
-		"x                            12345  first line\n"
+		"x                            12345  first line\\u000asecond line\n"
 	if b.String() != want {
 		t.Errorf("render:\n%s\nwant:\n%s", b.String(), want)
 	}

@@ -17,7 +17,8 @@ const (
 
 // table is a plain-text table: a header row, then rows, columns separated by two spaces,
 // each column as wide as its widest cell. Numbers read best right-aligned, so a column
-// can be set to alignRight. Cells never wrap; a cell with a newline is cut at it.
+// can be set to alignRight. Cells never wrap: add escapes every control and format
+// character of a cell (safeText), so a newline in a record key cannot add a row.
 type table struct {
 	header []string
 	align  []align
@@ -43,7 +44,7 @@ func (t *table) add(cells ...string) {
 	row := make([]string, len(t.header))
 	for i := range row {
 		if i < len(cells) {
-			row[i], _, _ = strings.Cut(cells[i], "\n")
+			row[i] = safeText(cells[i])
 		}
 	}
 	t.rows = append(t.rows, row)

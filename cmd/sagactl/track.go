@@ -242,7 +242,7 @@ func printTimeline(tl tracker.Timeline, asJSON bool, std stdio) error {
 			line += fmt.Sprintf(", waiting for %s to answer %s with %s (step %q, deadline %s)",
 				orDash(w.Service), w.After.Type, strings.Join(w.Expected, "|"), w.Step, when(w.Deadline))
 		}
-		fmt.Fprintln(std.out, line)
+		fmt.Fprintln(std.out, safeText(line))
 	}
 	t := newTable("TIME", "TYPE", "SOURCE", "TOPIC", "POSITION", "TRACE ID", "EVENT ID")
 	for _, e := range tl.Events {
