@@ -237,18 +237,12 @@ func toEntry(r *kgo.Record) (entry, bool) {
 	return e, true
 }
 
-// Ingest indexes records. A record already indexed (same topic, partition and offset) is
-// left as it is, so redelivery does not duplicate. Records that carry no correlation id or
-// event type are skipped and counted. It returns how many records were newly indexed.
+// Ingest indexes records in one INSERT. A record already indexed (same topic, partition
+// and offset) is left as it is, so redelivery does not duplicate. Records that carry no
+// correlation id or event type are skipped and counted. It returns how many records were
+// newly indexed.
 func (t *Tracker) Ingest(ctx context.Context, recs ...*kgo.Record) (int, error) {
-	var (
-		b       pgx.Batch
-		entries []entry
-	)
-	q := `INSERT INTO ` + t.table + ` (topic, partition, "offset", correlation_id, event_id, type, source,
-		subject, event_time, trace_id, causation_id, dead_letter, dlq_reason, dlq_error)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14)
-		ON CONFLICT (topic, partition, "offset") DO NOTHING`
+	var entries []entry
 	for _, r := range recs {
 		e, ok := toEntry(r)
 		if !ok {
@@ -256,26 +250,13 @@ func (t *Tracker) Ingest(ctx context.Context, recs ...*kgo.Record) (int, error) 
 			continue
 		}
 		entries = append(entries, e)
-		b.Queue(q, e.topic, e.partition, e.offset, e.corr, e.id, e.typ, e.source, e.subject, e.at,
-			e.traceID, e.causation, e.dead, e.reason, e.errText)
 	}
 	if len(entries) == 0 {
 		return 0, nil
 	}
-	br := t.db.SendBatch(ctx, &b)
-	var fresh []entry
-	for _, e := range entries {
-		tag, err := br.Exec()
-		if err != nil {
-			_ = br.Close()
-			return 0, fmt.Errorf("tracker: index %s/%d@%d: %w", e.topic, e.partition, e.offset, err)
-		}
-		if tag.RowsAffected() == 1 {
-			fresh = append(fresh, e)
-		}
-	}
-	if err := br.Close(); err != nil {
-		return 0, fmt.Errorf("tracker: index: %w", err)
+	fresh, err := t.insert(ctx, entries)
+	if err != nil {
+		return 0, err
 	}
 	if err := t.summarize(ctx, entries); err != nil {
 		return 0, err
