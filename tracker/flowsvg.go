@@ -1,0 +1,204 @@
+package tracker
+
+import (
+	"bytes"
+	"cmp"
+	"fmt"
+	"html"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Layout of Flow.SVG, in SVG user units.
+const (
+	svgCharW   = 7.0 // width of one character of the 12px monospace font
+	svgBoxH    = 44.0
+	svgBoxPadX = 12.0
+	svgGapX    = 48.0  // between two boxes of a layer
+	svgLayerH  = 120.0 // from one layer's top to the next one's
+	svgMargin  = 24.0
+	svgLoopW   = 60.0 // room right of the widest layer for edges that go back up
+)
+
+type svgBox struct {
+	x, y, w float64 // top-left corner and width
+	layer   int
+}
+
+// SVG draws the flow as a self-contained SVG document (no script, no external resource):
+// one box per event type with its services and count, laid out in layers by the shortest
+// distance from the types that start sagas, and one arrow per edge labelled with the
+// producing service, count and p50/p99 gap. Every label is escaped.
+func (f Flow) SVG() []byte {
+	layers := f.layers()
+	boxes := map[string]*svgBox{}
+	width := 0.0
+	for li, types := range layers {
+		x := svgMargin
+		for _, typ := range types {
+			n, _ := f.Node(typ)
+			w := svgBoxPadX*2 + svgCharW*float64(max(len(n.Type), len(nodeSubtitle(n))))
+			boxes[typ] = &svgBox{x: x, y: svgMargin + float64(li)*svgLayerH, w: w, layer: li}
+			x += w + svgGapX
+		}
+		width = max(width, x-svgGapX+svgMargin)
+	}
+	width += svgLoopW
+	height := svgMargin*2 + float64(max(len(layers)-1, 0))*svgLayerH + svgBoxH
+
+	var b bytes.Buffer
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="monospace" font-size="12">`+"\n",
+		width, height, width, height)
+	b.WriteString(`<title>observed saga flow</title>
+<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="8" markerHeight="8" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#555"/></marker></defs>
+<rect width="100%" height="100%" fill="#fff"/>
+`)
+	if len(f.Nodes) == 0 {
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f">no events indexed</text>`+"\n", svgMargin, svgMargin+12)
+	}
+	for i, e := range f.Edges {
+		from, to := boxes[e.From], boxes[e.To]
+		if from == nil || to == nil {
+			continue
+		}
+		var d string
+		var lx, ly float64
+		switch {
+		case to.layer > from.layer: // down: bottom centre to top centre
+			x1, y1 := from.x+from.w/2, from.y+svgBoxH
+			x2, y2 := to.x+to.w/2, to.y
+			my := (y1 + y2) / 2
+			d = fmt.Sprintf("M%.1f,%.1f C%.1f,%.1f %.1f,%.1f %.1f,%.1f", x1, y1, x1, my, x2, my, x2, y2)
+			lx, ly = (x1+x2)/2, my
+		default: // the same layer or back up (a loop): out of the right side and back in
+			x1, y1 := from.x+from.w, from.y+svgBoxH*0.65
+			x2, y2 := to.x+to.w, to.y+svgBoxH*0.35
+			cx := max(x1, x2) + svgLoopW*0.8
+			d = fmt.Sprintf("M%.1f,%.1f C%.1f,%.1f %.1f,%.1f %.1f,%.1f", x1, y1, cx, y1, cx, y2, x2, y2)
+			lx, ly = cx-svgLoopW*0.2, (y1+y2)/2
+		}
+		// Alternate labels of neighbouring edges above and below the curve's middle.
+		ly += float64(i%2)*14 - 4
+		label := fmt.Sprintf("%s ×%d  p50 %s p99 %s", e.Source, e.Count, shortGap(e.P50), shortGap(e.P99))
+		fmt.Fprintf(&b, `<g class="edge"><title>%s → %s by %s: %d (by causation %d), p50 %s, p99 %s</title>`,
+			esc(e.From), esc(e.To), esc(e.Source), e.Count, e.ByCausation, shortGap(e.P50), shortGap(e.P99))
+		fmt.Fprintf(&b, `<path d="%s" fill="none" stroke="#555" stroke-width="%.1f" marker-end="url(#arrow)"/>`,
+			d, 1+math.Min(3, math.Log10(float64(max(e.Count, 1)))))
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle" font-size="10" fill="#333" stroke="#fff" stroke-width="3" paint-order="stroke">%s</text></g>`+"\n",
+			lx, ly, esc(label))
+	}
+	for _, n := range f.Nodes {
+		bx := boxes[n.Type]
+		fill := "#eef3fb"
+		if n.Starts > 0 {
+			fill = "#e6f4ea"
+		}
+		fmt.Fprintf(&b, `<g class="node"><title>%s: %d events from %s on %s</title>`,
+			esc(n.Type), n.Count, esc(strings.Join(n.Sources, ", ")), esc(strings.Join(n.Topics, ", ")))
+		fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.0f" rx="6" fill="%s" stroke="#4a6fa5"/>`,
+			bx.x, bx.y, bx.w, svgBoxH, fill)
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle" font-weight="bold">%s</text>`,
+			bx.x+bx.w/2, bx.y+18, esc(n.Type))
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle" fill="#555">%s</text></g>`+"\n",
+			bx.x+bx.w/2, bx.y+35, esc(nodeSubtitle(n)))
+	}
+	b.WriteString("</svg>\n")
+	return b.Bytes()
+}
+
+// nodeSubtitle is a box's second line: who produces the type and how many were seen.
+func nodeSubtitle(n FlowNode) string {
+	return fmt.Sprintf("%s ×%d", strings.Join(n.Sources, ", "), n.Count)
+}
+
+func esc(s string) string { return html.EscapeString(s) }
+
+// shortGap formats a gap with two or three significant digits: 850µs, 12ms, 1.5s.
+func shortGap(d time.Duration) string {
+	switch a := d.Abs(); {
+	case a < time.Millisecond:
+		return d.Round(time.Microsecond).String()
+	case a < time.Second:
+		return d.Round(100 * time.Microsecond).String()
+	case a < time.Minute:
+		return d.Round(10 * time.Millisecond).String()
+	default:
+		return d.Round(time.Second).String()
+	}
+}
+
+// layers assigns every node a layer: its shortest distance along edges from the types
+// that start sagas (or, where a part of the graph has none, from its first type). Within
+// a layer, types are ordered by the mean position of their predecessors, then by name, so
+// that arrows cross less.
+func (f Flow) layers() [][]string {
+	next := map[string][]string{}
+	prev := map[string][]string{}
+	for _, e := range f.Edges {
+		next[e.From] = append(next[e.From], e.To)
+		prev[e.To] = append(prev[e.To], e.From)
+	}
+	layer := map[string]int{}
+	bfs := func(roots []string, base int) {
+		queue := roots
+		for _, r := range roots {
+			layer[r] = base
+		}
+		for len(queue) > 0 {
+			n := queue[0]
+			queue = queue[1:]
+			for _, m := range next[n] {
+				if _, seen := layer[m]; !seen {
+					layer[m] = layer[n] + 1
+					queue = append(queue, m)
+				}
+			}
+		}
+	}
+	var roots []string
+	for _, n := range f.Nodes {
+		if n.Starts > 0 || len(prev[n.Type]) == 0 {
+			roots = append(roots, n.Type)
+		}
+	}
+	bfs(roots, 0)
+	for _, n := range f.Nodes {
+		if _, seen := layer[n.Type]; !seen {
+			bfs([]string{n.Type}, 0)
+		}
+	}
+	depth := 0
+	for _, l := range layer {
+		depth = max(depth, l+1)
+	}
+	out := make([][]string, depth)
+	for _, n := range f.Nodes { // in type order
+		out[layer[n.Type]] = append(out[layer[n.Type]], n.Type)
+	}
+	pos := map[string]float64{}
+	for li, types := range out {
+		key := map[string]float64{}
+		for i, typ := range types {
+			sum, k := 0.0, 0
+			for _, p := range prev[typ] {
+				if layer[p] < li {
+					sum += pos[p]
+					k++
+				}
+			}
+			key[typ] = float64(i)
+			if k > 0 {
+				key[typ] = sum / float64(k)
+			}
+		}
+		slices.SortStableFunc(types, func(a, b string) int {
+			return cmp.Or(cmp.Compare(key[a], key[b]), strings.Compare(a, b))
+		})
+		for i, typ := range types {
+			pos[typ] = float64(i)
+		}
+	}
+	return out
+}
