@@ -25,6 +25,10 @@
 //	sagactl track stuck|list [-status S]|saga <correlation-id>
 //	                                     query that index: stuck sagas and whom they wait
 //	                                     for, sagas by status, one saga's timeline
+//	sagactl flow [-svg file] [-asyncapi file]
+//	                                     the observed flow from that index: which event types
+//	                                     followed which, produced by whom, how often and how
+//	                                     soon; as SVG; as an AsyncAPI 3.0.0 document
 //
 // order, stuck and load talk to the order service's HTTP API at -order-url (environment
 // ORDER_URL, default http://127.0.0.1:8080). dlq reads and writes Kafka directly at

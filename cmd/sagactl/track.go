@@ -25,12 +25,15 @@ type trackFlags struct {
 	retention time.Duration
 	refresh   time.Duration
 	status    string
+	svg       string // flow: write the SVG here
+	asyncapi  string // flow: write the AsyncAPI document here
 }
 
 const trackUsage = `usage: sagactl track [run] [flags]           index the saga topics (its own consumer group) until interrupted
        sagactl track stuck [flags]           stuck sagas, the earliest missed deadline first
        sagactl track list [-status S] [flags] sagas (in_flight, stuck, completed; default all), oldest first
        sagactl track saga <correlation-id>   one correlation id's sagas, events and dead letters
+       sagactl flow [-svg F] [-asyncapi F]   the observed flow: event types and the types that followed them
 
 The sagas are declared in JSON files (-config a.json,b.json; see deploy/tracker). The
 index lives in its own Postgres table (-table), created on start.
@@ -54,6 +57,10 @@ func cmdTrack(ctx context.Context, args []string, std stdio) error {
 	fs.DurationVar(&f.retention, "retention", 7*24*time.Hour, "delete indexed events older than this (by event time)")
 	fs.DurationVar(&f.refresh, "refresh", 15*time.Second, "how often run recomputes its gauges and applies retention")
 	fs.StringVar(&f.status, "status", "", "list only sagas with this `status`: in_flight, stuck or completed")
+	if sub == "flow" {
+		fs.StringVar(&f.svg, "svg", "", "flow: also write the graph as SVG to this `file`")
+		fs.StringVar(&f.asyncapi, "asyncapi", "", "flow: also write an AsyncAPI 3.0.0 document (JSON) of the observed flow to this `file`")
+	}
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), trackUsage)
 		fs.PrintDefaults()
@@ -63,7 +70,7 @@ func cmdTrack(ctx context.Context, args []string, std stdio) error {
 		return err
 	}
 	switch sub {
-	case "run", "stuck", "list":
+	case "run", "stuck", "list", "flow":
 		if len(pos) != 0 {
 			return fmt.Errorf("%w: track %s takes no arguments, got %q", errUsage, sub, pos)
 		}
@@ -72,7 +79,7 @@ func cmdTrack(ctx context.Context, args []string, std stdio) error {
 			return fmt.Errorf("%w: track saga takes one correlation id", errUsage)
 		}
 	default:
-		return fmt.Errorf("%w: unknown track subcommand %q (run, stuck, list, saga)", errUsage, sub)
+		return fmt.Errorf("%w: unknown track subcommand %q (run, stuck, list, saga, flow)", errUsage, sub)
 	}
 	switch f.status {
 	case "", string(tracker.StatusInFlight), string(tracker.StatusStuck), string(tracker.StatusCompleted):
@@ -124,6 +131,8 @@ func cmdTrack(ctx context.Context, args []string, std stdio) error {
 			return err
 		}
 		return printSagas(s, f.c.json, std)
+	case "flow":
+		return trackFlow(ctx, tr, f, std)
 	default:
 		tl, err := tr.Saga(ctx, pos[0])
 		if errors.Is(err, tracker.ErrNotFound) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/internal/asyncapi"
 	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/tracker"
 )
@@ -123,6 +125,23 @@ func TestTrack(t *testing.T) {
 	code, out, errs = query("saga", "o-waiting")
 	if code != exitOK || !strings.Contains(out, "shipping saga o-waiting: stuck, waiting for shipping to answer order.confirmed") {
 		t.Fatalf("track saga: exit %d: %s%s", code, out, errs)
+	}
+	svgFile, aaFile := t.TempDir()+"/flow.svg", t.TempDir()+"/asyncapi.json"
+	var flowOut, flowErr bytes.Buffer
+	if code := run(ctx, []string{"flow", "-svg", svgFile, "-asyncapi", aaFile}, std(&flowOut, &flowErr)); code != exitOK {
+		t.Fatalf("flow: exit %d: %s", code, flowErr.String())
+	}
+	if !regexp.MustCompile(`order\.confirmed\s+→\s+shipment\.scheduled\s+shipping\s+1\s+0\s`).MatchString(flowOut.String()) ||
+		!strings.Contains(flowOut.String(), "starts: order.confirmed (2, by order)") {
+		t.Errorf("flow printed:\n%s", flowOut.String())
+	}
+	if b, err := os.ReadFile(svgFile); err != nil || !bytes.Contains(b, []byte("<svg")) || !bytes.Contains(b, []byte("shipment.scheduled")) {
+		t.Errorf("flow -svg wrote %d bytes (%v)", len(b), err)
+	}
+	if b, err := os.ReadFile(aaFile); err != nil {
+		t.Error(err)
+	} else if err := asyncapi.Validate(b); err != nil || !bytes.Contains(b, []byte(`"shipping sends shipment.scheduled on `+topic+`"`)) {
+		t.Errorf("flow -asyncapi: %v\n%s", err, b)
 	}
 	if code, _, _ := query("saga", "nobody"); code == exitOK {
 		t.Fatal("track saga of an unknown id succeeded")
