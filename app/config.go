@@ -35,7 +35,7 @@ const (
 // deployment manifests and their tests.
 func EnvVars() []string {
 	return append([]string{EnvDatabaseURL, EnvDatabaseConns, EnvDatabaseMinConns, EnvRedisAddr, EnvRedisURL, EnvRedisTLSCAFile, EnvKafkaBrokers, EnvKafkaPartitions,
-		EnvHTTPAddr, EnvAdminAddr, EnvLogLevel, EnvShutdownTimeout, EnvConsumerBatch, EnvPprof,
+		EnvHTTPAddr, EnvAdminAddr, EnvAdminToken, EnvLogLevel, EnvShutdownTimeout, EnvConsumerBatch, EnvPprof,
 		EnvKafkaInstanceID, EnvKafkaSessionTimeout, EnvKafkaRebalanceTimeout, EnvKafkaCompression,
 		EnvIdempotencyRetention, EnvDeadLetterRetention, EnvSigningKeyFile, EnvSigningKey, EnvTrustedKeys}, kafkaSecurityVars()...)
 }
@@ -124,6 +124,14 @@ type Config struct {
 	// With an admin listener, HTTPAddr serves /healthz, a /readyz without details and the
 	// service's routes, never /metrics.
 	AdminAddr string
+	// AdminToken is the bearer token /metrics and /debug/pprof/ require
+	// ("Authorization: Bearer <token>"), on whichever listener serves them (ADMIN_TOKEN;
+	// default none: they answer without one). /healthz and /readyz never need it, so
+	// probes stay simple. Pprof on an admin listener beyond loopback requires it (a
+	// configuration error otherwise: profiles and the command line are not for every
+	// network peer); /metrics beyond loopback without it is served, with a warning at
+	// start (Run).
+	AdminToken string
 	// LogLevel is the minimum level logged (LOG_LEVEL; default info).
 	LogLevel slog.Level
 	// ShutdownTimeout bounds the whole graceful shutdown (SHUTDOWN_TIMEOUT; default
@@ -138,7 +146,8 @@ type Config struct {
 	ConsumerBatch int
 	// Pprof serves net/http/pprof's profiles under /debug/pprof/ on the admin listener
 	// (PPROF; default false), for benchmarks and diagnosis. Without an admin listener
-	// they are not served at all, so they never reach the public one.
+	// they are not served at all, so they never reach the public one. On an admin
+	// listener beyond loopback they require AdminToken.
 	Pprof bool
 	// KafkaInstanceID is the static group membership id (group.instance.id, KIP-345) of
 	// this instance in every consumer group of the service (KAFKA_INSTANCE_ID; "none"
@@ -235,6 +244,7 @@ func LoadConfig(env *Env, service, defaultHTTPAddr string) Config {
 		ShutdownTimeout:  env.Duration(EnvShutdownTimeout, DefaultShutdownTimeout),
 		ConsumerBatch:    env.Int(EnvConsumerBatch, DefaultConsumerBatch),
 		Pprof:            env.Bool(EnvPprof, false),
+		AdminToken:       env.String(EnvAdminToken, ""),
 	}
 	c.DatabaseMaxConns = int32(env.Int(EnvDatabaseConns, DefaultDatabaseMaxConns(int(c.KafkaPartitions))))
 	c.DatabaseMinConns = int32(env.Int(EnvDatabaseMinConns, 0))
@@ -309,6 +319,9 @@ func (c Config) problems() []problem {
 	}
 	if _, _, err := net.SplitHostPort(c.AdminAddr); c.AdminAddr != "" && err != nil {
 		ps = append(ps, problem{EnvAdminAddr, "not [host]:port (or none)"})
+	} else if c.Pprof && c.AdminAddr != "" && !Loopback(c.AdminAddr) && c.AdminToken == "" {
+		ps = append(ps, problem{EnvPprof, "serves profiles and the command line on " + EnvAdminAddr + " " + c.AdminAddr +
+			", beyond loopback: set " + EnvAdminToken + " (a bearer token) or bind " + EnvAdminAddr + " to loopback"})
 	}
 	if c.ShutdownTimeout <= 0 {
 		ps = append(ps, problem{EnvShutdownTimeout, "must be positive"})

@@ -20,6 +20,7 @@
 //	KAFKA_SASL_*, KAFKA_TLS*  SASL and TLS of every Kafka client ([LoadKafkaSecurity])
 //	HTTP_ADDR           the service's routes, /healthz and a /readyz without details
 //	ADMIN_ADDR          /healthz, /readyz with details and /metrics (default loopback, HTTP port+1000)
+//	ADMIN_TOKEN         bearer token /metrics and /debug/pprof/ require (default none; PPROF beyond loopback needs it)
 //	LOG_LEVEL           debug, info, warn, error (default info)
 //	SHUTDOWN_TIMEOUT    bound of the graceful shutdown (default 30s)
 //	CONSUMER_BATCH      most waiting records of a partition per transaction (default 16; 1: off)

@@ -102,12 +102,12 @@ func (a *App) Handler() http.Handler {
 }
 
 // adminMux serves the admin endpoints, each under the request deadline timeout:
-// /healthz, /readyz with details, /metrics.
+// /healthz, /readyz with details, /metrics (behind Config.AdminToken).
 func (a *App) adminMux(timeout time.Duration) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /healthz", withRequestTimeout(HealthHandler(), timeout))
 	mux.Handle("GET /readyz", withRequestTimeout(ReadyHandler(ReadyTimeout, a.gate, a.checks...), timeout))
-	mux.Handle("GET /metrics", withRequestTimeout(a.Telemetry.MetricsHandler(), timeout))
+	mux.Handle("GET /metrics", RequireBearer(a.Config.AdminToken, withRequestTimeout(a.Telemetry.MetricsHandler(), timeout)))
 	return mux
 }
 

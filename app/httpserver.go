@@ -10,8 +10,11 @@ import (
 	"time"
 )
 
-// Name of the admin listener's variable of [LoadConfig].
-const EnvAdminAddr = "ADMIN_ADDR"
+// Names of the admin listener's variables of [LoadConfig].
+const (
+	EnvAdminAddr  = "ADMIN_ADDR"
+	EnvAdminToken = "ADMIN_TOKEN"
+)
 
 // Defaults of [HTTPLimits], the bounds of the public HTTP server.
 const (

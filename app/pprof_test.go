@@ -28,7 +28,7 @@ func TestPprofConfig(t *testing.T) {
 // TestHandlePprof: the index and a named profile answer on the mux they are added to.
 func TestHandlePprof(t *testing.T) {
 	mux := http.NewServeMux()
-	handlePprof(mux, DefaultRequestTimeout)
+	handlePprof(mux, DefaultRequestTimeout, "")
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	for path, want := range map[string]string{"/debug/pprof/": "goroutine", "/debug/pprof/goroutine?debug=1": "goroutine profile"} {

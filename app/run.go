@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -126,16 +127,30 @@ func (a *App) Run(ctx context.Context) (err error) {
 		}
 	}
 	var admin *http.Server
+	if adminLn != nil && a.Config.Pprof && a.Config.AdminToken == "" && !Loopback(adminLn.Addr().String()) {
+		// The listener was given (WithAdminListener), so Config.Validate could not see it.
+		ln.Close()
+		adminLn.Close()
+		a.state.Store(stateStopping)
+		a.closeResources(context.Background())
+		return fmt.Errorf("%w: %s: serves profiles and the command line on %s, beyond loopback: set %s or listen on loopback",
+			ErrInvalidConfig, EnvPprof, adminLn.Addr(), EnvAdminToken)
+	}
 	if adminLn != nil {
 		handler = a.publicHandler()
 		amux := a.adminMux(DefaultRequestTimeout)
 		if a.Config.Pprof {
-			handlePprof(amux, DefaultRequestTimeout)
+			handlePprof(amux, DefaultRequestTimeout, a.Config.AdminToken)
 		}
 		admin = newServer(amux, HTTPLimits{}.withDefaults())
 		admin.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 		aaddr := adminLn.Addr().String()
 		a.adminAddr.Store(&aaddr)
+	}
+	if metricsAddr := cmp.Or(a.AdminAddr(), addr); a.Config.AdminToken == "" && !Loopback(metricsAddr) {
+		log.Warn("app: /metrics is served beyond loopback without "+EnvAdminToken+": every peer that reaches "+
+			metricsAddr+" reads the service's metrics; set "+EnvAdminToken+" or bind "+EnvAdminAddr+" to loopback",
+			slog.String("addr", metricsAddr))
 	}
 
 	var stopping atomic.Bool
