@@ -13,18 +13,26 @@ import (
 
 // Layout of Flow.SVG, in SVG user units.
 const (
-	svgCharW   = 7.0 // width of one character of the 12px monospace font
-	svgBoxH    = 44.0
-	svgBoxPadX = 12.0
-	svgGapX    = 48.0  // between two boxes of a layer
-	svgLayerH  = 120.0 // from one layer's top to the next one's
-	svgMargin  = 24.0
-	svgLoopW   = 60.0 // room right of the widest layer for edges that go back up
+	svgCharW      = 7.0 // width of one character of the 12px monospace font
+	svgLabelCharW = 6.0 // of the 10px one of edge labels
+	svgBoxH       = 44.0
+	svgBoxPadX    = 12.0
+	svgGapX       = 48.0  // between two boxes of a layer
+	svgLayerH     = 120.0 // from one layer's top to the next one's
+	svgMargin     = 24.0
+	svgLoopW      = 60.0 // how far right of its boxes an edge that goes back up bends
 )
 
 type svgBox struct {
 	x, y, w float64 // top-left corner and width
 	layer   int
+}
+
+// svgEdge is an edge laid out: its path, label and where the label's middle goes.
+type svgEdge struct {
+	FlowEdge
+	d, label string
+	lx, ly   float64
 }
 
 // SVG draws the flow as a self-contained SVG document (no script, no external resource):
@@ -45,49 +53,56 @@ func (f Flow) SVG() []byte {
 		}
 		width = max(width, x-svgGapX+svgMargin)
 	}
-	width += svgLoopW
 	height := svgMargin*2 + float64(max(len(layers)-1, 0))*svgLayerH + svgBoxH
 
-	var b bytes.Buffer
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="monospace" font-size="12">`+"\n",
-		width, height, width, height)
-	b.WriteString(`<title>observed saga flow</title>
-<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="8" markerHeight="8" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#555"/></marker></defs>
-<rect width="100%" height="100%" fill="#fff"/>
-`)
-	if len(f.Nodes) == 0 {
-		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f">no events indexed</text>`+"\n", svgMargin, svgMargin+12)
-	}
+	var edges []svgEdge
 	for i, e := range f.Edges {
 		from, to := boxes[e.From], boxes[e.To]
 		if from == nil || to == nil {
 			continue
 		}
-		var d string
-		var lx, ly float64
-		switch {
-		case to.layer > from.layer: // down: bottom centre to top centre
+		se := svgEdge{FlowEdge: e,
+			label: fmt.Sprintf("%s ×%d  p50 %s p99 %s", e.Source, e.Count, shortGap(e.P50), shortGap(e.P99))}
+		if to.layer > from.layer { // down: bottom centre to top centre
 			x1, y1 := from.x+from.w/2, from.y+svgBoxH
 			x2, y2 := to.x+to.w/2, to.y
 			my := (y1 + y2) / 2
-			d = fmt.Sprintf("M%.1f,%.1f C%.1f,%.1f %.1f,%.1f %.1f,%.1f", x1, y1, x1, my, x2, my, x2, y2)
-			lx, ly = (x1+x2)/2, my
-		default: // the same layer or back up (a loop): out of the right side and back in
+			se.d = fmt.Sprintf("M%.1f,%.1f C%.1f,%.1f %.1f,%.1f %.1f,%.1f", x1, y1, x1, my, x2, my, x2, y2)
+			se.lx, se.ly = (x1+x2)/2, my
+		} else { // the same layer or back up (a loop): out of the right side and back in
 			x1, y1 := from.x+from.w, from.y+svgBoxH*0.65
 			x2, y2 := to.x+to.w, to.y+svgBoxH*0.35
-			cx := max(x1, x2) + svgLoopW*0.8
-			d = fmt.Sprintf("M%.1f,%.1f C%.1f,%.1f %.1f,%.1f %.1f,%.1f", x1, y1, cx, y1, cx, y2, x2, y2)
-			lx, ly = cx-svgLoopW*0.2, (y1+y2)/2
+			cx := max(x1, x2) + svgLoopW
+			se.d = fmt.Sprintf("M%.1f,%.1f C%.1f,%.1f %.1f,%.1f %.1f,%.1f", x1, y1, cx, y1, cx, y2, x2, y2)
+			se.lx, se.ly = cx-svgLoopW/4, (y1+y2)/2
 		}
-		// Alternate labels of neighbouring edges above and below the curve's middle.
-		ly += float64(i%2)*14 - 4
-		label := fmt.Sprintf("%s ×%d  p50 %s p99 %s", e.Source, e.Count, shortGap(e.P50), shortGap(e.P99))
-		fmt.Fprintf(&b, `<g class="edge"><title>%s → %s by %s: %d (by causation %d), p50 %s, p99 %s</title>`,
+		// Alternate labels of neighbouring edges above and below the curve's middle, and
+		// keep every label inside the picture, which grows to the right to hold it.
+		se.ly += float64(i%2)*14 - 4
+		half := svgLabelCharW * float64(len([]rune(se.label))) / 2
+		se.lx = max(se.lx, half+4)
+		width = max(width, se.lx+half+svgMargin)
+		edges = append(edges, se)
+	}
+
+	var b bytes.Buffer
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="monospace" font-size="12">`+"\n",
+		width, height, width, height)
+	b.WriteString(`<title>observed saga flow</title>
+<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerUnits="userSpaceOnUse" markerWidth="10" markerHeight="10" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#555"/></marker></defs>
+<rect width="100%" height="100%" fill="#fff"/>
+`)
+	if len(f.Nodes) == 0 {
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f">no events indexed</text>`+"\n", svgMargin, svgMargin+12)
+	}
+	for _, e := range edges { // the arrows first, so that no arrow runs over a label
+		fmt.Fprintf(&b, `<path class="edge" d="%s" fill="none" stroke="#555" stroke-width="%.1f" marker-end="url(#arrow)"><title>%s → %s by %s: %d (by causation %d), p50 %s, p99 %s</title></path>`+"\n",
+			e.d, 1+math.Min(3, math.Log10(float64(max(e.Count, 1)))),
 			esc(e.From), esc(e.To), esc(e.Source), e.Count, e.ByCausation, shortGap(e.P50), shortGap(e.P99))
-		fmt.Fprintf(&b, `<path d="%s" fill="none" stroke="#555" stroke-width="%.1f" marker-end="url(#arrow)"/>`,
-			d, 1+math.Min(3, math.Log10(float64(max(e.Count, 1)))))
-		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle" font-size="10" fill="#333" stroke="#fff" stroke-width="3" paint-order="stroke">%s</text></g>`+"\n",
-			lx, ly, esc(label))
+	}
+	for _, e := range edges {
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle" font-size="10" fill="#333" stroke="#fff" stroke-width="3" paint-order="stroke">%s</text>`+"\n",
+			e.lx, e.ly, esc(e.label))
 	}
 	for _, n := range f.Nodes {
 		bx := boxes[n.Type]
