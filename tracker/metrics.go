@@ -3,7 +3,10 @@ package tracker
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -102,8 +105,23 @@ func (t *Tracker) Refresh(ctx context.Context) error {
 	return nil
 }
 
-// recordLatency records the end-to-end latency of each saga that fresh entries ended.
+// recordLatency records the end-to-end latency of each saga that fresh entries ended. It
+// reads the start events of those sagas' correlation ids with one query.
 func (t *Tracker) recordLatency(ctx context.Context, fresh []entry) {
+	var corrs []string
+	for _, e := range fresh {
+		if !e.dead && slices.ContainsFunc(t.cfg.Sagas, func(s Saga) bool { return matchAny(s.Terminal, e.typ) }) {
+			corrs = append(corrs, e.corr)
+		}
+	}
+	if len(corrs) == 0 {
+		return
+	}
+	starts, err := t.startTimes(ctx, corrs)
+	if err != nil {
+		t.log.Warn("tracker: saga start", "error", err)
+		return
+	}
 	for _, e := range fresh {
 		if e.dead {
 			continue
@@ -112,7 +130,7 @@ func (t *Tracker) recordLatency(ctx context.Context, fresh []entry) {
 			if !matchAny(s.Terminal, e.typ) {
 				continue
 			}
-			start, ok := t.startTime(ctx, e.corr, s)
+			start, ok := starts[startKey{e.corr, s.Name}]
 			if !ok || e.at.Before(start) {
 				continue
 			}
@@ -121,26 +139,29 @@ func (t *Tracker) recordLatency(ctx context.Context, fresh []entry) {
 	}
 }
 
-// startTime returns the time of the first start event of saga s under corr.
-func (t *Tracker) startTime(ctx context.Context, corr string, s Saga) (time.Time, bool) {
-	rows, err := t.db.Query(ctx, `SELECT type, event_time FROM `+t.table+
-		` WHERE correlation_id = $1 AND NOT dead_letter ORDER BY event_time`, corr)
+type startKey struct{ corr, saga string }
+
+// startTimes returns the time of the first start event of each declared saga under each
+// of corrs.
+func (t *Tracker) startTimes(ctx context.Context, corrs []string) (map[startKey]time.Time, error) {
+	rows, err := t.db.Query(ctx, `SELECT correlation_id, type, event_time FROM `+t.table+
+		` WHERE correlation_id = ANY($1) AND NOT dead_letter ORDER BY correlation_id, event_time`, corrs)
 	if err != nil {
-		t.log.Warn("tracker: saga start", "correlation_id", corr, "error", err)
-		return time.Time{}, false
+		return nil, err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			typ string
-			at  time.Time
-		)
-		if err := rows.Scan(&typ, &at); err != nil {
-			return time.Time{}, false
+	out := map[startKey]time.Time{}
+	var (
+		corr, typ string
+		at        time.Time
+	)
+	_, err = pgx.ForEachRow(rows, []any{&corr, &typ, &at}, func() error {
+		for _, s := range t.cfg.Sagas {
+			k := startKey{corr, s.Name}
+			if _, seen := out[k]; !seen && matchAny(s.Start, typ) {
+				out[k] = at
+			}
 		}
-		if matchAny(s.Start, typ) {
-			return at, true
-		}
-	}
-	return time.Time{}, false
+		return nil
+	})
+	return out, err
 }

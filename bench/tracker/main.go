@@ -1,0 +1,377 @@
+// Command tracker measures how fast the saga tracker (package tracker) indexes saga
+// events, against the rate at which the reference saga produces them at saturation.
+//
+// It produces -orders complete order sagas (order.created → payment.authorized →
+// stock.reserved → order.confirmed, each caused by the one before, with a traceparent)
+// to orders.events, payments.events and inventory.events on an in-process kfake broker,
+// then starts a tracker (deploy/tracker/order.json, its own group and database, default
+// settings) with Run and times it from start until every event is indexed. The saga's
+// own event rate is the peak confirmed orders/s that bench/saga wrote to -saga-results
+// (make bench runs bench/saga first, in the same invocation) times the events of a
+// confirmed order (4); -saga-rate gives it instead. The table shows both, their ratio
+// (the issue's bar is 10×) and the storage per indexed event (pg_total_relation_size of
+// the table and its indexes ÷ rows). -json merges the figures into a JSON object file
+// under the key "tracker", keeping the other keys and their order.
+//
+//	go run ./bench/tracker                      # after go run ./bench/saga
+//	go run ./bench/tracker -saga-rate 2200 -orders 5000 -json ''
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/choreo-saga/choreo/bench/internal/benchutil"
+	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/tracker"
+)
+
+// eventsPerOrder is what one confirmed order of the reference saga produces: order.created,
+// payment.authorized, stock.reserved, order.confirmed.
+const eventsPerOrder = 4
+
+type config struct {
+	pg          string
+	orders      int
+	partitions  int
+	sagaResults string
+	sagaRate    float64
+	trackerCfg  string
+	jsonOut     string
+}
+
+// result is what -json writes under "tracker".
+type result struct {
+	Commit             string  `json:"commit"`
+	Date               string  `json:"date"`
+	Events             int     `json:"events"`
+	Partitions         int     `json:"partitions"`
+	IngestEventsPerSec float64 `json:"ingest_events_per_sec"`
+	SagaEventsPerSec   float64 `json:"saga_events_per_sec"`
+	SagaRateFrom       string  `json:"saga_rate_from"`
+	Ratio              float64 `json:"ratio"`
+	BytesPerEvent      float64 `json:"storage_bytes_per_event"`
+	TableBytesPerEvent float64 `json:"table_bytes_per_event"`
+	IndexBytesPerEvent float64 `json:"indexes_bytes_per_event"`
+}
+
+func main() {
+	var c config
+	flag.StringVar(&c.pg, "pg", benchutil.DefaultPostgresDSN(), "Postgres DSN of a database allowed to CREATE DATABASE")
+	flag.IntVar(&c.orders, "orders", 25_000, "order sagas to produce (4 events each)")
+	flag.IntVar(&c.partitions, "partitions", 6, "partitions per topic")
+	flag.StringVar(&c.sagaResults, "saga-results", "bench/results.json", "bench/saga's figures: the saturation rate is its peak_confirmed_per_sec")
+	flag.Float64Var(&c.sagaRate, "saga-rate", 0, "the saga's events/s at saturation, instead of reading -saga-results")
+	flag.StringVar(&c.trackerCfg, "config", "deploy/tracker/order.json", "the tracker's saga declarations")
+	flag.StringVar(&c.jsonOut, "json", "bench/results.json", `merge the figures into this JSON file as {"tracker": {...}} (empty: not at all)`)
+	flag.Parse()
+	if err := run(context.Background(), c); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/tracker:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, c config) error {
+	if c.orders <= 0 || c.partitions <= 0 {
+		return errors.New("-orders and -partitions must be positive")
+	}
+	sagaRate, from, err := sagaEventsPerSec(c)
+	if err != nil {
+		return err
+	}
+	cfg, err := tracker.LoadConfig(c.trackerCfg)
+	if err != nil {
+		return err
+	}
+	dsn, drop, err := benchutil.CreateDB(ctx, c.pg, "choreo_bench_tracker")
+	if err != nil {
+		return err
+	}
+	defer drop() //nolint:errcheck
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := tracker.Migrate(ctx, pool, ""); err != nil {
+		return err
+	}
+
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		return err
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+	n, err := produce(ctx, brokers, cfg.Topics, c)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("tracker ingest benchmark: %d events of %d order sagas on %s (%d partitions each), GOMAXPROCS %d, in-process kfake\n",
+		n, c.orders, strings.Join(cfg.Topics, ", "), c.partitions, runtime.GOMAXPROCS(0))
+
+	// The tracker's own counter says how far it got, without querying the table it writes.
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(ctx) //nolint:errcheck
+	tr, err := tracker.New(pool, cfg, tracker.WithMeter(mp.Meter("bench")))
+	if err != nil {
+		return err
+	}
+	defer tr.Close() //nolint:errcheck
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	runErr := make(chan error, 1)
+	start := time.Now()
+	go func() { runErr <- tr.Run(rctx, brokers) }()
+	for indexed := int64(0); indexed < int64(n); {
+		select {
+		case err := <-runErr:
+			return fmt.Errorf("tracker stopped: %w", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if indexed, err = counter(ctx, reader, "choreo.tracker.events.indexed"); err != nil {
+			return err
+		}
+		if time.Since(start) > 10*time.Minute {
+			return fmt.Errorf("only %d of %d events indexed after 10 minutes", indexed, n)
+		}
+	}
+	elapsed := time.Since(start)
+	cancel()
+	if err := <-runErr; err != nil {
+		return err
+	}
+
+	var total, table, rows int64
+	if err := pool.QueryRow(ctx, `SELECT pg_total_relation_size($1), pg_relation_size($1), (SELECT count(*) FROM `+
+		tracker.DefaultTable+`)`, tracker.DefaultTable).Scan(&total, &table, &rows); err != nil {
+		return err
+	}
+	r := result{
+		Commit: commit(), Date: time.Now().UTC().Format(time.RFC3339), Events: n, Partitions: c.partitions,
+		IngestEventsPerSec: float64(n) / elapsed.Seconds(), SagaEventsPerSec: sagaRate, SagaRateFrom: from,
+		BytesPerEvent: float64(total) / float64(rows), TableBytesPerEvent: float64(table) / float64(rows),
+		IndexBytesPerEvent: float64(total-table) / float64(rows),
+	}
+	r.Ratio = r.IngestEventsPerSec / r.SagaEventsPerSec
+	fmt.Printf("\n| figure | value | against | ratio |\n|---|---|---|---|\n")
+	fmt.Printf("| tracker ingest (%d events, %s) | %.0f events/s | the saga at saturation: %.0f events/s (%s) | %.1f× |\n",
+		n, elapsed.Round(time.Millisecond), r.IngestEventsPerSec, r.SagaEventsPerSec, from, r.Ratio)
+	fmt.Printf("| storage per indexed event | %.0f B (table %.0f + indexes %.0f) | – | – |\n",
+		r.BytesPerEvent, r.TableBytesPerEvent, r.IndexBytesPerEvent)
+	if r.Ratio < 10 {
+		fmt.Printf("\nbelow the 10× bar\n")
+	}
+	if c.jsonOut != "" {
+		if err := mergeJSON(c.jsonOut, "tracker", r); err != nil {
+			return err
+		}
+		fmt.Printf("\nwrote the figures to %s under \"tracker\"\n", c.jsonOut)
+	}
+	return nil
+}
+
+// counter returns the value of the int64 counter name.
+func counter(ctx context.Context, r *sdkmetric.ManualReader, name string) (int64, error) {
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(ctx, &rm); err != nil {
+		return 0, err
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == name {
+				var v int64
+				for _, dp := range sum.DataPoints {
+					v += dp.Value
+				}
+				return v, nil
+			}
+		}
+	}
+	return 0, nil
+}
+
+// sagaEventsPerSec returns the saga's event rate at saturation and where it comes from.
+func sagaEventsPerSec(c config) (float64, string, error) {
+	if c.sagaRate > 0 {
+		return c.sagaRate, "-saga-rate", nil
+	}
+	b, err := os.ReadFile(c.sagaResults)
+	if err != nil {
+		return 0, "", fmt.Errorf("the saga's saturation rate: %w (run go run ./bench/saga first, or give -saga-rate)", err)
+	}
+	var s struct {
+		Date   string  `json:"date"`
+		Commit string  `json:"commit"`
+		Peak   float64 `json:"peak_confirmed_per_sec"`
+	}
+	if err := json.Unmarshal(b, &s); err != nil || s.Peak <= 0 {
+		return 0, "", fmt.Errorf("%s holds no peak_confirmed_per_sec (%v): run go run ./bench/saga first, or give -saga-rate", c.sagaResults, err)
+	}
+	return s.Peak * eventsPerOrder, fmt.Sprintf("bench/saga %s at %.7s: %.1f orders/s × %d events", s.Date, s.Commit, s.Peak, eventsPerOrder), nil
+}
+
+// produce writes c.orders complete order sagas, each event on its type's topic, keyed by
+// order id, and returns how many events it wrote.
+func produce(ctx context.Context, brokers, topics []string, c config) (int, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(5*time.Millisecond),
+		kgo.MaxBufferedRecords(100_000))
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	var all []string
+	for _, t := range topics {
+		all = append(all, t, t+tracker.DLQSuffix)
+	}
+	if _, err := kadm.NewClient(cl).CreateTopics(ctx, int32(c.partitions), 1, nil, all...); err != nil {
+		return 0, err
+	}
+	topicOf := map[string]string{}
+	for _, t := range topics {
+		switch {
+		case strings.HasPrefix(t, "orders"):
+			topicOf["order"] = t
+		case strings.HasPrefix(t, "payments"):
+			topicOf["payment"] = t
+		case strings.HasPrefix(t, "inventory"):
+			topicOf["inventory"] = t
+		}
+	}
+	if len(topicOf) != 3 {
+		return 0, fmt.Errorf("the config's topics %v lack the orders, payments or inventory topic", topics)
+	}
+	steps := [eventsPerOrder][2]string{{"order", "order.created"}, {"payment", "payment.authorized"},
+		{"inventory", "stock.reserved"}, {"order", "order.confirmed"}}
+	base := time.Now().Add(-time.Minute)
+	var (
+		mu   sync.Mutex
+		errs []error
+		n    int
+	)
+	for i := range c.orders {
+		id := fmt.Sprintf("bench-%07d", i)
+		tp := fmt.Sprintf("00-%032x-%016x-01", i+1, i+1)
+		var prev event.Event
+		for j, s := range steps {
+			ev, err := event.New(s[0], s[1], id, map[string]any{"order_id": id, "amount_cents": 1999})
+			if err != nil {
+				return 0, err
+			}
+			if j > 0 {
+				ev = ev.CausedBy(prev)
+			}
+			ev.Time = base.Add(time.Duration(i)*time.Millisecond + time.Duration(j)*5*time.Millisecond)
+			prev = ev
+			r, err := event.ToRecord(topicOf[s[0]], ev)
+			if err != nil {
+				return 0, err
+			}
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: "traceparent", Value: []byte(tp)})
+			n++
+			cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return 0, err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(errs) > 0 {
+		return 0, fmt.Errorf("produce: %w", errors.Join(errs...))
+	}
+	return n, nil
+}
+
+// mergeJSON sets key to v in the JSON object in file (created if missing), keeping the
+// other keys and their order.
+func mergeJSON(file, key string, v any) error {
+	b, err := os.ReadFile(file)
+	if errors.Is(err, fs.ErrNotExist) {
+		b = []byte("{}")
+	} else if err != nil {
+		return err
+	}
+	val, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return fmt.Errorf("%s: not a JSON object", file)
+	}
+	var out bytes.Buffer
+	out.WriteByte('{')
+	set := false
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return fmt.Errorf("%s: %w", file, err)
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return fmt.Errorf("%s: %w", file, err)
+		}
+		k, _ := tok.(string)
+		if k == key {
+			raw, set = val, true
+		}
+		if out.Len() > 1 {
+			out.WriteByte(',')
+		}
+		kb, _ := json.Marshal(k)
+		out.Write(kb)
+		out.WriteByte(':')
+		out.Write(raw)
+	}
+	if !set {
+		if out.Len() > 1 {
+			out.WriteByte(',')
+		}
+		kb, _ := json.Marshal(key)
+		out.Write(kb)
+		out.WriteByte(':')
+		out.Write(val)
+	}
+	out.WriteByte('}')
+	var pretty bytes.Buffer
+	if err := json.Indent(&pretty, out.Bytes(), "", "  "); err != nil {
+		return err
+	}
+	pretty.WriteByte('\n')
+	return os.WriteFile(file, pretty.Bytes(), 0o644)
+}
+
+// commit is the checked-out commit, or "" outside a git work tree.
+func commit() string {
+	out, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
