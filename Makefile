@@ -54,6 +54,7 @@ bench: services ## run the benchmarks and print their tables (see docs/benchmark
 	$(GO) test -run '^$$' -bench . -benchmem ./tracing ./consumer ./lock ./idempotency
 	$(GO) run ./bench/hotentity
 	$(GO) run ./bench/saga
+	$(GO) run ./bench/tracker # after bench/saga: compares with its saturation rate
 
 COMPOSE := $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 

@@ -9,9 +9,10 @@
 // own event rate is the peak confirmed orders/s that bench/saga wrote to -saga-results
 // (make bench runs bench/saga first, in the same invocation) times the events of a
 // confirmed order (4); -saga-rate gives it instead. The table shows both, their ratio
-// (the issue's bar is 10×) and the storage per indexed event (pg_total_relation_size of
-// the table and its indexes ÷ rows). -json merges the figures into a JSON object file
-// under the key "tracker", keeping the other keys and their order.
+// (the bar is 10×) and the storage per indexed event (pg_total_relation_size of the
+// events table with its indexes and of the saga summaries, ÷ rows). -json merges the
+// figures into a JSON object file under the key "tracker", keeping the other keys and
+// their order.
 //
 //	go run ./bench/tracker                      # after go run ./bench/saga
 //	go run ./bench/tracker -saga-rate 2200 -orders 5000 -json ''
@@ -60,17 +61,18 @@ type config struct {
 
 // result is what -json writes under "tracker".
 type result struct {
-	Commit             string  `json:"commit"`
-	Date               string  `json:"date"`
-	Events             int     `json:"events"`
-	Partitions         int     `json:"partitions"`
-	IngestEventsPerSec float64 `json:"ingest_events_per_sec"`
-	SagaEventsPerSec   float64 `json:"saga_events_per_sec"`
-	SagaRateFrom       string  `json:"saga_rate_from"`
-	Ratio              float64 `json:"ratio"`
-	BytesPerEvent      float64 `json:"storage_bytes_per_event"`
-	TableBytesPerEvent float64 `json:"table_bytes_per_event"`
-	IndexBytesPerEvent float64 `json:"indexes_bytes_per_event"`
+	Commit               string  `json:"commit"`
+	Date                 string  `json:"date"`
+	Events               int     `json:"events"`
+	Partitions           int     `json:"partitions"`
+	IngestEventsPerSec   float64 `json:"ingest_events_per_sec"`
+	SagaEventsPerSec     float64 `json:"saga_events_per_sec"`
+	SagaRateFrom         string  `json:"saga_rate_from"`
+	Ratio                float64 `json:"ratio"`
+	BytesPerEvent        float64 `json:"storage_bytes_per_event"`
+	TableBytesPerEvent   float64 `json:"table_bytes_per_event"`
+	IndexBytesPerEvent   float64 `json:"indexes_bytes_per_event"`
+	SummaryBytesPerEvent float64 `json:"summaries_bytes_per_event"`
 }
 
 func main() {
@@ -161,23 +163,26 @@ func run(ctx context.Context, c config) error {
 		return err
 	}
 
-	var total, table, rows int64
-	if err := pool.QueryRow(ctx, `SELECT pg_total_relation_size($1), pg_relation_size($1), (SELECT count(*) FROM `+
-		tracker.DefaultTable+`)`, tracker.DefaultTable).Scan(&total, &table, &rows); err != nil {
+	// The index is the events table with its indexes plus the per-saga summaries and the
+	// producers of each type, which the tracker keeps beside it.
+	var total, table, summaries, rows int64
+	if err := pool.QueryRow(ctx, `SELECT pg_total_relation_size($1), pg_relation_size($1),
+		pg_total_relation_size($2) + pg_total_relation_size($3), (SELECT count(*) FROM `+tracker.DefaultTable+`)`,
+		tracker.DefaultTable, tracker.DefaultTable+"_sagas", tracker.DefaultTable+"_types").Scan(&total, &table, &summaries, &rows); err != nil {
 		return err
 	}
 	r := result{
 		Commit: commit(), Date: time.Now().UTC().Format(time.RFC3339), Events: n, Partitions: c.partitions,
 		IngestEventsPerSec: float64(n) / elapsed.Seconds(), SagaEventsPerSec: sagaRate, SagaRateFrom: from,
-		BytesPerEvent: float64(total) / float64(rows), TableBytesPerEvent: float64(table) / float64(rows),
-		IndexBytesPerEvent: float64(total-table) / float64(rows),
+		BytesPerEvent: float64(total+summaries) / float64(rows), TableBytesPerEvent: float64(table) / float64(rows),
+		IndexBytesPerEvent: float64(total-table) / float64(rows), SummaryBytesPerEvent: float64(summaries) / float64(rows),
 	}
 	r.Ratio = r.IngestEventsPerSec / r.SagaEventsPerSec
 	fmt.Printf("\n| figure | value | against | ratio |\n|---|---|---|---|\n")
 	fmt.Printf("| tracker ingest (%d events, %s) | %.0f events/s | the saga at saturation: %.0f events/s (%s) | %.1f× |\n",
 		n, elapsed.Round(time.Millisecond), r.IngestEventsPerSec, r.SagaEventsPerSec, from, r.Ratio)
-	fmt.Printf("| storage per indexed event | %.0f B (table %.0f + indexes %.0f) | – | – |\n",
-		r.BytesPerEvent, r.TableBytesPerEvent, r.IndexBytesPerEvent)
+	fmt.Printf("| storage per indexed event | %.0f B (events table %.0f + its indexes %.0f + saga summaries %.0f) | – | – |\n",
+		r.BytesPerEvent, r.TableBytesPerEvent, r.IndexBytesPerEvent, r.SummaryBytesPerEvent)
 	if r.Ratio < 10 {
 		fmt.Printf("\nbelow the 10× bar\n")
 	}
