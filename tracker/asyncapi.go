@@ -169,7 +169,7 @@ func (f Flow) AsyncAPI(title, version string, regs ...Registration) ([]byte, err
 		}
 		for _, topic := range from.Topics {
 			operation(e.Source, "receive", topic, e.From,
-				fmt.Sprintf("observed: %d %s events named a %s as their cause", e.ByCausation, e.To, e.From))
+				fmt.Sprintf("observed answering %s with %s %d times (by causation id)", e.From, e.To, e.ByCausation))
 		}
 	}
 	for _, r := range regs {
