@@ -10,6 +10,7 @@ import (
 
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/outbox"
 )
 
 // ErrUndeclaredTopic is returned by [App.Publish] for a topic that was neither declared
@@ -50,7 +51,8 @@ func LockOn(entity func(ev event.Event) string) HandlerOption {
 // consumer.StandardBatch when Config.ConsumerBatch > 1): tracing, correlation, metrics
 // and logs, dead letters, retries with backoff, a per-entity Redis lock with fencing,
 // and h in a Postgres transaction that also claims the event's id, so that a redelivered
-// event is skipped. Publish the next event with [App.Publish] in the same tx.
+// event is skipped. h runs in a context carrying the event (see [WithHandled]): publish
+// the next event with [App.Publish] in the same tx, and it continues the event's saga.
 //
 // h's error decides what happens to the event: nil commits; an error matching
 // event.ErrMalformed or wrapped with consumer.Permanent dead-letters it at once; any
@@ -75,7 +77,9 @@ func (a *App) Handle(topic, eventType string, h consumer.TxHandler, opts ...Hand
 	for _, opt := range opts {
 		opt(&o)
 	}
-	a.Router.HandleOn(topic, eventType, h)
+	a.Router.HandleOn(topic, eventType, func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+		return h(WithHandled(ctx, ev), tx, ev)
+	})
 	a.kit.on[eventType] = topic
 	if o.lockOn != nil {
 		a.kit.lockOn[eventType] = o.lockOn
@@ -89,13 +93,60 @@ func (a *App) Handle(topic, eventType string, h consumer.TxHandler, opts ...Hand
 // after tx commits: the event exists if and only if the handler's writes do. The relay
 // publishes it at least once, in order per key, with the traceparent of ctx. topic must
 // be declared with [WithTopics] or consumed by [App.Handle]; otherwise Publish returns an
-// error matching [ErrUndeclaredTopic]. In a handler, continue the saga with
-// ev.CausedBy(cause).
+// error matching [ErrUndeclaredTopic].
+//
+// In a handler of [App.Handle], ev continues the saga of the event being handled (see
+// [WithHandled]): an ev without a causation id gets that event's id as its causation id
+// and, if its correlation id is empty or event.New's default (the subject), that event's
+// correlation id. An ev whose causation id is set (ev.CausedBy) is published as it is.
 func (a *App) Publish(ctx context.Context, tx pgx.Tx, topic string, ev event.Event) error {
 	if !slices.Contains(a.opts.topics, topic) && !slices.Contains(a.kit.topics, topic) {
 		return fmt.Errorf("%w: %q", ErrUndeclaredTopic, topic)
 	}
-	return a.Outbox.Enqueue(ctx, tx, topic, ev)
+	return OutboxPublisher{Outbox: a.Outbox}.Publish(ctx, tx, topic, ev)
+}
+
+// Publisher stores an event in the transactional outbox in a handler's transaction.
+// [*App] is the kit's; a handler that takes a Publisher instead of the App can be tested
+// alone with an [OutboxPublisher].
+type Publisher interface {
+	Publish(ctx context.Context, tx pgx.Tx, topic string, ev event.Event) error
+}
+
+// OutboxPublisher is a [Publisher] over an outbox, without the App: it publishes as
+// [App.Publish] does (the saga's ids default to those of the event being handled)
+// without checking the topic. It serves a handler's unit test (apptest.Handle) and a
+// service that runs its consumers without the kit.
+type OutboxPublisher struct {
+	Outbox *outbox.Outbox
+}
+
+// Publish enqueues ev for topic in tx (see [App.Publish]).
+func (p OutboxPublisher) Publish(ctx context.Context, tx pgx.Tx, topic string, ev event.Event) error {
+	if cause, ok := Handled(ctx); ok && ev.CausationID == "" {
+		ev.CausationID = cause.ID
+		if ev.CorrelationID == "" || ev.CorrelationID == ev.Subject {
+			ev.CorrelationID = cause.CorrelationID
+		}
+	}
+	return p.Outbox.Enqueue(ctx, tx, topic, ev)
+}
+
+// handledKey is the context key of the event being handled.
+type handledKey struct{}
+
+// WithHandled returns ctx carrying ev as the event being handled, so that a [Publisher]
+// in ctx continues ev's saga. The kit runs every handler of [App.Handle] in such a
+// context; a handler run by other means (a consumer of its own, a unit test) gets the
+// same defaults with it.
+func WithHandled(ctx context.Context, ev event.Event) context.Context {
+	return context.WithValue(ctx, handledKey{}, ev)
+}
+
+// Handled returns the event being handled in ctx (see [WithHandled]).
+func Handled(ctx context.Context) (event.Event, bool) {
+	ev, ok := ctx.Value(handledKey{}).(event.Event)
+	return ev, ok
 }
 
 // startKit registers the consumer group of Handle's registrations, if any (Run).

@@ -18,7 +18,9 @@ import (
 // The front door: Handle per topic and event type, Publish through the outbox in the
 // handler's transaction, topics and their .dlq created by Run. A type registered on
 // one topic is ignored on another, and an unregistered type is ignored; LockOn locks
-// the entity it names; Publish refuses an undeclared topic.
+// the entity it names; Publish refuses an undeclared topic. An event published in a
+// handler continues the handled event's saga: its causation id is the handled event's
+// id and its correlation id the handled event's, unless the handler set them.
 func TestHandleAndPublish(t *testing.T) {
 	ctx := context.Background()
 	a := newTestApp(t, app.WithTopics("widgets.out"), app.WithGroup("widget-kit"),
@@ -33,7 +35,15 @@ func TestHandleAndPublish(t *testing.T) {
 			return err
 		}
 		undeclared = a.Publish(ctx, tx, "widgets.elsewhere", out)
-		return a.Publish(ctx, tx, "widgets.out", out.CausedBy(ev))
+		own, err := event.New("widget", "widget.audited", "audit-"+ev.Subject, map[string]string{})
+		if err != nil {
+			return err
+		}
+		own.CorrelationID, own.CausationID = "audit", "audit-cause"
+		if err := a.Publish(ctx, tx, "widgets.out", own); err != nil {
+			return err
+		}
+		return a.Publish(ctx, tx, "widgets.out", out)
 	}, app.LockOn(func(ev event.Event) string { return "owner-" + ev.Subject }))
 	a.Handle("widgets.other", "widget.other", func(context.Context, pgx.Tx, event.Event) error { return nil })
 
@@ -53,14 +63,21 @@ func TestHandleAndPublish(t *testing.T) {
 	}
 
 	ping := apptest.NewEvent(t, "test", "widget.ping", "w-1", map[string]string{})
+	ping.CorrelationID = "saga-w"
 	k.ProduceTwice("widgets.in", ping)
 	k.Produce("widgets.in", apptest.NewEvent(t, "test", "widget.unheard", "w-2", map[string]string{}))
 	k.Produce("widgets.other", apptest.NewEvent(t, "test", "widget.ping", "w-3", map[string]string{}))
 	k.WaitSettled(a.Pool, "", map[string][]string{"widget-kit": {"widgets.in", "widgets.other"}})
 
 	got := k.Events("widgets.out")
-	if len(got) != 1 || len(got["w-1"]) != 1 || got["w-1"][0].CausationID != ping.ID || got["w-1"][0].CorrelationID != ping.CorrelationID {
-		t.Fatalf("published %v, want one widget.pong caused by %s", got, ping.ID)
+	if len(got) != 2 || len(got["w-1"]) != 1 || len(got["audit-w-1"]) != 1 {
+		t.Fatalf("published %v, want one widget.pong and one widget.audited", got)
+	}
+	if pong := got["w-1"][0]; pong.CausationID != ping.ID || pong.CorrelationID != "saga-w" {
+		t.Errorf("widget.pong caused by %q in saga %q, want %q in saga-w", pong.CausationID, pong.CorrelationID, ping.ID)
+	}
+	if own := got["audit-w-1"][0]; own.CausationID != "audit-cause" || own.CorrelationID != "audit" {
+		t.Errorf("widget.audited caused by %q in saga %q: the ids the handler set were changed", own.CausationID, own.CorrelationID)
 	}
 	if !errors.Is(undeclared, app.ErrUndeclaredTopic) {
 		t.Errorf("Publish to an undeclared topic = %v, want ErrUndeclaredTopic", undeclared)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/choreo-saga/choreo/app"
 	"github.com/choreo-saga/choreo/app/apptest"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/outbox"
@@ -40,6 +41,26 @@ func TestOutboxEventsRoundTrip(t *testing.T) {
 	recs := apptest.OutboxRecords(t, pool, "")
 	if len(recs) != 2 || string(recs[0].Key) != "t-1" || recs[0].Topic != "things.events" || len(recs[0].Headers) == 0 {
 		t.Fatalf("outbox records %+v", recs)
+	}
+}
+
+// A handler run by Handle publishes as in the kit: through an app.OutboxPublisher, the
+// event it publishes continues the handled event's saga.
+func TestHandlePublishesCausedBy(t *testing.T) {
+	pool := apptest.NewDB(t, "apptest", "CREATE TABLE apptest_marker (id int)")
+	ob, err := outbox.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := app.OutboxPublisher{Outbox: ob}
+	in := apptest.NewEvent(t, "test", "thing.asked", "t-1", nil)
+	in.CorrelationID = "saga-1"
+	apptest.MustHandle(t, pool, func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+		return pub.Publish(ctx, tx, "things.events", apptest.NewEvent(t, "test", "thing.made", ev.Subject, nil))
+	}, in)
+	got := apptest.OutboxEvents(t, pool, "", "things.events")
+	if len(got) != 1 || got[0].CausationID != in.ID || got[0].CorrelationID != "saga-1" {
+		t.Fatalf("outbox events %+v, want one caused by %s in saga-1", got, in.ID)
 	}
 }
 

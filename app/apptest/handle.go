@@ -14,9 +14,10 @@ import (
 )
 
 // Handle runs h for ev in a transaction of its own, as the Idempotent middleware would,
-// and commits when h returns nil.
+// and commits when h returns nil. Like the kit's handlers, h runs in a context carrying
+// ev (app.WithHandled), so that what it publishes continues ev's saga.
 func Handle(db app.Beginner, h consumer.TxHandler, ev event.Event) error {
-	ctx := context.Background()
+	ctx := app.WithHandled(context.Background(), ev)
 	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return h(ctx, tx, ev) })
 }
 

@@ -77,6 +77,7 @@ VALUES ($1, $2, $3, $4) ON CONFLICT (order_id) DO NOTHING`, out.OrderID, out.Shi
 			return err
 		}
 		// Same transaction: the event is published if and only if the shipment commits.
-		return svc.Publish(ctx, tx, shippingTopic, next.CausedBy(ev))
+		// Published in the handler, it continues ev's saga (caused by ev, same correlation id).
+		return svc.Publish(ctx, tx, shippingTopic, next)
 	}
 }

@@ -20,11 +20,15 @@ import (
 func TestOrderConfirmedSchedulesShipment(t *testing.T) {
 	k := apptest.StartKit(t, apptest.NewInfra(t), build)
 	in := apptest.NewEvent(t, "orders", typeOrderConfirmed, "o-1", orderConfirmed{OrderID: "o-1"})
+	in.CorrelationID = "checkout-1"
 	k.Produce(ordersTopic, in)
 	out := k.AwaitEvent(shippingTopic, "o-1")
 	k.AwaitRow(1, `SELECT count(*) FROM shipments WHERE order_id = 'o-1'`)
-	if s := apptest.DecodeData[shipmentScheduled](t, out); out.Type != typeShipmentScheduled || out.CausationID != in.ID || s.OrderID != "o-1" {
-		t.Errorf("published %s %+v caused by %q; want %s for o-1 caused by %s", out.Type, s, out.CausationID, typeShipmentScheduled, in.ID)
+	if s := apptest.DecodeData[shipmentScheduled](t, out); out.Type != typeShipmentScheduled || s.OrderID != "o-1" {
+		t.Errorf("published %s %+v; want %s for o-1", out.Type, s, typeShipmentScheduled)
+	}
+	if out.CausationID != in.ID || out.CorrelationID != in.CorrelationID {
+		t.Errorf("published in saga %q caused by %q; want the input's saga %q, caused by %s", out.CorrelationID, out.CausationID, in.CorrelationID, in.ID)
 	}
 }
 
