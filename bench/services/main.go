@@ -114,11 +114,11 @@ func run(ctx context.Context, c config) error {
 		return err
 	}
 	quiet := slog.New(slog.DiscardHandler)
-	ph, err := paymentsvc.NewHandlers(ob, paymentsvc.Config{}, quiet, nil)
+	ph, err := paymentsvc.NewHandlers(nil, ob, paymentsvc.Config{}, quiet, nil)
 	if err != nil {
 		return err
 	}
-	ih, err := inventorysvc.NewHandlers(ob, inventorysvc.Config{ReservationTTL: time.Hour}, quiet, nil)
+	ih, err := inventorysvc.NewHandlers(nil, ob, inventorysvc.Config{ReservationTTL: time.Hour}, quiet, nil)
 	if err != nil {
 		return err
 	}

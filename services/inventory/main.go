@@ -3,23 +3,8 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"os"
-
-	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/services/internal/sagasvc"
 	"github.com/choreo-saga/choreo/services/inventory/inventorysvc"
 )
 
-func main() {
-	env := app.NewEnv(nil)
-	cfg := inventorysvc.LoadConfig(env)
-	if err := env.Err(); err != nil {
-		fmt.Fprintf(os.Stderr, "inventory: %v\n", err)
-		os.Exit(2)
-	}
-	if err := inventorysvc.Run(context.Background(), cfg); err != nil {
-		fmt.Fprintf(os.Stderr, "inventory: %v\n", err)
-		os.Exit(1)
-	}
-}
+func main() { sagasvc.Main("inventory", inventorysvc.LoadConfig, inventorysvc.Run) }

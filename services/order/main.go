@@ -5,23 +5,8 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"os"
-
-	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/services/internal/sagasvc"
 	"github.com/choreo-saga/choreo/services/order/ordersvc"
 )
 
-func main() {
-	env := app.NewEnv(nil)
-	cfg := ordersvc.LoadConfig(env)
-	if err := env.Err(); err != nil {
-		fmt.Fprintf(os.Stderr, "order: %v\n", err)
-		os.Exit(2)
-	}
-	if err := ordersvc.Run(context.Background(), cfg); err != nil {
-		fmt.Fprintf(os.Stderr, "order: %v\n", err)
-		os.Exit(1)
-	}
-}
+func main() { sagasvc.Main("order", ordersvc.LoadConfig, ordersvc.Run) }

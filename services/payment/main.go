@@ -3,23 +3,8 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"os"
-
-	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/services/internal/sagasvc"
 	"github.com/choreo-saga/choreo/services/payment/paymentsvc"
 )
 
-func main() {
-	env := app.NewEnv(nil)
-	cfg := paymentsvc.LoadConfig(env)
-	if err := env.Err(); err != nil {
-		fmt.Fprintf(os.Stderr, "payment: %v\n", err)
-		os.Exit(2)
-	}
-	if err := paymentsvc.Run(context.Background(), cfg); err != nil {
-		fmt.Fprintf(os.Stderr, "payment: %v\n", err)
-		os.Exit(1)
-	}
-}
+func main() { sagasvc.Main("payment", paymentsvc.LoadConfig, paymentsvc.Run) }

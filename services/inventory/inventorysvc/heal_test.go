@@ -17,7 +17,7 @@ import (
 func healHandlers(t *testing.T) (*Handlers, *svctest.Meter) {
 	t.Helper()
 	m := svctest.NewMeter()
-	h, err := NewHandlers(newOutbox(t), Config{ReservationTTL: time.Hour, OrphanAfter: time.Millisecond},
+	h, err := NewHandlers(nil, newOutbox(t), Config{ReservationTTL: time.Hour, OrphanAfter: time.Millisecond},
 		slog.New(slog.DiscardHandler), m.Provider)
 	if err != nil {
 		t.Fatal(err)

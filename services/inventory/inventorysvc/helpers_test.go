@@ -28,7 +28,7 @@ func newDB(t *testing.T) *pgxpool.Pool {
 
 func newHandlers(t *testing.T) *Handlers {
 	t.Helper()
-	h, err := NewHandlers(newOutbox(t), Config{ReservationTTL: time.Hour}, slog.New(slog.DiscardHandler), nil)
+	h, err := NewHandlers(nil, newOutbox(t), Config{ReservationTTL: time.Hour}, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

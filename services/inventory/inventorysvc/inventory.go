@@ -88,6 +88,7 @@ const (
 // PaymentAuthorized); the order service checks the payment and the reservation against
 // its order in turn, and cancels an order that a mismatching event tried to move.
 type Handlers struct {
+	pub         app.Publisher
 	outbox      *outbox.Outbox
 	ttl         time.Duration
 	orphanAfter time.Duration
@@ -96,8 +97,13 @@ type Handlers struct {
 	fixes       metric.Int64Counter
 }
 
-// NewHandlers returns the handlers for cfg, enqueueing into o. logger and mp may be nil.
-func NewHandlers(o *outbox.Outbox, cfg Config, logger *slog.Logger, mp metric.MeterProvider) (*Handlers, error) {
+// NewHandlers returns the handlers for cfg. They publish with pub (the service's
+// *app.App; nil: app.OutboxPublisher on o); the sweeper and the reconciliation begin
+// their transactions on o. logger and mp may be nil.
+func NewHandlers(pub app.Publisher, o *outbox.Outbox, cfg Config, logger *slog.Logger, mp metric.MeterProvider) (*Handlers, error) {
+	if pub == nil {
+		pub = app.OutboxPublisher{Outbox: o}
+	}
 	if logger == nil {
 		logger = slog.Default()
 	}
@@ -123,7 +129,7 @@ func NewHandlers(o *outbox.Outbox, cfg Config, logger *slog.Logger, mp metric.Me
 	if orphan <= 0 {
 		orphan = DefaultOrphanAfter
 	}
-	return &Handlers{outbox: o, ttl: ttl, orphanAfter: orphan, log: logger, ops: ops, fixes: fixes}, nil
+	return &Handlers{pub: pub, outbox: o, ttl: ttl, orphanAfter: orphan, log: logger, ops: ops, fixes: fixes}, nil
 }
 
 // MetricReconciliations is the counter of the reconciliation's corrections, by kind.
@@ -131,17 +137,6 @@ const MetricReconciliations = "inventory.reconciliations"
 
 // Topics are the topics the inventory service consumes.
 var Topics = []string{events.TopicOrders, events.TopicPayments}
-
-// Router routes the inventory service's events: order.created, payment.authorized,
-// order.confirmed, order.rejected, order.cancelled and order.cancel_requested are
-// handled; the saga's other types on those topics are ignored.
-func (h *Handlers) Router() *consumer.Router {
-	r := events.Trust(consumer.NewRouter()).Ignore(ignored...)
-	for _, rt := range h.routes() {
-		r.HandleOn(rt.topic, rt.typ, rt.h)
-	}
-	return r
-}
 
 // OrderCreated records that the order service announced the order, and reserves for a
 // payment.authorized that was held because it arrived first. An order.created from any
@@ -683,7 +678,7 @@ func (h *Handlers) emit(ctx context.Context, tx pgx.Tx, cause event.Event, typ s
 	if cause.ID != "" {
 		ev = ev.CausedBy(cause)
 	}
-	if err := h.outbox.Enqueue(ctx, tx, events.TopicInventory, ev); err != nil {
+	if err := h.pub.Publish(ctx, tx, events.TopicInventory, ev); err != nil {
 		return err
 	}
 	deferApply(ctx, tx, pending(ctx, tx)) // stock last, after the outbox rows

@@ -4,8 +4,8 @@ import (
 	"context"
 
 	"github.com/choreo-saga/choreo/app"
-	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/services/events"
+	"github.com/choreo-saga/choreo/services/internal/sagasvc"
 )
 
 // Run starts the inventory service with cfg and blocks until ctx is cancelled (or
@@ -18,24 +18,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	a, err := app.New(ctx, "inventory", append([]app.Option{app.WithConfig(cfg.App), app.WithEntityAttribute("order.id"),
-		app.WithSchema("inventory", Schema), app.WithTopics(events.Topics...), app.WithGroup(cfg.Group),
-		app.WithHandlerName("inventory"), app.WithDeadLetterUnknownTypes()}, cfg.AppOptions...)...)
-	if err != nil {
-		return err
-	}
-	if err := setup(ctx, a, cfg); err != nil {
-		_ = a.Close()
-		return err
-	}
-	return a.Run(ctx)
+	return sagasvc.Run(ctx, sagasvc.Service{Name: "inventory", Schema: Schema, App: cfg.App, Group: cfg.Group,
+		Options: cfg.AppOptions, Setup: func(ctx context.Context, a *app.App) error { return setup(ctx, a, cfg) }})
 }
 
 func setup(ctx context.Context, a *app.App, cfg Config) error {
 	if err := Seed(ctx, a.Pool, cfg.Stock); err != nil {
 		return err
 	}
-	h, err := NewHandlers(a.Outbox, cfg, a.Logger, a.Telemetry.MeterProvider)
+	h, err := NewHandlers(a, a.Outbox, cfg, a.Logger, a.Telemetry.MeterProvider)
 	if err != nil {
 		return err
 	}
@@ -54,32 +45,16 @@ func setup(ctx context.Context, a *app.App, cfg Config) error {
 	return nil
 }
 
-// route is one event type the inventory service handles, and the topic it comes from.
-type route struct {
-	topic, typ string
-	h          consumer.TxHandler
-}
-
-// routes are the inventory service's handlers (see Router).
-func (h *Handlers) routes() []route {
-	return []route{
-		{events.TopicOrders, events.OrderCreated, h.OrderCreated},
-		{events.TopicPayments, events.PaymentAuthorized, h.PaymentAuthorized},
-		{events.TopicOrders, events.OrderConfirmed, h.OrderConfirmed},
-		{events.TopicOrders, events.OrderRejected, h.OrderOutcome},
-		{events.TopicOrders, events.OrderCancelled, h.OrderOutcome},
-		{events.TopicOrders, events.OrderCancelRequested, h.CancelRequested},
-	}
-}
-
-// ignored are the saga's types on the inventory service's topics that it knowingly does
-// not handle (see Router).
-var ignored = []string{events.PaymentDeclined, events.PaymentRefunded}
-
-// register routes the inventory service's events on a, as Router does.
+// register routes the inventory service's events on a: order.created, payment.authorized,
+// order.confirmed, the outcomes (order.rejected, order.cancelled) and
+// order.cancel_requested are handled; the saga's other types on the topics it reads are
+// ignored.
 func (h *Handlers) register(a *app.App) {
-	events.Trust(a.Router).Ignore(ignored...)
-	for _, rt := range h.routes() {
-		a.Handle(rt.topic, rt.typ, rt.h)
-	}
+	a.Router.Ignore(events.PaymentDeclined, events.PaymentRefunded)
+	a.Handle(events.TopicOrders, events.OrderCreated, h.OrderCreated)
+	a.Handle(events.TopicPayments, events.PaymentAuthorized, h.PaymentAuthorized)
+	a.Handle(events.TopicOrders, events.OrderConfirmed, h.OrderConfirmed)
+	a.Handle(events.TopicOrders, events.OrderRejected, h.OrderOutcome)
+	a.Handle(events.TopicOrders, events.OrderCancelled, h.OrderOutcome)
+	a.Handle(events.TopicOrders, events.OrderCancelRequested, h.CancelRequested)
 }

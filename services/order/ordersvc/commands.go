@@ -263,16 +263,6 @@ func (s *Service) command(ctx context.Context, id, spanName string, cmd Trigger,
 	return ctx, o, d, err
 }
 
-// Router returns the consumer router for the order service's topics (payments.events and
-// inventory.events): every event type on them is routed to HandleEvent.
-func (s *Service) Router() *consumer.Router {
-	r := events.Trust(consumer.NewRouter())
-	for t, topic := range triggerTopics {
-		r.HandleOn(topic, string(t), s.HandleEvent)
-	}
-	return r
-}
-
 // triggerTopics are the events the order service consumes, and the topic of each.
 var triggerTopics = map[Trigger]string{
 	OnPaymentAuthorized: events.TopicPayments, OnPaymentDeclined: events.TopicPayments,
@@ -280,9 +270,9 @@ var triggerTopics = map[Trigger]string{
 	OnStockUnavailable: events.TopicInventory, OnStockReleased: events.TopicInventory,
 }
 
-// register routes the order service's events on a, as Router does.
+// register routes the order service's events on a: every event type of triggerTopics,
+// each on its topic, is handled by HandleEvent.
 func (s *Service) register(a *app.App) {
-	events.Trust(a.Router)
 	for _, t := range []Trigger{OnPaymentAuthorized, OnPaymentDeclined, OnPaymentRefunded,
 		OnStockReserved, OnStockUnavailable, OnStockReleased} {
 		a.Handle(triggerTopics[t], string(t), s.HandleEvent)

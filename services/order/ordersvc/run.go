@@ -6,7 +6,7 @@ import (
 	"net/http"
 
 	"github.com/choreo-saga/choreo/app"
-	"github.com/choreo-saga/choreo/services/events"
+	"github.com/choreo-saga/choreo/services/internal/sagasvc"
 )
 
 // Run starts the order service with cfg and blocks until ctx is cancelled (or SIGINT or
@@ -18,17 +18,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	a, err := app.New(ctx, "order", append([]app.Option{app.WithConfig(cfg.App), app.WithEntityAttribute(AttrOrderID),
-		app.WithSchema("order", Schema), app.WithTopics(events.Topics...), app.WithGroup(cfg.Group),
-		app.WithHandlerName("order"), app.WithDeadLetterUnknownTypes()}, cfg.AppOptions...)...)
-	if err != nil {
-		return err
-	}
-	if err := setup(ctx, a, cfg); err != nil {
-		_ = a.Close()
-		return err
-	}
-	return a.Run(ctx)
+	return sagasvc.Run(ctx, sagasvc.Service{Name: "order", Schema: Schema, App: cfg.App, Group: cfg.Group,
+		Options: cfg.AppOptions, Setup: func(ctx context.Context, a *app.App) error { return setup(ctx, a, cfg) }})
 }
 
 func setup(ctx context.Context, a *app.App, cfg Config) error {
@@ -37,6 +28,7 @@ func setup(ctx context.Context, a *app.App, cfg Config) error {
 		WithTracerProvider(a.Telemetry.TracerProvider),
 		WithMeterProvider(a.Telemetry.MeterProvider),
 		WithOutbox(a.Outbox),
+		WithPublisher(a),
 		WithIdempotencyStore(a.Store),
 		WithMaxPending(cfg.MaxPending))
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/choreo-saga/choreo/app"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/idempotency"
 	"github.com/choreo-saga/choreo/outbox"
@@ -143,6 +144,12 @@ func WithMeterProvider(mp metric.MeterProvider) Option { return func(s *Service)
 // the relay (outbox.NewRelay) so commits wake the relay in memory.
 func WithOutbox(o *outbox.Outbox) Option { return func(s *Service) { s.outbox = o } }
 
+// WithPublisher sets how the service publishes the events of its transitions in their
+// transactions (default app.OutboxPublisher on the outbox; the service's *app.App in
+// Run). Events created by the API are queued on the outbox directly: they travel in the
+// request's one-round-trip batch, outside a transaction (see queueInsert).
+func WithPublisher(p app.Publisher) Option { return func(s *Service) { s.pub = p } }
+
 // WithIdempotencyStore sets the store of Idempotency-Key records (default
 // idempotency.NewStore()).
 func WithIdempotencyStore(st *idempotency.Store) Option { return func(s *Service) { s.idem = st } }
@@ -154,6 +161,7 @@ type Service struct {
 	db     DB
 	cfg    Settings
 	outbox *outbox.Outbox
+	pub    app.Publisher
 	idem   *idempotency.Store
 	log    *slog.Logger
 	tp     trace.TracerProvider
@@ -200,6 +208,9 @@ func New(db DB, cfg Settings, opts ...Option) (*Service, error) {
 			return nil, err
 		}
 		s.outbox = ob
+	}
+	if s.pub == nil {
+		s.pub = app.OutboxPublisher{Outbox: s.outbox}
 	}
 	if s.idem == nil {
 		var err error

@@ -290,7 +290,7 @@ func (s *Service) applied(ctx context.Context, tx pgx.Tx, o2 Order, d Decision, 
 		if err != nil {
 			return err
 		}
-		if err := s.outbox.Enqueue(ctx, tx, events.TopicOrders, ev); err != nil {
+		if err := s.pub.Publish(ctx, tx, events.TopicOrders, ev); err != nil {
 			return fmt.Errorf("ordersvc: %w", err)
 		}
 	}

@@ -95,7 +95,7 @@ func TestReconciliationRefundsUnneededCharges(t *testing.T) {
 	ctx := context.Background()
 	pool := newDB(t)
 	m := svctest.NewMeter()
-	h, err := NewHandlers(newOutbox(t), Config{Customers: testCustomers}, slog.New(slog.DiscardHandler), m.Provider)
+	h, err := NewHandlers(nil, newOutbox(t), Config{Customers: testCustomers}, slog.New(slog.DiscardHandler), m.Provider)
 	if err != nil {
 		t.Fatal(err)
 	}

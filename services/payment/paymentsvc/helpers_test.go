@@ -36,7 +36,7 @@ func newHandlers(t *testing.T, mod func(*Config)) *Handlers {
 	if mod != nil {
 		mod(&cfg)
 	}
-	h, err := NewHandlers(newOutbox(t), cfg, slog.New(slog.DiscardHandler), nil)
+	h, err := NewHandlers(nil, newOutbox(t), cfg, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,6 +78,7 @@ const (
 // charged. It records the outcomes the order service announces (OrderOutcome), and
 // Reconciler refunds a charge still held by an order that ended REJECTED or CANCELLED.
 type Handlers struct {
+	pub      app.Publisher
 	outbox   *outbox.Outbox
 	hang     map[string]bool
 	latency  time.Duration
@@ -89,9 +90,13 @@ type Handlers struct {
 	fixes    metric.Int64Counter
 }
 
-// NewHandlers returns the handlers for cfg, enqueueing into o. logger and mp may be nil
-// (slog.Default, no metrics).
-func NewHandlers(o *outbox.Outbox, cfg Config, logger *slog.Logger, mp metric.MeterProvider) (*Handlers, error) {
+// NewHandlers returns the handlers for cfg. They publish with pub (the service's
+// *app.App; nil: app.OutboxPublisher on o); the reconciliation begins its transactions
+// on o. logger and mp may be nil (slog.Default, no metrics).
+func NewHandlers(pub app.Publisher, o *outbox.Outbox, cfg Config, logger *slog.Logger, mp metric.MeterProvider) (*Handlers, error) {
+	if pub == nil {
+		pub = app.OutboxPublisher{Outbox: o}
+	}
 	if logger == nil {
 		logger = slog.Default()
 	}
@@ -114,6 +119,7 @@ func NewHandlers(o *outbox.Outbox, cfg Config, logger *slog.Logger, mp metric.Me
 	}
 	h := &Handlers{
 		fixes:    fixes,
+		pub:      pub,
 		outbox:   o,
 		hang:     make(map[string]bool),
 		latency:  cfg.Latency,
@@ -131,20 +137,6 @@ func NewHandlers(o *outbox.Outbox, cfg Config, logger *slog.Logger, mp metric.Me
 
 // MetricReconciliations is the counter of the reconciliation's corrections, by kind.
 const MetricReconciliations = "payment.reconciliations"
-
-// Router routes the payment service's events: order.created, stock.unavailable and
-// order.cancel_requested are handled, the outcomes that need no charge (order.rejected,
-// order.cancelled) are recorded; the saga's other types on the topics it reads are
-// ignored, order.confirmed included (a confirmed order keeps its charge, so recording it
-// would cost a transaction per order for nothing). Each type is accepted only from
-// its producer and topic (events.Trust).
-func (h *Handlers) Router() *consumer.Router {
-	r := events.Trust(consumer.NewRouter()).Ignore(ignored...)
-	for _, rt := range h.routes() {
-		r.HandleOn(rt.topic, rt.typ, rt.h)
-	}
-	return r
-}
 
 // Topics are the topics the payment service consumes.
 var Topics = []string{events.TopicOrders, events.TopicInventory}
@@ -455,7 +447,7 @@ func (h *Handlers) emit(ctx context.Context, tx pgx.Tx, cause event.Event, typ s
 	if err != nil {
 		return consumer.Permanent(fmt.Errorf("paymentsvc: build %s: %w", typ, err))
 	}
-	if err := h.outbox.Enqueue(ctx, tx, events.TopicPayments, ev.CausedBy(cause)); err != nil {
+	if err := h.pub.Publish(ctx, tx, events.TopicPayments, ev.CausedBy(cause)); err != nil {
 		return err
 	}
 	deferBalances(ctx, tx) // balances last, after the outbox rows

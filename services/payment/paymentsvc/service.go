@@ -4,8 +4,8 @@ import (
 	"context"
 
 	"github.com/choreo-saga/choreo/app"
-	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/services/events"
+	"github.com/choreo-saga/choreo/services/internal/sagasvc"
 )
 
 // Run starts the payment service with cfg and blocks until ctx is cancelled (or SIGINT/
@@ -17,24 +17,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	a, err := app.New(ctx, "payment", append([]app.Option{app.WithConfig(cfg.App), app.WithEntityAttribute("order.id"),
-		app.WithSchema("payment", Schema), app.WithTopics(events.Topics...), app.WithGroup(cfg.Group),
-		app.WithHandlerName("payment"), app.WithDeadLetterUnknownTypes()}, cfg.AppOptions...)...)
-	if err != nil {
-		return err
-	}
-	if err := setup(ctx, a, cfg); err != nil {
-		_ = a.Close()
-		return err
-	}
-	return a.Run(ctx)
+	return sagasvc.Run(ctx, sagasvc.Service{Name: "payment", Schema: Schema, App: cfg.App, Group: cfg.Group,
+		Options: cfg.AppOptions, Setup: func(ctx context.Context, a *app.App) error { return setup(ctx, a, cfg) }})
 }
 
 func setup(ctx context.Context, a *app.App, cfg Config) error {
 	if err := Seed(ctx, a.Pool, cfg.Customers); err != nil {
 		return err
 	}
-	h, err := NewHandlers(a.Outbox, cfg, a.Logger, a.Telemetry.MeterProvider)
+	h, err := NewHandlers(a, a.Outbox, cfg, a.Logger, a.Telemetry.MeterProvider)
 	if err != nil {
 		return err
 	}
@@ -50,31 +41,16 @@ func setup(ctx context.Context, a *app.App, cfg Config) error {
 	return nil
 }
 
-// route is one event type the payment service handles, and the topic it comes from.
-type route struct {
-	topic, typ string
-	h          consumer.TxHandler
-}
-
-// routes are the payment service's handlers (see Router).
-func (h *Handlers) routes() []route {
-	return []route{
-		{events.TopicOrders, events.OrderCreated, h.OrderCreated},
-		{events.TopicInventory, events.StockUnavailable, h.StockUnavailable},
-		{events.TopicOrders, events.OrderCancelRequested, h.CancelRequested},
-		{events.TopicOrders, events.OrderRejected, h.OrderOutcome},
-		{events.TopicOrders, events.OrderCancelled, h.OrderOutcome},
-	}
-}
-
-// ignored are the saga's types on the payment service's topics that it knowingly does
-// not handle (see Router).
-var ignored = []string{events.OrderConfirmed, events.StockReserved, events.StockReleased}
-
-// register routes the payment service's events on a, as Router does.
+// register routes the payment service's events on a: order.created, stock.unavailable
+// and order.cancel_requested are handled, the outcomes that need no charge
+// (order.rejected, order.cancelled) are recorded; the saga's other types on the topics
+// it reads are ignored, order.confirmed included (a confirmed order keeps its charge, so
+// recording it would cost a transaction per order for nothing).
 func (h *Handlers) register(a *app.App) {
-	events.Trust(a.Router).Ignore(ignored...)
-	for _, rt := range h.routes() {
-		a.Handle(rt.topic, rt.typ, rt.h)
-	}
+	a.Router.Ignore(events.OrderConfirmed, events.StockReserved, events.StockReleased)
+	a.Handle(events.TopicOrders, events.OrderCreated, h.OrderCreated)
+	a.Handle(events.TopicInventory, events.StockUnavailable, h.StockUnavailable)
+	a.Handle(events.TopicOrders, events.OrderCancelRequested, h.CancelRequested)
+	a.Handle(events.TopicOrders, events.OrderRejected, h.OrderOutcome)
+	a.Handle(events.TopicOrders, events.OrderCancelled, h.OrderOutcome)
 }
