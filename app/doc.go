@@ -33,11 +33,13 @@
 // carry trace_id, span_id and correlation_id, the database (created if missing, then
 // migrated with the idempotency, lock-fence and outbox schemas), Redis and a
 // [lock.Locker], and the Kafka producer shared by the outbox relay and dead-lettering.
-// The service then registers HTTP routes ([App.Handle]: a server span and a request
-// deadline per request, and optionally admission control in front of both,
-// [WithRouteAdmission]), consumer
-// groups running the standard middleware chain ([App.Consume]), and background functions
-// ([App.Go]), and calls [App.Run].
+// The service then registers a handler per event type ([App.Handle]: one consumer group
+// running the standard middleware chain; the handler publishes its next event with
+// [App.Publish] in its transaction, and that event continues the handled event's saga),
+// HTTP routes ([App.HandleHTTP]: a server span and a request deadline per request, and
+// optionally admission control in front of both, [WithRouteAdmission]), further consumer
+// groups ([App.Consume]) and background functions ([App.Go]), and calls [App.Run].
+// docs/embedding.md is the guide.
 //
 // Run serves /healthz (liveness: the process answers), /readyz (Postgres, Redis, Kafka,
 // every consumer group's Health (a partition in an outage or stalled fails it, see
