@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // progress reports a load run's progress on w: a bar redrawn in place when w is a
@@ -17,6 +18,7 @@ type progress struct {
 	start     time.Time
 	lastPlain time.Time
 	last      string
+	drawn     int // runes of the line last drawn on the terminal
 	now       func() time.Time
 }
 
@@ -56,7 +58,7 @@ func (p *progress) line(c counts) string {
 func (p *progress) update(c counts) {
 	now := p.now()
 	if p.terminal {
-		fmt.Fprintf(p.w, "\r\033[K%s", p.line(c))
+		fmt.Fprint(p.w, p.redraw(c))
 		return
 	}
 	l := p.line(c)
@@ -69,8 +71,19 @@ func (p *progress) update(c counts) {
 
 func (p *progress) finish(c counts) {
 	if p.terminal {
-		fmt.Fprintf(p.w, "\r\033[K%s\n", p.line(c))
+		fmt.Fprintln(p.w, p.redraw(c))
 		return
 	}
 	fmt.Fprintln(p.w, p.line(c))
+}
+
+// redraw returns the terminal line for c: a carriage return, the line, and spaces over
+// what is left of a longer previous one (sagactl's stderr lets CR through but escapes
+// every ESC, so no erase sequence).
+func (p *progress) redraw(c counts) string {
+	l := p.line(c)
+	n := utf8.RuneCountInString(l)
+	pad := strings.Repeat(" ", max(p.drawn-n, 0))
+	p.drawn = n
+	return "\r" + l + pad
 }

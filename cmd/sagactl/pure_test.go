@@ -619,8 +619,16 @@ func TestProgress(t *testing.T) {
 	p.start = clock
 	clock = clock.Add(1500 * time.Millisecond)
 	p.update(counts{total: 10, placed: 10, settled: 5})
-	if got := b.String(); got != "\r\033[K[###############...............] placed 10/10  settled 5  failed 0  1.5s" {
+	if got := b.String(); got != "\r[###############...............] placed 10/10  settled 5  failed 0  1.5s" {
 		t.Errorf("terminal progress %q", got)
+	}
+	// A shorter line covers the rest of the longer one with spaces, through the writer
+	// run puts on stderr (which escapes ESC: no erase sequence).
+	b.Reset()
+	p.w = safeWriter{w: &b, keepCR: true}
+	p.update(counts{total: 10, placed: 10, settled: 5, aging: 1})
+	if got := b.String(); !strings.HasPrefix(got, "\rsettled 5/10; waiting") || !strings.HasSuffix(got, "1.5s     ") || strings.ContainsAny(got, "\x1b\\") {
+		t.Errorf("terminal progress redrawn %q", got)
 	}
 	b.Reset()
 	p = newProgress(&b, false, 10)
