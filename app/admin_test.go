@@ -67,25 +67,11 @@ func newAdminApp(t *testing.T, env map[string]string, logs io.Writer, opts ...ap
 	return a
 }
 
-// runAdminApp runs a until the test ends and returns the admin listener's base URL,
-// dialled on loopback.
+// runAdminApp runs a until the test ends (runApp) and returns the admin listener's base
+// URL, dialled on loopback.
 func runAdminApp(t *testing.T, a *app.App) string {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	select {
-	case <-a.Ready():
-	case err := <-done:
-		t.Fatalf("Run: %v", err)
-	}
-	apptest.WaitReady(t, "http://"+a.Addr())
+	runApp(t, a)
 	_, port, err := net.SplitHostPort(a.AdminAddr())
 	if err != nil {
 		t.Fatal(err)

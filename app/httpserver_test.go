@@ -58,6 +58,12 @@ func runHTTPApp(t *testing.T, limits app.HTTPLimits, opts []app.Option, register
 	for _, f := range register {
 		f(a)
 	}
+	return runApp(t, a), "http://" + a.AdminAddr()
+}
+
+// runApp runs a until the test ends and returns its public base URL once it is ready.
+func runApp(t *testing.T, a *app.App) string {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
@@ -74,7 +80,7 @@ func runHTTPApp(t *testing.T, limits app.HTTPLimits, opts []app.Option, register
 	}
 	base := "http://" + a.Addr()
 	apptest.WaitReady(t, base)
-	return base, "http://" + a.AdminAddr()
+	return base
 }
 
 // TestAdminListener: /metrics and the details of /readyz are served only on the admin
