@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/choreo-saga/choreo/tracker"
 )
 
 // Defaults of the console's flags.
@@ -55,13 +57,22 @@ func cmdConsole(ctx context.Context, args []string, std stdio) error {
 		"comma-separated host `names` the console answers to besides loopback names and IP addresses (env CONSOLE_HOSTS), e.g. ops.example.com")
 	metrics := fs.String("metrics", envOr(std.getenv, "CONSOLE_METRICS", defaultConsoleMetrics),
 		"comma-separated `service=URL` of the services' /metrics on their admin listeners, for the outbox backlog (env CONSOLE_METRICS)")
+	trackerDB := fs.String("tracker-db", std.getenv("TRACKER_DATABASE_URL"),
+		"Postgres connection `URL` of the saga tracker's index (env TRACKER_DATABASE_URL); with it the console shows the tracker's sagas (sagactl track)")
+	trackerConfig := fs.String("tracker-config", std.getenv("TRACKER_CONFIG"),
+		"comma-separated saga declaration `files` the tracker runs with (env TRACKER_CONFIG); required with -tracker-db")
+	trackerTable := fs.String("tracker-table", tracker.DefaultTable, "the tracker's index table `name` (as sagactl track -table)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), `usage: sagactl console [-addr 127.0.0.1:8090] [-metrics order=URL,...] [flags]
 
 Serves the operations console: an overview (orders by state, stuck orders, dead letters
 per topic and reason, consumer lag, outbox backlog; refreshed live), each order's
 timeline with its trace, and the dead letters with replay (the code of dlq replay).
-It reads the order API, the topics and the services' metrics and keeps no state.
+With -tracker-db and -tracker-config it also reads the saga tracker's index (sagactl
+track): sagas of every declared kind by status, the stuck ones with what they wait for,
+and each correlation id's timeline across services with its dead letters.
+It reads the order API, the topics, the services' metrics and the tracker's index and
+keeps no state.
 
 Flags:`)
 		fs.PrintDefaults()
@@ -88,6 +99,23 @@ Flags:`)
 		return err
 	}
 	defer srv.close()
+	if *trackerDB != "" {
+		cfg, err := loadTrackConfigs(*trackerConfig)
+		if err != nil {
+			return err
+		}
+		pool, err := trackerPool(ctx, *trackerDB, c.timeout)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		if srv.tr, err = tracker.New(pool, cfg, tracker.WithTable(*trackerTable)); err != nil {
+			return fmt.Errorf("%w: %w", errUsage, err)
+		}
+		defer srv.tr.Close() //nolint:errcheck
+	} else if *trackerConfig != "" && std.getenv("TRACKER_CONFIG") == "" {
+		return fmt.Errorf("%w: -tracker-config needs -tracker-db (or TRACKER_DATABASE_URL)", errUsage)
+	}
 	srv.token = *token
 	for h := range strings.SplitSeq(*hosts, ",") {
 		if h = strings.ToLower(strings.TrimSpace(h)); h != "" {
@@ -114,7 +142,11 @@ Flags:`)
 		ln.Close()
 		return fmt.Errorf("%w: the console listens on %s, beyond loopback: set an access token (-token or CONSOLE_TOKEN)", errUsage, ln.Addr())
 	}
-	fmt.Fprintf(std.out, "sagactl console: serving http://%s/ (order API %s, brokers %s)\n", ln.Addr(), redactURL(c.orderURL), c.brokers)
+	tracked := ""
+	if srv.tr != nil {
+		tracked = ", saga tracker " + *trackerTable
+	}
+	fmt.Fprintf(std.out, "sagactl console: serving http://%s/ (order API %s, brokers %s%s)\n", ln.Addr(), redactURL(c.orderURL), c.brokers, tracked)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
@@ -155,8 +187,9 @@ type console struct {
 	metrics *http.Client
 	secret  []byte // per process: CSRF tokens do not outlive it
 	now     func() time.Time
-	token   string          // required of every request when set (-token)
-	hosts   map[string]bool // host names answered besides loopback names and IPs (-hosts)
+	token   string           // required of every request when set (-token)
+	hosts   map[string]bool  // host names answered besides loopback names and IPs (-hosts)
+	tr      *tracker.Tracker // the saga tracker's index (-tracker-db); nil without one
 
 	mu sync.Mutex
 	k  *kafka // connected on first use, so the console starts while the broker is down

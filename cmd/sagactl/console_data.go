@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/choreo-saga/choreo/consumer"
+	"github.com/choreo-saga/choreo/tracker"
 )
 
 // overview is what the overview page shows and /api/overview returns. Each section
@@ -24,6 +25,7 @@ type overview struct {
 	At time.Time `json:"at"`
 
 	States      []stateCount `json:"states"`
+	StatesSince string       `json:"states_since,omitempty"` // creation of the oldest order counted
 	StatesError string       `json:"states_error,omitempty"`
 
 	Stuck      []stuckOrder `json:"stuck"`
@@ -37,6 +39,13 @@ type overview struct {
 
 	Outbox      []outboxBacklog `json:"outbox"`
 	OutboxError string          `json:"outbox_error,omitempty"`
+
+	// The saga tracker's sections, with -tracker-db only.
+	Tracker         bool        `json:"tracker"`
+	Sagas           []sagaCount `json:"sagas,omitempty"`
+	SagasError      string      `json:"sagas_error,omitempty"`
+	StuckSagas      []sagaRow   `json:"stuck_sagas,omitempty"`
+	StuckSagasError string      `json:"stuck_sagas_error,omitempty"`
 }
 
 type stateCount struct {
@@ -96,10 +105,25 @@ func (s *console) overview(ctx context.Context) overview {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		var err error
-		if ov.States, err = s.stateCounts(ctx); err != nil {
+		if ov.States, ov.StatesSince, err = s.stateCounts(ctx); err != nil {
 			ov.StatesError = err.Error()
 		}
 	})
+	if s.tr != nil {
+		ov.Tracker = true
+		wg.Go(func() {
+			var err error
+			if ov.Sagas, err = s.sagaCounts(ctx); err != nil {
+				ov.SagasError = "saga tracker: " + err.Error()
+			}
+		})
+		wg.Go(func() {
+			var err error
+			if ov.StuckSagas, err = s.findSagas(ctx, tracker.Filter{Status: tracker.StatusStuck, Limit: consoleStuckSagas}); err != nil {
+				ov.StuckSagasError = "saga tracker: " + err.Error()
+			}
+		})
+	}
 	wg.Go(func() {
 		var err error
 		if ov.Stuck, err = s.stuckOrders(ctx); err != nil {
@@ -137,10 +161,12 @@ type countsJSON struct {
 // stateOrder is the order the overview lists states in: the saga's flow.
 var stateOrder = []string{"PENDING", "CANCELLING", "CONFIRMED", "REJECTED", "CANCELLED", "COMPENSATION_FAILED"}
 
-func (s *console) stateCounts(ctx context.Context) ([]stateCount, error) {
+// stateCounts reads the orders per state, and the creation time of the oldest order (the
+// counts cover every order the order service's database holds, earlier runs included).
+func (s *console) stateCounts(ctx context.Context) ([]stateCount, string, error) {
 	var c countsJSON
 	if err := s.api.do(ctx, http.MethodGet, "/orders/counts", nil, nil, &c); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	var out []stateCount
 	for _, st := range stateOrder {
@@ -151,7 +177,16 @@ func (s *console) stateCounts(ctx context.Context) ([]stateCount, error) {
 			out = append(out, stateCount{State: st, Count: c.ByState[st], Stuck: c.Stuck[st]})
 		}
 	}
-	return out, nil
+	// The API lists oldest first: one order is the oldest.
+	oldest, err := s.api.List(ctx, url.Values{"limit": {"1"}})
+	if err != nil {
+		return out, "", err
+	}
+	since := ""
+	if len(oldest) == 1 {
+		since = tsString(oldest[0].CreatedAt)
+	}
+	return out, since, nil
 }
 
 // consoleStuckLimit bounds the stuck orders the overview lists (oldest first).

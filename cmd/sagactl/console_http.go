@@ -53,6 +53,8 @@ func init() {
 		"orDash":   orDash,
 		"terminal": terminal,
 		"lower":    strings.ToLower,
+		"amount":   fmtAmount,
+		"mod2":     func(i int) int { return i % 2 },
 	}
 	pages, err := fs.Glob(consoleUI, "consoleui/*.page.html")
 	if err != nil {
@@ -71,13 +73,16 @@ type page struct {
 	CSRF    string
 	Notice  string
 	Error   string
-	Refresh int // overview polling period, ms
+	Refresh int  // overview polling period, ms
+	Tracker bool // the console reads a saga tracker (-tracker-db)
 
 	Overview *overview
 	Order    *orderPage
 	DLQ      *dlqPage
 	Record   *dlqRecordPage
 	Replay   *replayPage
+	Sagas    *sagasPage
+	Saga     *sagaPage
 }
 
 func (s *console) handler() http.Handler {
@@ -99,6 +104,10 @@ func (s *console) handler() http.Handler {
 	mux.HandleFunc("GET /dlq", s.handleDLQ)
 	mux.HandleFunc("GET /dlq/record", s.handleDLQRecord)
 	mux.HandleFunc("POST /dlq/replay", s.handleReplay)
+	if s.tr != nil {
+		mux.HandleFunc("GET /sagas/{$}", s.handleSagas)
+		mux.HandleFunc("GET /sagas/{id}", s.handleSaga)
+	}
 	return s.secure(mux)
 }
 
@@ -206,6 +215,7 @@ func (s *console) render(w http.ResponseWriter, r *http.Request, name string, st
 	if p.Notice == "" {
 		p.Notice = r.URL.Query().Get("notice")
 	}
+	p.Tracker = s.tr != nil
 	var buf bytes.Buffer
 	if err := consoleTemplates[name].Execute(&buf, p); err != nil {
 		log.Printf("sagactl console: render %s: %v", name, err)
@@ -248,6 +258,7 @@ type orderPage struct {
 	SearchURL string
 	Age       string
 	InState   string
+	Waiting   string // Order.waitingOn, as sagactl order prints it
 }
 
 type historyRow struct {
@@ -271,7 +282,7 @@ func (s *console) handleOrder(w http.ResponseWriter, r *http.Request) {
 	}
 	now := s.now()
 	op := &orderPage{Order: o, Timeline: buildTimeline(o.History), Terminal: terminal(o.State),
-		JaegerURL: safeURL(o.JaegerURL), Age: humanDuration(o.Age(now))}
+		JaegerURL: safeURL(o.JaegerURL), Age: humanDuration(o.Age(now)), Waiting: o.waitingOn()}
 	if !o.StateSince.IsZero() {
 		op.InState = humanDuration(now.Sub(o.StateSince))
 	}

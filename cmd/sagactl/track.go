@@ -93,15 +93,9 @@ func cmdTrack(ctx context.Context, args []string, std stdio) error {
 	if f.dsn == "" {
 		return fmt.Errorf("%w: track needs -db or DATABASE_URL", errUsage)
 	}
-	pcfg, err := pgxpool.ParseConfig(f.dsn)
+	pool, err := trackerPool(ctx, f.dsn, f.c.timeout)
 	if err != nil {
-		// The error would quote the URL, which may carry a password.
-		return fmt.Errorf("%w: -db is not a Postgres connection string", errUsage)
-	}
-	pcfg.ConnConfig.ConnectTimeout = f.c.timeout
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		return fmt.Errorf("sagactl: postgres: %w", err)
+		return err
 	}
 	defer pool.Close()
 	tr, err := tracker.New(pool, cfg, tracker.WithGroup(f.group), tracker.WithTable(f.table),
@@ -143,6 +137,21 @@ func cmdTrack(ctx context.Context, args []string, std stdio) error {
 		}
 		return printTimeline(tl, f.c.json, std)
 	}
+}
+
+// trackerPool connects to the tracker's database at dsn.
+func trackerPool(ctx context.Context, dsn string, timeout time.Duration) (*pgxpool.Pool, error) {
+	pcfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		// The error would quote the URL, which may carry a password.
+		return nil, fmt.Errorf("%w: the tracker's database is not a Postgres connection string", errUsage)
+	}
+	pcfg.ConnConfig.ConnectTimeout = timeout
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("sagactl: postgres: %w", err)
+	}
+	return pool, nil
 }
 
 // loadTrackConfigs reads and merges the comma-separated config files.
@@ -202,6 +211,12 @@ func when(t time.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
+// describeWaiting says what a stuck saga waits for, as the CLI and the console print it.
+func describeWaiting(w tracker.Waiting) string {
+	return fmt.Sprintf("waiting for %s to answer %s with %s (step %q) since %s, deadline %s",
+		orDash(w.Service), w.After.Type, strings.Join(w.Expected, "|"), w.Step, when(w.After.Time), when(w.Deadline))
+}
+
 func printJSON(v any, std stdio) error {
 	enc := json.NewEncoder(std.out)
 	enc.SetIndent("", "  ")
@@ -248,8 +263,7 @@ func printTimeline(tl tracker.Timeline, asJSON bool, std stdio) error {
 	for _, s := range tl.Sagas {
 		line := fmt.Sprintf("%s saga %s: %s", s.Saga, tl.CorrelationID, s.Status)
 		if w := s.Waiting; w != nil {
-			line += fmt.Sprintf(", waiting for %s to answer %s with %s (step %q, deadline %s)",
-				orDash(w.Service), w.After.Type, strings.Join(w.Expected, "|"), w.Step, when(w.Deadline))
+			line += ", " + describeWaiting(*w)
 		}
 		fmt.Fprintln(std.out, safeText(line))
 	}

@@ -1,4 +1,4 @@
-// choreo console: the order box, and the overview's live refresh from /api/overview.
+// choreo console: the order and saga boxes, and the overview's live refresh from /api/overview.
 // Every value is written with textContent, never as HTML.
 (function () {
   "use strict";
@@ -8,6 +8,14 @@
       var id = document.getElementById("goto-id").value.trim();
       e.preventDefault();
       if (id) { window.location.href = "/orders/" + encodeURIComponent(id); }
+    });
+  }
+  var gotoSaga = document.getElementById("goto-saga");
+  if (gotoSaga) {
+    gotoSaga.addEventListener("submit", function (e) {
+      var id = document.getElementById("goto-saga-id").value.trim();
+      e.preventDefault();
+      if (id) { window.location.href = "/sagas/" + encodeURIComponent(id); }
     });
   }
   var root = document.getElementById("overview");
@@ -60,6 +68,20 @@
     fill("states", (ov.states || []).map(function (s) {
       return row([{ node: state(s.state) }, { node: s.count, cls: "num" }, { node: s.stuck, cls: s.stuck ? "num hot" : "num" }]);
     }), "-", 3);
+    document.getElementById("states-since").textContent = "every order in the order service's database, earlier runs included" +
+      (ov.states_since ? ": created since " + ov.states_since : "");
+    if (ov.tracker) {
+      showError("sagas-error", ov.sagas_error);
+      fill("sagas", (ov.sagas || []).map(function (c) {
+        return row([{ node: link("/sagas/?" + q({ saga: c.saga }), c.saga) }, { node: c.in_flight, cls: "num" },
+          { node: c.stuck, cls: c.stuck ? "num hot" : "num" }, { node: c.completed, cls: "num" }, c.since || "-"]);
+      }), "no sagas declared", 5);
+      showError("stuck-sagas-error", ov.stuck_sagas_error);
+      fill("stuck-sagas", (ov.stuck_sagas || []).map(function (x) {
+        return row([x.saga, { node: link("/sagas/" + encodeURIComponent(x.correlation_id), x.correlation_id, "mono") }, x.waiting,
+          { node: x.stuck_for, cls: "num" }, { node: x.dead_letters, cls: x.dead_letters ? "num hot" : "num" }]);
+      }), "no stuck sagas", 5);
+    }
     showError("stuck-error", ov.stuck_error);
     fill("stuck", (ov.stuck || []).map(function (o) {
       var trace = o.jaeger_url && /^https?:\/\//.test(o.jaeger_url) ? link(o.jaeger_url, o.trace_id, "mono") : el("span", o.trace_id || "-", "mono");
