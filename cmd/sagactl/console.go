@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -113,8 +114,12 @@ Flags:`)
 			return fmt.Errorf("%w: %w", errUsage, err)
 		}
 		defer srv.tr.Close() //nolint:errcheck
-	} else if *trackerConfig != "" && std.getenv("TRACKER_CONFIG") == "" {
-		return fmt.Errorf("%w: -tracker-config needs -tracker-db (or TRACKER_DATABASE_URL)", errUsage)
+	} else {
+		var given bool
+		fs.Visit(func(f *flag.Flag) { given = given || f.Name == "tracker-config" })
+		if given {
+			return fmt.Errorf("%w: -tracker-config needs -tracker-db (or TRACKER_DATABASE_URL)", errUsage)
+		}
 	}
 	srv.token = *token
 	for h := range strings.SplitSeq(*hosts, ",") {

@@ -38,11 +38,9 @@ type sagaRow struct {
 	LastType    string `json:"last_type"`
 	Events      int    `json:"events"`
 	DeadLetters int    `json:"dead_letters"`
-	Service     string `json:"service,omitempty"`    // stuck: who is expected to answer
-	Waiting     string `json:"waiting,omitempty"`    // stuck: describeWaiting
-	StuckFor    string `json:"stuck_for,omitempty"`  // stuck: time since the deadline
-	TraceID     string `json:"trace_id,omitempty"`   // stuck: the trace of the event it waits behind
-	AfterType   string `json:"after_type,omitempty"` // stuck: that event's type
+	Service     string `json:"service,omitempty"`   // stuck: who is expected to answer
+	Waiting     string `json:"waiting,omitempty"`   // stuck: describeWaiting
+	StuckFor    string `json:"stuck_for,omitempty"` // stuck: time since the deadline
 }
 
 func toSagaRow(s tracker.Summary, now time.Time) sagaRow {
@@ -53,7 +51,6 @@ func toSagaRow(s tracker.Summary, now time.Time) sagaRow {
 	}
 	if w := s.Waiting; w != nil {
 		r.Service, r.Waiting, r.StuckFor = w.Service, describeWaiting(*w), humanDuration(now.Sub(w.Deadline))
-		r.TraceID, r.AfterType = w.After.TraceID, w.After.Type
 	}
 	return r
 }

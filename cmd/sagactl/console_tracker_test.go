@@ -221,3 +221,17 @@ func TestConsoleTrackerPages(t *testing.T) {
 		t.Fatalf("tracker Run = %v", err)
 	}
 }
+
+// TestConsoleTrackerFlags: the tracker's declarations without its database, or its
+// database without declarations, is a usage error, not a console without the tracker.
+func TestConsoleTrackerFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"console", "-addr", "127.0.0.1:0", "-tracker-config", "../../deploy/tracker/order.json"},
+		{"console", "-addr", "127.0.0.1:0", "-tracker-db", "postgres://127.0.0.1:1/x"},
+	} {
+		var out, errb strings.Builder
+		if code := run(context.Background(), args, stdio{out: &out, err: &errb, getenv: func(string) string { return "" }}); code != exitUsage {
+			t.Errorf("%q: exit %d, want %d (usage): %s%s", args, code, exitUsage, out.String(), errb.String())
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,6 +36,7 @@ const EnvScreenshots = "CONSOLE_SCREENSHOTS"
 // stack is the demo saga started by startStack.
 type stack struct {
 	orderURL string
+	dsn      string // the Postgres of the services and of the saga tracker
 	brokers  string
 	metrics  string // -metrics of sagactl console
 	// failing makes every charge attempt of the payment service fail with its
@@ -119,7 +121,7 @@ func startStack(t *testing.T) stack {
 		waitHTTP(t, base+"/readyz", logs)
 		metrics = append(metrics, s+"="+base+"/metrics")
 	}
-	return stack{orderURL: "http://" + public["order"].Addr().String(), brokers: brokers,
+	return stack{orderURL: "http://" + public["order"].Addr().String(), dsn: testenv.PostgresDSN(t), brokers: brokers,
 		metrics: strings.Join(metrics, ","), failing: failing, logs: logs}
 }
 
@@ -195,9 +197,8 @@ func waitOrder(t *testing.T, s stack, id string, within time.Duration, what stri
 	}
 }
 
-// startConsole builds sagactl and runs `sagactl console` against the stack as a process
-// of its own, and returns its base URL.
-func startConsole(t *testing.T, s stack) string {
+// buildSagactl builds the sagactl binary of this checkout.
+func buildSagactl(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "sagactl")
 	build := exec.Command("go", "build", "-o", bin, "github.com/choreo-saga/choreo/cmd/sagactl")
@@ -205,7 +206,43 @@ func startConsole(t *testing.T, s stack) string {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build sagactl: %v\n%s", err, out)
 	}
-	cmd := exec.Command(bin, "console", "-addr", "127.0.0.1:0", "-metrics", s.metrics, "-timeout", "20s")
+	return bin
+}
+
+// trackerConfig is the reference saga's declaration the tracker and the console read.
+const trackerConfig = "../../../deploy/tracker/order.json"
+
+// startTracker runs `sagactl track` beside the stack, with a group of its own, into the
+// stack's Postgres, and returns once it indexes.
+func startTracker(t *testing.T, bin string, s stack) {
+	t.Helper()
+	line := startProcess(t, "sagactl track", bin, []string{"track", "-db", s.dsn, "-config", trackerConfig,
+		"-group", "tracker-" + strings.ReplaceAll(testenv.Name(t, "b"), "_", "-"), "-refresh", "1s"}, s)
+	if !strings.HasPrefix(line, "sagactl track: indexing ") {
+		t.Fatalf("sagactl track said %q", line)
+	}
+}
+
+// startConsole runs `sagactl console` against the stack and its saga tracker as a
+// process of its own, and returns its base URL.
+func startConsole(t *testing.T, bin string, s stack) string {
+	t.Helper()
+	l := startProcess(t, "sagactl console", bin, []string{"console", "-addr", "127.0.0.1:0", "-metrics", s.metrics, "-timeout", "20s",
+		"-tracker-db", s.dsn, "-tracker-config", trackerConfig}, s)
+	// "sagactl console: serving http://127.0.0.1:PORT/ (...)"
+	_, rest, ok := strings.Cut(l, "serving ")
+	u, _, _ := strings.Cut(rest, " ")
+	if !ok || !strings.HasPrefix(u, "http://127.0.0.1:") {
+		t.Fatalf("sagactl console said %q", l)
+	}
+	return strings.TrimSuffix(u, "/")
+}
+
+// startProcess runs bin with args against the stack (ORDER_URL, KAFKA_BROKERS), stops it
+// with an interrupt when the test ends, and returns the first line it prints.
+func startProcess(t *testing.T, name, bin string, args []string, s stack) string {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), "ORDER_URL="+s.orderURL, "KAFKA_BROKERS="+s.brokers)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -227,7 +264,7 @@ func startConsole(t *testing.T, s stack) string {
 			<-done
 		}
 		if t.Failed() {
-			t.Logf("sagactl console stderr:\n%s", stderr.String())
+			t.Logf("%s stderr:\n%s", name, stderr.String())
 		}
 	})
 	lines := make(chan string, 1)
@@ -242,15 +279,9 @@ func startConsole(t *testing.T, s stack) string {
 	}()
 	select {
 	case l := <-lines:
-		// "sagactl console: serving http://127.0.0.1:PORT/ (...)"
-		_, rest, ok := strings.Cut(l, "serving ")
-		u, _, _ := strings.Cut(rest, " ")
-		if !ok || !strings.HasPrefix(u, "http://127.0.0.1:") {
-			t.Fatalf("sagactl console said %q", l)
-		}
-		return strings.TrimSuffix(u, "/")
+		return l
 	case <-time.After(30 * time.Second):
-		t.Fatalf("sagactl console did not start: %s", stderr.String())
+		t.Fatalf("%s did not start: %s", name, stderr.String())
 	}
 	return ""
 }
@@ -351,7 +382,9 @@ func TestConsoleInChromium(t *testing.T) {
 	s.failing.Store(true)
 	broken := place(t, s, "c-7", 2500)
 	held := place(t, s, "c-hang", 1200) // payment holds it on purpose: stuck
-	base := startConsole(t, s)
+	bin := buildSagactl(t)
+	startTracker(t, bin, s)
+	base := startConsole(t, bin, s)
 
 	waitDLQ := time.Now().Add(3 * time.Minute)
 	var dead bool
@@ -402,14 +435,67 @@ func TestConsoleInChromium(t *testing.T) {
 	}
 	screenshot(t, ctx, "console-overview.png")
 
+	// The saga tracker's sections: the held order's saga is stuck on its charge, waiting
+	// for payment (the observed producer of payment.*) to answer order.created.
+	step(t, ctx, "stuck sagas", chromedp.WaitVisible(css(`#stuck-sagas a[href="/sagas/`+held.ID+`"]`)))
+	stuckSagas := get(t, ctx, "stuck sagas", chromedp.Text(css(`#stuck-sagas tbody`)))
+	if !strings.Contains(stuckSagas, `waiting for payment to answer order.created with payment.authorized|payment.declined (step "charge") since `) {
+		t.Fatalf("overview's stuck sagas lack the held order's wait:\n%s", stuckSagas)
+	}
+	if counts := get(t, ctx, "saga counts", chromedp.Text(css(`#sagas tbody`))); !strings.Contains(counts, "order") {
+		t.Fatalf("overview's saga counts: %q", counts)
+	}
+	step(t, ctx, "the stuck list",
+		chromedp.Navigate(base+"/sagas/?status=stuck"),
+		chromedp.WaitVisible(css(`#saga-list a[href="/sagas/`+held.ID+`"]`)),
+	)
+	list := get(t, ctx, "stuck list", chromedp.Text(css(`#saga-list tbody`)))
+	if !strings.Contains(list, broken.ID) || strings.Contains(list, fine[0].ID) {
+		t.Fatalf("the stuck list lacks the dead-lettered order %s or lists the settled %s:\n%s", broken.ID, fine[0].ID, list)
+	}
+	screenshot(t, ctx, "console-sagas.png")
+	step(t, ctx, "the held order's saga page",
+		chromedp.Click(css(`#saga-list a[href="/sagas/`+held.ID+`"]`)),
+		chromedp.WaitVisible(css(`svg#saga-timeline circle`)),
+		chromedp.WaitVisible(css(`#cancel-button`)),
+	)
+	lanes := get(t, ctx, "lanes", chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("svg#saga-timeline .lane-name")).map(e => e.textContent)`))
+	if strings.Join(lanes, ",") != "order,order service (history)" {
+		t.Fatalf("the held order's lanes = %q; want its producer and the order service's history", lanes)
+	}
+	if w := get(t, ctx, "waiting", chromedp.Text(css(`#saga-status .waiting`))); !strings.Contains(w, "waiting for payment to answer order.created") {
+		t.Fatalf("the held order's saga page says %q", w)
+	}
+	if events := get(t, ctx, "events", chromedp.Text(css(`#saga-events tbody`))); !strings.Contains(events, "order.created") || !strings.Contains(events, held.TraceID) {
+		t.Fatalf("the held order's events lack order.created with trace %s:\n%s", held.TraceID, events)
+	}
+	screenshot(t, ctx, "console-saga.png")
+	step(t, ctx, "the dead-lettered order's saga page",
+		chromedp.Navigate(base+"/sagas/"+broken.ID),
+		chromedp.WaitVisible(css(`#saga-replay-button`)),
+	)
+	deadText := get(t, ctx, "saga dead letters", chromedp.Text(css(`#saga-deadletters tbody`)))
+	lanes = get(t, ctx, "lanes", chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("svg#saga-timeline .lane-name")).map(e => e.textContent)`))
+	if !strings.Contains(deadText, "orders.events.dlq") || !strings.Contains(deadText, "retries_exhausted") || !slices.Contains(lanes, "dead letters") {
+		t.Fatalf("the dead-lettered order's saga page: dead letters %q, lanes %q", deadText, lanes)
+	}
+
 	// The order page: the timeline SVG, the stuck flag, the deadline and the Jaeger link.
 	step(t, ctx, "order page",
+		chromedp.Navigate(base+"/"),
+		chromedp.WaitVisible(css(`#stuck`)),
 		chromedp.Click(css(`#stuck a[href="/orders/`+held.ID+`"]`)),
 		chromedp.WaitVisible(css(`svg#timeline circle`)),
 		chromedp.WaitVisible(css(`#stuck-flag`)),
 		chromedp.WaitVisible(css(`#deadline`)),
 		chromedp.WaitVisible(css(`#cancel-button`)),
 	)
+	if w := get(t, ctx, "order waiting", chromedp.Text(css(`#order-waiting`))); !strings.HasPrefix(w, "for payment to answer order.created") {
+		t.Fatalf("the held order's page explains its wait as %q", w)
+	}
+	if a := get(t, ctx, "order amount", chromedp.Text(css(`#order-amount`))); a != "12.00" {
+		t.Fatalf("the held order's amount reads %q; want 12.00 (1200 cents)", a)
+	}
 	href := get(t, ctx, "jaeger link", chromedp.AttributeValue(css(`#jaeger-link`), "href"))
 	circles := get(t, ctx, "timeline steps", chromedp.Evaluate[int](`document.querySelectorAll("svg#timeline circle").length`))
 	if href.Value != "http://localhost:16686/trace/"+held.TraceID || circles < 1 {

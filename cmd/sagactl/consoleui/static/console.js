@@ -2,22 +2,18 @@
 // Every value is written with textContent, never as HTML.
 (function () {
   "use strict";
-  var goto = document.getElementById("goto");
-  if (goto) {
-    goto.addEventListener("submit", function (e) {
-      var id = document.getElementById("goto-id").value.trim();
+  // The header's boxes open /orders/<id> and /sagas/<id>, the id escaped.
+  function box(formId, inputId, prefix) {
+    var form = document.getElementById(formId);
+    if (!form) { return; }
+    form.addEventListener("submit", function (e) {
+      var id = document.getElementById(inputId).value.trim();
       e.preventDefault();
-      if (id) { window.location.href = "/orders/" + encodeURIComponent(id); }
+      if (id) { window.location.href = prefix + encodeURIComponent(id); }
     });
   }
-  var gotoSaga = document.getElementById("goto-saga");
-  if (gotoSaga) {
-    gotoSaga.addEventListener("submit", function (e) {
-      var id = document.getElementById("goto-saga-id").value.trim();
-      e.preventDefault();
-      if (id) { window.location.href = "/sagas/" + encodeURIComponent(id); }
-    });
-  }
+  box("goto", "goto-id", "/orders/");
+  box("goto-saga", "goto-saga-id", "/sagas/");
   var root = document.getElementById("overview");
   if (!root) { return; }
   var period = parseInt(root.getAttribute("data-refresh"), 10) || 5000;
