@@ -10,9 +10,15 @@
 // Flags:
 //
 //	-port N          listen port on 127.0.0.1 (default 9092; 0 picks a free port)
-//	-data-dir DIR    persistence directory (default $TMPDIR/choreo-devkafka, i.e.
-//	                 filepath.Join(os.TempDir(), "choreo-devkafka")); an empty value
-//	                 keeps everything in memory and loses it on exit
+//	-advertise H:P   the broker address given to clients in metadata (default: the
+//	                 address listened on); point it at a proxy in front of the broker
+//	                 (e.g. internal/faultproxy) and every connection of a client
+//	                 bootstrapped through the proxy goes through it, not only the first
+//	-data-dir DIR    persistence directory (default ~/.cache/choreo-devkafka, i.e.
+//	                 filepath.Join(os.UserCacheDir(), "choreo-devkafka"), or under the
+//	                 temporary directory without a home); made mode 0700, refused if
+//	                 another user owns it; an empty value keeps everything in memory
+//	                 and loses it on exit
 //	-partitions N    partitions of seeded and auto-created topics (default 6, like the
 //	                 services' KAFKA_PARTITIONS default)
 //	-topics a,b,c    topics to create at start if they do not exist yet (default none)
@@ -27,8 +33,12 @@
 //	                 closed (default 3s); a static member (group.instance.id) is kept
 //	                 for at least its session timeout so that a restart with the same
 //	                 instance id takes its partitions back without a rebalance
-//	-sasl M:U:P      require SASL and accept user U with password P over mechanism M
-//	                 (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512); repeatable (security.go)
+//	-sasl M:U        require SASL and accept user U over mechanism M (PLAIN,
+//	                 SCRAM-SHA-256, SCRAM-SHA-512); repeatable (security.go). A value
+//	                 with a password (M:U:P) is refused: a command line shows in ps
+//	-sasl-password-file F  the -sasl users' passwords, one user:password line each
+//	                 (# comments and blank lines skipped); refused if other users can
+//	                 read F. A user F does not name takes $DEVKAFKA_SASL_PASSWORD
 //	-tls-cert F, -tls-key F  serve TLS only, with this PEM certificate and key
 //	-tls-client-ca F require client certificates signed by these CAs (mutual TLS)
 //
@@ -57,8 +67,12 @@
 //	kcat -b 127.0.0.1:9092 -L
 //	KAFKA_BROKERS=127.0.0.1:9092 go run ./services/order
 //
-// The broker listens on the loopback interface only and advertises 127.0.0.1:<port>, so
-// clients in containers cannot reach it; use docker-compose.yml for a containerised stack.
+// Files: devkafka runs with umask 077, so everything it writes in its data directory
+// (segments, offsets, and sasl.json with the SASL users' credentials) is mode 0600.
+//
+// The broker listens on the loopback interface only and advertises 127.0.0.1:<port>
+// unless -advertise says otherwise, so clients in containers cannot reach it; use
+// docker-compose.yml for a containerised stack.
 //
 // Exit codes: 0 after a clean shutdown, 1 if the broker could not start or persist, 2 for
 // bad flags.

@@ -154,7 +154,7 @@ func newGroupTest(t *testing.T, topic, group string, partitions int, deadline ti
 		t.Fatal(err)
 	}
 	t.Cleanup(b.close)
-	if _, err := seedTopics(b.addr(), partitions, []string{topic}); err != nil {
+	if _, err := seedTopics(b.c, partitions, []string{topic}); err != nil {
 		t.Fatal(err)
 	}
 	return &groupTest{t: t, b: b, addr: b.addr(), topic: topic, group: group, partitions: partitions,

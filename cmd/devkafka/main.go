@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -14,10 +15,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/choreo-saga/choreo/internal/devbroker"
 )
@@ -38,6 +37,7 @@ func main() {
 // config is the parsed command line.
 type config struct {
 	port       int
+	advertise  string
 	dataDir    string
 	partitions int
 	topics     []string
@@ -48,8 +48,47 @@ type config struct {
 	security   security // -sasl, -tls-*: security.go
 }
 
-// defaultDataDir is where state lives unless -data-dir says otherwise.
-func defaultDataDir() string { return filepath.Join(os.TempDir(), "choreo-devkafka") }
+// defaultDataDir is where state lives unless -data-dir says otherwise: the user's cache
+// directory (e.g. ~/.cache/choreo-devkafka), or the temporary directory without one.
+func defaultDataDir() string {
+	base, err := os.UserCacheDir()
+	if err != nil {
+		base = os.TempDir()
+	}
+	return filepath.Join(base, "choreo-devkafka")
+}
+
+// ErrDataDir is returned for a data directory devkafka cannot keep private.
+var ErrDataDir = errors.New("devkafka: data directory")
+
+// privateDataDir creates dir (mode 0700) or makes an existing one 0700, and refuses one
+// that is not a directory or belongs to another user: the directory holds the SASL
+// users' credentials (sasl.json) besides the records.
+func privateDataDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("%w: %w", ErrDataDir, err)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrDataDir, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%w: %s is not a directory", ErrDataDir, dir)
+	}
+	if uid, foreign := foreignOwner(fi); foreign {
+		return fmt.Errorf("%w: %s belongs to uid %d, not to this user", ErrDataDir, dir, uid)
+	}
+	if fi.Mode().Perm() != 0o700 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("%w: %w", ErrDataDir, err)
+		}
+	}
+	// Written by an earlier run with a wider mode: kfake rewrites it at shutdown.
+	if err := os.Chmod(filepath.Join(dir, "sasl.json"), 0o600); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: %w", ErrDataDir, err)
+	}
+	return nil
+}
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var (
@@ -60,7 +99,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("devkafka", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.IntVar(&cfg.port, "port", 9092, "listen `port` on 127.0.0.1 (0 picks a free port)")
-	fs.StringVar(&cfg.dataDir, "data-dir", defaultDataDir(), "persistence `directory` (empty: in memory only)")
+	fs.StringVar(&cfg.advertise, "advertise", "", "advertise `host:port` to clients as the broker's address (e.g. a proxy in front of it; default: the address listened on)")
+	fs.StringVar(&cfg.dataDir, "data-dir", defaultDataDir(), "persistence `directory`, made private to this user (mode 0700; empty: in memory only)")
 	fs.IntVar(&cfg.partitions, "partitions", 6, "partitions of seeded and auto-created topics")
 	fs.StringVar(&topics, "topics", "", "comma-separated `topics` to create at start if missing")
 	fs.BoolVar(&cfg.autoCreate, "auto-create", true, "allow clients to auto-create topics")
@@ -82,6 +122,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if cfg.advertise != "" {
+		if err := devbroker.CheckAdvertise(cfg.advertise); err != nil {
+			return cfg, fmt.Errorf("-advertise: %w", err)
+		}
 	}
 	if cfg.port < 0 || cfg.port > 65535 {
 		return cfg, fmt.Errorf("-port %d out of range", cfg.port)
@@ -128,6 +173,8 @@ func run(args []string, stderr io.Writer, sigs <-chan os.Signal) int {
 		hlevel = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: hlevel}))
+	// Every file devkafka writes (records, offsets, sasl.json) is its user's alone.
+	restrictUmask()
 
 	loaded := false
 	if cfg.dataDir != "" {
@@ -139,14 +186,9 @@ func run(args []string, stderr io.Writer, sigs <-chan os.Signal) int {
 		log.Error("devkafka: start", "err", err, "port", cfg.port, "data_dir", cfg.dataDir)
 		return exitError
 	}
-	addr := b.addr()
 
 	if len(cfg.topics) > 0 {
-		seed := func() ([]string, error) { return seedTopics(addr, cfg.partitions, cfg.topics) }
-		if cfg.security.enabled() {
-			seed = func() ([]string, error) { return seedTopicsDirect(b.c, cfg.partitions, cfg.topics) }
-		}
-		created, err := seed()
+		created, err := seedTopics(b.c, cfg.partitions, cfg.topics)
 		if err != nil {
 			log.Error("devkafka: seed topics", "err", err)
 			b.close()
@@ -160,7 +202,7 @@ func run(args []string, stderr io.Writer, sigs <-chan os.Signal) int {
 	if cfg.dataDir != "" {
 		persist = cfg.dataDir
 	}
-	log.Info("devkafka listening", "addr", addr, "data_dir", persist, "state_loaded", loaded,
+	log.Info("devkafka listening", "addr", b.addr(), "advertised", b.advertised(), "data_dir", persist, "state_loaded", loaded,
 		"auto_create", cfg.autoCreate, "partitions", cfg.partitions, "security", cfg.security.describe())
 
 	sig := <-sigs
@@ -194,8 +236,16 @@ func startBroker(cfg config, log *slog.Logger) (*broker, error) {
 	if grace <= 0 {
 		grace = devbroker.DefaultGrace
 	}
+	if cfg.dataDir != "" {
+		if err := privateDataDir(cfg.dataDir); err != nil {
+			return nil, err
+		}
+	}
 	gopts := []devbroker.Option{devbroker.WithGrace(grace), devbroker.WithLogger(log),
 		devbroker.WithClientOptions(cfg.security.guardClient()...)}
+	if cfg.advertise != "" {
+		gopts = append(gopts, devbroker.WithAdvertise(cfg.advertise))
+	}
 	if cfg.security.tls != nil {
 		// Below the guard's reading of requests: kfake.TLS would wrap its listener.
 		gopts = append(gopts, devbroker.WithTLS(cfg.security.tls))
@@ -232,7 +282,10 @@ func startBroker(cfg config, log *slog.Logger) (*broker, error) {
 }
 
 // addr is the address the broker listens on.
-func (b *broker) addr() string { return b.c.ListenAddrs()[0] }
+func (b *broker) addr() string { return b.guard.ListenAddrs()[0] }
+
+// advertised is the address the broker gives clients in metadata (-advertise, or addr).
+func (b *broker) advertised() string { return b.c.ListenAddrs()[0] }
 
 // close stops the broker and persists its state.
 func (b *broker) close() {
@@ -240,27 +293,19 @@ func (b *broker) close() {
 	b.c.Close()
 }
 
-// seedTopics creates the topics that do not exist yet and returns their names.
-func seedTopics(addr string, partitions int, topics []string) ([]string, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
-	if err != nil {
-		return nil, fmt.Errorf("client: %w", err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	resps, err := kadm.NewClient(cl).CreateTopics(ctx, int32(partitions), 1, nil, topics...)
-	if err != nil {
-		return nil, fmt.Errorf("create topics: %w", err)
-	}
+// seedTopics creates the topics that do not exist yet through the cluster itself (not
+// through a client: the broker may require credentials or advertise a proxy's address)
+// and returns their names.
+func seedTopics(c *kfake.Cluster, partitions int, topics []string) ([]string, error) {
 	var created []string
-	for _, r := range resps.Sorted() {
+	for _, t := range topics {
+		err := c.CreateTopic(t, int32(partitions), nil)
 		switch {
-		case r.Err == nil:
-			created = append(created, r.Topic)
-		case errors.Is(r.Err, kerr.TopicAlreadyExists):
+		case err == nil:
+			created = append(created, t)
+		case errors.Is(err, kerr.TopicAlreadyExists):
 		default:
-			return created, fmt.Errorf("create topic %s: %w", r.Topic, r.Err)
+			return created, fmt.Errorf("create topic %s: %w", t, err)
 		}
 	}
 	return created, nil

@@ -9,7 +9,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
@@ -28,50 +27,135 @@ type security struct {
 
 type saslUser struct{ mechanism, user, pass string }
 
+// EnvSASLPassword is the environment variable holding the password of every -sasl user
+// that -sasl-password-file does not name.
+const EnvSASLPassword = "DEVKAFKA_SASL_PASSWORD"
+
 // securityFlags collects the flags before they are validated.
 type securityFlags struct {
-	users                     []saslUser
-	errs                      []error // of -sasl, reported by build: the flag package would quote the password
+	users                     []saslUser // without passwords until build
+	errs                      []error    // of -sasl, reported by build
+	passwordFile              string
 	certFile, keyFile, caFile string
 }
 
-// addSecurityFlags registers -sasl, -tls-cert, -tls-key and -tls-client-ca on fs.
+// addSecurityFlags registers -sasl, -sasl-password-file, -tls-cert, -tls-key and
+// -tls-client-ca on fs.
 func addSecurityFlags(fs *flag.FlagSet) *securityFlags {
 	sf := &securityFlags{}
-	fs.Func("sasl", "require SASL and accept `mechanism:user:password` (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; "+
-		"repeatable; users are superusers, devkafka enforces no ACLs)", func(v string) error {
-		if err := sf.addUser(v); err != nil {
-			sf.errs = append(sf.errs, fmt.Errorf("-sasl #%d: %w", len(sf.users)+len(sf.errs)+1, err))
-		}
-		return nil
-	})
+	fs.Func("sasl", "require SASL and accept `mechanism:user` (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; repeatable; "+
+		"users are superusers, devkafka enforces no ACLs); the password comes from -sasl-password-file or $"+EnvSASLPassword,
+		func(v string) error {
+			if err := sf.addUser(v); err != nil {
+				sf.errs = append(sf.errs, fmt.Errorf("-sasl #%d: %w", len(sf.users)+len(sf.errs)+1, err))
+			}
+			return nil
+		})
+	fs.StringVar(&sf.passwordFile, "sasl-password-file", "", "read the -sasl users' passwords from `file`: one user:password line each, "+
+		"readable by its owner only (users it does not name take $"+EnvSASLPassword+")")
 	fs.StringVar(&sf.certFile, "tls-cert", "", "serve TLS with this PEM certificate `file` (with -tls-key)")
 	fs.StringVar(&sf.keyFile, "tls-key", "", "PEM private key `file` of -tls-cert")
 	fs.StringVar(&sf.caFile, "tls-client-ca", "", "require client certificates signed by the CAs in this PEM `file` (mutual TLS)")
 	return sf
 }
 
+// ErrPasswordInArgs refuses a -sasl value that carries a password: the command line
+// of a process is visible to every user of the machine (ps, /proc/<pid>/cmdline).
+var ErrPasswordInArgs = errors.New("takes mechanism:user, no password: a password on the command line shows in ps; " +
+	"put user:password in -sasl-password-file or the password in $" + EnvSASLPassword)
+
 // addUser parses one -sasl value; its errors never quote it.
 func (sf *securityFlags) addUser(v string) error {
-	mech, rest, ok1 := strings.Cut(v, ":")
-	user, pass, ok2 := strings.Cut(rest, ":")
+	mech, user, ok := strings.Cut(v, ":")
 	mech = strings.ToUpper(strings.TrimSpace(mech))
-	if !ok1 || !ok2 || user == "" || pass == "" {
-		return errors.New("want mechanism:user:password")
+	switch {
+	case strings.Contains(user, ":"):
+		return ErrPasswordInArgs
+	case !ok || user == "":
+		return errors.New("want mechanism:user")
 	}
 	switch mech {
 	case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
 	default:
 		return fmt.Errorf("mechanism %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", mech)
 	}
-	sf.users = append(sf.users, saslUser{mech, user, pass})
+	sf.users = append(sf.users, saslUser{mechanism: mech, user: user})
 	return nil
 }
 
-// build validates the flags and loads the certificate files.
+// passwords gives every -sasl user its password: from -sasl-password-file, else from
+// $DEVKAFKA_SASL_PASSWORD. Its errors never quote a password.
+func (sf *securityFlags) passwords() error {
+	byUser := map[string]string{}
+	if sf.passwordFile != "" {
+		if len(sf.users) == 0 {
+			return errors.New("-sasl-password-file needs -sasl users")
+		}
+		var err error
+		if byUser, err = readPasswordFile(sf.passwordFile); err != nil {
+			return fmt.Errorf("-sasl-password-file: %w", err)
+		}
+	}
+	env := os.Getenv(EnvSASLPassword)
+	declared := map[string]bool{}
+	for i := range sf.users {
+		u := &sf.users[i]
+		declared[u.user] = true
+		u.pass = byUser[u.user]
+		if u.pass == "" {
+			u.pass = env
+		}
+		if u.pass == "" {
+			return fmt.Errorf("-sasl user %q has no password: give it a line in -sasl-password-file or set $%s", u.user, EnvSASLPassword)
+		}
+	}
+	for user := range byUser {
+		if !declared[user] {
+			return fmt.Errorf("-sasl-password-file names user %q, which no -sasl flag declares", user)
+		}
+	}
+	return nil
+}
+
+// readPasswordFile reads user:password lines (blank lines and lines starting with #
+// are skipped) from a file that only its owner may read.
+func readPasswordFile(path string) (map[string]string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return nil, fmt.Errorf("%s is readable by other users (mode %04o): chmod 600 it", path, perm)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for n, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimRight(line, "\r")
+		if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		user, pass, ok := strings.Cut(line, ":")
+		if !ok || user == "" || pass == "" {
+			return nil, fmt.Errorf("%s line %d: want user:password", path, n+1)
+		}
+		if _, dup := out[user]; dup {
+			return nil, fmt.Errorf("%s line %d: user %q again", path, n+1, user)
+		}
+		out[user] = pass
+	}
+	return out, nil
+}
+
+// build validates the flags, reads the passwords and loads the certificate files.
 func (sf *securityFlags) build() (security, error) {
 	var s security
 	if err := errors.Join(sf.errs...); err != nil {
+		return s, err
+	}
+	if err := sf.passwords(); err != nil {
 		return s, err
 	}
 	for _, u := range sf.users {
@@ -148,21 +232,4 @@ func (s security) describe() string {
 		return "plaintext, no authentication"
 	}
 	return strings.Join(parts, ", ")
-}
-
-// seedTopicsDirect creates the topics that do not exist yet through the cluster itself,
-// for a broker whose clients must authenticate (devkafka holds no client credentials).
-func seedTopicsDirect(c *kfake.Cluster, partitions int, topics []string) ([]string, error) {
-	var created []string
-	for _, t := range topics {
-		err := c.CreateTopic(t, int32(partitions), nil)
-		switch {
-		case err == nil:
-			created = append(created, t)
-		case errors.Is(err, kerr.TopicAlreadyExists):
-		default:
-			return created, fmt.Errorf("create topic %s: %w", t, err)
-		}
-	}
-	return created, nil
 }

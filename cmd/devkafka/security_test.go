@@ -5,9 +5,14 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
+	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -44,8 +49,9 @@ func pingWith(t *testing.T, addr string, s app.KafkaSecurity) error {
 // wrong password, an unknown user, a client without certificate and a plaintext client.
 func TestSecurityFlags(t *testing.T) {
 	f := testenv.TestTLS(t)
-	cfg, err := parseFlags([]string{"-port", "0", "-data-dir", "", "-sasl", "scram-sha-256:order:" + devSecret, "-sasl", "PLAIN:ops:" + devSecret + "2",
-		"-tls-cert", f.ServerCertFile, "-tls-key", f.ServerKeyFile, "-tls-client-ca", f.CAFile}, io.Discard)
+	pwFile := passwordFile(t, "# users\norder:"+devSecret+"\n\nops:"+devSecret+"2\n")
+	cfg, err := parseFlags([]string{"-port", "0", "-data-dir", "", "-sasl", "scram-sha-256:order", "-sasl", "PLAIN:ops",
+		"-sasl-password-file", pwFile, "-tls-cert", f.ServerCertFile, "-tls-key", f.ServerKeyFile, "-tls-client-ca", f.CAFile}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +64,7 @@ func TestSecurityFlags(t *testing.T) {
 	}
 	t.Cleanup(b.close)
 	c := b.c
-	created, err := seedTopicsDirect(c, 2, []string{"orders.events", "orders.events"})
+	created, err := seedTopics(c, 2, []string{"orders.events", "orders.events"})
 	if err != nil || len(created) != 1 {
 		t.Fatalf("seed: %v %v", created, err)
 	}
@@ -85,8 +91,13 @@ func TestSecurityFlags(t *testing.T) {
 	}
 
 	for _, bad := range [][]string{
+		{"-sasl", "SCRAM-SHA-256:order:" + devSecret},
 		{"-sasl", "order:" + devSecret},
-		{"-sasl", "GSSAPI:order:" + devSecret},
+		{"-sasl", "GSSAPI:order", "-sasl-password-file", pwFile},
+		{"-sasl", "PLAIN:order"}, // no password anywhere
+		{"-sasl", "PLAIN:order", "-sasl-password-file", passwordFile(t, "order:"+devSecret+"\nmallory:"+devSecret+"\n")},
+		{"-sasl", "PLAIN:order", "-sasl-password-file", passwordFile(t, "order "+devSecret+"\n")},
+		{"-sasl-password-file", pwFile},
 		{"-tls-cert", f.ServerCertFile},
 		{"-tls-client-ca", f.CAFile},
 		{"-tls-cert", f.ServerCertFile, "-tls-key", f.ClientKeyFile},
@@ -99,14 +110,69 @@ func TestSecurityFlags(t *testing.T) {
 	}
 }
 
-// TestSecureBinary runs the devkafka binary with SCRAM over TLS and -topics: it seeds
-// the topics without client credentials of its own, logs no password, and serves a
-// client with the right settings.
+// passwordFile writes content to a file readable by its owner only and returns its path.
+func passwordFile(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "sasl-passwords")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// A -sasl value with a password is refused without quoting it, and so is a password file
+// other users can read.
+func TestPasswordOnlyFromFileOrEnvironment(t *testing.T) {
+	_, err := parseFlags([]string{"-sasl", "SCRAM-SHA-256:order:" + devSecret}, io.Discard)
+	if !errors.Is(err, ErrPasswordInArgs) || strings.Contains(err.Error(), devSecret) ||
+		!strings.Contains(err.Error(), "-sasl-password-file") || !strings.Contains(err.Error(), EnvSASLPassword) {
+		t.Errorf("a password in -sasl: %v", err)
+	}
+	wide := passwordFile(t, "order:"+devSecret+"\n")
+	if err := os.Chmod(wide, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = parseFlags([]string{"-sasl", "SCRAM-SHA-256:order", "-sasl-password-file", wide}, io.Discard)
+	if err == nil || strings.Contains(err.Error(), devSecret) || !strings.Contains(err.Error(), "chmod 600") {
+		t.Errorf("a password file readable by others: %v", err)
+	}
+	// The environment covers users the file does not name.
+	t.Setenv(EnvSASLPassword, devSecret+"-env")
+	cfg, err := parseFlags([]string{"-sasl", "SCRAM-SHA-256:order", "-sasl", "PLAIN:ops",
+		"-sasl-password-file", passwordFile(t, "ops:"+devSecret+"\n")}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, u := range cfg.security.users {
+		got[u.user] = u.pass
+	}
+	if got["order"] != devSecret+"-env" || got["ops"] != devSecret {
+		t.Errorf("passwords by user: %q", got)
+	}
+}
+
+// TestSecureBinary runs the devkafka binary with SCRAM over TLS and -topics, its password
+// in the environment: it seeds the topics without client credentials of its own, logs no
+// password, shows none in its command line, and serves a client with the right settings.
+// Its data directory is its user's alone, and so is every file in it, sasl.json included.
 func TestSecureBinary(t *testing.T) {
 	f := testenv.TestTLS(t)
 	bin := buildDevkafka(t)
-	p := start(t, bin, "-port", "0", "-data-dir", "", "-topics", "payments.events",
-		"-sasl", "SCRAM-SHA-512:payment:"+devSecret, "-tls-cert", f.ServerCertFile, "-tls-key", f.ServerKeyFile)
+	dataDir := filepath.Join(t.TempDir(), "data")
+	if err := os.MkdirAll(dataDir, 0o755); err != nil { // made private at start
+		t.Fatal(err)
+	}
+	t.Setenv(EnvSASLPassword, devSecret)
+	p := start(t, bin, "-port", "0", "-data-dir", dataDir, "-topics", "payments.events",
+		"-sasl", "SCRAM-SHA-512:payment", "-tls-cert", f.ServerCertFile, "-tls-key", f.ServerKeyFile)
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(cmdline), "SCRAM-SHA-512:payment") || strings.Contains(string(cmdline), devSecret) {
+		t.Errorf("command line %q: want the user, not the password", cmdline)
+	}
 	s := app.KafkaSecurity{SASLMechanism: app.SASLScramSHA512, SASLUsername: "payment", SASLPassword: devSecret,
 		TLS: true, TLSCAFile: f.CAFile}
 	opts, err := s.Options()
@@ -133,6 +199,31 @@ func TestSecureBinary(t *testing.T) {
 	}
 	if out := p.output(); strings.Contains(out, devSecret) || !strings.Contains(out, "SCRAM-SHA-512:payment") {
 		t.Errorf("log shows the password or not the user:\n%s", out)
+	}
+	sawSASL := false
+	err = filepath.WalkDir(dataDir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		want := fs.FileMode(0o600)
+		if d.IsDir() {
+			want = 0o700
+		}
+		if fi.Mode().Perm() != want {
+			t.Errorf("%s: mode %04o, want %04o", path, fi.Mode().Perm(), want)
+		}
+		sawSASL = sawSASL || d.Name() == "sasl.json"
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sawSASL {
+		t.Error("no sasl.json in the data directory after shutdown")
 	}
 }
 
@@ -168,7 +259,7 @@ func TestGuardOverTLSAndSASL(t *testing.T) {
 	)
 	f := testenv.TestTLS(t)
 	cfg, err := parseFlags([]string{"-port", "0", "-data-dir", "", "-member-grace", "500ms", "-log-level", "none",
-		"-sasl", "SCRAM-SHA-256:order:" + devSecret,
+		"-sasl", "SCRAM-SHA-256:order", "-sasl-password-file", passwordFile(t, "order:"+devSecret),
 		"-tls-cert", f.ServerCertFile, "-tls-key", f.ServerKeyFile, "-tls-client-ca", f.CAFile}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -179,7 +270,7 @@ func TestGuardOverTLSAndSASL(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(b.close)
-	if _, err := seedTopicsDirect(b.c, 2, []string{topic}); err != nil {
+	if _, err := seedTopics(b.c, 2, []string{topic}); err != nil {
 		t.Fatal(err)
 	}
 

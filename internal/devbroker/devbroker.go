@@ -32,6 +32,11 @@
 // broker to the Guard's own client ([WithClientOptions]). That client reaches the broker
 // through an in-process connection handed to the listener, not through the network, so
 // it needs no certificate, also when the broker requires client certificates.
+//
+// A broker behind a proxy: [WithAdvertise] makes the Guard's listener report another
+// address than the one it listens on. kfake advertises its listener's address in every
+// Metadata, FindCoordinator and DescribeCluster answer, so clients bootstrapped through
+// the proxy make every later connection through it too, not only the first.
 package devbroker
 
 import (
@@ -42,6 +47,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -75,6 +81,7 @@ type config struct {
 	logger     *slog.Logger
 	tls        *tls.Config
 	clientOpts []kgo.Opt
+	advertise  string
 }
 
 // Option configures a Guard.
@@ -103,6 +110,12 @@ func WithTLS(cfg *tls.Config) Option { return func(c *config) { c.tls = cfg } }
 func WithClientOptions(opts ...kgo.Opt) Option {
 	return func(c *config) { c.clientOpts = append(c.clientOpts, opts...) }
 }
+
+// WithAdvertise makes the listener report addr (host:port) as its address, which kfake
+// advertises to clients as the broker's, e.g. a fault proxy in front of the broker.
+// It applies to every listener of the Guard, so use it with a single-broker cluster.
+// Default: the address listened on.
+func WithAdvertise(addr string) Option { return func(c *config) { c.advertise = addr } }
 
 // memberKey names a member by id, or a static member by instance id.
 type memberKey struct {
@@ -148,6 +161,11 @@ func New(opts ...Option) (*Guard, error) {
 	case cfg.logger == nil:
 		return nil, fmt.Errorf("%w: nil logger", ErrInvalidConfig)
 	}
+	if cfg.advertise != "" {
+		if err := CheckAdvertise(cfg.advertise); err != nil {
+			return nil, fmt.Errorf("%w: advertise: %w", ErrInvalidConfig, err)
+		}
+	}
 	return &Guard{cfg: cfg, records: make(map[memberKey]*record), listeners: make(map[string]*listener)}, nil
 }
 
@@ -160,12 +178,49 @@ func (g *Guard) Listen(network, address string) (net.Listener, error) {
 		return nil, err
 	}
 	l := &listener{Listener: ln, g: g, accepted: make(chan accepted), local: make(chan net.Conn), done: make(chan struct{})}
+	if g.cfg.advertise != "" {
+		l.advertised = advertisedAddr(g.cfg.advertise)
+	}
 	go l.pump()
 	g.mu.Lock()
-	g.listeners[ln.Addr().String()] = l
+	g.listeners[l.Addr().String()] = l
 	g.mu.Unlock()
 	return l, nil
 }
+
+// ListenAddrs returns the addresses the Guard's listeners listen on, which differ from
+// the cluster's (kfake.Cluster.ListenAddrs, the advertised ones) with [WithAdvertise].
+func (g *Guard) ListenAddrs() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]string, 0, len(g.listeners))
+	for _, l := range g.listeners {
+		out = append(out, l.Listener.Addr().String())
+	}
+	return out
+}
+
+// CheckAdvertise reports whether addr can be advertised: host:port with a host and a
+// port in 1–65535.
+func CheckAdvertise(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if host == "" {
+		return fmt.Errorf("%q has no host", addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("%q: port must be a number in 1–65535", addr)
+	}
+	return nil
+}
+
+// advertisedAddr is the address a listener reports with WithAdvertise.
+type advertisedAddr string
+
+func (advertisedAddr) Network() string  { return "tcp" }
+func (a advertisedAddr) String() string { return string(a) }
 
 // dial connects the Guard's own client to the listener at address in process.
 func (g *Guard) dial(ctx context.Context, _, address string) (net.Conn, error) {
@@ -458,11 +513,12 @@ func (g *Guard) closed(c *conn) {
 // in-process ones (local).
 type listener struct {
 	net.Listener
-	g         *Guard
-	accepted  chan accepted
-	local     chan net.Conn
-	done      chan struct{}
-	closeOnce sync.Once
+	g          *Guard
+	advertised net.Addr // WithAdvertise; nil: the address listened on
+	accepted   chan accepted
+	local      chan net.Conn
+	done       chan struct{}
+	closeOnce  sync.Once
 }
 
 type accepted struct {
@@ -507,6 +563,14 @@ func (l *listener) Accept() (net.Conn, error) {
 		return nil, net.ErrClosed
 	}
 	return &conn{Conn: nc, g: l.g, keys: map[memberKey]struct{}{}}, nil
+}
+
+// Addr is the address kfake advertises: WithAdvertise's, or the one listened on.
+func (l *listener) Addr() net.Addr {
+	if l.advertised != nil {
+		return l.advertised
+	}
+	return l.Listener.Addr()
 }
 
 func (l *listener) Close() error {

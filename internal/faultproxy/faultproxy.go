@@ -46,6 +46,7 @@ type Proxy struct {
 	faults  Faults
 	changed chan struct{} // closed and replaced at every change of faults
 	conns   map[*link]struct{}
+	accepts int // connections accepted since Start
 	closed  bool
 	wg      sync.WaitGroup
 }
@@ -119,6 +120,14 @@ func (p *Proxy) Conns() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.conns)
+}
+
+// Accepted returns the number of connections accepted since Start (also those reset at
+// once because the proxy was down).
+func (p *Proxy) Accepted() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.accepts
 }
 
 // Close stops accepting, closes every connection and waits for the proxy's goroutines.
@@ -274,6 +283,7 @@ func (p *Proxy) delay(n int) bool {
 func (p *Proxy) track(l *link) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.accepts++
 	if p.closed || p.faults.Down {
 		return false
 	}

@@ -158,8 +158,8 @@ func TestSecuredDeployment(t *testing.T) {
 	for _, tp := range events.Topics {
 		topics = append(topics, tp, consumer.DeadLetterTopic(tp))
 	}
-	broker := start(t, "devkafka", bin("devkafka"), nil, "-port", kport, "-data-dir", "", "-partitions", "2",
-		"-topics", strings.Join(topics, ","), "-sasl", "SCRAM-SHA-256:choreo:"+kafkaPW,
+	broker := start(t, "devkafka", bin("devkafka"), []string{"DEVKAFKA_SASL_PASSWORD=" + kafkaPW}, "-port", kport, "-data-dir", "", "-partitions", "2",
+		"-topics", strings.Join(topics, ","), "-sasl", "SCRAM-SHA-256:choreo",
 		"-tls-cert", f.ServerCertFile, "-tls-key", f.ServerKeyFile)
 	captured = append(captured, broker.out)
 	waitFor(t, "devkafka listening", func() (bool, string) {
