@@ -19,8 +19,12 @@
 // service's database (ALLOW_CONNECTIONS false and pg_terminate_backend of its sessions),
 // Redis stopped and started empty, devkafka killed and restarted on its data dir, every
 // event delivered twice and whole topics replayed from offset 0, poison records produced
-// with a plain franz-go client, a lock holder paused (SIGSTOP) past the lock TTL, and
-// overload at twice the measured saturation. [Scenarios] lists the scenarios of
+// with a plain franz-go client, a lock holder paused (SIGSTOP) past the lock TTL,
+// network faults through internal/faultproxy (latency with jitter, hung connections,
+// resets, a bandwidth cap, partitions) between the payment instances and their Postgres
+// and Redis, or between every client and devkafka (which then advertises the proxy's
+// address, so that no connection bypasses it), and overload at twice the measured
+// saturation. [Scenarios] lists the scenarios of
 // `make chaos`; cmd/chaos runs them.
 //
 // The invariants (see the Inv constants): every order terminal within a bound after the

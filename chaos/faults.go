@@ -271,7 +271,7 @@ func (r *run) duplicateLive(ctx context.Context) {
 		}
 		from[o.Topic][o.Partition] = kgo.NewOffset().At(o.Offset)
 	})
-	cl, err := kgo.NewClient(kgo.SeedBrokers(r.s.kafkaAddr), kgo.ConsumePartitions(from), kgo.FetchMaxWait(200*time.Millisecond),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(r.s.brokers), kgo.ConsumePartitions(from), kgo.FetchMaxWait(200*time.Millisecond),
 		kgo.FetchMaxBytes(64<<20))
 	if err != nil {
 		r.record(FaultDuplicate, "saga topics", "", start, err)
@@ -371,7 +371,7 @@ func (s *System) readTopic(ctx context.Context, topic string) ([]*kgo.Record, er
 	if len(from) == 0 {
 		return nil, nil
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(s.kafkaAddr), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(s.brokers), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
 		kgo.FetchMaxBytes(64<<20), kgo.FetchMaxPartitionBytes(32<<20), kgo.FetchMaxWait(200*time.Millisecond))
 	if err != nil {
 		return nil, fmt.Errorf("chaos: kafka client: %w", err)
@@ -399,33 +399,48 @@ func (s *System) readTopic(ctx context.Context, topic string) ([]*kgo.Record, er
 	return out, nil
 }
 
-// netFault applies f to the proxies between the payment instances and their Postgres
-// and Redis for d, then clears it; what names the fault in the report.
-func (r *run) netFault(ctx context.Context, what string, f faultproxy.Faults, d time.Duration) {
+// netFault applies f to the proxies on path for d, then clears it; what names the fault
+// in the report.
+func (r *run) netFault(ctx context.Context, path NetPath, what string, f faultproxy.Faults, d time.Duration) {
 	start := time.Now()
-	if r.s.pgProxy == nil {
-		r.record(FaultNetwork, "payment", what, start, errors.New("the system has no fault proxies (Options.ProxyPayment)"))
+	pxs := r.s.proxies(path)
+	if len(pxs) == 0 {
+		r.record(FaultNetwork, string(path), what, start, errNoProxies)
 		return
 	}
-	for _, px := range []*faultproxy.Proxy{r.s.pgProxy, r.s.rdProxy} {
+	for _, px := range pxs {
 		px.Set(f)
 	}
 	sleep(ctx, d)
-	for _, px := range []*faultproxy.Proxy{r.s.pgProxy, r.s.rdProxy} {
+	for _, px := range pxs {
 		px.Clear()
 	}
-	r.record(FaultNetwork, "payment ↔ postgres, redis", fmt.Sprintf("%s for %s", what, d), start, nil)
+	r.record(FaultNetwork, string(path), fmt.Sprintf("%s for %s", what, d), start, nil)
 }
 
-// netReset resets every connection between the payment instances and their Postgres and
-// Redis once.
-func (r *run) netReset(ctx context.Context) {
+// netReset resets every connection through the proxies on path once.
+func (r *run) netReset(ctx context.Context, path NetPath) {
 	start := time.Now()
-	if r.s.pgProxy == nil {
-		r.record(FaultNetwork, "payment", "reset", start, errors.New("the system has no fault proxies (Options.ProxyPayment)"))
+	pxs := r.s.proxies(path)
+	if len(pxs) == 0 {
+		r.record(FaultNetwork, string(path), "reset", start, errNoProxies)
 		return
 	}
-	r.s.pgProxy.Reset()
-	r.s.rdProxy.Reset()
-	r.record(FaultNetwork, "payment ↔ postgres, redis", "every connection reset", start, nil)
+	for _, px := range pxs {
+		px.Reset()
+	}
+	r.record(FaultNetwork, string(path), "every connection reset", start, nil)
 }
+
+// netResets resets every connection on path n times, 1 s apart.
+func (r *run) netResets(ctx context.Context, path NetPath, n int) {
+	for i := range n {
+		if i > 0 {
+			sleep(ctx, time.Second)
+		}
+		r.netReset(ctx, path)
+	}
+}
+
+// errNoProxies is a network fault's error on a system without proxies on its path.
+var errNoProxies = errors.New("the system has no fault proxies on this path (Scenario.Network)")

@@ -53,6 +53,7 @@ type checker struct {
 	s     *System
 	pools map[string]*pgxpool.Pool
 	out   []Anomaly
+	dlq   int // records in the .dlq topics
 }
 
 func (c *checker) add(inv, orderID, format string, args ...any) {
@@ -60,35 +61,35 @@ func (c *checker) add(inv, orderID, format string, args ...any) {
 }
 
 // check verifies every invariant and returns the anomalies, ordered by invariant and
-// order id. A non-zero noDeadlineSince adds the overload scenario's invariant for the
-// orders created since then.
-func (s *System) check(ctx context.Context, poison []poisonRecord, noDeadlineSince time.Time) ([]Anomaly, error) {
+// order id, and the number of records in the .dlq topics. A non-zero noDeadlineSince
+// adds the overload scenario's invariant for the orders created since then.
+func (s *System) check(ctx context.Context, poison []poisonRecord, noDeadlineSince time.Time) ([]Anomaly, int, error) {
 	c := &checker{s: s, pools: map[string]*pgxpool.Pool{}}
 	for _, svc := range services {
 		p, err := s.pool(ctx, svc)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		defer p.Close()
 		c.pools[svc] = p
 	}
 	orders, err := c.orders(ctx)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	for _, f := range []func(context.Context, map[string]order) error{
 		c.terminal, c.history, c.payments, c.stock, c.outboxes,
 	} {
 		if err := f(ctx, orders); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 	if err := c.deadLetters(ctx, poison); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if !noDeadlineSince.IsZero() {
 		if err := c.noDeadline(ctx, noDeadlineSince); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 	slices.SortStableFunc(c.out, func(a, b Anomaly) int {
@@ -97,7 +98,7 @@ func (s *System) check(ctx context.Context, poison []poisonRecord, noDeadlineSin
 		}
 		return strings.Compare(a.OrderID, b.OrderID)
 	})
-	return c.out, nil
+	return c.out, c.dlq, nil
 }
 
 func (c *checker) orders(ctx context.Context) (map[string]order, error) {
@@ -370,6 +371,7 @@ func (c *checker) deadLetters(ctx context.Context, poison []poisonRecord) error 
 		if err != nil {
 			return err
 		}
+		c.dlq += len(recs)
 		for _, rec := range recs {
 			reason := header(rec, hdrDLQReason)
 			pos := fmt.Sprintf("%s/%s/%s", header(rec, hdrDLQTopic), header(rec, hdrDLQPartition), header(rec, hdrDLQOffset))

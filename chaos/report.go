@@ -67,7 +67,7 @@ func WriteText(w io.Writer, results []Result) {
 		if r.Load != nil && r.Load.Latency.N > 0 {
 			fmt.Fprintf(w, "; load saw %d settle, p50 %.0f ms, p99 %.0f ms", r.Load.Settled, r.Load.Latency.P50ms, r.Load.Latency.P99ms)
 		}
-		fmt.Fprintf(w, "\n   faults: %s", faultSummary(r.FaultCounts))
+		fmt.Fprintf(w, "\n   faults: %s; dead letters %d", faultSummary(r.FaultCounts), r.DeadLetters)
 		if r.Duplicates > 0 {
 			fmt.Fprintf(w, "; %d records re-produced", r.Duplicates)
 		}
@@ -106,14 +106,14 @@ func WriteText(w io.Writer, results []Result) {
 }
 
 // WriteMarkdown writes one table per scenario with the run's row: date, commit, seed,
-// orders, faults injected, time to quiescence and anomalies.
+// orders, faults injected, time to quiescence, dead letters and anomalies.
 func WriteMarkdown(w io.Writer, results []Result) {
 	for _, r := range results {
 		fmt.Fprintf(w, "\n#### %s\n\n%s\n\n", r.Scenario, r.Doc)
-		fmt.Fprintln(w, "| date | commit | seed | orders | faults injected | time to quiescence | anomalies |")
-		fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
-		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s | %s |\n",
-			r.Started.UTC().Format("2006-01-02 15:04"), cmp.Or(r.Commit, "?"), r.Seed, ordersCell(r), faultsCell(r), quiescenceCell(r), anomaliesCell(r))
+		fmt.Fprintln(w, "| date | commit | seed | orders | faults injected | time to quiescence | dead letters | anomalies |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
+		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s | %d | %s |\n",
+			r.Started.UTC().Format("2006-01-02 15:04"), cmp.Or(r.Commit, "?"), r.Seed, ordersCell(r), faultsCell(r), quiescenceCell(r), r.DeadLetters, anomaliesCell(r))
 	}
 }
 

@@ -81,9 +81,9 @@ type Scenario struct {
 	// a free port, dropped at the end) that its faults may crash; when one cannot be made
 	// here, the scenario runs on the shared Postgres and reports why.
 	OwnPostgres bool
-	// Network puts fault proxies between the payment instances and their Postgres and
-	// Redis (Options.ProxyPayment), for faults of the network rather than the servers.
-	Network bool
+	// Network is the path the scenario puts fault proxies on (Options.ProxyPayment or
+	// ProxyBroker), for faults of the network rather than the servers; empty: none.
+	Network NetPath
 	// overload: the load is offered at twice the measured saturation.
 	overload bool
 }
@@ -174,23 +174,43 @@ var Scenarios = []Scenario{
 		Name: "network",
 		Doc: "between the payment instances and their Postgres and Redis (a fault proxy): 300 ms latency with up to 200 ms jitter for 8 s, " +
 			"every connection hung for 5 s then closed, three resets 1 s apart, a 1 KB/s bandwidth cap for 6 s, a 6 s partition",
-		Network: true,
+		Network: PathPaymentStores,
 		Faults: func(ctx context.Context, r *run, c Config) {
+			const path = PathPaymentStores
 			// The faults take about 28 s; the pauses share the rest of the load.
 			pause := max(time.Second, (loadDuration(c)-28*time.Second)/5)
 			sleep(ctx, pause)
-			r.netFault(ctx, "300 ms latency, 200 ms jitter", faultproxy.Faults{Latency: 300 * time.Millisecond, Jitter: 200 * time.Millisecond}, 8*time.Second)
+			r.netFault(ctx, path, "300 ms latency, 200 ms jitter", faultproxy.Faults{Latency: 300 * time.Millisecond, Jitter: 200 * time.Millisecond}, 8*time.Second)
 			sleep(ctx, pause)
-			r.netFault(ctx, "hung, then closed", faultproxy.Faults{Hung: true}, 5*time.Second)
+			r.netFault(ctx, path, "hung, then closed", faultproxy.Faults{Hung: true}, 5*time.Second)
 			sleep(ctx, pause)
-			for range 3 {
-				r.netReset(ctx)
-				sleep(ctx, time.Second)
-			}
+			r.netResets(ctx, path, 3)
 			sleep(ctx, pause)
-			r.netFault(ctx, "1 KB/s bandwidth", faultproxy.Faults{BytesPerSecond: 1 << 10}, 6*time.Second)
+			r.netFault(ctx, path, "1 KB/s bandwidth", faultproxy.Faults{BytesPerSecond: 1 << 10}, 6*time.Second)
 			sleep(ctx, pause)
-			r.netFault(ctx, "partition", faultproxy.Faults{Down: true}, 6*time.Second)
+			r.netFault(ctx, path, "partition", faultproxy.Faults{Down: true}, 6*time.Second)
+		},
+	},
+	{
+		Name: "network-broker",
+		Doc: "between every client (services, sagactl load, the harness) and devkafka, which advertises the fault proxy's address: " +
+			"200 ms latency with up to 150 ms jitter for 8 s, three resets 1 s apart, a 4 s partition, then the latency and a 4 s partition again",
+		Network: PathBroker,
+		Faults: func(ctx context.Context, r *run, c Config) {
+			const path = PathBroker
+			latency := faultproxy.Faults{Latency: 200 * time.Millisecond, Jitter: 150 * time.Millisecond}
+			// The faults take about 27 s; the pauses share the rest of the load.
+			pause := max(time.Second, (loadDuration(c)-27*time.Second)/5)
+			sleep(ctx, pause)
+			r.netFault(ctx, path, "200 ms latency, 150 ms jitter", latency, 8*time.Second)
+			sleep(ctx, pause)
+			r.netResets(ctx, path, 3)
+			sleep(ctx, pause)
+			r.netFault(ctx, path, "partition", faultproxy.Faults{Down: true}, 4*time.Second)
+			sleep(ctx, pause)
+			r.netFault(ctx, path, "200 ms latency, 150 ms jitter", latency, 8*time.Second)
+			sleep(ctx, pause)
+			r.netFault(ctx, path, "partition", faultproxy.Faults{Down: true}, 4*time.Second)
 		},
 	},
 	{
@@ -226,10 +246,13 @@ type Result struct {
 	Progress   string        `json:"progress_at_check"`
 	Load       *LoadSummary  `json:"load,omitempty"`
 	Anomalies  []Anomaly     `json:"anomalies"`
-	Started    time.Time     `json:"started"`
-	Took       time.Duration `json:"took_ns"`
-	Logs       string        `json:"logs,omitempty"`
-	Err        string        `json:"error,omitempty"`
+	// DeadLetters is the number of records in the saga topics' .dlq topics at the check
+	// (the poison scenarios expect theirs; any other is an anomaly too).
+	DeadLetters int           `json:"dead_letters"`
+	Started     time.Time     `json:"started"`
+	Took        time.Duration `json:"took_ns"`
+	Logs        string        `json:"logs,omitempty"`
+	Err         string        `json:"error,omitempty"`
 }
 
 // OK reports whether the scenario ran and found no anomaly.
@@ -271,8 +294,11 @@ func Run(ctx context.Context, sc Scenario, c Config) (res Result) {
 			c.System.PostgresURL = cl.URL()
 		}
 	}
-	if sc.Network {
+	switch sc.Network {
+	case PathPaymentStores:
 		c.System.ProxyPayment = true
+	case PathBroker:
+		c.System.ProxyBroker = true
 	}
 	s, err := Start(ctx, c.System)
 	if err != nil {
@@ -359,14 +385,14 @@ func Run(ctx context.Context, sc Scenario, c Config) (res Result) {
 	if sc.NoDeadline {
 		deadlineSince = loadStart
 	}
-	anomalies, err := s.check(cctx, res.Poison, deadlineSince)
+	anomalies, dlq, err := s.check(cctx, res.Poison, deadlineSince)
 	if err != nil {
 		return fail(err)
 	}
 	if prog.lag > 0 {
 		anomalies = append(anomalies, Anomaly{Invariant: "every event consumed", Detail: fmt.Sprintf("consumer lag %d at the end", prog.lag)})
 	}
-	res.Anomalies = anomalies
+	res.Anomalies, res.DeadLetters = anomalies, dlq
 	if len(anomalies) > 0 {
 		s.logf("scenario %s: %d anomalies", sc.Name, len(anomalies))
 	}
@@ -416,7 +442,7 @@ func (s *System) load(ctx context.Context, n int, rate float64, seed uint64, wai
 	args := []string{"load", "-n", strconv.Itoa(n), "-rate", strconv.FormatFloat(rate, 'f', -1, 64),
 		"-seed", strconv.FormatUint(seed, 10), "-mix", loadMix, "-skus", skus, "-wait", wait.String(),
 		"-wait-stuck=false", "-poll", "1s", "-concurrency", "32", "-json",
-		"-order-url", s.OrderURL(), "-brokers", s.kafkaAddr}
+		"-order-url", s.OrderURL(), "-brokers", s.brokers}
 	placing := time.Duration(float64(n) / rate * float64(time.Second))
 	cctx, cancel := context.WithTimeout(ctx, placing+wait+2*time.Minute)
 	defer cancel()

@@ -8,8 +8,39 @@ import (
 	"testing"
 	"time"
 
+	"github.com/choreo-saga/choreo/internal/faultproxy"
 	"github.com/choreo-saga/choreo/services/events"
 )
+
+// The smoke runs share the binaries, built once.
+var (
+	binsOnce sync.Once
+	binsDir  string
+	bins     string
+	binsErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binsDir != "" {
+		os.RemoveAll(binsDir)
+	}
+	os.Exit(code)
+}
+
+// builtBins returns the directory of the suite's binaries, building them at the first call.
+func builtBins(t *testing.T) string {
+	t.Helper()
+	binsOnce.Do(func() {
+		if binsDir, binsErr = os.MkdirTemp("", "choreo-chaos-test-"); binsErr == nil {
+			bins, binsErr = Build(context.Background(), binsDir)
+		}
+	})
+	if binsErr != nil {
+		t.Fatal(binsErr)
+	}
+	return bins
+}
 
 // smoke is the bounded scenario `make test` runs: a few kill -9s (one of them the relay
 // leader), one replay of orders.events from offset 0, and a handful of poison records,
@@ -30,12 +61,13 @@ var smoke = Scenario{
 // TestSmoke starts the whole system (devkafka, Redis, two instances of each service),
 // runs the smoke scenario and checks every invariant.
 func TestSmoke(t *testing.T) {
+	bins := builtBins(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var logs bytes.Buffer
 	dir := t.TempDir()
 	res := Run(ctx, smoke, Config{Orders: 250, Rate: 25, Seed: 42, Bound: 90 * time.Second,
-		System: Options{Dir: dir, Log: &logs}})
+		System: Options{Dir: dir, Log: &logs, Bins: bins}})
 	var out bytes.Buffer
 	WriteText(&out, []Result{res})
 	t.Log(out.String())
@@ -60,11 +92,71 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("%d anomalies (see above)", len(res.Anomalies))
 	}
 	if t.Failed() {
-		for _, name := range []string{"order-1", "payment-1", "inventory-1"} {
-			if b, err := os.ReadFile(dir + "/logs/" + name + ".log"); err == nil && len(b) > 0 {
-				t.Logf("%s log (last 3000 bytes):\n%s", name, b[max(0, len(b)-3000):])
-			}
+		logTails(t, dir, &logs)
+	}
+}
+
+// logTails logs the end of each first instance's log and the harness's log.
+func logTails(t *testing.T, dir string, harness *bytes.Buffer) {
+	t.Helper()
+	for _, name := range []string{"order-1", "payment-1", "inventory-1"} {
+		if b, err := os.ReadFile(dir + "/logs/" + name + ".log"); err == nil && len(b) > 0 {
+			t.Logf("%s log (last 3000 bytes):\n%s", name, b[max(0, len(b)-3000):])
 		}
-		t.Logf("harness log:\n%s", logs.String())
+	}
+	t.Logf("harness log:\n%s", harness.String())
+}
+
+// smokeNetwork is the bounded network scenario `make test` runs: one instance of each
+// service, the payment service cut off from its Postgres and Redis by the fault proxy
+// for 2 s, then every one of those connections reset, while 40 orders flow.
+var smokeNetwork = Scenario{
+	Name:    "smoke-network",
+	Doc:     "payment ↔ postgres, redis: a 2 s partition, then every connection reset; 40 orders",
+	Network: PathPaymentStores,
+	Faults: func(ctx context.Context, r *run, c Config) {
+		sleep(ctx, time.Second)
+		r.netFault(ctx, PathPaymentStores, "partition", faultproxy.Faults{Down: true}, 2*time.Second)
+		r.netReset(ctx, PathPaymentStores)
+	},
+}
+
+// TestSmokeNetwork runs the bounded network scenario and checks every invariant: every
+// order terminal, charges = confirmed orders, stock conserved, outboxes drained and no
+// dead letter.
+func TestSmokeNetwork(t *testing.T) {
+	bins := builtBins(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var logs bytes.Buffer
+	dir := t.TempDir()
+	res := Run(ctx, smokeNetwork, Config{Orders: 40, Rate: 10, Seed: 7, Bound: 60 * time.Second,
+		System: Options{Dir: dir, Log: &logs, Bins: bins, Instances: 1}})
+	var out bytes.Buffer
+	WriteText(&out, []Result{res})
+	t.Log(out.String())
+	if res.Err != "" {
+		t.Fatalf("the network smoke run could not be made: %s\n%s", res.Err, logs.String())
+	}
+	if res.Placed < 40 || res.Orders < 40 {
+		t.Errorf("placed %d orders (%d in the order database), want 40", res.Placed, res.Orders)
+	}
+	want := []string{"partition for 2s", "every connection reset"}
+	if len(res.Faults) != len(want) {
+		t.Errorf("faults %+v, want %v", res.Faults, want)
+	}
+	for i, f := range res.Faults {
+		if f.Err != "" || f.Kind != FaultNetwork || i >= len(want) || f.Detail != want[i] {
+			t.Errorf("fault %d: %+v, want the network faults %q", i, f, want)
+		}
+	}
+	if res.DeadLetters != 0 {
+		t.Errorf("%d dead letters, want 0", res.DeadLetters)
+	}
+	if !res.OK() {
+		t.Errorf("%d anomalies (see above)", len(res.Anomalies))
+	}
+	if t.Failed() {
+		logTails(t, dir, &logs)
 	}
 }

@@ -39,6 +39,10 @@ type Options struct {
 	// ProxyPayment puts a fault proxy (internal/faultproxy) between the payment instances
 	// and their Postgres and Redis, for the network scenario's faults.
 	ProxyPayment bool
+	// ProxyBroker puts a fault proxy between every client and devkafka, which advertises
+	// the proxy's address (-advertise), so that every connection of the services, of
+	// sagactl load and of the harness runs through it.
+	ProxyBroker bool
 	// Instances of each service (default 2).
 	Instances int
 	// Partitions of every topic (default 6).
@@ -96,6 +100,8 @@ type System struct {
 	redisAddr    string
 	pgProxy      *faultproxy.Proxy  // between payment and Postgres (Options.ProxyPayment)
 	rdProxy      *faultproxy.Proxy  // between payment and Redis (Options.ProxyPayment)
+	kfProxy      *faultproxy.Proxy  // between every client and devkafka (Options.ProxyBroker)
+	brokers      string             // what clients bootstrap from: kafkaAddr, or kfProxy's
 	paymentDBURL string             // the payment database through pgProxy
 	instances    map[string][]*proc // service -> instances
 	dbs          map[string]string  // service -> database name
@@ -219,6 +225,7 @@ func Start(ctx context.Context, opts Options) (s *System, err error) {
 		return s, err
 	}
 	s.kafkaAddr = "127.0.0.1:" + strconv.Itoa(kport)
+	s.brokers = s.kafkaAddr
 	var topics []string
 	for _, t := range events.Topics {
 		topics = append(topics, t, consumer.DeadLetterTopic(t))
@@ -226,10 +233,19 @@ func Start(ctx context.Context, opts Options) (s *System, err error) {
 	s.kafka = &proc{name: "devkafka", path: filepath.Join(s.bins, "devkafka"), logPath: s.logPath("devkafka"),
 		args: []string{"-port", strconv.Itoa(kport), "-data-dir", filepath.Join(s.dir, "kafka"),
 			"-partitions", strconv.Itoa(opts.Partitions), "-topics", strings.Join(topics, ",")}}
+	if opts.ProxyBroker {
+		// The proxy dials devkafka per connection, so it may start first.
+		if s.kfProxy, err = faultproxy.Start("127.0.0.1:0", s.kafkaAddr); err != nil {
+			return s, fmt.Errorf("chaos: %w", err)
+		}
+		s.brokers = s.kfProxy.Addr()
+		s.kafka.args = append(s.kafka.args, "-advertise", s.brokers)
+		s.logf("every client reaches devkafka (%s) through %s", s.kafkaAddr, s.brokers)
+	}
 	if err := s.startKafka(ctx); err != nil {
 		return s, err
 	}
-	if s.kcl, err = kgo.NewClient(kgo.SeedBrokers(s.kafkaAddr), kgo.ProducerBatchMaxBytes(16<<20),
+	if s.kcl, err = kgo.NewClient(kgo.SeedBrokers(s.brokers), kgo.ProducerBatchMaxBytes(16<<20),
 		kgo.MaxBufferedBytes(64<<20), kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerBatchCompression(kgo.ZstdCompression()), kgo.FetchMaxBytes(64<<20)); err != nil {
 		return s, fmt.Errorf("chaos: kafka client: %w", err)
@@ -315,7 +331,7 @@ func (s *System) newInstance(svc string, i int) (*proc, error) {
 		"DATABASE_URL=" + dbURL,
 		"DATABASE_MAX_CONNS=" + strconv.Itoa(s.opts.MaxConns),
 		"REDIS_ADDR=" + redisAddr,
-		"KAFKA_BROKERS=" + s.kafkaAddr,
+		"KAFKA_BROKERS=" + s.brokers,
 		"KAFKA_PARTITIONS=" + strconv.Itoa(s.opts.Partitions),
 		"KAFKA_INSTANCE_ID=" + name,
 		"HTTP_ADDR=" + addr,
@@ -334,8 +350,9 @@ func (s *System) newInstance(svc string, i int) (*proc, error) {
 // OrderURL is the base URL of the balancer in front of the order instances.
 func (s *System) OrderURL() string { return "http://" + s.balancerLn.Addr().String() }
 
-// Brokers is the devkafka address.
-func (s *System) Brokers() string { return s.kafkaAddr }
+// Brokers is the address clients bootstrap from: devkafka's, or its proxy's
+// (Options.ProxyBroker).
+func (s *System) Brokers() string { return s.brokers }
 
 // Dir is the system's working directory (logs are in Dir/logs).
 func (s *System) Dir() string { return s.dir }
@@ -425,6 +442,9 @@ func (s *System) Close() {
 	}
 	if s.kafka != nil {
 		s.kafka.stop(5 * time.Second)
+	}
+	if s.kfProxy != nil {
+		_ = s.kfProxy.Close()
 	}
 	if s.redis != nil {
 		s.redis.stop(5 * time.Second)
@@ -528,6 +548,30 @@ func (s *System) groups(ctx context.Context) ([]string, error) {
 	gs := ls.Groups()
 	slices.Sort(gs)
 	return gs, nil
+}
+
+// A NetPath is a network path the harness puts fault proxies on; its value names it
+// in the report.
+type NetPath string
+
+// Network paths.
+const (
+	// PathPaymentStores: between the payment instances and their Postgres and Redis
+	// (Options.ProxyPayment).
+	PathPaymentStores NetPath = "payment ↔ postgres, redis"
+	// PathBroker: between every client and devkafka (Options.ProxyBroker).
+	PathBroker NetPath = "clients ↔ devkafka"
+)
+
+// proxies returns the fault proxies on path, none if the system has none there.
+func (s *System) proxies(path NetPath) []*faultproxy.Proxy {
+	switch {
+	case path == PathPaymentStores && s.pgProxy != nil:
+		return []*faultproxy.Proxy{s.pgProxy, s.rdProxy}
+	case path == PathBroker && s.kfProxy != nil:
+		return []*faultproxy.Proxy{s.kfProxy}
+	}
+	return nil
 }
 
 // startProxies starts the fault proxies between the payment instances and their Postgres
