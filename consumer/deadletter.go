@@ -43,8 +43,8 @@ const (
 )
 
 // Reasons, the values of HeaderDLQReason. Reasons lists them all; a new one is added
-// there too. A handler's Reject passes one of them (ReasonMismatch for a refused
-// cross-check), so that every reason a dead letter carries is listed.
+// there too. The library's and the reference services' Rejects pass one of them
+// (ReasonMismatch for a refused cross-check), so that every reason they set is listed.
 const (
 	ReasonMalformed        = "malformed"         // event.ErrMalformed: undecodable or invalid
 	ReasonUnknownType      = "unknown_type"      // ErrUnknownType

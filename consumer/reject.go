@@ -15,9 +15,10 @@ func (e *rejectError) Unwrap() error { return e.err }
 // what the refusal does: the writes it made in the transaction commit (e.g. the
 // cancellation of an order that a forged event tried to move), its AfterCommit functions
 // run, and the event is then dead-lettered with reason as its HeaderDLQReason (Reason
-// returns it), never retried. reason is one of the Reason constants, so that Reasons
-// lists it (ReasonMismatch for an event that fails a business cross-check); an empty one
-// is ReasonPermanent.
+// returns it), never retried. reason is a short snake_case word: ReasonMismatch for an
+// event that fails a business cross-check, or the service's own ("no_shipment"; sagactl
+// accepts a reason it finds in the dead-letter topic besides those Reasons lists); an
+// empty one is ReasonPermanent.
 //
 // The commit applies to a handler that Idempotent or Standard runs for one record. In a
 // StandardBatch transaction the rejection rolls the batch back like any error, and the
