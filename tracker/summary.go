@@ -2,6 +2,7 @@ package tracker
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"math"
@@ -60,38 +61,70 @@ func (t *Tracker) queueSummaries(ctx context.Context, b *pgx.Batch, corrs []stri
 	if err != nil {
 		return fmt.Errorf("tracker: summarize: %w", err)
 	}
-	q := `INSERT INTO ` + t.sagasTable() + ` AS s (correlation_id, saga, started, ended, last_type, last_at,
-		events, dead_letters, seen, deadline, step, expected, service, after_topic, after_partition, after_offset)
-		VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16)
-		ON CONFLICT (correlation_id, saga) DO UPDATE SET started = excluded.started, ended = excluded.ended,
-		last_type = excluded.last_type, last_at = excluded.last_at, events = excluded.events,
-		dead_letters = excluded.dead_letters, seen = excluded.seen, deadline = excluded.deadline,
-		step = excluded.step, expected = excluded.expected, service = excluded.service,
-		after_topic = excluded.after_topic, after_partition = excluded.after_partition,
-		after_offset = excluded.after_offset
-		WHERE s.seen <= excluded.seen`
+	var sums []summaryRow
 	for group := range groupByCorrelation(entries) {
 		last := group[0].at
 		for _, e := range group {
 			last = maxTime(last, e.at)
 		}
 		for _, s := range t.evaluate(group[0].corr, group, nil, never) {
-			var (
-				ended, deadline *time.Time
-				w               = Waiting{Expected: []string{}}
-			)
+			r := summaryRow{CorrelationID: s.CorrelationID, Saga: s.Saga, Started: s.Started, LastType: s.LastType,
+				LastAt: last, Events: s.Events, DeadLetters: s.DeadLetters, Seen: len(group), Expected: []string{}}
 			if s.Status == StatusCompleted {
-				ended = &s.Ended
+				r.Ended = &s.Ended
 			}
-			if s.Waiting != nil {
-				w = *s.Waiting
-				deadline = &w.Deadline
+			if w := s.Waiting; w != nil {
+				r.Deadline, r.Step, r.Expected, r.Service = &w.Deadline, w.Step, w.Expected, w.Service
+				r.AfterTopic, r.AfterPartition, r.AfterOffset = w.After.Topic, w.After.Partition, w.After.Offset
 			}
-			b.Queue(q, s.CorrelationID, s.Saga, s.Started, ended, s.LastType, last, s.Events, s.DeadLetters,
-				len(group), deadline, w.Step, w.Expected, w.Service, w.After.Topic, w.After.Partition, w.After.Offset)
+			sums = append(sums, r)
 		}
 	}
+	if len(sums) == 0 {
+		return nil
+	}
+	doc, err := json.Marshal(sums)
+	if err != nil {
+		return fmt.Errorf("tracker: summarize: %w", err)
+	}
+	// One statement for the whole batch: the rows travel as one JSON array.
+	b.Queue(`INSERT INTO `+t.sagasTable()+` AS s (`+summaryCols+`)
+		SELECT `+summaryCols+` FROM jsonb_to_recordset($1::jsonb) AS r(correlation_id text, saga text,
+			started timestamptz, ended timestamptz, last_type text, last_at timestamptz, events integer,
+			dead_letters integer, seen integer, deadline timestamptz, step text, expected text[], service text,
+			after_topic text, after_partition integer, after_offset bigint)
+		ON CONFLICT (correlation_id, saga) DO UPDATE SET started = excluded.started, ended = excluded.ended,
+		last_type = excluded.last_type, last_at = excluded.last_at, events = excluded.events,
+		dead_letters = excluded.dead_letters, seen = excluded.seen, deadline = excluded.deadline,
+		step = excluded.step, expected = excluded.expected, service = excluded.service,
+		after_topic = excluded.after_topic, after_partition = excluded.after_partition,
+		after_offset = excluded.after_offset
+		WHERE s.seen <= excluded.seen`, string(doc))
 	return nil
+}
+
+const summaryCols = `correlation_id, saga, started, ended, last_type, last_at, events, dead_letters, seen,
+	deadline, step, expected, service, after_topic, after_partition, after_offset`
+
+// summaryRow is one saga summary as queueSummaries sends it. Its times come from the
+// index, so they have microsecond precision, as Postgres keeps them.
+type summaryRow struct {
+	CorrelationID  string     `json:"correlation_id"`
+	Saga           string     `json:"saga"`
+	Started        time.Time  `json:"started"`
+	Ended          *time.Time `json:"ended"`
+	LastType       string     `json:"last_type"`
+	LastAt         time.Time  `json:"last_at"`
+	Events         int        `json:"events"`
+	DeadLetters    int        `json:"dead_letters"`
+	Seen           int        `json:"seen"`
+	Deadline       *time.Time `json:"deadline"`
+	Step           string     `json:"step"`
+	Expected       []string   `json:"expected"`
+	Service        string     `json:"service"`
+	AfterTopic     string     `json:"after_topic"`
+	AfterPartition int32      `json:"after_partition"`
+	AfterOffset    int64      `json:"after_offset"`
 }
 
 // queueTypes queues the upsert of the latest producer of each event type in entries.
