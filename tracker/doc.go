@@ -25,6 +25,9 @@
 //	go tr.Run(ctx, brokers)          // its own consumer group, DefaultGroup
 //	stuck, err := tr.Stuck(ctx)      // []Summary, Waiting says on what
 //	tl, err := tr.Saga(ctx, "o-42")  // events and dead letters in time order
+//	flow, err := tr.Flow(ctx)        // which event types follow which, by whom, how soon
+//	svg := flow.SVG()                // the flow as a self-contained SVG
+//	doc, err := flow.AsyncAPI("sagas", "1", tracker.Registrations("shipping", svc.Router)...)
 //
 // Metrics go to the OTel global meter provider (or WithMeter): choreo.tracker.sagas.in_flight
 // and choreo.tracker.sagas.stuck (gauges per saga, and per step for stuck, as of the last

@@ -332,6 +332,15 @@ func mergeJSON(file, key string, v any) error {
 	}
 	var out bytes.Buffer
 	out.WriteByte('{')
+	member := func(k string, raw []byte) {
+		if out.Len() > 1 {
+			out.WriteByte(',')
+		}
+		kb, _ := json.Marshal(k)
+		out.Write(kb)
+		out.WriteByte(':')
+		out.Write(raw)
+	}
 	set := false
 	for dec.More() {
 		tok, err := dec.Token()
@@ -346,22 +355,10 @@ func mergeJSON(file, key string, v any) error {
 		if k == key {
 			raw, set = val, true
 		}
-		if out.Len() > 1 {
-			out.WriteByte(',')
-		}
-		kb, _ := json.Marshal(k)
-		out.Write(kb)
-		out.WriteByte(':')
-		out.Write(raw)
+		member(k, raw)
 	}
 	if !set {
-		if out.Len() > 1 {
-			out.WriteByte(',')
-		}
-		kb, _ := json.Marshal(key)
-		out.Write(kb)
-		out.WriteByte(':')
-		out.Write(val)
+		member(key, val)
 	}
 	out.WriteByte('}')
 	var pretty bytes.Buffer
