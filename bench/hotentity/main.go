@@ -78,7 +78,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -135,7 +134,7 @@ func main() {
 	flag.DurationVar(&c.fetchMaxWait, "fetch-max-wait", 0, "kgo.FetchMaxWait for both consumers (0: franz-go's default)")
 	flag.Uint64Var(&c.seed, "seed", 1, "seed of the workload's accounts, amounts and duplicate positions")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the run (pipeline goroutines labelled mode=<mode>)")
-	flag.StringVar(&c.jsonOut, "json", "", `write the figures to this file as {"hotentity": {...}}`)
+	flag.StringVar(&c.jsonOut, "json", "", `write the figures under the key "hotentity" of this JSON file, keeping its other keys (make bench: bench/results.json)`)
 	flag.Parse()
 	if batches != "" {
 		var err error
@@ -232,11 +231,7 @@ func run(ctx context.Context, c config) (report, error) {
 	}
 	printTable(c.out, r)
 	if c.jsonOut != "" {
-		data, err := json.MarshalIndent(map[string]report{"hotentity": r}, "", "  ")
-		if err != nil {
-			return report{}, err
-		}
-		if err := os.WriteFile(c.jsonOut, append(data, '\n'), 0o644); err != nil {
+		if err := benchutil.MergeJSON(c.jsonOut, "hotentity", r); err != nil {
 			return report{}, err
 		}
 	}
@@ -266,9 +261,32 @@ func printTable(w io.Writer, r report) {
 			f.Mode, f.EventsPerSec, f.Min, f.Max, f.VsFloor, 100*f.VsPgbench, f.EventsPerTx, f.CPUMachineUS, f.CPUProcessUS,
 			f.CPUPostgresUS, f.CPURedisUS, f.RelayRowsPerRound)
 	}
+	printTargets(w, r)
 	for _, f := range r.Modes {
 		if f.VsOneProcess > 0 {
 			fmt.Fprintf(w, "%s: %.2f× the same pipeline in 1 process\n", f.Mode, f.VsOneProcess)
+		}
+	}
+}
+
+// printTargets writes the ratios the library is held to: one event per transaction at
+// least 1.0× the hand-written floor and 0.8× pgbench, batch mode at least 2.0× both.
+func printTargets(w io.Writer, r report) {
+	check := func(name string, got, limit float64) {
+		v := "met"
+		if got < limit {
+			v = "NOT met"
+		}
+		fmt.Fprintf(w, "target: %s %.2f× (>= %.1f×: %s)\n", name, got, limit, v)
+	}
+	for _, f := range r.Modes {
+		switch {
+		case f.Mode == "choreo":
+			check("choreo (one event per transaction) vs hand-written", f.VsFloor, 1.0)
+			check("choreo (one event per transaction) vs pgbench", f.VsPgbench, 0.8)
+		case strings.HasPrefix(f.Mode, "choreo/batch=") && f.Processes == 0:
+			check(f.Mode+" vs hand-written", f.VsFloor, 2.0)
+			check(f.Mode+" vs pgbench", f.VsPgbench, 2.0)
 		}
 	}
 }

@@ -16,6 +16,7 @@
 //	go run ./bench/saga -rates 400 -profile-dir /tmp/prof # also a 10 s CPU profile per service
 //	go run ./bench/saga -rates 800 -profile-dir /tmp/tr -profile-trace # an execution trace instead
 //	go run ./bench/saga -rates 100 -env CONSUMER_BATCH=1  # a service setting changed
+//	go run ./bench/saga -statements -sweep 1,2,4         # also the SQL replay and the cost per order with 1, 2, 4 instances
 //	go run ./bench/saga -replot bench/results.json        # tables and plot of an earlier run
 package main
 
@@ -49,7 +50,19 @@ type config struct {
 	svgPath     string
 	profileDir  string
 	statements  bool
-	profileRate int
+	// half offers half the saturation rate after the rates (the tail there); record and
+	// replayTime are -statements' recording and each service's pgbench replay; replayDir
+	// keeps the scripts.
+	half       bool
+	record     time.Duration
+	replayTime time.Duration
+	replayDir  string
+	// sweep lists instance counts whose cost per order is measured at sweepRate (0: half
+	// the saturation rate) on topics of sweepPartitions partitions.
+	sweep           []int
+	sweepRate       int
+	sweepPartitions int
+	profileRate     int
 	// profileTrace fetches execution traces instead of CPU profiles.
 	profileTrace bool
 	seed         uint64
@@ -124,7 +137,14 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.maxInFlight, "max-in-flight", 4096, "POST requests in flight at most; beyond, the generator falls behind its schedule (reported)")
 	fs.StringVar(&c.jsonPath, "json", "bench/results.json", "write every figure to this `file` (empty: not at all)")
 	fs.StringVar(&c.svgPath, "svg", "docs/benchmarks-saga.svg", "write the plot to this `file` (empty: not at all)")
-	fs.BoolVar(&c.statements, "statements", false, "run on a private Postgres cluster with pg_stat_statements (made and dropped by the run) and report every statement per order created")
+	fs.BoolVar(&c.statements, "statements", false, "run on a private Postgres cluster with pg_stat_statements (made and dropped by the run), report every statement per order created, and after the rates record every statement with its parameters at half the saturation rate and replay them with pgbench (the saga against its own SQL)")
+	fs.BoolVar(&c.half, "half", true, "after the rates, offer half the peak confirmed/s for -duration: the tail at half saturation")
+	fs.DurationVar(&c.record, "record", 10*time.Second, "with -statements, how long the recorded rate is offered")
+	fs.DurationVar(&c.replayTime, "replay-time", 10*time.Second, "with -statements, how long pgbench replays each service's transactions")
+	fs.StringVar(&c.replayDir, "replay-dir", "", "with -statements, keep the generated pgbench scripts in this `dir`")
+	sweep := fs.String("sweep", "", "instance counts (e.g. 1,2,4): after the rates, a fresh system of each offered -sweep-rate for -duration, to compare CPU per order (empty: none)")
+	fs.IntVar(&c.sweepRate, "sweep-rate", 0, "offered rate of -sweep (0: half the peak confirmed/s)")
+	fs.IntVar(&c.sweepPartitions, "sweep-partitions", 8, "partitions of every topic in -sweep")
 	fs.StringVar(&c.profileDir, "profile-dir", "", "if set, run the services with PPROF=1 and save a 10 s CPU profile of each into this `dir` during -profile-rate")
 	fs.BoolVar(&c.profileTrace, "profile-trace", false, "with -profile-dir, save a 10 s execution trace of each service (/debug/pprof/trace) instead of a CPU profile: read it with go tool trace, e.g. -pprof=net or -pprof=sync for where goroutines wait and how often")
 	fs.IntVar(&c.profileRate, "profile-rate", 0, "the offered rate during which the profiles are taken (default: the highest)")
@@ -140,6 +160,11 @@ func parseFlags(args []string) (config, error) {
 	var err error
 	if c.rates, err = benchutil.ParseInts(*rates, 1); err != nil {
 		return c, err
+	}
+	if *sweep != "" {
+		if c.sweep, err = benchutil.ParseInts(*sweep, 1); err != nil {
+			return c, err
+		}
 	}
 	switch {
 	case c.duration <= 0 || c.drain < 0 || c.warmup < 0:
@@ -163,10 +188,13 @@ func replot(cfg config) error {
 	if err != nil {
 		return err
 	}
-	var res results
-	if err := json.Unmarshal(b, &res); err != nil {
+	var file struct {
+		Saga results `json:"saga"`
+	}
+	if err := json.Unmarshal(b, &file); err != nil {
 		return fmt.Errorf("%s: %w", cfg.replot, err)
 	}
+	res := file.Saga
 	printResults(os.Stdout, &res)
 	if cfg.svgPath == "" {
 		return nil

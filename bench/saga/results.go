@@ -1,15 +1,15 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/choreo-saga/choreo/bench/internal/benchutil"
 )
 
 // results is everything one run measured; it is written as bench/results.json.
@@ -39,6 +39,26 @@ type results struct {
 	// whether it is at least 0.9.
 	AboveSaturationMinRatio float64 `json:"above_saturation_min_ratio"`
 	NoCollapse              bool    `json:"no_collapse"`
+
+	// Half is half the saturation rate offered after the rates (-half); Replay the saga
+	// against its own SQL (-statements); Sweep the cost per order with more instances
+	// (-sweep).
+	Half   *halfSaturation `json:"half_saturation,omitempty"`
+	Replay *sqlReplay      `json:"sql_replay,omitempty"`
+	Sweep  *instanceSweep  `json:"instances_sweep,omitempty"`
+}
+
+// halfSaturation is the tail at half the saturation rate: p99 over p50, target <= 4.
+type halfSaturation struct {
+	rateResult
+	PeakConfirmedPerSec float64 `json:"peak_confirmed_per_sec"`
+	P99OverP50          float64 `json:"p99_over_p50"`
+}
+
+func (h *halfSaturation) summarize() {
+	if h.P50ms > 0 {
+		h.P99OverP50 = h.P99ms / h.P50ms
+	}
 }
 
 // rateResult is one offered rate.
@@ -122,12 +142,10 @@ func (r *results) summarize() {
 	}
 }
 
+// writeJSON writes r under the key "saga" of the results file at path, keeping the
+// other benchmarks' keys.
 func writeJSON(path string, r *results) error {
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return fmt.Errorf("saga: %w", err)
-	}
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+	if err := benchutil.MergeJSON(path, "saga", r); err != nil {
 		return fmt.Errorf("saga: %w", err)
 	}
 	return nil
@@ -303,6 +321,7 @@ func printResults(w io.Writer, r *results) {
 			}
 		}
 	}
+	printTargets(w, r)
 	for _, rr := range r.Rates {
 		for name, p := range rr.Profiles {
 			if strings.HasSuffix(p, ".trace") {
@@ -312,4 +331,46 @@ func printResults(w io.Writer, r *results) {
 			fmt.Fprintf(w, "CPU profile of %s at %d/s: %s (go tool pprof -top %s)\n", name, rr.Offered, p, p)
 		}
 	}
+}
+
+// printTargets writes the figures the saga is held to, each with its limit and ratio.
+func printTargets(w io.Writer, r *results) {
+	if h := r.Half; h != nil {
+		fmt.Fprintf(w, "\ntail at half saturation: %d/s offered (peak %.1f/s): p50 %s, p99 %s: p99/p50 = %.2f (target <= 4: %s)\n",
+			h.Offered, h.PeakConfirmedPerSec, ms(h.P50ms), ms(h.P99ms), h.P99OverP50, verdict(h.P99OverP50 <= 4))
+	}
+	if x := r.Replay; x != nil {
+		fmt.Fprintf(w, "\nthe saga against its own SQL: statements recorded at %d/s offered, replayed by pgbench (%d clients, %gs per service):\n  %s\n",
+			x.RecordedAtOffered, x.Clients, x.Seconds, x.replayLine())
+		fmt.Fprintf(w, "  replayed: %.0f orders/s (1 / Σ 1/service); saturation %.1f confirmed/s: ratio %.2f (target >= 0.5: %s)\n",
+			x.OrdersPerSec, r.PeakConfirmedPerSec, x.Ratio, verdict(x.Ratio >= 0.5))
+		var parts []string
+		for _, g := range slices.Sorted(maps.Keys(x.CPUPerConfirmedUS)) {
+			parts = append(parts, fmt.Sprintf("%s %.0f", g, x.CPUPerConfirmedUS[g]))
+		}
+		fmt.Fprintf(w, "  CPU per order: replay %.0f µs (machine); the saga at saturation, µs per confirmed: %s\n",
+			x.CPUPerOrderUS, strings.Join(parts, ", "))
+	}
+	if sw := r.Sweep; sw != nil {
+		fmt.Fprintf(w, "\ncost per order with more instances: %d/s offered, %d partitions\n", sw.Offered, sw.Partitions)
+		for _, p := range sw.Points {
+			var parts []string
+			for _, g := range slices.Sorted(maps.Keys(p.ByGroup)) {
+				parts = append(parts, fmt.Sprintf("%s %.2f/%.0f", g, p.ByGroup[g], p.SwitchesPerOrder[g]))
+			}
+			fmt.Fprintf(w, "  %d instance(s): %.1f confirmed/s, p50 %s p99 %s, CPU per order %.2f ms (machine %.2f); ms/context switches per order: %s\n",
+				p.Instances, p.ConfirmedPerSec, ms(p.P50ms), ms(p.P99ms), p.SystemCPUms, p.MachineCPUms, strings.Join(parts, ", "))
+		}
+		if n := len(sw.Points); n > 1 {
+			fmt.Fprintf(w, "  %d instances ÷ %d: %.2f× the CPU per order (target <= 1.15: %s)\n", sw.Points[n-1].Instances,
+				sw.Points[0].Instances, sw.Ratio, verdict(sw.Ratio <= 1.15))
+		}
+	}
+}
+
+func verdict(met bool) string {
+	if met {
+		return "met"
+	}
+	return "NOT met"
 }

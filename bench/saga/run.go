@@ -14,18 +14,17 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/choreo-saga/choreo/app"
 	"github.com/choreo-saga/choreo/bench/internal/benchutil"
-	"github.com/choreo-saga/choreo/chaos"
 )
 
 // serviceNames in table order.
 var serviceNames = []string{"order", "payment", "inventory"}
 
 // run starts the system, offers every rate and returns the results (partial ones with
-// an error when a step fails).
+// an error when a step fails). After the rates it offers half the saturation rate (the
+// tail there), with -statements records and replays the services' SQL, and with -sweep
+// measures the cost per order with more instances.
 func run(ctx context.Context, cfg config) (*results, error) {
 	res := &results{Date: time.Now().UTC().Format(time.RFC3339), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
 		Env: cfg.env, Instances: cfg.instances, Partitions: cfg.partitions, DurationSeconds: cfg.duration.Seconds(),
@@ -44,114 +43,62 @@ func run(ctx context.Context, cfg config) (*results, error) {
 		pgURL = c.URL()
 		logf("private Postgres cluster %s with pg_stat_statements at %s", c.Name, c.Addr())
 	}
-	env := []string{
-		// As scripts/demo.sh runs them (every other setting at the services' defaults).
-		"ORDER_STUCK_AFTER=10s",
-		"PAYMENT_HANG_CUSTOMERS=c-hang",
-		// Warm pools (-min-conns, as make demo's 16), shared among the instances so that
-		// they stay below the server's max_connections: without them the first rate's
-		// tails are the new backends its pools open (docs/operations.md, "Slow first seconds").
-		"DATABASE_MIN_CONNS=" + strconv.Itoa((cfg.minConns+cfg.instances-1)/cfg.instances),
-	}
-	if cfg.profileDir != "" {
-		env = append(env, "PPROF=1")
-	}
-	env = append(env, cfg.env...)
-	// DATABASE_MAX_CONNS at the services' default, as make demo.
-	maxConns := app.DefaultDatabaseMaxConns(cfg.partitions)
-	if msg := checkConnections(ctx, pgURL, cfg, maxConns); msg != "" {
-		logf("warning: %s", msg)
-	}
-	logf("building the binaries and starting devkafka, redis and %d instance(s) of each service", cfg.instances)
-	sys, err := chaos.Start(ctx, chaos.Options{
-		Instances:   cfg.instances,
-		Partitions:  cfg.partitions,
-		PostgresURL: pgURL,
-		MaxConns:    maxConns,
-		Env:         env,
-		Log:         cfg.log,
-	})
+	s, err := startSession(ctx, cfg, pgURL, cfg.instances, cfg.partitions)
 	if err != nil {
 		return nil, err
 	}
-	defer sys.Close()
-
-	var urls []string
-	pids := map[string][]int{}
-	for _, in := range sys.Instances() {
-		pids[in.Service] = append(pids[in.Service], in.PID)
-		if in.Service == "order" {
-			urls = append(urls, in.URL)
-		}
-	}
-	for _, in := range sys.Infra() {
-		pids[in.Name] = append(pids[in.Name], in.PID)
-	}
+	defer func() { s.close() }()
 	// Idle: the services have started, run their migrations and joined their groups.
 	time.Sleep(2 * time.Second)
-	for g, ps := range pids {
+	for g, ps := range s.pids {
 		for _, p := range ps {
 			rss, _, _ := memory(p)
 			res.IdleRSSMiB[g] += mib(rss)
 		}
 	}
-
-	admin, err := pgxpool.New(ctx, pgURL)
-	if err != nil {
-		return res, fmt.Errorf("saga: postgres: %w", err)
-	}
-	defer admin.Close()
-	waits := newWaitSampler(admin, sys.Databases())
-	dbs, err := newDBStats(ctx, pgURL, sys.Databases())
-	if err != nil {
-		return res, err
-	}
-	defer dbs.close()
-	sctx, stopSampling := context.WithCancel(ctx)
-	defer stopSampling()
-
-	w, stopWatch, err := startWatcher(ctx, sys.Brokers())
-	if err != nil {
-		return res, err
-	}
-	defer stopWatch()
-	gen := newGenerator(urls, cfg.maxInFlight, 20, 100, cfg.seed)
-
 	if cfg.warmup > 0 {
-		wrate := min(20, cfg.rates[0])
-		logf("warming up: %d orders/s for %s (not measured)", wrate, cfg.warmup)
-		b := gen.run(ctx, float64(wrate), cfg.warmup)
-		deadline := time.Now().Add(cfg.drain)
-		for unsettled(b, w) > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
-			time.Sleep(200 * time.Millisecond)
-		}
+		s.warmup(ctx, cfg, cfg.rates[0], cfg.warmup)
 		res.WarmupSeconds = cfg.warmup.Seconds()
 	}
-
-	var samplerOnce sync.Once
 	for _, rate := range cfg.rates {
 		if ctx.Err() != nil {
 			return res, ctx.Err()
 		}
-		samplerOnce.Do(func() { go waits.run(sctx, 100*time.Millisecond) })
-		if cfg.statements {
-			resetStatements(ctx, admin)
-		}
-		r, err := runRate(ctx, cfg, rate, gen, w, waits, dbs, pids, sys)
-		if r != nil && cfg.statements {
-			r.Statements = readStatements(ctx, admin, sys.Databases(), r.created)
-		}
+		r, err := runRateStatements(ctx, cfg, s, rate, cfg.duration)
 		if r != nil {
 			res.Rates = append(res.Rates, *r)
-			logf("%d/s offered: sent %.0f/s, confirmed %.1f/s, p50 %s p99 %s, %d unsettled", rate, r.SentPerSec,
-				r.ConfirmedPerSec, ms(r.P50ms), ms(r.P99ms), r.Unsettled)
 		}
 		if err != nil {
 			return res, err
 		}
 	}
-	res.LoadAvgAfter, _ = loadAverage()
 	res.summarize()
+	half := max(1, int(res.PeakConfirmedPerSec/2+0.5))
+	if cfg.half && res.PeakConfirmedPerSec > 0 {
+		logf("half the saturation rate: %d/s offered", half)
+		r, err := runRateStatements(ctx, cfg, s, half, cfg.duration)
+		if err != nil {
+			return res, err
+		}
+		res.Half = &halfSaturation{rateResult: *r, PeakConfirmedPerSec: res.PeakConfirmedPerSec}
+		res.Half.summarize()
+	}
+	if cfg.statements && res.PeakConfirmedPerSec > 0 {
+		if res.Replay, err = recordAndReplay(ctx, cfg, s, pgURL, half, res); err != nil {
+			return res, err
+		}
+	}
+	s.close()
+	if len(cfg.sweep) > 0 {
+		rate := cfg.sweepRate
+		if rate == 0 {
+			rate = half
+		}
+		if res.Sweep, err = sweepInstances(ctx, cfg, pgURL, rate); err != nil {
+			return res, err
+		}
+	}
+	res.LoadAvgAfter, _ = loadAverage()
 	if cfg.jsonPath != "" {
 		if err := writeJSON(cfg.jsonPath, res); err != nil {
 			return res, err
@@ -165,9 +112,26 @@ func run(ctx context.Context, cfg config) (*results, error) {
 	return res, nil
 }
 
+// runRateStatements is runRate with the statement counts of -statements, logged.
+func runRateStatements(ctx context.Context, cfg config, s *session, rate int, d time.Duration) (*rateResult, error) {
+	s.startSampling()
+	if cfg.statements {
+		resetStatements(ctx, s.admin)
+	}
+	r, err := runRate(ctx, cfg, rate, d, s)
+	if r != nil && cfg.statements {
+		r.Statements = readStatements(ctx, s.admin, s.sys.Databases(), r.created)
+	}
+	if r != nil {
+		fmt.Fprintf(cfg.log, "saga: %d/s offered: sent %.0f/s, confirmed %.1f/s, p50 %s p99 %s, %d unsettled\n", rate, r.SentPerSec,
+			r.ConfirmedPerSec, ms(r.P50ms), ms(r.P99ms), r.Unsettled)
+	}
+	return r, err
+}
+
 // runRate offers rate orders/s for cfg.duration, measures the window, then drains.
-func runRate(ctx context.Context, cfg config, rate int, gen *generator, w *watcher, waits *waitSampler,
-	dbs *dbStats, pids map[string][]int, sys *chaos.System) (*rateResult, error) {
+func runRate(ctx context.Context, cfg config, rate int, d time.Duration, s *session) (*rateResult, error) {
+	gen, w, waits, dbs, pids, sys := s.gen, s.w, s.waits, s.dbs, s.pids, s.sys
 	r := &rateResult{Offered: rate, Services: map[string]serviceStats{}}
 	waits.reset()
 	db0 := dbs.snapshot(ctx)
@@ -176,7 +140,7 @@ func runRate(ctx context.Context, cfg config, rate int, gen *generator, w *watch
 	pw := newProcWatch(pids)
 	gen0, _ := benchutil.SampleCPU()
 	start := time.Now()
-	end := start.Add(cfg.duration)
+	end := start.Add(d)
 
 	// The window's CPU figures are taken when the schedule ends, not when the last
 	// answer arrives.
@@ -207,10 +171,10 @@ func runRate(ctx context.Context, cfg config, rate int, gen *generator, w *watch
 		profWG.Go(func() { r.Profiles = takeProfiles(ctx, sys, cfg.profileDir, cfg.profileTrace, rate, cfg.log) })
 	}
 
-	b := gen.run(ctx, float64(rate), cfg.duration)
+	b := gen.run(ctx, float64(rate), d)
 	<-window
 	profWG.Wait()
-	secs := cfg.duration.Seconds()
+	secs := d.Seconds()
 	r.Sent = len(b.orders)
 	r.SentPerSec = float64(r.Sent) / max(secs, b.lastSent.Sub(b.started).Seconds())
 	r.Late, r.MaxLagMs, r.PostErrors, r.FirstError = b.late, b.maxLag.Seconds()*1000, b.errors, b.firstErr
@@ -223,7 +187,7 @@ func runRate(ctx context.Context, cfg config, rate int, gen *generator, w *watch
 		}
 		r.ConfirmedEachSecond = append(r.ConfirmedEachSecond, w.confirmedBetween(t, next))
 	}
-	half := start.Add(cfg.duration / 2)
+	half := start.Add(d / 2)
 	r.ConfirmedPerSecLastHalf = float64(w.confirmedBetween(half, end)) / end.Sub(half).Seconds()
 	r.GeneratorCPUPercent = pct(genCPU.Process, secs)
 	r.MachineCPUPercent = pct(genCPU.Machine, secs) / float64(runtime.NumCPU())
@@ -335,7 +299,7 @@ func profileName(dir, name string, rate int, trace bool) string {
 // maxConns. Past max_connections the services' requests fail with "too many clients"
 // (503 unavailable) and the run measures that rather than the saga. It returns "" when
 // they fit or the server cannot be asked.
-func checkConnections(ctx context.Context, pgURL string, cfg config, maxConns int) string {
+func checkConnections(ctx context.Context, pgURL string, cfg config, instances, maxConns int) string {
 	pool := maxConns
 	for _, kv := range cfg.env {
 		if v, ok := strings.CutPrefix(kv, "DATABASE_MAX_CONNS="); ok {
@@ -355,11 +319,11 @@ func checkConnections(ctx context.Context, pgURL string, cfg config, maxConns in
 		Scan(&limit, &reserved, &used); err != nil {
 		return ""
 	}
-	need := cfg.instances * 3 * (pool + 2)
+	need := instances * 3 * (pool + 2)
 	if free := limit - reserved - used; need > free {
 		return fmt.Sprintf("the services may open %d Postgres connections (%d instance(s) × 3 services × (pool %d + 2)), "+
 			"but the server has %d free (max_connections %d, %d reserved, %d in use): if the pools fill up, requests fail with "+
-			"\"too many clients\"; lower -partitions or set -env DATABASE_MAX_CONNS=N", need, cfg.instances, pool, free, limit, reserved, used)
+			"\"too many clients\"; lower -partitions or set -env DATABASE_MAX_CONNS=N", need, instances, pool, free, limit, reserved, used)
 	}
 	return ""
 }

@@ -62,10 +62,13 @@ func TestHarness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var back results
-	if err := json.Unmarshal(b, &back); err != nil {
+	var file struct {
+		Saga results `json:"saga"`
+	}
+	if err := json.Unmarshal(b, &file); err != nil {
 		t.Fatalf("results.json: %v", err)
 	}
+	back := file.Saga
 	if back.Commit == "" || len(back.Rates) != 1 || back.Rates[0].Sent != r.Sent {
 		t.Errorf("results.json: commit %q, %d rates; want the run's figures", back.Commit, len(back.Rates))
 	}

@@ -19,10 +19,15 @@ import (
 func statementsCluster(ctx context.Context) (*pgcluster.Cluster, error) {
 	var id [4]byte
 	_, _ = rand.Read(id[:])
-	c, err := pgcluster.Create(ctx, "saga_statements_"+hex.EncodeToString(id[:]),
+	opts := []pgcluster.Option{
 		pgcluster.WithSetting("shared_preload_libraries", "pg_stat_statements"),
 		pgcluster.WithSetting("pg_stat_statements.track", "all"),
-		pgcluster.WithSetting("max_connections", "300"))
+		pgcluster.WithSetting("max_connections", "300"),
+	}
+	for _, kv := range statementLogSettings {
+		opts = append(opts, pgcluster.WithSetting(kv[0], kv[1]))
+	}
+	c, err := pgcluster.Create(ctx, "saga_statements_"+hex.EncodeToString(id[:]), opts...)
 	if err != nil {
 		return nil, fmt.Errorf("saga: -statements: %w", err)
 	}
