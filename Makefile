@@ -52,8 +52,8 @@ bench: services ## run the benchmarks and print their tables (see docs/benchmark
 	$(GO) run ./bench/services -duration 5s -workers 1,8 -orders 3000
 	$(GO) run ./bench/order -duration 5s
 	$(GO) test -run '^$$' -bench . -benchmem ./tracing ./consumer ./lock ./idempotency
-	$(GO) run ./bench/hotentity
-	$(GO) run ./bench/saga
+	$(GO) run ./bench/hotentity -json bench/results.json
+	$(GO) run ./bench/saga -statements -sweep 1,2,4
 	$(GO) run ./bench/tracker # after bench/saga: compares with its saturation rate
 
 COMPOSE := $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)

@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choreo-saga/choreo/bench/internal/benchutil"
+	"github.com/choreo-saga/choreo/internal/procstat"
 )
 
 // sqlReplay is the saga against its own SQL (-statements): every transaction each service
@@ -26,8 +28,8 @@ type sqlReplay struct {
 	OrdersPerSec      float64                  `json:"replayed_orders_per_sec"`
 	// Ratio is the saturation (peak confirmed/s) over OrdersPerSec; the target is >= 0.5.
 	Ratio float64 `json:"saturation_over_replay"`
-	// CPUPerOrderUS: the machine's CPU per replayed order (pgbench and Postgres), against
-	// the saga's at saturation per process group (CPUPerConfirmedUS), from /proc.
+	// CPUPerOrderUS: the Postgres backends' CPU per replayed order (all three services'),
+	// against the saga's at saturation per process group (CPUPerConfirmedUS), from /proc.
 	CPUPerOrderUS     float64            `json:"replay_cpu_per_order_us"`
 	CPUPerConfirmedUS map[string]float64 `json:"saga_cpu_per_confirmed_us"`
 	ScriptDir         string             `json:"script_dir,omitempty"`
@@ -40,14 +42,18 @@ type serviceReplay struct {
 	Replayed     float64 `json:"replayed_share"`
 	TPS          float64 `json:"tps"`
 	OrdersPerSec float64 `json:"orders_per_sec"`
-	CPUPerOrder  float64 `json:"machine_cpu_per_order_us"`
+	// CPU per replayed order, µs: the database's backends serving pgbench, pgbench
+	// itself, and the whole machine (other users' work included).
+	PostgresCPUPerOrder float64 `json:"postgres_cpu_per_order_us"`
+	PgbenchCPUPerOrder  float64 `json:"pgbench_cpu_per_order_us"`
+	MachineCPUPerOrder  float64 `json:"machine_cpu_per_order_us"`
 }
 
 // replayStatements builds each service's script from the recorded transactions and runs
 // pgbench with it for d at clients sessions against the service's database. scriptDir,
 // if set, keeps the scripts.
-func replayStatements(ctx context.Context, pgURL string, databases map[string]string, txs map[string][]recordedTx,
-	orders, clients int, d time.Duration, scriptDir string, log io.Writer) (*sqlReplay, error) {
+func replayStatements(ctx context.Context, admin *pgxpool.Pool, pgURL string, databases map[string]string, txs map[string][]recordedTx,
+	recorded map[string][]statementCount, orders, clients int, d time.Duration, scriptDir string, log io.Writer) (*sqlReplay, error) {
 	out := &sqlReplay{Clients: clients, Seconds: d.Seconds(), Services: map[string]serviceReplay{}, ScriptDir: scriptDir}
 	inv := 0.0
 	for _, svc := range serviceNames {
@@ -59,7 +65,13 @@ func replayStatements(ctx context.Context, pgURL string, databases map[string]st
 		if err != nil {
 			return nil, err
 		}
-		s := buildReplayScript(txs[svc], orders, types)
+		rows := map[string]float64{}
+		for _, st := range recorded[svc] {
+			if st.CallsPerOrder > 0 && !st.Nested {
+				rows[st.Query] = st.RowsPerOrder / st.CallsPerOrder
+			}
+		}
+		s := buildReplayScript(txs[svc], orders, replayInfo{Types: types, RowsPerCall: rows})
 		if s.Script == "" {
 			return nil, fmt.Errorf("saga: no statements of %s were recorded", svc)
 		}
@@ -70,21 +82,70 @@ func replayStatements(ctx context.Context, pgURL string, databases map[string]st
 		}
 		fmt.Fprintf(log, "saga: replaying %s's transactions with pgbench (%.2f per order, %d shapes), %d clients for %s\n",
 			svc, s.TxPerOrder, s.Shapes, clients, d)
+		backends := sampleBackendCPU(ctx, admin, databases[svc])
 		r, err := benchutil.Pgbench{DSN: dsn, Script: s.Script, Clients: clients, Duration: d}.Run(ctx)
+		pgCPU := backends()
 		if err != nil {
 			return nil, fmt.Errorf("saga: replay of %s: %w", svc, err)
 		}
 		sr := serviceReplay{TxPerOrder: s.TxPerOrder, Shapes: s.Shapes, Replayed: s.Replayed, TPS: r.TPS,
 			OrdersPerSec: r.TPS / s.TxPerOrder}
 		if r.Transactions > 0 {
-			sr.CPUPerOrder = float64(r.CPU.Machine.Microseconds()) / float64(r.Transactions) * s.TxPerOrder
+			per := func(c time.Duration) float64 {
+				return float64(c.Microseconds()) / float64(r.Transactions) * s.TxPerOrder
+			}
+			sr.PostgresCPUPerOrder, sr.PgbenchCPUPerOrder, sr.MachineCPUPerOrder = per(pgCPU), per(r.CPU.Process), per(r.CPU.Machine)
 		}
 		out.Services[svc] = sr
-		out.CPUPerOrderUS += sr.CPUPerOrder
+		out.CPUPerOrderUS += sr.PostgresCPUPerOrder
 		inv += 1 / sr.OrdersPerSec
 	}
 	out.OrdersPerSec = 1 / inv
 	return out, nil
+}
+
+// sampleBackendCPU follows the CPU of the pgbench sessions in database db every 100 ms
+// until the returned function is called, which returns their CPU since each was first
+// seen (the last 100 ms of a session that ends before then are not counted).
+func sampleBackendCPU(ctx context.Context, admin *pgxpool.Pool, db string) func() time.Duration {
+	ctx, cancel := context.WithCancel(ctx)
+	first, last := map[int]time.Duration{}, map[int]time.Duration{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			rows, err := admin.Query(ctx, "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND application_name = 'pgbench'", db)
+			if err == nil {
+				pids, _ := pgx.CollectRows(rows, pgx.RowTo[int])
+				for _, pid := range pids {
+					c, err := procstat.CPU(pid)
+					if err != nil {
+						continue
+					}
+					if _, ok := first[pid]; !ok {
+						first[pid] = c
+					}
+					last[pid] = c
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() time.Duration {
+		cancel()
+		<-done
+		var sum time.Duration
+		for pid, c := range last {
+			sum += c - first[pid]
+		}
+		return sum
+	}
 }
 
 // parameterTypes prepares every recorded query in the database and returns the parameter
@@ -135,8 +196,8 @@ func (r *sqlReplay) replayLine() string {
 	var parts []string
 	for _, svc := range serviceNames {
 		s := r.Services[svc]
-		parts = append(parts, fmt.Sprintf("%s %.0f tx/s ÷ %.2f = %.0f orders/s (%.0f%% of its transactions replayed)",
-			svc, s.TPS, s.TxPerOrder, s.OrdersPerSec, 100*s.Replayed))
+		parts = append(parts, fmt.Sprintf("%s %.0f tx/s ÷ %.2f = %.0f orders/s (%.0f%% of its transactions replayed; µs per order: Postgres %.0f, pgbench %.0f)",
+			svc, s.TPS, s.TxPerOrder, s.OrdersPerSec, 100*s.Replayed, s.PostgresCPUPerOrder, s.PgbenchCPUPerOrder))
 	}
 	return strings.Join(parts, "; ")
 }
@@ -154,6 +215,7 @@ func recordAndReplay(ctx context.Context, cfg config, s *session, pgURL string, 
 		return nil, err
 	}
 	fmt.Fprintf(cfg.log, "saga: recording every statement with its parameters at %d/s offered for %s\n", rate, cfg.record)
+	resetStatements(ctx, s.admin)
 	r, err := runRate(ctx, cfg, rate, cfg.record, s)
 	if offErr := setStatementLogging(ctx, s.admin, false); err == nil {
 		err = offErr
@@ -167,7 +229,8 @@ func recordAndReplay(ctx context.Context, cfg config, s *session, pgURL string, 
 	}
 	s.freeze(true)
 	defer s.freeze(false)
-	out, err := replayStatements(ctx, pgURL, s.sys.Databases(), txs, r.created, cfg.partitions, cfg.replayTime, cfg.replayDir, cfg.log)
+	recorded := readStatements(ctx, s.admin, s.sys.Databases(), r.created)
+	out, err := replayStatements(ctx, s.admin, pgURL, s.sys.Databases(), txs, recorded, r.created, cfg.partitions, cfg.replayTime, cfg.replayDir, cfg.log)
 	if err != nil {
 		return nil, err
 	}

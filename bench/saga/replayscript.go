@@ -3,8 +3,10 @@ package main
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode"
 )
@@ -34,34 +36,59 @@ type replayScript struct {
 
 const (
 	// maxShapes bounds the distinct transactions (statement sequences) of a script,
-	// most frequent first; samplesPerShape the recorded instances of each, whose
-	// parameters the script draws from in proportion.
+	// most frequent first; samplesPerShape the recorded instances of each whose
+	// parameters the script draws from.
 	maxShapes       = 40
-	samplesPerShape = 8
+	samplesPerShape = 64
+	// freshMark stands for the random tail of a fresh UUID in a recorded literal.
+	freshMark = "~R~"
 )
 
 var (
 	placeholderRE = regexp.MustCompile(`\$([0-9]+)`)
 	uuidRE        = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+	// limitRE is a query's closing LIMIT $n.
+	limitRE = regexp.MustCompile(`(?i)\bLIMIT \$([0-9]+)\s*;?\s*$`)
+	// byIDsDeleteRE is a DELETE of the rows whose ids a relay has just read and published.
+	byIDsDeleteRE = regexp.MustCompile(`^DELETE FROM ([a-z_]+) WHERE id = ANY\(\$1\)$`)
 )
+
+// replayInfo is what the replay knows of each recorded query: its parameter types (from
+// PREPARE, by query text; none leaves the literals untyped) and the rows it returned per
+// call over the recording (pg_stat_statements, by query text with whitespace collapsed).
+type replayInfo struct {
+	Types       map[string][]string
+	RowsPerCall map[string]float64
+}
+
+// recordedShape is the recorded transactions of one statement sequence: how many, and up
+// to samplesPerShape of them spread over the recording, each with its fresh UUIDs.
+type recordedShape struct {
+	key     string
+	count   int
+	samples []recordedTx
+	fresh   []map[string]bool
+}
 
 // buildReplayScript turns a service's recorded transactions (log order) into a pgbench
 // script that runs one of them per pgbench transaction, each shape as often as it was
-// recorded, with a recorded instance's parameters. types gives each query's parameter
-// types (from PREPARE; a missing entry leaves the literal untyped).
+// recorded. Every statement of a shape is one prepared statement whose parameters are
+// picked from the recorded instances by the transaction's :sample, as the services
+// prepare a statement once and bind new values.
 //
 // Keys created by a transaction must be new in every replay, or the replay would take the
 // cheaper ON CONFLICT path or fail on a unique key: a UUID the log shows first in a
-// transaction is replaced in every replay by one made of its first 24 characters and a
-// random 48-bit tail (:r, drawn per transaction). A UUID seen earlier addresses a row that
-// exists (an order updated by a later event) and stays as recorded.
-func buildReplayScript(txs []recordedTx, orders int, types map[string][]string) replayScript {
-	type shape struct {
-		key     string
-		count   int
-		samples []string // SQL of recorded instances
-	}
-	shapes := map[string]*shape{}
+// transaction gets a random 48-bit tail (:r, drawn per transaction) in every replay. A
+// UUID seen earlier addresses a row that exists (an order updated by a later event) and
+// stays as recorded.
+//
+// A query ending in LIMIT $n reads as many rows as it returned on average in the
+// recording (rounded), not its recorded limit: a relay's read returns the few rows
+// committed since its last round, while the replay's outbox rows are never published and
+// would come back in full batches. For the same reason a relay's DELETE of the rows it
+// published deletes as many of the oldest rows.
+func buildReplayScript(txs []recordedTx, orders int, info replayInfo) replayScript {
+	shapes := map[string]*recordedShape{}
 	seen := map[string]bool{}
 	for _, tx := range txs {
 		if len(tx.Stmts) == 0 {
@@ -85,20 +112,19 @@ func buildReplayScript(txs []recordedTx, orders int, types map[string][]string) 
 		key := strings.Join(keys, "\x00")
 		s := shapes[key]
 		if s == nil {
-			s = &shape{key: key}
+			s = &recordedShape{key: key}
 			shapes[key] = s
 		}
 		s.count++
 		// Keep instances spread over the recording: every instance until the sample
-		// is full, then every count-th one replaces the oldest.
-		sql := txSQL(tx, fresh, types)
+		// is full, then every samplesPerShape-th one replaces the oldest.
 		if len(s.samples) < samplesPerShape {
-			s.samples = append(s.samples, sql)
+			s.samples, s.fresh = append(s.samples, tx), append(s.fresh, fresh)
 		} else if s.count%samplesPerShape == 0 {
-			s.samples = append(s.samples[1:], sql)
+			s.samples, s.fresh = append(s.samples[1:], tx), append(s.fresh[1:], fresh)
 		}
 	}
-	list := make([]*shape, 0, len(shapes))
+	list := make([]*recordedShape, 0, len(shapes))
 	total := 0
 	for _, s := range shapes {
 		list = append(list, s)
@@ -107,50 +133,45 @@ func buildReplayScript(txs []recordedTx, orders int, types map[string][]string) 
 	if total == 0 {
 		return replayScript{}
 	}
-	slices.SortFunc(list, func(a, b *shape) int {
+	slices.SortFunc(list, func(a, b *recordedShape) int {
 		return cmp.Or(cmp.Compare(b.count, a.count), strings.Compare(a.key, b.key))
 	})
 	kept := list[:min(len(list), maxShapes)]
-	keptCount := 0
-	for _, s := range kept {
-		keptCount += s.count * len(s.samples) // weight units: count per sample × samples
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "\\set r random(0, 281474976710655)\n\\set pick random(1, %d)\n", keptCount)
-	cum, replayed, first := 0, 0, true
+	replayed := 0
 	for _, s := range kept {
 		replayed += s.count
-		for _, sql := range s.samples {
-			cum += s.count
-			kw := "\\elif"
-			if first {
-				kw, first = "\\if", false
-			}
-			fmt.Fprintf(&b, "%s :pick <= %d\n%s", kw, cum, sql)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\\set r random(0, 281474976710655)\n\\set pick random(1, %d)\n", replayed)
+	cum := 0
+	for i, s := range kept {
+		cum += s.count
+		kw := "\\elif"
+		if i == 0 {
+			kw = "\\if"
 		}
+		fmt.Fprintf(&b, "%s :pick <= %d\n%s", kw, cum, s.sql(info))
 	}
 	b.WriteString("\\endif\n")
 	return replayScript{Script: b.String(), TxPerOrder: float64(total) / float64(max(orders, 1)),
 		Shapes: len(list), Replayed: float64(replayed) / float64(total)}
 }
 
-// txSQL is one recorded transaction as script lines, one statement a line, with its
-// parameters inlined and its fresh UUIDs made new per replay. A transaction of several
-// statements that did not start with BEGIN ran as one implicit transaction (a pipeline
-// without a Sync between), so it is wrapped in BEGIN … COMMIT.
-func txSQL(tx recordedTx, fresh map[string]bool, types map[string][]string) string {
+// sql is the shape's script lines: the sample drawn, then one statement a line. A
+// transaction of several statements that did not start with BEGIN ran as one implicit
+// transaction (a pipeline without a Sync between), so it is wrapped in BEGIN … COMMIT.
+func (s *recordedShape) sql(info replayInfo) string {
 	var b strings.Builder
-	explicit := strings.EqualFold(strings.TrimSpace(tx.Stmts[0].Query), "begin")
-	wrap := len(tx.Stmts) > 1 && !explicit
+	if len(s.samples) > 1 {
+		fmt.Fprintf(&b, "\\set sample random(1, %d)\n", len(s.samples))
+	}
+	stmts := s.samples[0].Stmts
+	wrap := len(stmts) > 1 && !strings.EqualFold(strings.TrimSpace(stmts[0].Query), "begin")
 	if wrap {
 		b.WriteString("BEGIN;\n")
 	}
-	for _, st := range tx.Stmts {
-		if del, ok := oldestRowsDelete(st); ok {
-			b.WriteString(del)
-		} else {
-			b.WriteString(inlineParams(st, fresh, types[st.Query]))
-		}
+	for i := range stmts {
+		b.WriteString(s.statement(i, info))
 		b.WriteString(";\n")
 	}
 	if wrap {
@@ -159,37 +180,82 @@ func txSQL(tx recordedTx, fresh map[string]bool, types map[string][]string) stri
 	return b.String()
 }
 
-// byIDsDeleteRE is a DELETE of the rows whose ids a relay has just read and published.
-var byIDsDeleteRE = regexp.MustCompile(`^DELETE FROM ([a-z_]+) WHERE id = ANY\(\$1\)$`)
-
-// oldestRowsDelete rewrites a relay's DELETE of the rows it published (ids of rows the
-// replay never made) as a DELETE of as many of the table's oldest rows: without it the
-// replay's outbox rows would pile up and every relay read would return a full batch.
-func oldestRowsDelete(st recordedStmt) (string, bool) {
-	m := byIDsDeleteRE.FindStringSubmatch(strings.TrimSpace(st.Query))
-	if m == nil || len(st.Params) != 1 || !strings.HasPrefix(st.Params[0], "'{") {
-		return "", false
+// statement is the shape's i-th statement on one line, each $n replaced by the recorded
+// values as one expression.
+func (s *recordedShape) statement(i int, info replayInfo) string {
+	st := s.samples[0].Stmts[i]
+	query := strings.TrimSpace(st.Query)
+	key := strings.Join(strings.Fields(query), " ")
+	if m := byIDsDeleteRE.FindStringSubmatch(key); m != nil && len(st.Params) == 1 {
+		ids := 0
+		for _, tx := range s.samples {
+			ids += strings.Count(tx.Stmts[i].Params[0], ",") + 1
+		}
+		n := int(math.Round(float64(ids) / float64(len(s.samples))))
+		return fmt.Sprintf("DELETE FROM %s WHERE id IN (SELECT id FROM %s ORDER BY id LIMIT %d FOR UPDATE SKIP LOCKED)", m[1], m[1], n)
 	}
-	n := strings.Count(st.Params[0], ",") + 1
-	return fmt.Sprintf("DELETE FROM %s WHERE id IN (SELECT id FROM %s ORDER BY id LIMIT %d FOR UPDATE SKIP LOCKED)", m[1], m[1], n), true
-}
-
-// inlineParams replaces st's $n by its literal, cast to types[n-1] when known, on one line.
-func inlineParams(st recordedStmt, fresh map[string]bool, types []string) string {
-	q := placeholderRE.ReplaceAllStringFunc(stripComments(st.Query), func(m string) string {
-		var n int
-		if _, err := fmt.Sscanf(m[1:], "%d", &n); err != nil || n < 1 || n > len(st.Params) {
+	limitParam := 0
+	if m := limitRE.FindStringSubmatch(key); m != nil {
+		if _, ok := info.RowsPerCall[key]; ok {
+			limitParam, _ = strconv.Atoi(m[1])
+		}
+	}
+	types := info.Types[st.Query]
+	q := placeholderRE.ReplaceAllStringFunc(stripComments(query), func(m string) string {
+		n, err := strconv.Atoi(m[1:])
+		if err != nil || n < 1 || n > len(st.Params) {
 			return m
 		}
-		lit := freshLiteral(st.Params[n-1], fresh)
-		if n <= len(types) && types[n-1] != "" && lit != "NULL" {
-			return "(" + lit + ")::" + types[n-1]
+		var expr string
+		if n == limitParam {
+			expr = strconv.Itoa(int(math.Round(info.RowsPerCall[key])))
+		} else {
+			expr = s.values(i, n-1)
 		}
-		return lit
+		if n <= len(types) && types[n-1] != "" && expr != "NULL" {
+			return "(" + expr + ")::" + types[n-1]
+		}
+		return expr
 	})
 	// pgbench reads one SQL command up to the semicolon ending it; keep it on one line
 	// and strip a trailing semicolon of the query itself.
 	return strings.TrimSuffix(strings.Join(strings.Fields(q), " "), ";")
+}
+
+// values is one expression for parameter p of statement i: its recorded literal if every
+// sample has the same, else the sample's among all of them; fresh UUIDs get :r's tail.
+func (s *recordedShape) values(i, p int) string {
+	lits := make([]string, len(s.samples))
+	same, marked := true, false
+	for j, tx := range s.samples {
+		lits[j] = markFresh(tx.Stmts[i].Params[p], s.fresh[j])
+		same = same && lits[j] == lits[0]
+		marked = marked || strings.Contains(lits[j], freshMark)
+	}
+	expr := lits[0]
+	if !same {
+		expr = "(ARRAY[" + strings.Join(lits, ", ") + "])[:sample]"
+	}
+	if marked {
+		expr = "replace(" + expr + ", '" + freshMark + "', lpad(to_hex(:r::bigint), 12, '0'))"
+	}
+	return expr
+}
+
+// markFresh returns a recorded literal (quoted or NULL) as pgbench script text: the tail
+// of each fresh UUID in it replaced by freshMark, and no variable for pgbench to read in
+// it (see pgbenchText).
+func markFresh(lit string, fresh map[string]bool) string {
+	if len(lit) < 2 || lit[0] != '\'' {
+		return lit
+	}
+	text := uuidRE.ReplaceAllStringFunc(lit[1:len(lit)-1], func(u string) string {
+		if fresh[u] {
+			return u[:24] + freshMark
+		}
+		return u
+	})
+	return pgbenchText(text)
 }
 
 // stripComments removes the -- comments of a query (outside its quoted literals), which
@@ -211,36 +277,6 @@ func stripComments(q string) string {
 		b.WriteByte(q[i])
 	}
 	return b.String()
-}
-
-// freshLiteral rewrites a quoted literal so that each fresh UUID in it becomes an
-// expression of the transaction's :r, keeping the rest of the text, and so that pgbench
-// reads no variable in it (see pgbenchText).
-func freshLiteral(lit string, fresh map[string]bool) string {
-	if len(lit) < 2 || lit[0] != '\'' {
-		return lit
-	}
-	text := lit[1 : len(lit)-1]
-	var parts []string
-	last := 0
-	for _, l := range uuidRE.FindAllStringIndex(text, -1) {
-		u := text[l[0]:l[1]]
-		if !fresh[u] {
-			continue
-		}
-		if l[0] > last {
-			parts = append(parts, pgbenchText(text[last:l[0]]))
-		}
-		parts = append(parts, fmt.Sprintf("'%s' || lpad(to_hex(:r::bigint), 12, '0')", u[:24]))
-		last = l[1]
-	}
-	if last < len(text) || len(parts) == 0 {
-		parts = append(parts, pgbenchText(text[last:]))
-	}
-	if len(parts) == 1 && !strings.Contains(parts[0], "||") {
-		return parts[0]
-	}
-	return "(" + strings.Join(parts, " || ") + ")"
 }
 
 // pgbenchText quotes text (already escaped for SQL) as a literal pgbench does not read

@@ -36,43 +36,45 @@ func TestLoggedQuery(t *testing.T) {
 	}
 }
 
-// TestBuildReplayScript: each recorded shape becomes a weighted branch; a UUID first seen
-// in a transaction is made new per replay, one seen before stays; parameters are cast to
-// the prepared types; a pipeline of several statements is wrapped in a transaction.
+// TestBuildReplayScript: each recorded shape becomes a weighted branch whose statements
+// pick their parameters from the recorded instances; a UUID first seen in a transaction
+// is made new per replay, one seen before stays; parameters are cast to the prepared
+// types; a pipeline of several statements is wrapped in a transaction; a relay's read
+// returns as many rows as recorded and its DELETE deletes as many of the oldest rows.
 func TestBuildReplayScript(t *testing.T) {
 	const id = "0b6c1f4e-9a2d-4c1b-8e7f-1234567890ab"
 	insert := "INSERT INTO orders (id, note) VALUES ($1, $2)"
 	update := "UPDATE orders SET state = $2 WHERE id = $1"
+	read := "SELECT id FROM outbox ORDER BY id LIMIT $1"
+	del := "DELETE FROM outbox WHERE id = ANY($1)"
 	txs := []recordedTx{
-		{Stmts: []recordedStmt{{Query: insert, Params: []string{"'" + id + "'", "'key-" + id + "'"}},
+		{Stmts: []recordedStmt{{Query: insert, Params: []string{"'" + id + "'", "'key:" + id + "'"}},
 			{Query: "INSERT INTO outbox (payload) VALUES ($1)", Params: []string{`'\x00'`}}}},
 		{Stmts: []recordedStmt{{Query: "begin"}, {Query: update, Params: []string{"'" + id + "'", "'PAID'"}}, {Query: "commit"}}},
 		{Stmts: []recordedStmt{{Query: "begin"}, {Query: update, Params: []string{"'" + id + "'", "NULL"}}, {Query: "commit"}}},
-		{Stmts: []recordedStmt{{Query: "DELETE FROM choreo_outbox WHERE id = ANY($1)", Params: []string{"'{7,8}'"}}}},
+		{Stmts: []recordedStmt{{Query: read, Params: []string{"'1000'"}}}},
+		{Stmts: []recordedStmt{{Query: del, Params: []string{"'{7,8}'"}}}},
 	}
-	types := map[string][]string{insert: {"uuid", "text"}, update: {"uuid", "text"}}
-	s := buildReplayScript(txs, 2, types)
-	if s.TxPerOrder != 2 || s.Shapes != 3 || s.Replayed != 1 {
-		t.Errorf("tx/order %v, shapes %d, replayed %v; want 2, 3, 1", s.TxPerOrder, s.Shapes, s.Replayed)
+	info := replayInfo{Types: map[string][]string{insert: {"uuid", "text"}, update: {"uuid", "text"}, read: {"bigint"}},
+		RowsPerCall: map[string]float64{read: 1.6}}
+	s := buildReplayScript(txs, 2, info)
+	if s.TxPerOrder != 2.5 || s.Shapes != 4 || s.Replayed != 1 {
+		t.Errorf("tx/order %v, shapes %d, replayed %v; want 2.5, 4, 1", s.TxPerOrder, s.Shapes, s.Replayed)
 	}
-	fresh := "('0b6c1f4e-9a2d-4c1b-8e7f-' || lpad(to_hex(:r::bigint), 12, '0'))"
+	fresh := "replace('0b6c1f4e-9a2d-4c1b-8e7f-~R~', '~R~', lpad(to_hex(:r::bigint), 12, '0'))"
 	for _, want := range []string{
-		"\\set r random(0, 281474976710655)\n\\set pick random(1, 6)\n",
-		// The update shape (2 transactions, 2 samples: weight 2 each) comes first, then
-		// the shapes of one transaction by their text.
-		"\\if :pick <= 2\nbegin;\nUPDATE orders SET state = ('PAID')::text WHERE id = ('" + id + "')::uuid;\ncommit;\n",
-		"\\elif :pick <= 4\nbegin;\nUPDATE orders SET state = NULL WHERE id = ('" + id + "')::uuid;\ncommit;\n",
-		"\\elif :pick <= 6\nBEGIN;\nINSERT INTO orders (id, note) VALUES ((" + fresh + ")::uuid, (('key-' || " +
-			strings.TrimSuffix(strings.TrimPrefix(fresh, "("), ")") + "))::text);\nINSERT INTO outbox (payload) VALUES ('\\x00');\nCOMMIT;\n",
-		// The relay's DELETE of the ids it published deletes as many of the oldest rows.
-		"\\elif :pick <= 5\nDELETE FROM choreo_outbox WHERE id IN (SELECT id FROM choreo_outbox ORDER BY id LIMIT 2 FOR UPDATE SKIP LOCKED);\n",
-		"COMMIT;\n\\endif\n",
+		"\\set r random(0, 281474976710655)\n\\set pick random(1, 5)\n",
+		// The update shape (2 transactions) comes first, then the others by their text.
+		"\\if :pick <= 2\n\\set sample random(1, 2)\nbegin;\nUPDATE orders SET state = ((ARRAY['PAID', NULL])[:sample])::text WHERE id = ('" + id + "')::uuid;\ncommit;\n",
+		"\\elif :pick <= 3\nDELETE FROM outbox WHERE id IN (SELECT id FROM outbox ORDER BY id LIMIT 2 FOR UPDATE SKIP LOCKED);\n",
+		"\\elif :pick <= 4\nBEGIN;\nINSERT INTO orders (id, note) VALUES ((" + fresh + ")::uuid, (replace('key:0b6c1f4e-9a2d-4c1b-8e7f-~R~', '~R~', lpad(to_hex(:r::bigint), 12, '0')))::text);\nINSERT INTO outbox (payload) VALUES ('\\x00');\nCOMMIT;\n",
+		"\\elif :pick <= 5\nSELECT id FROM outbox ORDER BY id LIMIT (2)::bigint;\n\\endif\n",
 	} {
 		if !strings.Contains(s.Script, want) {
 			t.Errorf("script lacks %q:\n%s", want, s.Script)
 		}
 	}
-	if got := buildReplayScript(nil, 1, nil); got.Script != "" {
+	if got := buildReplayScript(nil, 1, replayInfo{}); got.Script != "" {
 		t.Errorf("no transactions: script %q", got.Script)
 	}
 }
@@ -84,20 +86,16 @@ func TestStripComments(t *testing.T) {
 	}
 }
 
-func TestFreshLiteral(t *testing.T) {
+func TestMarkFresh(t *testing.T) {
 	const a, b = "0b6c1f4e-9a2d-4c1b-8e7f-1234567890ab", "1b6c1f4e-9a2d-4c1b-8e7f-1234567890ab"
-	fresh := map[string]bool{a: true, b: true}
-	got := freshLiteral("'x"+a+"y"+b+"'", fresh)
-	want := "('x' || '0b6c1f4e-9a2d-4c1b-8e7f-' || lpad(to_hex(:r::bigint), 12, '0') || 'y' || " +
-		"'1b6c1f4e-9a2d-4c1b-8e7f-' || lpad(to_hex(:r::bigint), 12, '0'))"
-	if got != want {
-		t.Errorf("got  %s\nwant %s", got, want)
-	}
-	if got := freshLiteral("'"+a+"'", map[string]bool{}); got != "'"+a+"'" {
-		t.Errorf("a UUID seen before changed: %s", got)
+	if got, want := markFresh("'x"+a+"y"+b+"'", map[string]bool{a: true}), "'x0b6c1f4e-9a2d-4c1b-8e7f-~R~y"+b+"'"; got != want {
+		t.Errorf("got %s, want %s", got, want)
 	}
 	// pgbench would read :lock and :order as variables.
-	if got, want := freshLiteral("'choreo:lock:order:{x}'", nil), "('choreo:' || 'lock:' || 'order:{x}')"; got != want {
+	if got, want := markFresh("'choreo:lock:order:{x}'", nil), "'choreo:' || 'lock:' || 'order:{x}'"; got != want {
 		t.Errorf("got %s, want %s", got, want)
+	}
+	if got := markFresh("NULL", nil); got != "NULL" {
+		t.Errorf("NULL became %s", got)
 	}
 }

@@ -348,7 +348,7 @@ func printTargets(w io.Writer, r *results) {
 		for _, g := range slices.Sorted(maps.Keys(x.CPUPerConfirmedUS)) {
 			parts = append(parts, fmt.Sprintf("%s %.0f", g, x.CPUPerConfirmedUS[g]))
 		}
-		fmt.Fprintf(w, "  CPU per order: replay %.0f µs (machine); the saga at saturation, µs per confirmed: %s\n",
+		fmt.Fprintf(w, "  CPU per order: the replay's Postgres backends %.0f µs; the saga at saturation, µs per confirmed: %s\n",
 			x.CPUPerOrderUS, strings.Join(parts, ", "))
 	}
 	if sw := r.Sweep; sw != nil {
