@@ -19,13 +19,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"runtime"
@@ -80,7 +78,7 @@ func main() {
 	flag.StringVar(&c.pg, "pg", benchutil.DefaultPostgresDSN(), "Postgres DSN of a database allowed to CREATE DATABASE")
 	flag.IntVar(&c.orders, "orders", 25_000, "order sagas to produce (4 events each)")
 	flag.IntVar(&c.partitions, "partitions", 6, "partitions per topic")
-	flag.StringVar(&c.sagaResults, "saga-results", "bench/results.json", "bench/saga's figures: the saturation rate is its peak_confirmed_per_sec")
+	flag.StringVar(&c.sagaResults, "saga-results", "bench/results.json", "bench/saga's figures: the saturation rate is its saga.peak_confirmed_per_sec")
 	flag.Float64Var(&c.sagaRate, "saga-rate", 0, "the saga's events/s at saturation, instead of reading -saga-results")
 	flag.StringVar(&c.trackerCfg, "config", "deploy/tracker/order.json", "the tracker's saga declarations")
 	flag.StringVar(&c.jsonOut, "json", "bench/results.json", `merge the figures into this JSON file as {"tracker": {...}} (empty: not at all)`)
@@ -187,7 +185,7 @@ func run(ctx context.Context, c config) error {
 		fmt.Printf("\nbelow the 10× bar\n")
 	}
 	if c.jsonOut != "" {
-		if err := mergeJSON(c.jsonOut, "tracker", r); err != nil {
+		if err := benchutil.MergeJSON(c.jsonOut, "tracker", r); err != nil {
 			return err
 		}
 		fmt.Printf("\nwrote the figures to %s under \"tracker\"\n", c.jsonOut)
@@ -224,13 +222,17 @@ func sagaEventsPerSec(c config) (float64, string, error) {
 	if err != nil {
 		return 0, "", fmt.Errorf("the saga's saturation rate: %w (run go run ./bench/saga first, or give -saga-rate)", err)
 	}
-	var s struct {
-		Date   string  `json:"date"`
-		Commit string  `json:"commit"`
-		Peak   float64 `json:"peak_confirmed_per_sec"`
+	var file struct {
+		Saga struct {
+			Date   string  `json:"date"`
+			Commit string  `json:"commit"`
+			Peak   float64 `json:"peak_confirmed_per_sec"`
+		} `json:"saga"`
 	}
-	if err := json.Unmarshal(b, &s); err != nil || s.Peak <= 0 {
-		return 0, "", fmt.Errorf("%s holds no peak_confirmed_per_sec (%v): run go run ./bench/saga first, or give -saga-rate", c.sagaResults, err)
+	err = json.Unmarshal(b, &file)
+	s := file.Saga
+	if err != nil || s.Peak <= 0 {
+		return 0, "", fmt.Errorf("%s holds no saga.peak_confirmed_per_sec (%v): run go run ./bench/saga first, or give -saga-rate", c.sagaResults, err)
 	}
 	return s.Peak * eventsPerOrder, fmt.Sprintf("bench/saga %s at %.7s: %.1f orders/s × %d events", s.Date, s.Commit, s.Peak, eventsPerOrder), nil
 }
@@ -311,62 +313,6 @@ func produce(ctx context.Context, brokers, topics []string, c config) (int, erro
 		return 0, fmt.Errorf("produce: %w", errors.Join(errs...))
 	}
 	return n, nil
-}
-
-// mergeJSON sets key to v in the JSON object in file (created if missing), keeping the
-// other keys and their order.
-func mergeJSON(file, key string, v any) error {
-	b, err := os.ReadFile(file)
-	if errors.Is(err, fs.ErrNotExist) {
-		b = []byte("{}")
-	} else if err != nil {
-		return err
-	}
-	val, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return fmt.Errorf("%s: not a JSON object", file)
-	}
-	var out bytes.Buffer
-	out.WriteByte('{')
-	member := func(k string, raw []byte) {
-		if out.Len() > 1 {
-			out.WriteByte(',')
-		}
-		kb, _ := json.Marshal(k)
-		out.Write(kb)
-		out.WriteByte(':')
-		out.Write(raw)
-	}
-	set := false
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return fmt.Errorf("%s: %w", file, err)
-		}
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return fmt.Errorf("%s: %w", file, err)
-		}
-		k, _ := tok.(string)
-		if k == key {
-			raw, set = val, true
-		}
-		member(k, raw)
-	}
-	if !set {
-		member(key, val)
-	}
-	out.WriteByte('}')
-	var pretty bytes.Buffer
-	if err := json.Indent(&pretty, out.Bytes(), "", "  "); err != nil {
-		return err
-	}
-	pretty.WriteByte('\n')
-	return os.WriteFile(file, pretty.Bytes(), 0o644)
 }
 
 // commit is the checked-out commit, or "" outside a git work tree.

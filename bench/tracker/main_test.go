@@ -15,7 +15,7 @@ import (
 // the keys that were there and their order.
 func TestRun(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "results.json")
-	if err := os.WriteFile(file, []byte(`{"date": "d", "peak_confirmed_per_sec": 50, "tracker": {"old": 1}, "z": [1, 2]}`), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte(`{"date": "d", "saga": {"peak_confirmed_per_sec": 50}, "tracker": {"old": 1}, "z": [1, 2]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	c := config{pg: testenv.PostgresDSN(t), orders: 50, partitions: 2, sagaResults: file,
