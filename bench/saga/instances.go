@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"time"
 )
 
 // instanceSweep is the cost per order with more instances of each service (-sweep): the
@@ -32,7 +33,13 @@ type instancePoint struct {
 	// SwitchesPerOrder the context switches per order by group (wake-ups).
 	ByGroup          map[string]float64 `json:"cpu_ms_per_order"`
 	SwitchesPerOrder map[string]float64 `json:"context_switches_per_order"`
+	// IdleCPUPercent is the services' processes' CPU (% of one core) over 5 s without
+	// orders, before the warm-up: what the instances cost when nothing happens.
+	IdleCPUPercent float64 `json:"idle_services_cpu_percent"`
 }
+
+// idleWindow is how long a sweep point's services are watched idle.
+const idleWindow = 5 * time.Second
 
 // sweepInstances offers rate orders/s for cfg.duration to a fresh system of each
 // instance count in cfg.sweep, topics of cfg.sweepPartitions partitions.
@@ -59,6 +66,16 @@ func sweepPoint(ctx context.Context, cfg config, pgURL string, rate, instances i
 		return instancePoint{}, err
 	}
 	defer s.close()
+	idle := map[string][]int{}
+	for _, svc := range serviceNames {
+		idle[svc] = s.pids[svc]
+	}
+	pw := newProcWatch(idle)
+	time.Sleep(idleWindow)
+	var idleCPU time.Duration
+	for _, c := range pw.cpu() {
+		idleCPU += c
+	}
 	if cfg.warmup > 0 {
 		s.warmup(ctx, cfg, rate, cfg.warmup)
 	}
@@ -68,7 +85,7 @@ func sweepPoint(ctx context.Context, cfg config, pgURL string, rate, instances i
 		return instancePoint{}, err
 	}
 	p := instancePoint{Instances: instances, ConfirmedPerSec: r.ConfirmedPerSec, P50ms: r.P50ms, P99ms: r.P99ms,
-		ByGroup: map[string]float64{}, SwitchesPerOrder: map[string]float64{}}
+		ByGroup: map[string]float64{}, SwitchesPerOrder: map[string]float64{}, IdleCPUPercent: pct(idleCPU, idleWindow.Seconds())}
 	if r.ConfirmedPerSec <= 0 {
 		return p, fmt.Errorf("saga: %d instance(s): nothing confirmed at %d/s", instances, rate)
 	}

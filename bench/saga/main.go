@@ -137,7 +137,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.maxInFlight, "max-in-flight", 4096, "POST requests in flight at most; beyond, the generator falls behind its schedule (reported)")
 	fs.StringVar(&c.jsonPath, "json", "bench/results.json", "write every figure to this `file` (empty: not at all)")
 	fs.StringVar(&c.svgPath, "svg", "docs/benchmarks-saga.svg", "write the plot to this `file` (empty: not at all)")
-	fs.BoolVar(&c.statements, "statements", false, "run on a private Postgres cluster with pg_stat_statements (made and dropped by the run), report every statement per order created, and after the rates record every statement with its parameters at half the saturation rate and replay them with pgbench (the saga against its own SQL)")
+	fs.BoolVar(&c.statements, "statements", false, "run on a private Postgres cluster with pg_stat_statements (made and dropped by the run), report every statement per order created, and after the rates record every statement with its parameters at the offered rate of the peak and replay them with pgbench (the saga against its own SQL)")
 	fs.BoolVar(&c.half, "half", true, "after the rates, offer half the peak confirmed/s for -duration: the tail at half saturation")
 	fs.DurationVar(&c.record, "record", 10*time.Second, "with -statements, how long the recorded rate is offered")
 	fs.DurationVar(&c.replayTime, "replay-time", 10*time.Second, "with -statements, how long pgbench replays each service's transactions")

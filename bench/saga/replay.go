@@ -203,7 +203,8 @@ func (r *sqlReplay) replayLine() string {
 }
 
 // recordAndReplay records every statement the services send, with its parameters, while
-// rate orders/s are offered for cfg.record (window and drain), then freezes the services
+// rate orders/s (the peak's offered rate: the statements an order costs at saturation,
+// batches included) are offered for cfg.record (window and drain), then freezes the services
 // and replays each one's transactions with pgbench (cfg.partitions clients, as many as
 // the consumers' partitions). res's peak rate gives the figures to compare.
 func recordAndReplay(ctx context.Context, cfg config, s *session, pgURL string, rate int, res *results) (*sqlReplay, error) {

@@ -38,7 +38,7 @@ const (
 	// maxShapes bounds the distinct transactions (statement sequences) of a script,
 	// most frequent first; samplesPerShape the recorded instances of each whose
 	// parameters the script draws from.
-	maxShapes       = 40
+	maxShapes       = 200
 	samplesPerShape = 64
 	// freshMark stands for the random tail of a fresh UUID in a recorded literal.
 	freshMark = "~R~"

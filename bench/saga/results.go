@@ -358,8 +358,8 @@ func printTargets(w io.Writer, r *results) {
 			for _, g := range slices.Sorted(maps.Keys(p.ByGroup)) {
 				parts = append(parts, fmt.Sprintf("%s %.2f/%.0f", g, p.ByGroup[g], p.SwitchesPerOrder[g]))
 			}
-			fmt.Fprintf(w, "  %d instance(s): %.1f confirmed/s, p50 %s p99 %s, CPU per order %.2f ms (machine %.2f); ms/context switches per order: %s\n",
-				p.Instances, p.ConfirmedPerSec, ms(p.P50ms), ms(p.P99ms), p.SystemCPUms, p.MachineCPUms, strings.Join(parts, ", "))
+			fmt.Fprintf(w, "  %d instance(s): %.1f confirmed/s, p50 %s p99 %s, CPU per order %.2f ms (machine %.2f); idle services %.1f%% CPU; ms/context switches per order: %s\n",
+				p.Instances, p.ConfirmedPerSec, ms(p.P50ms), ms(p.P99ms), p.SystemCPUms, p.MachineCPUms, p.IdleCPUPercent, strings.Join(parts, ", "))
 		}
 		if n := len(sw.Points); n > 1 {
 			fmt.Fprintf(w, "  %d instances ÷ %d: %.2f× the CPU per order (target <= 1.15: %s)\n", sw.Points[n-1].Instances,

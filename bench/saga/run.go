@@ -84,7 +84,7 @@ func run(ctx context.Context, cfg config) (*results, error) {
 		res.Half.summarize()
 	}
 	if cfg.statements && res.PeakConfirmedPerSec > 0 {
-		if res.Replay, err = recordAndReplay(ctx, cfg, s, pgURL, half, res); err != nil {
+		if res.Replay, err = recordAndReplay(ctx, cfg, s, pgURL, res.PeakAtOffered, res); err != nil {
 			return res, err
 		}
 	}

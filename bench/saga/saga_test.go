@@ -58,6 +58,11 @@ func TestHarness(t *testing.T) {
 		}
 	}
 
+	// After the rates, half the peak is offered: the tail there.
+	if h := res.Half; h == nil || h.Offered < 1 || h.Unsettled != 0 || h.LatencyN == 0 || h.P99OverP50 < 1 {
+		t.Errorf("half saturation: %+v; want a rate offered, every order settled, p99/p50 >= 1", h)
+	}
+
 	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
 	if err != nil {
 		t.Fatal(err)

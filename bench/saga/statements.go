@@ -22,7 +22,7 @@ func statementsCluster(ctx context.Context) (*pgcluster.Cluster, error) {
 	opts := []pgcluster.Option{
 		pgcluster.WithSetting("shared_preload_libraries", "pg_stat_statements"),
 		pgcluster.WithSetting("pg_stat_statements.track", "all"),
-		pgcluster.WithSetting("max_connections", "300"),
+		pgcluster.WithSetting("max_connections", "500"), // -sweep 4: 12 processes' pools
 	}
 	for _, kv := range statementLogSettings {
 		opts = append(opts, pgcluster.WithSetting(kv[0], kv[1]))
