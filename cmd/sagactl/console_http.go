@@ -83,6 +83,7 @@ type page struct {
 	Replay   *replayPage
 	Sagas    *sagasPage
 	Saga     *sagaPage
+	Flow     *flowPage
 }
 
 func (s *console) handler() http.Handler {
@@ -107,6 +108,8 @@ func (s *console) handler() http.Handler {
 	if s.tr != nil {
 		mux.HandleFunc("GET /sagas/{$}", s.handleSagas)
 		mux.HandleFunc("GET /sagas/{id}", s.handleSaga)
+		mux.HandleFunc("GET /flow/{$}", s.handleFlow)
+		mux.HandleFunc("GET /flow/{file}", s.handleFlowFile)
 	}
 	return s.secure(mux)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/internal/asyncapi"
 	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/tracker"
 )
@@ -146,6 +147,24 @@ func TestConsoleTrackerPages(t *testing.T) {
 		if !strings.Contains(page, want) {
 			t.Errorf("overview page lacks %s", want)
 		}
+	}
+
+	// The observed flow: the SVG inline, the edges, the downloads.
+	fp := consoleGet(t, h, "/flow/")
+	if body := fp.Body.String(); fp.Code != http.StatusOK || !strings.Contains(body, `<svg xmlns="http://www.w3.org/2000/svg"`) ||
+		!strings.Contains(body, "shipping ×1") || !strings.Contains(body, `<td>order.created</td><td>payment.authorized</td><td>payment</td>`) ||
+		!strings.Contains(body, `id="nav-flow"`) {
+		t.Fatalf("flow page: %d\n%s", fp.Code, body)
+	}
+	if f := consoleGet(t, h, "/flow/flow.svg"); f.Code != http.StatusOK || f.Header().Get("Content-Type") != "image/svg+xml" ||
+		!strings.HasPrefix(f.Body.String(), "<svg") {
+		t.Errorf("flow.svg: %d %s", f.Code, f.Header().Get("Content-Type"))
+	}
+	if f := consoleGet(t, h, "/flow/asyncapi.json"); f.Code != http.StatusOK || asyncapi.Validate(f.Body.Bytes()) != nil {
+		t.Errorf("asyncapi.json: %d %v", f.Code, asyncapi.Validate(f.Body.Bytes()))
+	}
+	if f := consoleGet(t, h, "/flow/other"); f.Code != http.StatusNotFound {
+		t.Errorf("/flow/other: %d, want 404", f.Code)
 	}
 
 	// The sagas list, filtered.

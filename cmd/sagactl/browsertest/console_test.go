@@ -480,6 +480,20 @@ func TestConsoleInChromium(t *testing.T) {
 		t.Fatalf("the dead-lettered order's saga page: dead letters %q, lanes %q", deadText, lanes)
 	}
 
+	// The observed flow: the tracker's graph drawn inline, its edges in a table.
+	step(t, ctx, "flow page",
+		chromedp.Navigate(base+"/flow/"),
+		chromedp.WaitVisible(css(`#flow-svg svg g.node`)),
+	)
+	nodes := get(t, ctx, "flow nodes", chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("#flow-svg svg g.node text[font-weight=bold]")).map(e => e.textContent)`))
+	if !slices.Contains(nodes, "order.created") || !slices.Contains(nodes, "order.confirmed") {
+		t.Fatalf("the flow's boxes = %q; want the order saga's types", nodes)
+	}
+	if edges := get(t, ctx, "flow edges", chromedp.Text(css(`#flow-edges tbody`))); !strings.Contains(edges, "order.created") || !strings.Contains(edges, "payment") {
+		t.Fatalf("the flow's edges:\n%s", edges)
+	}
+	screenshot(t, ctx, "console-flow.png")
+
 	// The order page: the timeline SVG, the stuck flag, the deadline and the Jaeger link.
 	step(t, ctx, "order page",
 		chromedp.Navigate(base+"/"),
