@@ -55,8 +55,11 @@
 // /api/overview; an order's page with its timeline as an SVG swimlane, its trace link and
 // a cancel button; the dead letters with filters, each record's headers and payload, and
 // replay with a dry run and a confirmation step through the same code as dlq replay
-// (dlqread.go). It keeps no state; every POST carries a CSRF token (an HMAC of a cookie
-// under a per-process secret), and every answer a Content-Security-Policy.
+// (dlqread.go). With -tracker-db it also reads the saga tracker's index: sagas by kind and
+// status, one page per correlation id, and the observed flow (/flow/, an inline SVG, with
+// the SVG and an AsyncAPI 3.0.0 document to download). It keeps no state; every POST
+// carries a CSRF token (an HMAC of a cookie under a per-process secret), and every answer
+// a Content-Security-Policy.
 //
 // # Exit codes
 //
