@@ -29,30 +29,63 @@ import (
 )
 
 // A payment service charges every order.created event once, records the payment and
-// publishes payment.authorized through the outbox, in one transaction. The embedding is
-// the part between the markers; the rest starts throw-away infrastructure.
+// publishes payment.authorized through the outbox, in one transaction. embedConsumer is
+// the embedding; the rest starts throw-away infrastructure and feeds it.
 func ExampleStandard() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	pool, rdb, brokers, cleanup := exampleInfra(ctx)
 	defer cleanup()
+	done := make(chan error, 1)
+	go func() { done <- embedConsumer(ctx, pool, rdb, brokers) }()
 
-	// --- embedding starts ---
-	// Spans, metrics and W3C propagation from the OTEL_* variables (no endpoint: nothing
-	// is exported). Without it the upstream trace context still flows through.
-	tel, err := tracing.Setup(ctx, "payment")
-	if err != nil {
-		panic(err)
-	}
-	defer tel.Shutdown(context.WithoutCancel(ctx))
-	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...)) // publishes dead letters
+	// The same order.created delivered twice, an event nobody handles, then another order.
+	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		panic(err)
 	}
 	defer producer.Close()
+	var recs []*kgo.Record
+	for _, e := range []struct{ typ, order string }{{"order.created", "o-1"}, {"order.viewed", "o-1"}, {"order.created", "o-2"}} {
+		ev, _ := event.New("order", e.typ, e.order, map[string]int{"amount": 42})
+		rec, _ := event.ToRecord("orders.events", ev)
+		recs = append(recs, rec)
+	}
+	if err := producer.ProduceSync(ctx, recs[0], recs[0], recs[1], recs[2]).FirstErr(); err != nil {
+		panic(err)
+	}
+
+	var payments, queued int
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline) && payments < 2; time.Sleep(50 * time.Millisecond) {
+		_ = pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM payments), (SELECT count(*) FROM choreo_outbox)`).Scan(&payments, &queued)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		panic(err)
+	}
+	fmt.Printf("payments: %d, events queued in the outbox: %d\n", payments, queued)
+	// Output: payments: 2, events queued in the outbox: 2
+}
+
+// embedConsumer is the embedding README.md shows: a payment service's consumer on pool,
+// rdb and the Kafka cluster at brokers, until ctx ends.
+func embedConsumer(ctx context.Context, pool *pgxpool.Pool, rdb *redis.Client, brokers []string) error {
+	// snippet:start readme-consumer
+	// Spans, metrics and W3C propagation from the OTEL_* variables (no endpoint: nothing
+	// is exported). Without it the upstream trace context still flows through.
+	tel, err := tracing.Setup(ctx, "payment")
+	if err != nil {
+		return err
+	}
+	defer tel.Shutdown(context.WithoutCancel(ctx))
+	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...)) // publishes dead letters
+	if err != nil {
+		return err
+	}
+	defer producer.Close()
 	ob, err := outbox.New()
 	if err != nil {
-		panic(err)
+		return err
 	}
 	router := consumer.NewRouter().
 		Handle("order.created", func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
@@ -63,61 +96,33 @@ func ExampleStandard() {
 				return err // malformed: dead-lettered at once
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO payments (order_id, amount) VALUES ($1, $2)`, ev.Subject, order.Amount); err != nil {
-				return err
+				return err // retried with backoff and full jitter, then dead-lettered
 			}
 			next, err := event.New("payment", "payment.authorized", ev.Subject, order)
 			if err != nil {
 				return err
 			}
-			return ob.Enqueue(ctx, tx, "payments.events", next.CausedBy(ev))
-		}).
-		Ignore("order.viewed")
-	locker, err := lock.New(rdb, lock.WithNamespace("example:"+exampleID()+":")) // per-entity leases
+			return ob.Enqueue(ctx, tx, "payments.events", next.CausedBy(ev)) // same transaction
+		})
+	locker, err := lock.New(rdb) // per-entity leases
 	if err != nil {
-		panic(err)
+		return err
 	}
 	h, err := consumer.Standard(consumer.StandardConfig{
 		DB: pool, Router: router, DeadLetter: producer, Name: "charge",
 		Locker: locker, AfterCommit: []func(){ob.Wake}, EntityAttribute: "order.id",
 	})
 	if err != nil {
-		panic(err)
+		return err
 	}
-	c, err := consumer.New(brokers, "payment", []string{"orders.events"}, h,
-		consumer.WithClientOptions(kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())))
+	c, err := consumer.New(brokers, "payment", []string{"orders.events"}, h)
 	if err != nil {
-		panic(err)
+		return err
 	}
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	// --- embedding ends ---
-
-	// The same order.created delivered twice, and an event nobody handles.
-	created, _ := event.New("order", "order.created", "o-1", map[string]int{"amount": 42})
-	rec, _ := event.ToRecord("orders.events", created)
-	viewed, _ := event.New("order", "order.viewed", "o-1", map[string]int{})
-	vrec, _ := event.ToRecord("orders.events", viewed)
-	if err := producer.ProduceSync(ctx, rec, rec, vrec).FirstErr(); err != nil {
-		panic(err)
-	}
-
-	var payments, queued int
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		_ = pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM payments), (SELECT count(*) FROM choreo_outbox)`).Scan(&payments, &queued)
-		if lag, ok := c.Lag()["orders.events"][0]; ok && lag == 0 && payments > 0 {
-			break
-		}
-	}
-	cancel()
-	if err := <-done; err != nil {
-		panic(err)
-	}
+	err = c.Run(ctx) // graceful: finishes in-flight events and commits on cancel
 	// Leases are released in the background; let the last releases reach Redis.
-	if err := locker.Wait(context.Background()); err != nil {
-		panic(err)
-	}
-	fmt.Printf("payments: %d, events queued in the outbox: %d\n", payments, queued)
-	// Output: payments: 1, events queued in the outbox: 1
+	return errors.Join(err, locker.Wait(context.WithoutCancel(ctx)))
+	// snippet:end readme-consumer
 }
 
 // Permanent marks an error that no retry can fix: Retry gives up at once and DeadLetter
