@@ -50,17 +50,27 @@ type FlowEdge struct {
 
 // Flow computes the observed flow from the whole index (dead letters excluded). A
 // redelivered or republished event (same event id in the same correlation id) counts once.
-func (t *Tracker) Flow(ctx context.Context) (Flow, error) {
+// It reads every indexed event; FlowRecent bounds the work.
+func (t *Tracker) Flow(ctx context.Context) (Flow, error) { return t.FlowRecent(ctx, 0) }
+
+// FlowRecent is Flow over the latest n indexed events by event time (all when n <= 0),
+// read through the event-time index. A saga that began before them contributes only the
+// edges among its events within them.
+func (t *Tracker) FlowRecent(ctx context.Context, n int) (Flow, error) {
+	var limit any // NULL: no limit
+	if n > 0 {
+		limit = n
+	}
 	const ev = `SELECT DISTINCT ON (correlation_id, event_id) correlation_id, event_id, type, source,
 			topic, event_time, causation_id, partition, "offset"
-		FROM %[1]s WHERE NOT dead_letter
+		FROM (SELECT * FROM %[1]s WHERE NOT dead_letter ORDER BY event_time DESC LIMIT $1) AS recent
 		ORDER BY correlation_id, event_id, event_time, topic, partition, "offset"`
 	var f Flow
 	rows, err := t.db.Query(ctx, fmt.Sprintf(`WITH ev AS (`+ev+`),
 		seq AS (SELECT *, row_number() OVER (PARTITION BY correlation_id
 			ORDER BY event_time, topic, partition, "offset") AS n FROM ev)
 		SELECT type, source, topic, count(*), count(*) FILTER (WHERE n = 1)
-		FROM seq GROUP BY type, source, topic`, t.table))
+		FROM seq GROUP BY type, source, topic`, t.table), limit)
 	if err != nil {
 		return f, fmt.Errorf("tracker: flow: %w", err)
 	}
@@ -111,7 +121,7 @@ func (t *Tracker) Flow(ctx context.Context) (Flow, error) {
 			WHERE c.type IS NOT NULL OR s.prev_type IS NOT NULL)
 		SELECT from_type, to_type, source, count(*), count(*) FILTER (WHERE caused),
 			percentile_cont(0.5) WITHIN GROUP (ORDER BY gap), percentile_cont(0.99) WITHIN GROUP (ORDER BY gap)
-		FROM edge GROUP BY from_type, to_type, source`, t.table))
+		FROM edge GROUP BY from_type, to_type, source`, t.table), limit)
 	if err != nil {
 		return f, fmt.Errorf("tracker: flow: %w", err)
 	}

@@ -121,6 +121,16 @@ func TestFlow(t *testing.T) {
 		t.Errorf("%d nodes, want 6: %+v", len(f.Nodes), f.Nodes)
 	}
 
+	// The latest two events: o-slow's last two, 3 s apart.
+	recent, err := tr.FlowRecent(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recent.Nodes) != 2 || len(recent.Edges) != 1 || recent.Edges[0].From != "stock.reserved" ||
+		recent.Edges[0].To != "order.confirmed" || recent.Edges[0].Count != 1 || recent.Edges[0].P50 != 3*time.Second {
+		t.Errorf("FlowRecent(2) = %+v; want o-slow's stock.reserved → order.confirmed", recent)
+	}
+
 	svg := string(f.SVG())
 	wellFormed(t, svg)
 	for _, s := range []string{"order.created", "payment ×2  p50 2s p99 2.98s", "order ×1  p50 2s p99 2s"} {

@@ -7,9 +7,13 @@ import (
 	"github.com/choreo-saga/choreo/tracker"
 )
 
+// consoleFlowEvents bounds the flow page's work: it draws the latest events only.
+const consoleFlowEvents = 50_000
+
 // flowPage is the observed choreography as the tracker's index shows it.
 type flowPage struct {
-	Flow tracker.Flow
+	Flow   tracker.Flow
+	Events int // the latest events it is computed from, at most
 	// SVG is Flow.SVG(), which escapes every label it draws, inline in the page.
 	SVG template.HTML
 }
@@ -19,13 +23,13 @@ func (s *console) handleFlow(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.requestCtx(r)
 	defer cancel()
 	p := page{Title: "Flow", Nav: "flow"}
-	flow, err := s.tr.Flow(ctx)
+	flow, err := s.tr.FlowRecent(ctx, consoleFlowEvents)
 	if err != nil {
 		p.Error = "saga tracker: " + err.Error()
 		s.render(w, r, "flow", http.StatusBadGateway, p)
 		return
 	}
-	p.Flow = &flowPage{Flow: flow, SVG: template.HTML(flow.SVG())} //nolint:gosec // Flow.SVG escapes every label
+	p.Flow = &flowPage{Flow: flow, Events: consoleFlowEvents, SVG: template.HTML(flow.SVG())} //nolint:gosec // Flow.SVG escapes every label
 	s.render(w, r, "flow", http.StatusOK, p)
 }
 
@@ -33,7 +37,7 @@ func (s *console) handleFlow(w http.ResponseWriter, r *http.Request) {
 func (s *console) handleFlowFile(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.requestCtx(r)
 	defer cancel()
-	flow, err := s.tr.Flow(ctx)
+	flow, err := s.tr.FlowRecent(ctx, consoleFlowEvents)
 	if err != nil {
 		http.Error(w, "saga tracker: "+err.Error(), http.StatusBadGateway)
 		return

@@ -14,7 +14,7 @@ import (
 // where asked. The AsyncAPI document holds what the index observed: the services'
 // handler registrations are not reachable from here (tracker.Registrations adds them in Go).
 func trackFlow(ctx context.Context, tr *tracker.Tracker, f trackFlags, std stdio) error {
-	flow, err := tr.Flow(ctx)
+	flow, err := tr.FlowRecent(ctx, f.last)
 	if err != nil {
 		return err
 	}

@@ -85,7 +85,7 @@ Usage:
   sagactl migrate [-database-url URL]      apply the library's table migrations, print the versions
   sagactl console [-addr 127.0.0.1:8090]   the operations console in the browser (overview, orders, dead letters)
   sagactl track -db URL -config sagas.json index any saga's events (own group); track stuck|list|saga <id> query it
-  sagactl flow [-svg F] [-asyncapi F]      the tracker's observed flow of event types; as SVG, as AsyncAPI 3.0
+  sagactl flow [-last N] [-svg F] [-asyncapi F] the tracker's observed flow of event types; as SVG, as AsyncAPI 3.0
 
 Connection flags (every command; before or after its name): -order-url (env ORDER_URL, default ` + defaultOrderURL + `),
 -brokers (env KAFKA_BROKERS, default ` + defaultBrokers + `), -timeout, -json, and Kafka security:

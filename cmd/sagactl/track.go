@@ -27,13 +27,14 @@ type trackFlags struct {
 	status    string
 	svg       string // flow: write the SVG here
 	asyncapi  string // flow: write the AsyncAPI document here
+	last      int    // flow: the latest events only
 }
 
 const trackUsage = `usage: sagactl track [run] [flags]           index the saga topics (its own consumer group) until interrupted
        sagactl track stuck [flags]           stuck sagas, the earliest missed deadline first
        sagactl track list [-status S] [flags] sagas (in_flight, stuck, completed; default all), oldest first
        sagactl track saga <correlation-id>   one correlation id's sagas, events and dead letters
-       sagactl flow [-svg F] [-asyncapi F]   the observed flow: event types and the types that followed them
+       sagactl flow [-last N] [-svg F] [-asyncapi F]  the observed flow: which event types followed which
 
 The sagas are declared in JSON files (-config a.json,b.json; see deploy/tracker). The
 index lives in its own Postgres table (-table), created on start.
@@ -59,6 +60,7 @@ func cmdTrack(ctx context.Context, args []string, std stdio) error {
 	fs.StringVar(&f.status, "status", "", "list only sagas with this `status`: in_flight, stuck or completed")
 	if sub == "flow" {
 		fs.StringVar(&f.svg, "svg", "", "flow: also write the graph as SVG to this `file`")
+		fs.IntVar(&f.last, "last", 0, "flow: compute it from the latest `n` indexed events only (0: all)")
 		fs.StringVar(&f.asyncapi, "asyncapi", "", "flow: also write an AsyncAPI 3.0.0 document (JSON) of the observed flow to this `file`")
 	}
 	fs.Usage = func() {
