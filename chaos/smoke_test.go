@@ -61,19 +61,7 @@ var smoke = Scenario{
 // TestSmoke starts the whole system (devkafka, Redis, two instances of each service),
 // runs the smoke scenario and checks every invariant.
 func TestSmoke(t *testing.T) {
-	bins := builtBins(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	var logs bytes.Buffer
-	dir := t.TempDir()
-	res := Run(ctx, smoke, Config{Orders: 250, Rate: 25, Seed: 42, Bound: 90 * time.Second,
-		System: Options{Dir: dir, Log: &logs, Bins: bins}})
-	var out bytes.Buffer
-	WriteText(&out, []Result{res})
-	t.Log(out.String())
-	if res.Err != "" {
-		t.Fatalf("the smoke run could not be made: %s\n%s", res.Err, logs.String())
-	}
+	res := runSmoke(t, smoke, 4*time.Minute, Config{Orders: 250, Rate: 25, Seed: 42, Bound: 90 * time.Second})
 	if res.Placed < 250 || res.Orders < 250 {
 		t.Errorf("placed %d orders (%d in the order database), want 250", res.Placed, res.Orders)
 	}
@@ -91,20 +79,38 @@ func TestSmoke(t *testing.T) {
 	if !res.OK() {
 		t.Errorf("%d anomalies (see above)", len(res.Anomalies))
 	}
-	if t.Failed() {
-		logTails(t, dir, &logs)
-	}
 }
 
-// logTails logs the end of each first instance's log and the harness's log.
-func logTails(t *testing.T, dir string, harness *bytes.Buffer) {
+// runSmoke runs sc within bound (the build not counted) on a system in a test directory
+// and logs the result; when the test fails, the end of each first instance's log and the
+// harness's log follow.
+func runSmoke(t *testing.T, sc Scenario, bound time.Duration, c Config) Result {
 	t.Helper()
-	for _, name := range []string{"order-1", "payment-1", "inventory-1"} {
-		if b, err := os.ReadFile(dir + "/logs/" + name + ".log"); err == nil && len(b) > 0 {
-			t.Logf("%s log (last 3000 bytes):\n%s", name, b[max(0, len(b)-3000):])
-		}
+	bins := builtBins(t)
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	var logs bytes.Buffer
+	dir := t.TempDir()
+	c.System.Dir, c.System.Log, c.System.Bins = dir, &logs, bins
+	res := Run(ctx, sc, c)
+	var out bytes.Buffer
+	WriteText(&out, []Result{res})
+	t.Log(out.String())
+	if res.Err != "" {
+		t.Fatalf("the %s run could not be made: %s\n%s", sc.Name, res.Err, logs.String())
 	}
-	t.Logf("harness log:\n%s", harness.String())
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, name := range []string{"order-1", "payment-1", "inventory-1"} {
+			if b, err := os.ReadFile(dir + "/logs/" + name + ".log"); err == nil && len(b) > 0 {
+				t.Logf("%s log (last 3000 bytes):\n%s", name, b[max(0, len(b)-3000):])
+			}
+		}
+		t.Logf("harness log:\n%s", logs.String())
+	})
+	return res
 }
 
 // smokeNetwork is the bounded network scenario `make test` runs: one instance of each
@@ -125,19 +131,8 @@ var smokeNetwork = Scenario{
 // order terminal, charges = confirmed orders, stock conserved, outboxes drained and no
 // dead letter.
 func TestSmokeNetwork(t *testing.T) {
-	bins := builtBins(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	var logs bytes.Buffer
-	dir := t.TempDir()
-	res := Run(ctx, smokeNetwork, Config{Orders: 40, Rate: 10, Seed: 7, Bound: 60 * time.Second,
-		System: Options{Dir: dir, Log: &logs, Bins: bins, Instances: 1}})
-	var out bytes.Buffer
-	WriteText(&out, []Result{res})
-	t.Log(out.String())
-	if res.Err != "" {
-		t.Fatalf("the network smoke run could not be made: %s\n%s", res.Err, logs.String())
-	}
+	res := runSmoke(t, smokeNetwork, 3*time.Minute, Config{Orders: 40, Rate: 10, Seed: 7, Bound: 60 * time.Second,
+		System: Options{Instances: 1}})
 	if res.Placed < 40 || res.Orders < 40 {
 		t.Errorf("placed %d orders (%d in the order database), want 40", res.Placed, res.Orders)
 	}
@@ -155,8 +150,5 @@ func TestSmokeNetwork(t *testing.T) {
 	}
 	if !res.OK() {
 		t.Errorf("%d anomalies (see above)", len(res.Anomalies))
-	}
-	if t.Failed() {
-		logTails(t, dir, &logs)
 	}
 }

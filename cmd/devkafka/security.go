@@ -213,9 +213,6 @@ func (s security) guardClient() []kgo.Opt {
 	}
 }
 
-// enabled reports whether clients must authenticate or use TLS.
-func (s security) enabled() bool { return len(s.users) > 0 || s.tls != nil }
-
 // describe names the broker's requirements for the "listening" log line.
 func (s security) describe() string {
 	var parts []string
