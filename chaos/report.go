@@ -60,7 +60,11 @@ func WriteText(w io.Writer, results []Result) {
 			fmt.Fprintf(w, "   error: %s\n", r.Err)
 			continue
 		}
-		fmt.Fprintf(w, "   orders %d (placed %d, failed to place %d) at %.1f/s", r.Orders, r.Placed, r.FailedToPlace, r.Rate)
+		shed := 0
+		if r.Load != nil {
+			shed = r.Load.Shed
+		}
+		fmt.Fprintf(w, "   orders %d (placed %d, shed with 503 %d, failed to place %d) at %.1f/s", r.Orders, r.Placed, shed, r.FailedToPlace, r.Rate)
 		if r.Saturation > 0 {
 			fmt.Fprintf(w, "; measured saturation %.1f/s", r.Saturation)
 		}

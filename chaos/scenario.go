@@ -262,6 +262,7 @@ func (r Result) OK() bool { return r.Err == "" && len(r.Anomalies) == 0 }
 type LoadSummary struct {
 	Placed        int     `json:"placed"`
 	FailedToPlace int     `json:"failed_to_place"`
+	Shed          int     `json:"shed"` // answered 503 by the order API's admission control
 	Settled       int     `json:"settled"`
 	PlaceSeconds  float64 `json:"place_seconds"`
 	SettleSeconds float64 `json:"settle_seconds"`
