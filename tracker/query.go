@@ -76,12 +76,12 @@ type Timeline struct {
 }
 
 const selectCols = `topic, partition, "offset", correlation_id, event_id, type, source, subject,
-	event_time, trace_id, causation_id, dead_letter, dlq_reason, dlq_error`
+	event_time, trace_id, causation_id, dead_letter, dlq_reason, dlq_error, indexed_at`
 
 func scanEntry(rows pgx.CollectableRow) (entry, error) {
 	var e entry
 	err := rows.Scan(&e.topic, &e.partition, &e.offset, &e.corr, &e.id, &e.typ, &e.source, &e.subject,
-		&e.at, &e.traceID, &e.causation, &e.dead, &e.reason, &e.errText)
+		&e.at, &e.traceID, &e.causation, &e.dead, &e.reason, &e.errText, &e.indexed)
 	e.at = e.at.UTC()
 	return e, err
 }

@@ -19,8 +19,9 @@ CREATE TABLE IF NOT EXISTS {{.Table}} (
 CREATE INDEX IF NOT EXISTS {{.Index}}_corr ON {{.Table}} (correlation_id, event_time);
 CREATE INDEX IF NOT EXISTS {{.Index}}_time ON {{.Table}} (event_time);
 -- One row per saga (declared kind × correlation id), recomputed from the events whenever
--- one of its correlation id's records is indexed. seen counts the rows it was computed
--- from, so a computation from fewer rows never overwrites one from more. deadline is the
+-- one of its correlation id's records is indexed. indexed (the latest indexed_at) and seen
+-- (the row count) of the rows it was computed from order the computations: one that
+-- missed a row never overwrites one that saw it. deadline is the
 -- earliest deadline of an unmet expectation (NULL when none or ended): the saga is stuck
 -- once it has passed, so List, Stuck and Counts read this table, not the events.
 CREATE TABLE IF NOT EXISTS {{.Table}}_sagas (
@@ -42,6 +43,7 @@ CREATE TABLE IF NOT EXISTS {{.Table}}_sagas (
 	after_offset    bigint      NOT NULL DEFAULT 0,
 	PRIMARY KEY (correlation_id, saga)
 );
+ALTER TABLE {{.Table}}_sagas ADD COLUMN IF NOT EXISTS indexed timestamptz NOT NULL DEFAULT '-infinity';
 CREATE INDEX IF NOT EXISTS {{.Index}}_sagas_started ON {{.Table}}_sagas (started);
 CREATE INDEX IF NOT EXISTS {{.Index}}_sagas_deadline ON {{.Table}}_sagas (deadline) WHERE ended IS NULL;
 CREATE INDEX IF NOT EXISTS {{.Index}}_sagas_last ON {{.Table}}_sagas (last_at);

@@ -21,7 +21,10 @@ func (t *Tracker) sagasTable() string { return t.table + "_sagas" }
 func (t *Tracker) typesTable() string { return t.table + "_types" }
 
 // summarize recomputes the summaries of the correlation ids of entries from every row
-// indexed under them, and records the producers of their event types. Ingest calls it
+// indexed under them, and records the producers of their event types. A summary is
+// replaced only by one computed from a later-indexed row, or from as late a row and at
+// least as many rows, so a computation that missed a row another instance was writing
+// never overwrites one that saw it, and one after retention deleted old rows still does. Ingest calls it
 // after each batch, for the batch's correlation ids, fresh or redelivered, so a batch
 // whose summaries were not written (a crash in between) gets them when redelivered.
 func (t *Tracker) summarize(ctx context.Context, entries []entry) error {
@@ -63,13 +66,13 @@ func (t *Tracker) queueSummaries(ctx context.Context, b *pgx.Batch, corrs []stri
 	}
 	var sums []summaryRow
 	for group := range groupByCorrelation(entries) {
-		last := group[0].at
+		last, indexed := group[0].at, group[0].indexed
 		for _, e := range group {
-			last = maxTime(last, e.at)
+			last, indexed = maxTime(last, e.at), maxTime(indexed, e.indexed)
 		}
 		for _, s := range t.evaluate(group[0].corr, group, nil, never) {
 			r := summaryRow{CorrelationID: s.CorrelationID, Saga: s.Saga, Started: s.Started, LastType: s.LastType,
-				LastAt: last, Events: s.Events, DeadLetters: s.DeadLetters, Seen: len(group), Expected: []string{}}
+				LastAt: last, Events: s.Events, DeadLetters: s.DeadLetters, Seen: len(group), Indexed: indexed, Expected: []string{}}
 			if s.Status == StatusCompleted {
 				r.Ended = &s.Ended
 			}
@@ -92,19 +95,19 @@ func (t *Tracker) queueSummaries(ctx context.Context, b *pgx.Batch, corrs []stri
 		SELECT `+summaryCols+` FROM jsonb_to_recordset($1::jsonb) AS r(correlation_id text, saga text,
 			started timestamptz, ended timestamptz, last_type text, last_at timestamptz, events integer,
 			dead_letters integer, seen integer, deadline timestamptz, step text, expected text[], service text,
-			after_topic text, after_partition integer, after_offset bigint)
+			after_topic text, after_partition integer, after_offset bigint, indexed timestamptz)
 		ON CONFLICT (correlation_id, saga) DO UPDATE SET started = excluded.started, ended = excluded.ended,
 		last_type = excluded.last_type, last_at = excluded.last_at, events = excluded.events,
 		dead_letters = excluded.dead_letters, seen = excluded.seen, deadline = excluded.deadline,
 		step = excluded.step, expected = excluded.expected, service = excluded.service,
 		after_topic = excluded.after_topic, after_partition = excluded.after_partition,
-		after_offset = excluded.after_offset
-		WHERE s.seen <= excluded.seen`, string(doc))
+		after_offset = excluded.after_offset, indexed = excluded.indexed
+		WHERE (s.indexed, s.seen) <= (excluded.indexed, excluded.seen)`, string(doc))
 	return nil
 }
 
 const summaryCols = `correlation_id, saga, started, ended, last_type, last_at, events, dead_letters, seen,
-	deadline, step, expected, service, after_topic, after_partition, after_offset`
+	deadline, step, expected, service, after_topic, after_partition, after_offset, indexed`
 
 // summaryRow is one saga summary as queueSummaries sends it. Its times come from the
 // index, so they have microsecond precision, as Postgres keeps them.
@@ -125,6 +128,7 @@ type summaryRow struct {
 	AfterTopic     string     `json:"after_topic"`
 	AfterPartition int32      `json:"after_partition"`
 	AfterOffset    int64      `json:"after_offset"`
+	Indexed        time.Time  `json:"indexed"` // the latest indexed_at of the rows it was computed from
 }
 
 // queueTypes queues the upsert of the latest producer of each event type in entries.

@@ -190,6 +190,7 @@ type entry struct {
 	traceID, causation             string
 	dead                           bool
 	reason, errText                string
+	indexed                        time.Time // when it was indexed; set when read back
 }
 
 // header returns the last value of key in r's headers.
