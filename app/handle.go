@@ -138,7 +138,8 @@ type handledKey struct{}
 // WithHandled returns ctx carrying ev as the event being handled, so that a [Publisher]
 // in ctx continues ev's saga. The kit runs every handler of [App.Handle] in such a
 // context; a handler run by other means (a consumer of its own, a unit test) gets the
-// same defaults with it.
+// same defaults with it. The handlers of a group added with [App.Consume] are not
+// wrapped: they call WithHandled themselves to get these defaults.
 func WithHandled(ctx context.Context, ev event.Event) context.Context {
 	return context.WithValue(ctx, handledKey{}, ev)
 }
