@@ -207,7 +207,6 @@ type sagaLanes struct {
 type laneItem struct {
 	X, Y         int
 	Class        string // event, dead, state
-	Lane         string
 	Label        string
 	At           string
 	Title        string
@@ -283,7 +282,7 @@ func buildSagaLanes(tl tracker.Timeline, o *Order) sagaLanes {
 	}
 	pos := map[string][2]int{} // event id → its dot
 	for i, it := range items {
-		li := laneItem{X: slLeft + slColumn/2 + i*slColumn, Y: laneY[it.lane], Class: it.class, Lane: it.lane,
+		li := laneItem{X: slLeft + slColumn/2 + i*slColumn, Y: laneY[it.lane], Class: it.class,
 			Label: it.label, At: it.at.UTC().Format("15:04:05.000"), Title: it.title}
 		li.BoxX = li.X - slBox/2
 		if from, ok := pos[it.cause]; ok && it.cause != "" {
