@@ -15,7 +15,7 @@ import (
 // attributes, consumer group, offset, key, message id). When the handlers return, the
 // span gets the outcome (choreo.outcome), the event type once decoded
 // (choreo.event.type), and the error, if any. opts select the tracer provider and
-// propagator (tracing.WithTracerProvider, tracing.WithTelemetry; default the otel
+// propagator (tracing.WithTracerProvider, tracing.WithPropagator; default the otel
 // globals).
 func Tracing(opts ...tracing.InstrumentOption) Middleware {
 	return traced(tracing.NewKafka(opts...))
