@@ -6,7 +6,8 @@
 # TRACES=1 (make demo TRACES=1) also builds and runs Jaeger v2 (scripts/jaeger.sh), points
 # the services at it and reads the stuck order's trace back from Jaeger's query API;
 # JAEGER_CHECK=1 (make jaeger-check) then fails unless that trace spans order and payment
-# and a completed saga's trace spans all three services.
+# and a completed saga's trace spans all three services, and unless sagactl console, given
+# Jaeger's query API, draws the stuck order's trace with spans of order and payment.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +17,7 @@ KAFKA_PORT=${DEMO_KAFKA_PORT:-19092}
 ORDER_ADDR=${DEMO_ORDER_ADDR:-127.0.0.1:18080}
 PAYMENT_ADDR=${DEMO_PAYMENT_ADDR:-127.0.0.1:18081}
 INVENTORY_ADDR=${DEMO_INVENTORY_ADDR:-127.0.0.1:18082}
+CONSOLE_ADDR=${DEMO_CONSOLE_ADDR:-127.0.0.1:18090}
 DEMO_DIR=.demo
 LOGS=$DEMO_DIR/logs
 
@@ -141,6 +143,22 @@ if [ -n "${TRACES:-}" ]; then
     [ -n "${JAEGER_CHECK:-}" ] && check+=(-complete inventory,order,payment)
     if ! bin/jaegercheck "${check[@]}"; then
       [ -n "${JAEGER_CHECK:-}" ] && exit 1
+    fi
+    if [ -n "${JAEGER_CHECK:-}" ]; then
+      # The console draws the same trace, read from Jaeger's query API, as a span waterfall
+      # on the stuck order's page: it must show spans of order and payment.
+      order_id=$(ORDER_URL="http://$ORDER_ADDR" bin/sagactl stuck -json | grep -o '"id": *"[^"]*"' | head -1 | sed 's/.*"\([^"]*\)"$/\1/')
+      ORDER_URL="http://$ORDER_ADDR" bin/sagactl console -addr "$CONSOLE_ADDR" -jaeger-query http://127.0.0.1:16686 >"$LOGS/console.log" 2>&1 &
+      pids+=($!)
+      wait_http "http://$CONSOLE_ADDR/" console
+      page=$(curl -fsS "http://$CONSOLE_ADDR/orders/$order_id")
+      for svc in order payment; do
+        if ! grep -q "data-service=\"$svc\"" <<<"$page"; then
+          echo "demo: the console's waterfall of order $order_id (http://$CONSOLE_ADDR/orders/$order_id) shows no span of $svc" >&2
+          exit 1
+        fi
+      done
+      echo "demo: the console's page of order $order_id draws its trace with $(grep -c '<g class="span ' <<<"$page") spans of order and payment"
     fi
   fi
   echo

@@ -62,13 +62,18 @@ func cmdConsole(ctx context.Context, args []string, std stdio) error {
 		"Postgres connection `URL` of the saga tracker's index (env TRACKER_DATABASE_URL); with it the console shows the tracker's sagas (sagactl track)")
 	trackerConfig := fs.String("tracker-config", std.getenv("TRACKER_CONFIG"),
 		"comma-separated saga declaration `files` the tracker runs with (env TRACKER_CONFIG); required with -tracker-db")
+	jaegerQuery := fs.String("jaeger-query", std.getenv("JAEGER_QUERY_URL"),
+		"base `URL` of Jaeger's query API (env JAEGER_QUERY_URL), e.g. http://127.0.0.1:16686; with it the order and saga pages draw the saga's trace as a span waterfall")
+	jaegerUI := fs.String("jaeger-ui", std.getenv("JAEGER_UI_URL"),
+		"base `URL` of the Jaeger UI (env JAEGER_UI_URL); with it the waterfall links to the trace there (unset: no link)")
 	trackerTable := fs.String("tracker-table", tracker.DefaultTable, "the tracker's index table `name` (as sagactl track -table)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), `usage: sagactl console [-addr 127.0.0.1:8090] [-metrics order=URL,...] [flags]
 
 Serves the operations console: an overview (orders by state, stuck orders, dead letters
 per topic and reason, consumer lag, outbox backlog; refreshed live), each order's
-timeline with its trace, and the dead letters with replay (the code of dlq replay).
+timeline with its trace (with -jaeger-query, the trace's spans as a waterfall read
+from Jaeger), and the dead letters with replay (the code of dlq replay).
 With -tracker-db and -tracker-config it also reads the saga tracker's index (sagactl
 track): sagas of every declared kind by status, the stuck ones with what they wait for,
 and each correlation id's timeline across services with its dead letters.
@@ -100,6 +105,9 @@ Flags:`)
 		return err
 	}
 	defer srv.close()
+	if srv.jaeger, err = newJaegerClient(*jaegerQuery, *jaegerUI, c.timeout); err != nil {
+		return err
+	}
 	if *trackerDB != "" {
 		cfg, err := loadTrackConfigs(*trackerConfig)
 		if err != nil {
@@ -195,6 +203,7 @@ type console struct {
 	token   string           // required of every request when set (-token)
 	hosts   map[string]bool  // host names answered besides loopback names and IPs (-hosts)
 	tr      *tracker.Tracker // the saga tracker's index (-tracker-db); nil without one
+	jaeger  *jaegerClient    // Jaeger's query API (-jaeger-query); nil without one
 
 	mu sync.Mutex
 	k  *kafka // connected on first use, so the console starts while the broker is down

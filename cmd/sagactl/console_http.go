@@ -261,7 +261,8 @@ type orderPage struct {
 	SearchURL string
 	Age       string
 	InState   string
-	Waiting   string // Order.waitingOn, as sagactl order prints it
+	Waiting   string     // Order.waitingOn, as sagactl order prints it
+	Trace     *waterfall // the order's trace read from Jaeger; nil without -jaeger-query
 }
 
 type historyRow struct {
@@ -295,6 +296,7 @@ func (s *console) handleOrder(w http.ResponseWriter, r *http.Request) {
 				`%7B%22saga.correlation_id%22%3A%22` + templateQueryEscape(o.ID) + `%22%7D`
 		}
 	}
+	op.Trace = s.traceWaterfall(ctx, o.TraceID)
 	var prev time.Time
 	for _, h := range o.History {
 		row := historyRow{Transition: h, Lane: laneOf(h.CauseEventType)}

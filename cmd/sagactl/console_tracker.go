@@ -145,6 +145,7 @@ type sagaPage struct {
 	OrderError  string // why the order API did not answer, when it failed
 	OrderWait   string // Order.waitingOn
 	CanCancel   bool
+	Trace       *waterfall // the saga's trace read from Jaeger; nil without -jaeger-query
 }
 
 // sagaEvent is one event row of the saga page.
@@ -189,6 +190,7 @@ func (s *console) handleSaga(w http.ResponseWriter, r *http.Request) {
 		sp.OrderError = err.Error()
 	}
 	sp.Lanes = buildSagaLanes(tl, sp.Order)
+	sp.Trace = s.traceWaterfall(ctx, sagaTraceID(tl, sp.Order))
 	p.Saga = sp
 	s.render(w, r, "saga", http.StatusOK, p)
 }
@@ -299,4 +301,18 @@ func buildSagaLanes(tl tracker.Timeline, o *Order) sagaLanes {
 	sl.Width = slLeft + max(len(items), 1)*slColumn + 20
 	sl.Height = slTop + len(names)*slLaneH + 10
 	return sl
+}
+
+// sagaTraceID is the trace the saga's events carry: the first event's with a trace id,
+// else the order's.
+func sagaTraceID(tl tracker.Timeline, o *Order) string {
+	for _, e := range tl.Events {
+		if e.TraceID != "" {
+			return e.TraceID
+		}
+	}
+	if o != nil {
+		return o.TraceID
+	}
+	return ""
 }

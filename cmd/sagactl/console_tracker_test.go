@@ -25,8 +25,8 @@ import (
 // (topics renamed) over an order saga stuck behind payment.authorized, whose event the
 // inventory group dead-lettered, a stuck shipping saga and a completed one, and reads
 // them through the console: the overview's counts and stuck sagas, the sagas list, and
-// each saga's page with its lanes, dead letters, replay and, where the order API knows
-// the id, the order's own lane and Cancel.
+// each saga's page with its lanes, dead letters, replay, the trace's waterfall and,
+// where the order API knows the id, the order's own lane and Cancel.
 func TestConsoleTrackerPages(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -118,6 +118,11 @@ func TestConsoleTrackerPages(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.tr.Close() //nolint:errcheck
+	// Jaeger's query API with the recorded trace under the id the events' traceparent carries.
+	traceBody, _ := loadJaegerFixture(t)
+	if srv.jaeger, err = newJaegerClient(fakeJaeger(t, "4bf92f3577b34da6a3ce929d0e0e4736", traceBody).URL, "", c.timeout); err != nil {
+		t.Fatal(err)
+	}
 	h := srv.handler()
 
 	// Overview: counts per kind, the stuck sagas with what they wait for, oldest first.
@@ -185,7 +190,8 @@ func TestConsoleTrackerPages(t *testing.T) {
 		`waiting for inventory to answer payment.authorized`, "4bf92f3577b34da6a3ce929d0e0e4736",
 		`name="rec" value="` + dlq + `|0:0"`, `action="/dlq/replay"`, `id="cancel-button"`,
 		"for payment to answer order.created", "&lt;script&gt;alert(&#34;dlq&#34;)&lt;/script&gt;",
-		`class="cause"`, // payment.authorized was caused by order.created
+		`class="cause"`,                                                          // payment.authorized was caused by order.created
+		`id="trace-waterfall"`, `data-service="order"`, `data-service="payment"`, // the trace, read from Jaeger
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("saga page o-1 lacks %s", want)
