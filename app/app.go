@@ -183,7 +183,12 @@ func New(ctx context.Context, service string, opts ...Option) (a *App, err error
 	if o.poolConfig != nil {
 		o.poolConfig(pcfg)
 	}
-	if a.Pool, err = tracing.NewPool(ctx, pcfg, inst...); err != nil {
+	tracing.InstrumentPostgres(pcfg, inst...)
+	if a.Pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		return nil, fmt.Errorf("app: postgres: %w", err)
+	}
+	if err := tracing.RecordPoolStats(a.Pool, inst...); err != nil {
+		a.Pool.Close()
 		return nil, fmt.Errorf("app: postgres: %w", err)
 	}
 	// The warm-up first: pgxpool opens MinConns in the background from here, and a ping
@@ -210,8 +215,8 @@ func New(ctx context.Context, service string, opts ...Option) (a *App, err error
 		}
 	}
 	// The tables of the store, outbox and archive the App uses, whatever their names.
-	err = migrate.Up(ctx, a.Pool, migrate.IdempotencyTable(a.Store.TableName()),
-		migrate.OutboxTable(a.Outbox.TableName()), migrate.DeadLetterTable(a.archive.TableName()))
+	err = migrate.Up(ctx, a.Pool, migrate.WithIdempotencyTable(a.Store.TableName()),
+		migrate.WithOutboxTable(a.Outbox.TableName()), migrate.WithDeadLetterTable(a.archive.TableName()))
 	if err != nil {
 		return nil, fmt.Errorf("app: %w", err)
 	}

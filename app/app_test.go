@@ -28,6 +28,7 @@ import (
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/lock"
+	"github.com/choreo-saga/choreo/migrate"
 )
 
 // freshDSN returns a DSN naming a database that does not exist yet on the test server,
@@ -110,7 +111,7 @@ func TestMigrations(t *testing.T) {
 	for i := range errs {
 		wg.Go(func() {
 			if i%2 == 0 {
-				errs[i] = app.MigrateLibrary(ctx, pool, nil)
+				errs[i] = migrate.Up(ctx, pool)
 			} else {
 				errs[i] = app.MigrateSQL(ctx, pool, "widgets", script)
 			}

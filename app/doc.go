@@ -63,7 +63,7 @@
 //
 // # Helpers without the App
 //
-// [EnsureDatabase], [MigrateLibrary], [MigrateSQL], [EnsureTopics], [NewLogger],
+// [EnsureDatabase], [MigrateSQL], [EnsureTopics], [NewLogger],
 // [ReadyHandler] and [HealthHandler] work on their own, for services that keep their own
 // main loop. Package apptest drives a service through Kafka in tests.
 //

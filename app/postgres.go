@@ -11,18 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choreo-saga/choreo/migrate"
-	"github.com/choreo-saga/choreo/outbox"
 )
-
-// Execer runs SQL; *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it.
-type Execer interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
-
-// Beginner starts a transaction; *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it.
-type Beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
 
 // EnsureDatabase creates the database named in dsn if it does not exist, connecting to
 // the server's "postgres" maintenance database to do so (the dsn's user needs the
@@ -67,29 +56,12 @@ func isPgCode(err error, code string) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == code
 }
 
-// MigrateLibrary applies the migrations of the library's tables (see the package
-// migrate) in the current search_path: the idempotency records and the dead-letter archive
-// under their default names, the lock fences, and the outbox tables of o (default
-// outbox.DefaultTable). It runs in one transaction under the advisory lock every choreo
-// migration takes, so all instances may run it at start. db is a *pgxpool.Pool, a
-// *pgx.Conn or a pgx.Tx. New migrates the tables of the App's own store, outbox and
-// archive instead.
-func MigrateLibrary(ctx context.Context, db Beginner, o *outbox.Outbox) error {
-	var opts []migrate.Option
-	if o != nil {
-		opts = append(opts, migrate.OutboxTable(o.TableName()))
-	}
-	if err := migrate.Up(ctx, db, opts...); err != nil {
-		return fmt.Errorf("app: %w", err)
-	}
-	return nil
-}
-
 // MigrateSQL runs script (one or more statements, typically a service's embedded
 // schema.sql written with IF NOT EXISTS) in one transaction that first takes a
 // transaction-scoped advisory lock derived from name, so instances starting together
-// apply it one after the other instead of racing on the catalog.
-func MigrateSQL(ctx context.Context, db Beginner, name, script string) error {
+// apply it one after the other instead of racing on the catalog. It is for a service's
+// own tables; the library's are migrate.Up's.
+func MigrateSQL(ctx context.Context, db migrate.Beginner, name, script string) error {
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", "choreo/app/migrate/"+name); err != nil {
 			return err

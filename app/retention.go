@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/choreo-saga/choreo/idempotency"
+	"github.com/choreo-saga/choreo/migrate"
 )
 
 // Names of the retention variables of [LoadConfig].
@@ -61,7 +62,7 @@ func (c Config) idempotencyRetention() time.Duration {
 // PruneDeadLetters deletes the rows of the dead-letter archive table created more than
 // retention ago, in batches, and returns how many it deleted. The App runs it every
 // DefaultDeadLetterPruneInterval with Config.DeadLetterRetention.
-func PruneDeadLetters(ctx context.Context, db Execer, table string, retention time.Duration) (int64, error) {
+func PruneDeadLetters(ctx context.Context, db migrate.Execer, table string, retention time.Duration) (int64, error) {
 	t := pgx.Identifier{table}.Sanitize()
 	var total int64
 	for {

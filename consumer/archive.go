@@ -9,20 +9,20 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/choreo-saga/choreo/idempotency"
-	"github.com/choreo-saga/choreo/internal/migrate"
 	"github.com/choreo-saga/choreo/internal/sqlname"
+	"github.com/choreo-saga/choreo/migrate"
 )
 
 // DeadLetterArchive is a Postgres table holding the full original of every record that
 // DeadLetter could not copy whole to its dead-letter topic: refused for its size, or
 // its dead-letter topic is missing. DeadLetter writes the row, in a transaction of its
 // own, before it lets the record's offset be committed. Build it with
-// NewDeadLetterArchive, create the table with Migrate, and pass it to DeadLetter with
+// NewDeadLetterArchive, create the table with migrate.Up (migrate.WithDeadLetterTable for
+// another name), and pass it to DeadLetter with
 // DeadLetterArchiveTo (or StandardConfig.DeadLetterArchive). It is safe for concurrent
 // use.
 type DeadLetterArchive struct {
-	db     idempotency.Beginner
+	db     migrate.Beginner
 	table  sqlname.Name
 	name   string // as given
 	quoted string // table.Quoted()
@@ -33,7 +33,7 @@ type DeadLetterArchive struct {
 // ("billing.dead_letters"); its parts are quoted, so they are case-sensitive. An empty
 // part, a part longer than 63 bytes or more than one dot is an error matching
 // ErrInvalidConfig.
-func NewDeadLetterArchive(db idempotency.Beginner, table string) (*DeadLetterArchive, error) {
+func NewDeadLetterArchive(db migrate.Beginner, table string) (*DeadLetterArchive, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: dead-letter archive: nil database", ErrInvalidConfig)
 	}
@@ -49,24 +49,6 @@ func NewDeadLetterArchive(db idempotency.Beginner, table string) (*DeadLetterArc
 
 // TableName returns the archive's table name as given (DefaultDeadLetterTable if "").
 func (a *DeadLetterArchive) TableName() string { return a.name }
-
-// Schema returns the SQL of every migration of the archive's table, in version order,
-// each after a "-- choreo migration: dead_letters version N" line, for the migration tool
-// of your choice. Every step is safe to re-run (IF NOT EXISTS); it takes no lock and
-// records no version (Migrate does both).
-func (a *DeadLetterArchive) Schema() string { return migrate.DeadLetters(a.table).SQL() }
-
-// Migrate applies the numbered migrations of the archive's table that the archive's
-// database has not recorded yet, in one transaction holding the advisory lock that every
-// choreo migration takes, and records each version in choreo_schema_migrations (see the
-// package migrate for all of the library's tables at once). It is safe to call on every
-// start and from several processes at once.
-func (a *DeadLetterArchive) Migrate(ctx context.Context) error {
-	if err := migrate.Apply(ctx, a.db, migrate.DeadLetters(a.table)); err != nil {
-		return fmt.Errorf("consumer: dead-letter archive %s: %w", a.quoted, err)
-	}
-	return nil
-}
 
 // archiveHeader is one record header as the archive's headers column stores it: the value
 // is base64 (encoding/json's encoding of []byte), since header values are bytes.

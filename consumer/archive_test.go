@@ -27,6 +27,7 @@ import (
 
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/internal/testenv"
+	"github.com/choreo-saga/choreo/migrate"
 )
 
 // archiveRow is one row of the dead-letter archive, as the tests read it.
@@ -72,7 +73,7 @@ func newArchive(t testing.TB, pool *pgxpool.Pool, table string) *DeadLetterArchi
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Migrate(context.Background()); err != nil {
+	if err := migrate.Up(context.Background(), pool, migrate.WithDeadLetterTable(a.TableName())); err != nil {
 		t.Fatal(err)
 	}
 	return a
@@ -511,17 +512,21 @@ func TestNewDeadLetterArchive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(a.Schema(), `CREATE TABLE IF NOT EXISTS "odd""name"`) {
-		t.Errorf("schema:\n%s", a.Schema())
+	up := func() error {
+		return migrate.Up(context.Background(), pool, migrate.WithDeadLetterTable(a.TableName()))
+	}
+	if s, err := migrate.SQL(migrate.WithDeadLetterTable(a.TableName())); err != nil ||
+		!strings.Contains(s, `CREATE TABLE IF NOT EXISTS "odd""name"`) {
+		t.Errorf("schema:\n%s (%v)", s, err)
 	}
 	// Several instances migrating at once, twice.
 	var wg sync.WaitGroup
 	errs := make([]error, 4)
 	for i := range errs {
-		wg.Go(func() { errs[i] = a.Migrate(context.Background()) })
+		wg.Go(func() { errs[i] = up() })
 	}
 	wg.Wait()
-	if err := errors.Join(append(errs, a.Migrate(context.Background()))...); err != nil {
+	if err := errors.Join(append(errs, up())...); err != nil {
 		t.Fatal(err)
 	}
 	if n := count(t, pool, `SELECT count(*) FROM "odd""name"`); n != 0 {

@@ -65,7 +65,9 @@ func (cfg *StandardConfig) resolve() (*chain, error) {
 	if c.logger == nil {
 		c.logger = slog.Default()
 	}
-	c.decode = cloudEvents(cfg.Decode)
+	if c.decode, err = cloudEvents(cfg.Decode); err != nil {
+		return nil, err
+	}
 	if cfg.Decoder != nil {
 		c.decode = validated(cfg.Decoder)
 	}

@@ -19,9 +19,10 @@ type Decoder func(r *kgo.Record) (event.Event, error)
 
 // Decode decodes the record into m.Event with event.FromRecord. A record that cannot be
 // decoded fails with an error matching event.ErrMalformed, which is non-retryable: placed
-// inside DeadLetter, such a record is dead-lettered at once.
-func Decode(opts ...event.DecodeOption) Middleware {
-	return decodeWith(cloudEvents(opts))
+// inside DeadLetter, such a record is dead-lettered at once. StandardConfig.Decode sets
+// other limits.
+func Decode() Middleware {
+	return decodeWith(event.FromRecord)
 }
 
 // decodeWith is Decode with any Decoder.
@@ -36,9 +37,13 @@ func decodeWith(d Decoder) Middleware {
 	}
 }
 
-// cloudEvents is the default Decoder: event.FromRecord with opts.
-func cloudEvents(opts []event.DecodeOption) Decoder {
-	return func(r *kgo.Record) (event.Event, error) { return event.FromRecord(r, opts...) }
+// cloudEvents is the default Decoder: an event.Decoder with opts.
+func cloudEvents(opts []event.DecodeOption) (Decoder, error) {
+	d, err := event.NewDecoder(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return d.Decode, nil
 }
 
 // validated makes d's events pass event.Event.Validate (event.FromRecord validates its

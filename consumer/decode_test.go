@@ -22,7 +22,7 @@ func TestDecode(t *testing.T) {
 		{"valid", good, nil, nil},
 		{"no headers", &kgo.Record{Topic: "orders", Key: []byte("o-1"), Value: []byte(`{}`)}, nil, event.ErrMalformed},
 		{"bad json", &kgo.Record{Topic: "orders", Key: []byte("o-1"), Value: []byte(`{`), Headers: good.Headers}, nil, event.ErrMalformed},
-		{"payload limit", tooBig, []event.DecodeOption{event.MaxPayloadBytes(8)}, event.ErrPayloadTooLarge},
+		{"payload limit", tooBig, []event.DecodeOption{event.WithMaxPayloadBytes(8)}, event.ErrPayloadTooLarge},
 		// Attributes Postgres cannot store in text columns (SQLSTATE 22021) are poison,
 		// not a retryable failure of every transaction that stores them.
 		{"NUL in ce_id", withRecordHeader(good, event.HeaderID, "e-\x00"), nil, event.ErrInvalidHeader},
@@ -33,7 +33,11 @@ func TestDecode(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			called := false
 			m := &Message{Record: tt.rec}
-			err := Decode(tt.opts...)(func(_ context.Context, m *Message) error {
+			d, err := cloudEvents(tt.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = decodeWith(d)(func(_ context.Context, m *Message) error {
 				called = true
 				if !m.Decoded || m.Event.Type != "order.created" || m.Event.Subject != "o-1" || m.Subject() != "o-1" {
 					t.Errorf("decoded %+v", m.Event)

@@ -8,8 +8,8 @@
 //	router := consumer.NewRouter().
 //		Handle("order.created", charge).   // func(ctx, tx pgx.Tx, ev event.Event) error
 //		Ignore("order.viewed")
+//	err := migrate.Up(ctx, pool)                            // the library's tables, at every start
 //	archive, err := consumer.NewDeadLetterArchive(pool, "") // choreo_dead_letters
-//	err = archive.Migrate(ctx)                               // at every start
 //	h, err := consumer.Standard(consumer.StandardConfig{
 //		DB: pool, Router: router, DeadLetter: kafkaClient, Locker: locker,
 //		Name: "charge", AfterCommit: []func(){ob.Wake}, DeadLetterArchive: archive,

@@ -313,7 +313,7 @@ func migratedOutbox(t testing.TB, pool *pgxpool.Pool) *outbox.Outbox {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ob.Migrate(context.Background(), pool); err != nil {
+	if err := migrate.Up(context.Background(), pool); err != nil {
 		t.Fatal(err)
 	}
 	return ob

@@ -14,6 +14,7 @@ import (
 	"github.com/choreo-saga/choreo/internal/pipetx"
 	"github.com/choreo-saga/choreo/internal/txhook"
 	"github.com/choreo-saga/choreo/lock"
+	"github.com/choreo-saga/choreo/migrate"
 )
 
 // errRollback makes pipetx.Run roll back a duplicate's transaction, which wrote nothing.
@@ -22,7 +23,7 @@ var errRollback = errors.New("consumer: rollback")
 // IdempotentConfig configures Idempotent.
 type IdempotentConfig struct {
 	// DB opens the transactions. Required.
-	DB idempotency.Beginner
+	DB migrate.Beginner
 	// Store records idempotency keys (default idempotency.NewStore()).
 	Store *idempotency.Store
 	// Name identifies the handler within its consumer group: the idempotency scope of a
@@ -78,7 +79,7 @@ const defaultHandlerName = "handler"
 // transactor is Idempotent's configuration with its defaults applied: the transaction in
 // which one record (Idempotent) or a batch (StandardBatch) is claimed and handled.
 type transactor struct {
-	db          idempotency.Beginner
+	db          migrate.Beginner
 	store       *idempotency.Store
 	name        string
 	fence       bool

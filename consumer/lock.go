@@ -8,7 +8,10 @@ import (
 	"github.com/choreo-saga/choreo/lock"
 )
 
-// Locker acquires per-entity leases; *lock.Locker satisfies it. Batch mode
+// Locker acquires per-entity leases; *lock.Locker satisfies it. Its leases are package
+// lock's, because the fence check (StandardConfig.Fence) compares their tokens with the
+// ones lock records in Postgres: the interface exists to wrap a *lock.Locker (to count
+// or trace acquisitions), not to replace package lock. Batch mode
 // (StandardBatch) acquires a batch's leases with AcquireAll, all or none. Leases acquired
 // by Lock are released in the background: call the Locker's Wait before the process
 // exits (app.App does).

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/choreo-saga/choreo/idempotency"
+	"github.com/choreo-saga/choreo/migrate"
 )
 
 // poolCheckInterval is how often a handler chain looks again at how many partitions its
@@ -42,7 +42,7 @@ type poolCheck struct {
 }
 
 // newPoolCheck returns the check for db, or nil (no check) when db is not a pgxpool.
-func newPoolCheck(db idempotency.Beginner) *poolCheck {
+func newPoolCheck(db migrate.Beginner) *poolCheck {
 	p, ok := db.(*pgxpool.Pool)
 	if !ok || p == nil {
 		return nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/idempotency"
+	"github.com/choreo-saga/choreo/migrate"
 	"github.com/choreo-saga/choreo/tracing"
 )
 
@@ -18,7 +19,7 @@ import (
 // required; every other zero field takes the default of the middleware it configures.
 type StandardConfig struct {
 	// DB opens the handlers' transactions (a *pgxpool.Pool). Required.
-	DB idempotency.Beginner
+	DB migrate.Beginner
 	// Router routes events by type. Set Router or Handler.
 	Router *Router
 	// Handler handles every event. Set Router or Handler.
@@ -54,7 +55,8 @@ type StandardConfig struct {
 	// Retry.Probes.Postgres is nil and DB has a Ping method (a *pgxpool.Pool does), DB's
 	// Ping is the Postgres probe that confirms outages (see Retry).
 	Retry RetryConfig
-	// Decode options, e.g. event.MaxPayloadBytes, for the default decoder.
+	// Decode options, e.g. event.WithMaxPayloadBytes, for the default decoder; an invalid
+	// one is Standard's error.
 	Decode []event.DecodeOption
 	// Decoder turns records into events (default event.FromRecord with the Decode
 	// options); set it for producers that do not write CloudEvents (see Decoder).

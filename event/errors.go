@@ -10,6 +10,9 @@ import (
 // dead-letter topic at once.
 var ErrMalformed = errors.New("event: malformed")
 
+// ErrInvalidConfig is wrapped by NewDecoder's error for an invalid DecodeOption.
+var ErrInvalidConfig = errors.New("event: invalid configuration")
+
 // Finer kinds of malformed input. Each error matching one of them also matches ErrMalformed.
 var (
 	// ErrMissingHeader: a required CloudEvents attribute is absent or empty.

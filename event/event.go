@@ -44,7 +44,7 @@ const (
 	// MaxFieldBytes bounds every string field of the envelope.
 	MaxFieldBytes = 255
 	// DefaultMaxPayloadBytes is the payload size limit FromRecord applies unless
-	// MaxPayloadBytes says otherwise.
+	// WithMaxPayloadBytes says otherwise.
 	DefaultMaxPayloadBytes = 1 << 20
 	// MaxHeaders bounds the number of headers of a record FromRecord accepts.
 	MaxHeaders = 64

@@ -172,11 +172,15 @@ func TestFromRecordRejectsBadInput(t *testing.T) {
 		{"invalid json", withValue([]byte(`{"amount":`)), nil, event.ErrInvalidPayload, "JSON"},
 		{"empty payload", withValue(nil), nil, event.ErrInvalidPayload, "JSON"},
 		{"too large default", withValue([]byte(`"` + strings.Repeat("a", event.DefaultMaxPayloadBytes) + `"`)), nil, event.ErrPayloadTooLarge, "limit 1048576"},
-		{"too large configured", withValue([]byte(`"0123456789"`)), []event.DecodeOption{event.MaxPayloadBytes(8)}, event.ErrPayloadTooLarge, "12 bytes, limit 8"},
+		{"too large configured", withValue([]byte(`"0123456789"`)), []event.DecodeOption{event.WithMaxPayloadBytes(8)}, event.ErrPayloadTooLarge, "12 bytes, limit 8"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := event.FromRecord(tt.rec, tt.opts...)
+			d, err := event.NewDecoder(tt.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = d.Decode(tt.rec)
 			if !errors.Is(err, event.ErrMalformed) || !errors.Is(err, tt.kind) {
 				t.Fatalf("err = %v, want ErrMalformed and %v", err, tt.kind)
 			}

@@ -32,7 +32,7 @@ func FuzzFromRecord(f *testing.F) {
 				rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: h[0], Value: []byte(h[1])})
 			}
 		}
-		e, err := event.FromRecord(rec, event.MaxPayloadBytes(4096))
+		e, err := fuzzDecoder.Decode(rec)
 		if err != nil {
 			if !errors.Is(err, event.ErrMalformed) {
 				t.Fatalf("error %v does not match ErrMalformed", err)
@@ -66,7 +66,7 @@ func FuzzFromStructuredRecord(f *testing.F) {
 		rec := &kgo.Record{Key: key, Value: value, Headers: []kgo.RecordHeader{
 			{Key: event.HeaderContentType, Value: []byte("application/cloudevents+json")},
 		}}
-		e, err := event.FromRecord(rec, event.MaxPayloadBytes(4096))
+		e, err := fuzzDecoder.Decode(rec)
 		if err != nil {
 			if !errors.Is(err, event.ErrMalformed) {
 				t.Fatalf("error %v does not match ErrMalformed", err)
@@ -86,3 +86,7 @@ func FuzzFromStructuredRecord(f *testing.F) {
 		}
 	})
 }
+
+// fuzzDecoder is the decoder of the fuzz tests: a small payload limit, so that the limit
+// is reached too.
+var fuzzDecoder, _ = event.NewDecoder(event.WithMaxPayloadBytes(4096))

@@ -59,24 +59,47 @@ func ToRecord(topic string, e Event) (*kgo.Record, error) {
 	}, nil
 }
 
-// DecodeOption configures FromRecord.
-type DecodeOption func(*decoder)
+// DecodeOption configures a Decoder. An invalid value is an error from NewDecoder that
+// wraps ErrInvalidConfig.
+type DecodeOption func(*Decoder) error
 
-type decoder struct {
+// Decoder decodes records like FromRecord, with limits of its own; build it with
+// NewDecoder. It is safe for concurrent use.
+type Decoder struct {
 	maxPayload int
 }
 
-// MaxPayloadBytes sets the largest record value FromRecord accepts. The default is
-// DefaultMaxPayloadBytes (1 MiB); n <= 0 keeps the default.
-func MaxPayloadBytes(n int) DecodeOption {
-	return func(d *decoder) {
-		if n > 0 {
-			d.maxPayload = n
+// WithMaxPayloadBytes sets the largest record value the Decoder accepts; n must be
+// positive. Default: DefaultMaxPayloadBytes (1 MiB).
+func WithMaxPayloadBytes(n int) DecodeOption {
+	return func(d *Decoder) error {
+		if n <= 0 {
+			return fmt.Errorf("%w: WithMaxPayloadBytes(%d): want a positive size", ErrInvalidConfig, n)
 		}
+		d.maxPayload = n
+		return nil
 	}
 }
 
-// FromRecord decodes a CloudEvents 1.0 record written in either Kafka content mode.
+// NewDecoder returns a Decoder with opts applied in order; the first invalid option is
+// its error.
+func NewDecoder(opts ...DecodeOption) (*Decoder, error) {
+	d := &Decoder{maxPayload: DefaultMaxPayloadBytes}
+	for _, o := range opts {
+		if err := o(d); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// defaultDecoder is FromRecord's: every limit at its default.
+var defaultDecoder = Decoder{maxPayload: DefaultMaxPayloadBytes}
+
+// FromRecord decodes r with the default limits (see Decoder.Decode).
+func FromRecord(r *kgo.Record) (Event, error) { return defaultDecoder.Decode(r) }
+
+// Decode decodes a CloudEvents 1.0 record written in either Kafka content mode.
 //
 // Binary mode (the default, and what ToRecord writes): the value is the payload and the
 // attributes are ce_* headers. Required: ce_specversion ("1.0"), ce_id (any non-empty
@@ -96,11 +119,7 @@ func MaxPayloadBytes(n int) DecodeOption {
 // headers within MaxHeaders and MaxHeaderBytes. When a header appears more than once, the
 // last one wins. Every error matches ErrMalformed and one of the finer sentinels;
 // FromRecord never panics on any input.
-func FromRecord(r *kgo.Record, opts ...DecodeOption) (Event, error) {
-	d := decoder{maxPayload: DefaultMaxPayloadBytes}
-	for _, o := range opts {
-		o(&d)
-	}
+func (d *Decoder) Decode(r *kgo.Record) (Event, error) {
 	if r == nil {
 		return Event{}, &Error{Field: "record", Kind: ErrMissingHeader, Detail: "nil record"}
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/choreo-saga/choreo/idempotency"
 	"github.com/choreo-saga/choreo/internal/testenv"
+	"github.com/choreo-saga/choreo/migrate"
 )
 
 // statementCounter is a pgx tracer that counts the round trips sent (a statement
@@ -45,7 +46,7 @@ func (c *statementCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBa
 
 // setupCounted is setup with a pool whose statements are counted; schema,
 // if not empty, is created first (for a WithTable option that names it).
-func setupCounted(t *testing.T, schema string, opts ...idempotency.TableOption) (*pgxpool.Pool, *statementCounter) {
+func setupCounted(t *testing.T, schema string, opts ...migrate.Option) (*pgxpool.Pool, *statementCounter) {
 	t.Helper()
 	counter := new(statementCounter)
 	pool := testenv.PostgresWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = counter })
@@ -268,7 +269,7 @@ func TestClaimAllErrors(t *testing.T) {
 // table is taken over with one more statement after the lookup; a live one
 // is a duplicate.
 func TestClaimAllTakesOverExpired(t *testing.T) {
-	pool, counter := setupCounted(t, "billing", idempotency.WithTable("billing.idem"))
+	pool, counter := setupCounted(t, "billing", migrate.WithIdempotencyTable("billing.idem"))
 	ctx := context.Background()
 	if _, err := pool.Exec(ctx, `INSERT INTO billing.idem (scope, key, request_hash, response, expires_at) VALUES
 		('s', 'expired', 'old', 'old response', now() - interval '1 second'),
@@ -603,7 +604,7 @@ func benchmarkClaims(b *testing.B, claim func(ctx context.Context, store *idempo
 	counter := new(statementCounter)
 	ctx := context.Background()
 	pool := testenv.PostgresWith(b, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = counter })
-	if err := idempotency.Migrate(ctx, pool); err != nil {
+	if err := migrate.Up(ctx, pool); err != nil {
 		b.Fatal(err)
 	}
 	store := newStore(b)

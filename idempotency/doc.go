@@ -19,8 +19,8 @@
 //
 // # Use
 //
-// Create the table once with Migrate (or copy Schema into your migration
-// tool), then either call Claim and Complete inside your own transaction:
+// Create the table once with migrate.Up (or copy migrate.SQL into your
+// migration tool), then either call Claim and Complete inside your own transaction:
 //
 //	c, err := store.Claim(ctx, tx, "payment", ev.ID, idempotency.Hash(ev.Data))
 //	if err != nil || c.Duplicate {

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choreo-saga/choreo/idempotency"
+	"github.com/choreo-saga/choreo/migrate"
 )
 
 // exampleDB connects to the test Postgres (CHOREO_TEST_POSTGRES_DSN, else
@@ -48,7 +49,7 @@ func ExampleStore_Claim() {
 	ctx := context.Background()
 	pool, cleanup := exampleDB(ctx)
 	defer cleanup()
-	if err := idempotency.Migrate(ctx, pool); err != nil {
+	if err := migrate.Up(ctx, pool); err != nil {
 		panic(err)
 	}
 	store, err := idempotency.NewStore()
@@ -89,7 +90,7 @@ func ExampleStore_Do() {
 	ctx := context.Background()
 	pool, cleanup := exampleDB(ctx)
 	defer cleanup()
-	if err := idempotency.Migrate(ctx, pool); err != nil {
+	if err := migrate.Up(ctx, pool); err != nil {
 		panic(err)
 	}
 	store, err := idempotency.NewStore()
@@ -121,7 +122,7 @@ func ExampleStore_QueueNewClaim() {
 	ctx := context.Background()
 	pool, cleanup := exampleDB(ctx)
 	defer cleanup()
-	if err := idempotency.Migrate(ctx, pool); err != nil {
+	if err := migrate.Up(ctx, pool); err != nil {
 		panic(err)
 	}
 	store, err := idempotency.NewStore()
@@ -169,7 +170,7 @@ func ExampleSweeper() {
 	ctx := context.Background()
 	pool, cleanup := exampleDB(ctx)
 	defer cleanup()
-	if err := idempotency.Migrate(ctx, pool); err != nil {
+	if err := migrate.Up(ctx, pool); err != nil {
 		panic(err)
 	}
 	_, _ = pool.Exec(ctx, `INSERT INTO choreo_idempotency (scope, key, request_hash, expires_at)

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/choreo-saga/choreo/internal/testenv"
+	"github.com/choreo-saga/choreo/migrate"
 )
 
 // ClaimAll's lookup of the keys its INSERT did not take is planned as one primary-key
@@ -17,7 +18,7 @@ import (
 func TestClaimAllGenericPlanProbesThePrimaryKey(t *testing.T) {
 	ctx := context.Background()
 	pool := testenv.Postgres(t)
-	if err := Migrate(ctx, pool); err != nil {
+	if err := migrate.Up(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
 	s, err := NewStore()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/choreo-saga/choreo/internal/sqlname"
 	"github.com/choreo-saga/choreo/internal/txhook"
+	"github.com/choreo-saga/choreo/migrate"
 )
 
 // DefaultRetention is how long a record guards its key when no
@@ -61,7 +62,7 @@ type StoreOption interface{ applyStore(*config) error }
 // WithSweepInterval, WithSweepHook.
 type SweeperOption interface{ applySweeper(*config) error }
 
-// TableOption is the option of WithTable: it configures a Store, a Sweeper and Migrate.
+// TableOption is the option of WithTable: it configures a Store and a Sweeper.
 type TableOption func(*config) error
 
 func (o TableOption) applyStore(c *config) error   { return o(c) }
@@ -456,12 +457,6 @@ func (s *Store) Complete(ctx context.Context, tx pgx.Tx, scope, key string, resp
 	return nil
 }
 
-// Beginner starts a transaction; *pgxpool.Pool, *pgx.Conn and pgx.Tx (a
-// savepoint) satisfy it.
-type Beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
-
 // Do runs fn at most once per (scope, key) in a transaction it opens on db
 // and commits, in the style of pgx.BeginFunc. It is meant for requests that
 // carry their own idempotency key, such as an HTTP Idempotency-Key header.
@@ -472,7 +467,7 @@ type Beginner interface {
 // is returned unchanged. On a later call with the same key and hash, fn does
 // not run and the stored response is returned with duplicate == true. A
 // different hash yields ErrKeyReused.
-func (s *Store) Do(ctx context.Context, db Beginner, scope, key string, requestHash []byte,
+func (s *Store) Do(ctx context.Context, db migrate.Beginner, scope, key string, requestHash []byte,
 	fn func(ctx context.Context, tx pgx.Tx) ([]byte, error),
 ) (response []byte, duplicate bool, err error) {
 	if err := checkKey(scope, key); err != nil {

@@ -17,11 +17,12 @@ import (
 
 	"github.com/choreo-saga/choreo/idempotency"
 	"github.com/choreo-saga/choreo/internal/testenv"
+	"github.com/choreo-saga/choreo/migrate"
 )
 
 // setup returns a pool on a fresh database with the idempotency table and
 // a business table "effects" counting how often the work ran per key.
-func setup(t *testing.T, opts ...idempotency.TableOption) *pgxpool.Pool {
+func setup(t *testing.T, opts ...migrate.Option) *pgxpool.Pool {
 	t.Helper()
 	return setupPool(t, testenv.Postgres(t), opts...)
 }
@@ -43,10 +44,10 @@ func setupWide(t *testing.T, maxConns int32) *pgxpool.Pool {
 	return setupPool(t, pool)
 }
 
-func setupPool(t *testing.T, pool *pgxpool.Pool, opts ...idempotency.TableOption) *pgxpool.Pool {
+func setupPool(t *testing.T, pool *pgxpool.Pool, opts ...migrate.Option) *pgxpool.Pool {
 	t.Helper()
 	ctx := context.Background()
-	if err := idempotency.Migrate(ctx, pool, opts...); err != nil {
+	if err := migrate.Up(ctx, pool, opts...); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, `CREATE TABLE effects (key text PRIMARY KEY, n int NOT NULL)`); err != nil {
@@ -83,17 +84,17 @@ func TestMigrateIsIdempotentUnderConcurrency(t *testing.T) {
 			var wg sync.WaitGroup
 			errs := make(chan error, 8)
 			for range 8 {
-				wg.Go(func() { errs <- idempotency.Migrate(ctx, pool, idempotency.WithTable(table)) })
+				wg.Go(func() { errs <- migrate.Up(ctx, pool, migrate.WithIdempotencyTable(table)) })
 			}
 			wg.Wait()
 			close(errs)
 			for err := range errs {
 				if err != nil {
-					t.Fatalf("concurrent Migrate: %v", err)
+					t.Fatalf("concurrent Up: %v", err)
 				}
 			}
-			if err := idempotency.Migrate(ctx, pool, idempotency.WithTable(table)); err != nil {
-				t.Fatalf("repeated Migrate: %v", err)
+			if err := migrate.Up(ctx, pool, migrate.WithIdempotencyTable(table)); err != nil {
+				t.Fatalf("repeated Up: %v", err)
 			}
 			store := newStore(t, idempotency.WithTable(table))
 			_, dup, err := store.Do(ctx, pool, "s", "k", nil, func(context.Context, pgx.Tx) ([]byte, error) { return nil, nil })
@@ -107,15 +108,13 @@ func TestMigrateIsIdempotentUnderConcurrency(t *testing.T) {
 		AND tablename = 'Idem Keys' AND indexname IN ('Idem Keys_pkey', 'Idem Keys_expires_at_idx')`).Scan(&indexes); err != nil || indexes != 2 {
 		t.Fatalf("custom table has %d of its 2 indexes (%v)", indexes, err)
 	}
-	if custom, err := idempotency.SchemaFor("billing.Idem Keys"); err != nil || strings.Contains(custom, "choreo_idempotency") {
-		t.Fatalf("SchemaFor left the default name in:\n%s (%v)", custom, err)
-	}
-	if !strings.Contains(idempotency.Schema, `"choreo_idempotency"`) {
-		t.Fatalf("Schema does not create the default table:\n%s", idempotency.Schema)
+	if custom, err := migrate.SQL(migrate.WithIdempotencyTable("billing.Idem Keys")); err != nil ||
+		!strings.Contains(custom, `"billing"."Idem Keys"`) || strings.Contains(custom, "choreo_idempotency") {
+		t.Fatalf("SQL for a custom table:\n%s (%v)", custom, err)
 	}
 	for _, bad := range []string{"", "a.b.c", ".x", "x."} {
-		if err := idempotency.Migrate(ctx, pool, idempotency.WithTable(bad)); !errors.Is(err, idempotency.ErrInvalidConfig) {
-			t.Errorf("Migrate(WithTable(%q)) = %v, want ErrInvalidConfig", bad, err)
+		if _, err := idempotency.NewStore(idempotency.WithTable(bad)); !errors.Is(err, idempotency.ErrInvalidConfig) {
+			t.Errorf("NewStore(WithTable(%q)) = %v, want ErrInvalidConfig", bad, err)
 		}
 	}
 }
@@ -617,7 +616,7 @@ func newStore(t testing.TB, opts ...idempotency.StoreOption) *idempotency.Store 
 }
 
 // newSweeper is idempotency.NewSweeper that fails the test on an error.
-func newSweeper(t testing.TB, db idempotency.Execer, opts ...idempotency.SweeperOption) *idempotency.Sweeper {
+func newSweeper(t testing.TB, db migrate.Execer, opts ...idempotency.SweeperOption) *idempotency.Sweeper {
 	t.Helper()
 	s, err := idempotency.NewSweeper(db, opts...)
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/choreo-saga/choreo/migrate"
 )
 
 const (
@@ -54,7 +56,7 @@ func WithSweepHook(fn func(deleted int64, err error)) SweeperOption {
 // Sweepers (one per service instance) may run against one table at once:
 // each batch skips rows another sweeper or a claim has locked.
 type Sweeper struct {
-	db        Execer
+	db        migrate.Execer
 	batchSize int
 	interval  time.Duration
 	onSweep   func(int64, error)
@@ -64,7 +66,7 @@ type Sweeper struct {
 // NewSweeper returns a Sweeper over db, usually a *pgxpool.Pool. It accepts
 // WithTable, WithBatchSize, WithSweepInterval and WithSweepHook; an invalid
 // option is an error wrapping ErrInvalidConfig, like NewStore's.
-func NewSweeper(db Execer, opts ...SweeperOption) (*Sweeper, error) {
+func NewSweeper(db migrate.Execer, opts ...SweeperOption) (*Sweeper, error) {
 	cfg, err := newConfig(opts, SweeperOption.applySweeper)
 	if err != nil {
 		return nil, err

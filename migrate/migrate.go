@@ -10,7 +10,7 @@
 // applied_at), where a component is the table's kind and its schema-qualified name, e.g.
 // "idempotency:public.choreo_idempotency". Up applies every version a table does not have
 // yet, in order, in one transaction that holds one transaction-scoped advisory lock
-// shared by every choreo migration (also by each package's own Migrate), so instances
+// shared by every choreo migration, so instances
 // starting together apply them one after the other and a failing step rolls back the
 // whole call. Version 1 is the schema of the releases before versioning, written with IF
 // NOT EXISTS: a database that already has the tables is upgraded by recording it. Every
@@ -20,10 +20,9 @@
 // of the connection's search_path. A database migrated by a newer release (a higher
 // recorded version than this release knows) is left as it is.
 //
-// To use your own migration tool instead, copy the SQL that SQL returns (or the
-// per-package exports: idempotency.Schema, idempotency.SchemaFor,
-// outbox.Schema, (*outbox.Outbox).Schema, (*consumer.DeadLetterArchive).Schema). Versions
-// reports what Up recorded; sagactl migrate runs Up and prints it.
+// Up is the library's one migration entry point. To use your own migration tool instead,
+// copy the script that SQL returns (sagactl migrate -sql prints it). Versions reports what
+// Up recorded; sagactl migrate runs Up and prints it.
 package migrate
 
 import (
@@ -66,30 +65,38 @@ type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// Option sets a table name.
-type Option func(*config)
+// Option sets a table name. An invalid name is an error from Up or SQL.
+type Option func(*config) error
 
 type config struct {
 	idempotency, outbox, deadLetters string
 }
 
-// IdempotencyTable sets the idempotency table's name, as given to idempotency.WithTable.
-// Default: DefaultIdempotencyTable.
-func IdempotencyTable(name string) Option { return func(c *config) { c.idempotency = name } }
+// WithIdempotencyTable sets the idempotency table's name, as given to
+// idempotency.WithTable. Default: DefaultIdempotencyTable.
+func WithIdempotencyTable(name string) Option {
+	return func(c *config) error { c.idempotency = name; return nil }
+}
 
-// OutboxTable sets the outbox table's name, as given to outbox.WithTable; its dead-letter
-// table is the name plus "_dead". Default: DefaultOutboxTable.
-func OutboxTable(name string) Option { return func(c *config) { c.outbox = name } }
+// WithOutboxTable sets the outbox table's name, as given to outbox.WithTable; its
+// dead-letter table is the name plus "_dead". Default: DefaultOutboxTable.
+func WithOutboxTable(name string) Option {
+	return func(c *config) error { c.outbox = name; return nil }
+}
 
-// DeadLetterTable sets the dead-letter archive's table name, as given to
+// WithDeadLetterTable sets the dead-letter archive's table name, as given to
 // consumer.NewDeadLetterArchive. Default: DefaultDeadLetterTable.
-func DeadLetterTable(name string) Option { return func(c *config) { c.deadLetters = name } }
+func WithDeadLetterTable(name string) Option {
+	return func(c *config) error { c.deadLetters = name; return nil }
+}
 
 // components returns the library's tables in the order Up migrates them.
 func components(opts []Option) ([]imigrate.Component, error) {
 	c := config{idempotency: DefaultIdempotencyTable, outbox: DefaultOutboxTable, deadLetters: DefaultDeadLetterTable}
 	for _, o := range opts {
-		o(&c)
+		if err := o(&c); err != nil {
+			return nil, err
+		}
 	}
 	parse := func(what, name string) (sqlname.Name, error) {
 		n, err := sqlname.Parse(name)

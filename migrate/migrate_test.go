@@ -30,7 +30,7 @@ func TestUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := []migrate.Option{
-		migrate.IdempotencyTable("billing.Idem"), migrate.OutboxTable("billing.out"), migrate.DeadLetterTable("dl"),
+		migrate.WithIdempotencyTable("billing.Idem"), migrate.WithOutboxTable("billing.out"), migrate.WithDeadLetterTable("dl"),
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, 4)
@@ -57,19 +57,12 @@ func TestUp(t *testing.T) {
 		t.Fatalf("components = %v, want %s", got, want)
 	}
 
-	// The packages' own Migrate find the versions recorded and use the same lock.
-	if err := idempotency.Migrate(ctx, pool, idempotency.WithTable("billing.Idem")); err != nil {
-		t.Fatal(err)
-	}
-	ob, err := outbox.New(outbox.WithTable("billing.out"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ob.Migrate(ctx, pool); err != nil {
+	// Up again finds every version recorded and applies nothing.
+	if err := migrate.Up(ctx, pool, opts...); err != nil {
 		t.Fatal(err)
 	}
 	if vs2, err := migrate.Versions(ctx, pool); err != nil || len(vs2) != len(vs) {
-		t.Fatalf("versions after the packages' Migrate: %v, %v", vs2, err)
+		t.Fatalf("versions after a second Up: %v, %v", vs2, err)
 	}
 	// The tables work.
 	store, err := idempotency.NewStore(idempotency.WithTable("billing.Idem"))
@@ -106,8 +99,8 @@ func TestUpInTransaction(t *testing.T) {
 
 func TestInvalidTables(t *testing.T) {
 	for _, o := range []migrate.Option{
-		migrate.IdempotencyTable(""), migrate.IdempotencyTable("a.b.c"), migrate.DeadLetterTable("a."),
-		migrate.OutboxTable("Outbox"), migrate.OutboxTable("x; DROP TABLE y"),
+		migrate.WithIdempotencyTable(""), migrate.WithIdempotencyTable("a.b.c"), migrate.WithDeadLetterTable("a."),
+		migrate.WithOutboxTable("Outbox"), migrate.WithOutboxTable("x; DROP TABLE y"),
 	} {
 		if err := migrate.Up(context.Background(), nil, o); !errors.Is(err, migrate.ErrInvalidTable) {
 			t.Errorf("Up = %v, want ErrInvalidTable", err)
@@ -123,7 +116,9 @@ func TestSQL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, part := range []string{idempotency.Schema, `CREATE TABLE IF NOT EXISTS "choreo_lock_fences"`, outbox.Schema} {
+	for _, part := range []string{`CREATE TABLE IF NOT EXISTS "choreo_idempotency"`,
+		`CREATE TABLE IF NOT EXISTS "choreo_lock_fences"`, `CREATE TABLE IF NOT EXISTS "choreo_outbox" (`,
+		`CREATE TABLE IF NOT EXISTS "choreo_outbox_dead" (`, `CREATE TABLE IF NOT EXISTS "choreo_dead_letters"`} {
 		if !strings.Contains(s, part) {
 			t.Errorf("SQL lacks\n%s", part)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/migrate"
 	"github.com/choreo-saga/choreo/outbox"
 )
 
@@ -55,7 +56,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := ob.Migrate(ctx, pool); err != nil {
+	if err := migrate.Up(ctx, pool, migrate.WithOutboxTable(ob.TableName())); err != nil {
 		log.Fatal(err)
 	}
 

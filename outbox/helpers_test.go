@@ -19,6 +19,7 @@ import (
 
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/internal/testenv"
+	"github.com/choreo-saga/choreo/migrate"
 	"github.com/choreo-saga/choreo/outbox"
 )
 
@@ -48,7 +49,7 @@ func tracedDB(t *testing.T) (*pgxpool.Pool, *testenv.RoundTrips) {
 
 func migrated(t *testing.T, pool *pgxpool.Pool) *pgxpool.Pool {
 	t.Helper()
-	if err := outbox.Migrate(context.Background(), pool); err != nil {
+	if err := migrate.Up(context.Background(), pool); err != nil {
 		t.Fatal(err)
 	}
 	return pool

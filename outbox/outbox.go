@@ -10,9 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/choreo-saga/choreo/event"
-	"github.com/choreo-saga/choreo/internal/migrate"
 	"github.com/choreo-saga/choreo/internal/pipetx"
 	"github.com/choreo-saga/choreo/internal/txhook"
+	"github.com/choreo-saga/choreo/migrate"
 	"github.com/choreo-saga/choreo/tracing"
 )
 
@@ -21,8 +21,8 @@ import (
 // per outbox table and share it (also with the [Relay], via [NewRelay]).
 type Outbox struct {
 	names    names
-	notifier Execer        // sends NOTIFY after commit when no in-process leader exists
-	signer   *event.Signer // see WithSigner (signer.go)
+	notifier migrate.Execer // sends NOTIFY after commit when no in-process leader exists
+	signer   *event.Signer  // see WithSigner (signer.go)
 
 	// leaderWake is the wake channel of an in-process relay while it leads.
 	leaderWake atomic.Pointer[chan struct{}]
@@ -65,7 +65,7 @@ func WithTable(name string) Option {
 // and Postgres delivers it at their commit.
 // Default: none, so without an in-process leader the relay finds the rows at its
 // next poll.
-func WithNotifier(db Execer) Option {
+func WithNotifier(db migrate.Execer) Option {
 	return func(o *Outbox) error { o.notifier = db; return nil }
 }
 
@@ -84,23 +84,6 @@ func New(opts ...Option) (*Outbox, error) {
 
 // TableName returns the outbox table's name.
 func (o *Outbox) TableName() string { return o.names.table }
-
-// Schema returns the SQL of every migration of this outbox's tables (see the
-// package variable [Schema]).
-func (o *Outbox) Schema() string { return o.names.schema() }
-
-// Migrate applies the numbered migrations of this outbox's tables that db has
-// not recorded yet, in one transaction holding the advisory lock that every
-// choreo migration takes, and records each version in choreo_schema_migrations
-// (see the package migrate for all of the library's tables at once). It is
-// safe to call on every start, from several instances at once. db is a
-// *pgxpool.Pool, a *pgx.Conn or a pgx.Tx (then a savepoint).
-func (o *Outbox) Migrate(ctx context.Context, db Beginner) error {
-	if err := migrate.Apply(ctx, db, migrate.Outbox(o.names.name)); err != nil {
-		return fmt.Errorf("outbox: %w", err)
-	}
-	return nil
-}
 
 // Enqueue stores evs for topic in tx, in order. Each row keeps the Kafka record
 // the relay will produce: key = the event's subject, value = its payload, the
@@ -271,11 +254,6 @@ func (o *Outbox) queueNotify(b *pgx.Batch) {
 	}
 }
 
-// Beginner starts a transaction; *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it.
-type Beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
-
 // InTx runs fn in a transaction on db (like pgx.BeginFunc) and, once the
 // transaction has committed, calls [Outbox.Wake]. fn enqueues with o.Enqueue, with
 // the ctx it is given: the rows are then written in one INSERT with the COMMIT, as in a
@@ -285,7 +263,7 @@ type Beginner interface {
 // back. If fn returns an error or panics, nothing is written. Functions fn registers
 // with consumer.AfterCommit (on ctx and tx) run once the transaction has committed,
 // and never when it did not.
-func (o *Outbox) InTx(ctx context.Context, db Beginner, fn func(ctx context.Context, tx pgx.Tx) error) error {
+func (o *Outbox) InTx(ctx context.Context, db migrate.Beginner, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	var hooks *txhook.Hooks
 	err := pipetx.Run(ctx, db, func(tx *pipetx.Tx) (*pgx.Batch, error) {
 		hooks = txhook.New(tx)

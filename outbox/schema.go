@@ -1,45 +1,17 @@
 package outbox
 
 import (
-	"context"
 	"fmt"
 	"hash/fnv"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/choreo-saga/choreo/internal/migrate"
+	imigrate "github.com/choreo-saga/choreo/internal/migrate"
 	"github.com/choreo-saga/choreo/internal/sqlname"
 )
 
 // DefaultTable is the name of the outbox table when no [WithTable] option is given.
-// The dead-letter table is always the outbox table's name followed by "_dead".
+// The dead-letter table is always the outbox table's name followed by "_dead". migrate.Up
+// creates both (migrate.WithOutboxTable names another).
 const DefaultTable = "choreo_outbox"
-
-// Schema is the SQL of every migration of the default outbox and dead-letter
-// tables (choreo_outbox, choreo_outbox_dead), in version order, each after a
-// "-- choreo migration: outbox version N" line. Every step is safe to re-run
-// (IF NOT EXISTS), so it can be fed to any migration tool; it takes no lock
-// and records no version ([Migrate] does both). Use [Outbox.Schema] for a
-// custom table name.
-var Schema = migrate.Outbox(sqlname.MustParse(DefaultTable)).SQL()
-
-// Execer is the smallest interface the NOTIFY of [WithNotifier] needs;
-// *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy it.
-type Execer interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
-
-// Migrate applies the numbered migrations of the default outbox tables that db
-// has not recorded yet (see [Outbox.Migrate]).
-func Migrate(ctx context.Context, db Beginner) error {
-	return defaultOutbox().Migrate(ctx, db)
-}
-
-// defaultOutbox is an Outbox for DefaultTable, which is always valid.
-func defaultOutbox() *Outbox {
-	n, _ := newNames(DefaultTable)
-	return &Outbox{names: n}
-}
 
 // names holds everything derived from the outbox table name.
 type names struct {
@@ -59,7 +31,7 @@ func newNames(table string) (names, error) {
 	if err != nil {
 		return names{}, fmt.Errorf("%w: %w", ErrInvalidTable, err)
 	}
-	if !n.Plain(migrate.OutboxMaxPartLen) {
+	if !n.Plain(imigrate.OutboxMaxPartLen) {
 		return names{}, fmt.Errorf("%w: %q (want a lower-case identifier, optionally schema-qualified)", ErrInvalidTable, table)
 	}
 	h := fnv.New64a()
@@ -72,5 +44,3 @@ func newNames(table string) (names, error) {
 		lockKey: int64(h.Sum64()),
 	}, nil
 }
-
-func (n names) schema() string { return migrate.Outbox(n.name).SQL() }

@@ -140,7 +140,7 @@ func BenchmarkLogHandler(b *testing.B) {
 }
 
 // BenchmarkPgxQuery: one "SELECT $1::int" round trip to the real Postgres,
-// bare pgx (floor), through the pool of NewPool outside any trace (the
+// bare pgx (floor), through a pool instrumented by InstrumentPostgres outside any trace (the
 // relay's polling: no span), and inside a trace (one otelpgx client span
 // with correlation attributes).
 func BenchmarkPgxQuery(b *testing.B) {
@@ -156,7 +156,8 @@ func BenchmarkPgxQuery(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	traced, err := tracing.NewPool(ctx, cfg, tracing.WithTracerProvider(tp))
+	tracing.InstrumentPostgres(cfg, tracing.WithTracerProvider(tp))
+	traced, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -68,7 +68,7 @@
 //
 // # Postgres and Redis
 //
-// [NewPool] wires github.com/exaring/otelpgx into a pgx pool (a client span
+// [InstrumentPostgres] wires github.com/exaring/otelpgx into a pgx pool config (a client span
 // per statement with its SQL text; per-statement metrics only with
 // [WithStatementMetrics]) and [InstrumentRedis] adds a client span per Redis
 // command or pipeline and github.com/redis/go-redis/extra/redisotel's metrics

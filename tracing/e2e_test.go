@@ -20,8 +20,8 @@ import (
 	"github.com/choreo-saga/choreo/app/apptest"
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
-	"github.com/choreo-saga/choreo/idempotency"
 	"github.com/choreo-saga/choreo/internal/testenv"
+	"github.com/choreo-saga/choreo/migrate"
 	"github.com/choreo-saga/choreo/outbox"
 	"github.com/choreo-saga/choreo/tracing"
 )
@@ -58,8 +58,7 @@ func TestOneSagaOneTrace(t *testing.T) {
 	}
 	defer pool.Close()
 	for _, m := range []func(context.Context) error{
-		func(ctx context.Context) error { return outbox.Migrate(ctx, pool) },
-		func(ctx context.Context) error { return idempotency.Migrate(ctx, pool) },
+		func(ctx context.Context) error { return migrate.Up(ctx, pool) },
 		func(ctx context.Context) error {
 			_, err := pool.Exec(ctx, `CREATE TABLE orders (id text PRIMARY KEY, status text NOT NULL);
 				CREATE TABLE payments (order_id text PRIMARY KEY)`)

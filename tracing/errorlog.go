@@ -23,7 +23,7 @@ const maxErrorKeys = 64
 // collector outage costs one line a minute rather than one per batch.
 // Default: slog.Default() at the time of each error.
 func WithLogger(l *slog.Logger) Option {
-	return func(c *setupConfig) { c.errorLogger = l }
+	return func(c *setupConfig) error { c.errorLogger = l; return nil }
 }
 
 // errorLog is an otel.ErrorHandler that rate-limits by message.

@@ -42,12 +42,18 @@ func ExampleSetup() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	pool, err := tracing.NewPool(ctx, cfg,
-		tracing.WithTracerProvider(tel.TracerProvider), tracing.WithMeterProvider(tel.MeterProvider))
+	inst := []tracing.InstrumentOption{
+		tracing.WithTracerProvider(tel.TracerProvider), tracing.WithMeterProvider(tel.MeterProvider),
+	}
+	tracing.InstrumentPostgres(cfg, inst...)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer pool.Close()
+	if err := tracing.RecordPoolStats(pool, inst...); err != nil {
+		log.Fatal(err)
+	}
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", tel.MetricsHandler())

@@ -8,9 +8,9 @@ import (
 // SpanAttributesForTest exposes spanAttributes to the package's external tests.
 var SpanAttributesForTest = spanAttributes
 
-// PgxTracerForTest returns the pgx tracer NewPool installs.
+// PgxTracerForTest returns the pgx tracer InstrumentPostgres installs.
 func PgxTracerForTest(opts ...InstrumentOption) pgx.QueryTracer {
 	cfg := &pgxpool.Config{ConnConfig: &pgx.ConnConfig{}}
-	instrumentPgx(cfg, opts...)
+	InstrumentPostgres(cfg, opts...)
 	return cfg.ConnConfig.Tracer.(pgx.QueryTracer)
 }

@@ -103,12 +103,22 @@ func kafkaTopic(t *testing.T) ([]string, string) {
 	return brokers, testenv.Topic(t, brokers, 1)
 }
 
-// newPool opens a pool on the test database through tracing.NewPool.
+// newPool opens a pool on the test database instrumented by tracing.InstrumentPostgres
+// and tracing.RecordPoolStats.
 func newPool(t *testing.T, opts ...tracing.InstrumentOption) (*pgxpool.Pool, error) {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSN(t))
 	if err != nil {
 		return nil, err
 	}
-	return tracing.NewPool(context.Background(), cfg, opts...)
+	tracing.InstrumentPostgres(cfg, opts...)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := tracing.RecordPoolStats(pool, opts...); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
 }

@@ -20,7 +20,9 @@ import (
 	"go.opentelemetry.io/otel/trace/embedded"
 )
 
-// InstrumentOption configures [NewPool], [InstrumentRedis] and [NewKafka].
+// InstrumentOption configures [InstrumentPostgres], [RecordPoolStats], [InstrumentRedis],
+// [NewKafka] and [KafkaClientMetrics]. Every value is valid (nil means the default), so
+// these functions have no configuration error to return.
 type InstrumentOption func(*instrumentConfig)
 
 type instrumentConfig struct {
@@ -76,7 +78,7 @@ func WithRootSpans() InstrumentOption {
 	return func(c *instrumentConfig) { c.rootSpans = true }
 }
 
-// WithStatementMetrics makes [NewPool] record otelpgx's per-statement metrics
+// WithStatementMetrics makes [InstrumentPostgres] record otelpgx's per-statement metrics
 // (db.client.operation.duration, a histogram, and db.client.operation.errors)
 // for every query, batch, prepare, connect and pool acquire. Default: off,
 // because recording a histogram per SQL statement cost 2–4% of each reference
@@ -88,12 +90,21 @@ func WithStatementMetrics() InstrumentOption {
 	return func(c *instrumentConfig) { c.statementMetrics = true }
 }
 
-// instrumentPgx sets an otelpgx tracer on cfg, next to any tracer already there.
-// Its spans: one per query, batch, prepare and connect, with the SQL text; none
-// for pool acquires (the pgxpool.* statistics show waits) and no connection
-// details (server, port, user and database are the same on every span of a
-// pool).
-func instrumentPgx(cfg *pgxpool.Config, opts ...InstrumentOption) {
+// InstrumentPostgres sets an otelpgx tracer on cfg (next to a tracer already in
+// cfg.ConnConfig.Tracer, which is kept and called too): a client span for every query,
+// batch, COPY, prepare and connect inside a recorded trace, with the SQL text; none for
+// pool acquires (the pool statistics show waits) and no connection details (server,
+// port, user and database are the same on every span of a pool). With
+// [WithStatementMetrics] it also records otelpgx's per-statement metrics. The spans pick
+// up saga.correlation_id and the entity attribute through [CorrelationProcessor]. Parse
+// cfg with pgxpool.ParseConfig, adjust it, instrument it, open the pool with
+// pgxpool.NewWithConfig, then call [RecordPoolStats]:
+//
+//	cfg, err := pgxpool.ParseConfig(dsn)
+//	tracing.InstrumentPostgres(cfg, tracing.WithTracerProvider(tel.TracerProvider))
+//	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+//	err = tracing.RecordPoolStats(pool, tracing.WithMeterProvider(tel.MeterProvider))
+func InstrumentPostgres(cfg *pgxpool.Config, opts ...InstrumentOption) {
 	c := newInstrumentConfig(opts)
 	mp := metric.MeterProvider(noopmetric.NewMeterProvider())
 	if c.statementMetrics {
@@ -116,28 +127,14 @@ func instrumentPgx(cfg *pgxpool.Config, opts ...InstrumentOption) {
 	cfg.ConnConfig.Tracer = pt
 }
 
-// NewPool instruments cfg (client spans for every query, batch, COPY,
-// prepare and connect inside a recorded trace, through
-// github.com/exaring/otelpgx, and per-statement metrics with
-// [WithStatementMetrics]; a tracer already in cfg.ConnConfig.Tracer is
-// kept and called too), opens the pool and reports its statistics
-// (pgxpool.* connection metrics) through the meter provider. Parse cfg with
-// pgxpool.ParseConfig and adjust it (pool size, AfterConnect, ...) first.
-// Like pgxpool.NewWithConfig it does not wait for a connection; call Ping to
-// check the database is reachable. The spans pick up saga.correlation_id and
-// the entity attribute through [CorrelationProcessor].
-func NewPool(ctx context.Context, cfg *pgxpool.Config, opts ...InstrumentOption) (*pgxpool.Pool, error) {
-	instrumentPgx(cfg, opts...)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("tracing: open postgres pool: %w", err)
-	}
+// RecordPoolStats reports pool's statistics (the pgxpool.* connection metrics) through
+// the meter provider of opts (default otel.GetMeterProvider()).
+func RecordPoolStats(pool *pgxpool.Pool, opts ...InstrumentOption) error {
 	c := newInstrumentConfig(opts)
 	if err := otelpgx.RecordStats(pool, otelpgx.WithStatsMeterProvider(c.mp)); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("tracing: record postgres pool stats: %w", err)
+		return fmt.Errorf("tracing: record postgres pool stats: %w", err)
 	}
-	return pool, nil
+	return nil
 }
 
 // InstrumentRedis adds client spans (one per command or pipeline, with the

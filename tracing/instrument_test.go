@@ -16,7 +16,7 @@ import (
 // Queries inside a trace get otelpgx client spans carrying the saga's
 // correlation attributes; queries outside any trace (background polling)
 // start no traces of their own.
-func TestNewPoolTracesQueriesInsideATrace(t *testing.T) {
+func TestInstrumentPostgresTracesQueriesInsideATrace(t *testing.T) {
 	tp, rec := newRecorder(t)
 	ctx := context.Background()
 	pool, err := newPool(t, tracing.WithTracerProvider(tp))
@@ -151,7 +151,7 @@ func TestKafkaClientMetrics(t *testing.T) {
 }
 
 // otelpgx's per-statement metrics are recorded only with WithStatementMetrics.
-func TestNewPoolStatementMetricsOptIn(t *testing.T) {
+func TestInstrumentPostgresStatementMetricsOptIn(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		opts []tracing.InstrumentOption

@@ -89,9 +89,9 @@ var sagaStatements = []struct{ sql, tag string }{
 // event without its I/O: a process span, the correlation annotations, the
 // pgx tracer hooks of a five-statement transaction (called directly, with a
 // real connection for the connection attributes) and the send span of the
-// event it publishes. "otelpgx defaults" is how NewPool configured otelpgx
-// before (acquire spans, connection attributes, a duration histogram per
-// statement); "choreo" is NewPool's configuration now, "choreo+statement
+// event it publishes. "otelpgx defaults" is otelpgx's default
+// configuration (acquire spans, connection attributes, a duration histogram per
+// statement); "choreo" is InstrumentPostgres's configuration, "choreo+statement
 // metrics" the same with WithStatementMetrics.
 func BenchmarkEventTelemetry(b *testing.B) {
 	conn, err := pgx.Connect(context.Background(), testenv.PostgresDSN(b))

@@ -40,7 +40,7 @@ type Kafka struct {
 }
 
 // NewKafka returns a [Kafka] span helper using the tracer provider and
-// propagator of opts ([WithTelemetry], [WithTracerProvider],
+// propagator of opts ([WithTracerProvider],
 // [WithPropagator]). Records without trace context start new traces
 // ([WithRootSpans] is implied).
 func NewKafka(opts ...InstrumentOption) *Kafka {

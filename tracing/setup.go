@@ -57,7 +57,7 @@ const (
 
 // Telemetry is what [Setup] built: the SDK providers, the propagator and the
 // Prometheus registry behind /metrics. Pass its fields to the code that needs
-// them (kgo hooks, otelhttp, and [NewPool], [InstrumentRedis] and [NewKafka]
+// them (kgo hooks, otelhttp, and [InstrumentPostgres], [InstrumentRedis] and [NewKafka]
 // through [WithTracerProvider], [WithMeterProvider] and [WithPropagator])
 // instead of reading the otel globals.
 type Telemetry struct {
@@ -124,8 +124,9 @@ func (t *Telemetry) Shutdown(ctx context.Context) error {
 	return t.shutdownErr
 }
 
-// Option configures [Setup].
-type Option func(*setupConfig)
+// Option configures [Setup]. An invalid value (a nil sampler, span processor, metric
+// reader or registry) is an error from Setup that wraps [ErrInvalidConfig].
+type Option func(*setupConfig) error
 
 type setupConfig struct {
 	globals       bool
@@ -146,7 +147,7 @@ type setupConfig struct {
 // package's [Inject]/[Extract] fall back to them when not handed a provider.
 // Use this in tests that run several Setups in one process.
 func WithoutGlobals() Option {
-	return func(c *setupConfig) { c.globals = false }
+	return func(c *setupConfig) error { c.globals = false; return nil }
 }
 
 // WithSampler overrides the sampler. Default: the one named by
@@ -154,20 +155,26 @@ func WithoutGlobals() Option {
 // when spans are exported or processed, else parentbased_always_off (the
 // parent's decision is kept, roots carry ids only; see [Setup]).
 func WithSampler(s sdktrace.Sampler) Option {
-	return func(c *setupConfig) { c.sampler = s }
+	return func(c *setupConfig) error { c.sampler = s; return notNil("WithSampler", s == nil) }
 }
 
 // WithSpanProcessor adds a span processor after the exporter's batcher, for
 // example a tracetest.SpanRecorder in tests. Like an exporter, it makes
 // [Setup] record spans. Default: none.
 func WithSpanProcessor(p sdktrace.SpanProcessor) Option {
-	return func(c *setupConfig) { c.processors = append(c.processors, p) }
+	return func(c *setupConfig) error {
+		c.processors = append(c.processors, p)
+		return notNil("WithSpanProcessor", p == nil)
+	}
 }
 
 // WithMetricReader adds a metric reader besides the Prometheus one, for
 // example an sdkmetric.ManualReader in tests. Default: none.
 func WithMetricReader(r sdkmetric.Reader) Option {
-	return func(c *setupConfig) { c.readers = append(c.readers, r) }
+	return func(c *setupConfig) error {
+		c.readers = append(c.readers, r)
+		return notNil("WithMetricReader", r == nil)
+	}
 }
 
 // WithRegistry makes the Prometheus exporter register in reg instead of a
@@ -175,14 +182,14 @@ func WithMetricReader(r sdkmetric.Reader) Option {
 // registered. Default: a new registry with the Go runtime and process
 // collectors. The client_golang default registry is never used.
 func WithRegistry(reg *prometheus.Registry) Option {
-	return func(c *setupConfig) { c.registry = reg }
+	return func(c *setupConfig) error { c.registry = reg; return notNil("WithRegistry", reg == nil) }
 }
 
 // WithResourceAttributes adds attributes to the resource, for example
 // semconv.ServiceVersion("1.4.2"). OTEL_RESOURCE_ATTRIBUTES and
 // OTEL_SERVICE_NAME override them, so operators keep the last word.
 func WithResourceAttributes(attrs ...attribute.KeyValue) Option {
-	return func(c *setupConfig) { c.resourceAttrs = append(c.resourceAttrs, attrs...) }
+	return func(c *setupConfig) error { c.resourceAttrs = append(c.resourceAttrs, attrs...); return nil }
 }
 
 // WithoutCorrelationAttributes stops [Setup] from installing the
@@ -190,7 +197,15 @@ func WithResourceAttributes(attrs ...attribute.KeyValue) Option {
 // attribute from the context onto every span started in it (including the
 // spans of otelpgx, redisotel and otelhttp). Default: installed.
 func WithoutCorrelationAttributes() Option {
-	return func(c *setupConfig) { c.noCorrelation = true }
+	return func(c *setupConfig) error { c.noCorrelation = true; return nil }
+}
+
+// notNil is the error of an option given nil where it needs a value.
+func notNil(option string, isNil bool) error {
+	if isNil {
+		return fmt.Errorf("%w: %s(nil)", ErrInvalidConfig, option)
+	}
+	return nil
 }
 
 // Setup builds the OpenTelemetry SDK for one service from the standard OTEL_*
@@ -245,7 +260,9 @@ func WithoutCorrelationAttributes() Option {
 func Setup(ctx context.Context, serviceName string, opts ...Option) (*Telemetry, error) {
 	cfg := setupConfig{globals: true}
 	for _, o := range opts {
-		o(&cfg)
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
 	}
 	if serviceName == "" && os.Getenv(envServiceName) == "" {
 		return nil, fmt.Errorf("%w: empty service name and %s unset", ErrInvalidConfig, envServiceName)

@@ -416,3 +416,17 @@ func keys[V any](m map[string]V) []string {
 	}
 	return out
 }
+
+func TestSetupRefusesNilOptions(t *testing.T) {
+	for name, opt := range map[string]tracing.Option{
+		"sampler":   tracing.WithSampler(nil),
+		"processor": tracing.WithSpanProcessor(nil),
+		"reader":    tracing.WithMetricReader(nil),
+		"registry":  tracing.WithRegistry(nil),
+	} {
+		tel, err := tracing.Setup(context.Background(), "svc", tracing.WithoutGlobals(), opt)
+		if !errors.Is(err, tracing.ErrInvalidConfig) || tel != nil {
+			t.Errorf("%s: Setup = %v, %v; want ErrInvalidConfig", name, tel, err)
+		}
+	}
+}

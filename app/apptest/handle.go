@@ -11,18 +11,19 @@ import (
 	"github.com/choreo-saga/choreo/app"
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/migrate"
 )
 
 // Handle runs h for ev in a transaction of its own, as the Idempotent middleware would,
 // and commits when h returns nil. Like the kit's handlers, h runs in a context carrying
 // ev (app.WithHandled), so that what it publishes continues ev's saga.
-func Handle(db app.Beginner, h consumer.TxHandler, ev event.Event) error {
+func Handle(db migrate.Beginner, h consumer.TxHandler, ev event.Event) error {
 	ctx := app.WithHandled(context.Background(), ev)
 	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return h(ctx, tx, ev) })
 }
 
 // MustHandle is Handle, failing t on an error.
-func MustHandle(t testing.TB, db app.Beginner, h consumer.TxHandler, ev event.Event) {
+func MustHandle(t testing.TB, db migrate.Beginner, h consumer.TxHandler, ev event.Event) {
 	t.Helper()
 	if err := Handle(db, h, ev); err != nil {
 		t.Fatalf("handle %s: %v", ev.Type, err)
@@ -32,7 +33,7 @@ func MustHandle(t testing.TB, db app.Beginner, h consumer.TxHandler, ev event.Ev
 // HandleConcurrently handles every event of evs at the same time, each in a goroutine
 // and a transaction of its own (see Handle), as consumers on several partitions or
 // instances would, and fails t on an error once all have returned.
-func HandleConcurrently(t testing.TB, db app.Beginner, h consumer.TxHandler, evs ...event.Event) {
+func HandleConcurrently(t testing.TB, db migrate.Beginner, h consumer.TxHandler, evs ...event.Event) {
 	t.Helper()
 	var wg sync.WaitGroup
 	errs := make([]error, len(evs))

@@ -14,6 +14,7 @@ import (
 	"github.com/choreo-saga/choreo/app"
 	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/lock"
+	"github.com/choreo-saga/choreo/migrate"
 )
 
 // Infra is what a service instance runs against: its Postgres database, a Redis lock
@@ -43,7 +44,7 @@ func NewDB(t testing.TB, service, schema string) *pgxpool.Pool {
 	t.Helper()
 	ctx := context.Background()
 	pool := testenv.Postgres(t)
-	if err := app.MigrateLibrary(ctx, pool, nil); err != nil {
+	if err := migrate.Up(ctx, pool); err != nil {
 		t.Fatalf("apptest: migrate library: %v", err)
 	}
 	if err := app.MigrateSQL(ctx, pool, service, schema); err != nil {

@@ -39,6 +39,7 @@ import (
 	"github.com/choreo-saga/choreo/bench/internal/benchutil"
 	"github.com/choreo-saga/choreo/idempotency"
 	"github.com/choreo-saga/choreo/lock"
+	"github.com/choreo-saga/choreo/migrate"
 )
 
 type result struct {
@@ -270,7 +271,7 @@ func newPGBench(ctx context.Context, adminDSN string, maxClients int, syncCommit
 		b.close()
 		return nil, err
 	}
-	if err := idempotency.Migrate(ctx, b.pool); err == nil {
+	if err = migrate.Up(ctx, b.pool); err == nil {
 		_, err = b.pool.Exec(ctx, setupSQL)
 	}
 	if err != nil {

@@ -157,7 +157,7 @@ func run(ctx context.Context, c config) error {
 		return err
 	}
 	defer pool.Close()
-	if err := ordersvc.Migrate(ctx, pool, nil); err != nil {
+	if err := ordersvc.Migrate(ctx, pool); err != nil {
 		return err
 	}
 	svc, err := ordersvc.New(pool, ordersvc.Settings{}, ordersvc.WithLogger(slog.New(slog.DiscardHandler)))

@@ -39,6 +39,7 @@ import (
 
 	"github.com/choreo-saga/choreo/bench/internal/benchutil"
 	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/migrate"
 	"github.com/choreo-saga/choreo/outbox"
 	"github.com/choreo-saga/choreo/tracing"
 )
@@ -104,7 +105,7 @@ func run(ctx context.Context, c config) error {
 		return err
 	}
 	defer pool.Close()
-	if err := outbox.Migrate(ctx, pool); err != nil {
+	if err := migrate.Up(ctx, pool); err != nil {
 		return err
 	}
 

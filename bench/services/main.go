@@ -50,6 +50,7 @@ import (
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/idempotency"
 	"github.com/choreo-saga/choreo/lock"
+	"github.com/choreo-saga/choreo/migrate"
 	"github.com/choreo-saga/choreo/outbox"
 	"github.com/choreo-saga/choreo/services/events"
 	"github.com/choreo-saga/choreo/services/inventory/inventorysvc"
@@ -192,7 +193,7 @@ func run(ctx context.Context, c config) error {
 }
 
 func setup(ctx context.Context, pool *pgxpool.Pool) error {
-	if err := app.MigrateLibrary(ctx, pool, nil); err != nil {
+	if err := migrate.Up(ctx, pool); err != nil {
 		return err
 	}
 	if err := app.MigrateSQL(ctx, pool, "payment", paymentsvc.Schema); err != nil {

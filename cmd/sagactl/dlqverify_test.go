@@ -20,8 +20,8 @@ import (
 
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
-	"github.com/choreo-saga/choreo/idempotency"
 	"github.com/choreo-saga/choreo/internal/testenv"
+	"github.com/choreo-saga/choreo/migrate"
 )
 
 // produceDLQ writes rec as is (any headers) and returns its position.
@@ -262,7 +262,7 @@ func TestDLQCrashCopiesCountedOnce(t *testing.T) {
 	dlq := consumer.DeadLetterTopic(source)
 	pool := testenv.Postgres(t)
 	ctx := context.Background()
-	if err := idempotency.Migrate(ctx, pool); err != nil {
+	if err := migrate.Up(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))

@@ -34,7 +34,7 @@ func cmdMigrate(ctx context.Context, args []string, std stdio) error {
 	if len(pos) != 0 {
 		return fmt.Errorf("%w: migrate takes no arguments, got %q", errUsage, pos)
 	}
-	opts := []migrate.Option{migrate.IdempotencyTable(*idem), migrate.OutboxTable(*ob), migrate.DeadLetterTable(*dl)}
+	opts := []migrate.Option{migrate.WithIdempotencyTable(*idem), migrate.WithOutboxTable(*ob), migrate.WithDeadLetterTable(*dl)}
 	if *printSQL {
 		s, err := migrate.SQL(opts...)
 		if err != nil {

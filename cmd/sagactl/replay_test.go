@@ -15,8 +15,8 @@ import (
 
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
-	"github.com/choreo-saga/choreo/idempotency"
 	"github.com/choreo-saga/choreo/internal/testenv"
+	"github.com/choreo-saga/choreo/migrate"
 )
 
 // TestReplayIsIdempotent proves what `dlq replay` documents: two real consumer groups
@@ -31,7 +31,7 @@ func TestReplayIsIdempotent(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	topic := testenv.Topic(t, brokers, 1)
 	pool := testenv.Postgres(t)
-	if err := idempotency.Migrate(ctx, pool); err != nil {
+	if err := migrate.Up(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))

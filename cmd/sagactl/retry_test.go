@@ -20,7 +20,7 @@ import (
 func TestRetryCompensation(t *testing.T) {
 	ctx := context.Background()
 	pool := testenv.Postgres(t)
-	if err := ordersvc.Migrate(ctx, pool, nil); err != nil {
+	if err := ordersvc.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
 	svc, err := ordersvc.New(pool, ordersvc.Settings{CompensationTimeout: time.Hour, CompensationRetries: ordersvc.NoCompensationRetries},

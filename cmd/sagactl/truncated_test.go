@@ -13,6 +13,7 @@ import (
 
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/internal/testenv"
+	"github.com/choreo-saga/choreo/migrate"
 )
 
 // A record whose dead-letter copy the topic refused for its size is in the DLQ as a
@@ -34,11 +35,12 @@ func TestDLQTruncatedCopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	archive, err := consumer.NewDeadLetterArchive(testenv.Postgres(t), "")
+	pool := testenv.Postgres(t)
+	archive, err := consumer.NewDeadLetterArchive(pool, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := archive.Migrate(ctx); err != nil {
+	if err := migrate.Up(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
 	value := make([]byte, 64<<10)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/choreo-saga/choreo/migrate"
 	"github.com/choreo-saga/choreo/outbox"
 )
 
@@ -116,7 +117,7 @@ func Sort(rows pgx.Rows) (Claimed, error) {
 // Its fields are set once, before the first call.
 type Reconciliation struct {
 	// DB is where the transactions begin.
-	DB outbox.Beginner
+	DB migrate.Beginner
 	// Outbox begins the corrections' transactions (see [outbox.Outbox.InTx]), so that
 	// the relay is woken once a correction's events are committed.
 	Outbox *outbox.Outbox

@@ -20,11 +20,11 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"github.com/choreo-saga/choreo/app"
 	"github.com/choreo-saga/choreo/app/apptest"
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/internal/txhook"
+	"github.com/choreo-saga/choreo/migrate"
 	"github.com/choreo-saga/choreo/services/events"
 )
 
@@ -33,7 +33,7 @@ import (
 // consumer.AfterCommit. before, when not nil, runs after the handlers
 // and before the hooks (the deferred stock or balance changes), so a test can slip a
 // concurrent transaction in between.
-func InBatch(db app.Beginner, h consumer.TxHandler, before func(), evs ...event.Event) error {
+func InBatch(db migrate.Beginner, h consumer.TxHandler, before func(), evs ...event.Event) error {
 	ctx := context.Background()
 	var hooks *txhook.Hooks
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
@@ -153,7 +153,7 @@ func (c *CountingTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResul
 
 // InCountedBatch is InBatch with the handlers given a CountingTx: it returns the round
 // trips the handlers made before the transaction's hooks ran.
-func InCountedBatch(db app.Beginner, h consumer.TxHandler, evs ...event.Event) (int, error) {
+func InCountedBatch(db migrate.Beginner, h consumer.TxHandler, evs ...event.Event) (int, error) {
 	ctx := context.Background()
 	n := 0
 	var hooks *txhook.Hooks

@@ -17,6 +17,7 @@ import (
 	"github.com/choreo-saga/choreo/app"
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/migrate"
 	"github.com/choreo-saga/choreo/outbox"
 	"github.com/choreo-saga/choreo/services/events"
 )
@@ -695,7 +696,7 @@ func nonNil(items []events.Item) []events.Item {
 // Seed inserts SKUs that do not exist yet; existing rows are left alone, so a restart
 // never creates stock out of nothing. Then it spreads the stock not spread yet over the
 // SKUs' shards (see StockShards): this also upgrades a database of an older version.
-func Seed(ctx context.Context, db app.Execer, stock []Stock) error {
+func Seed(ctx context.Context, db migrate.Execer, stock []Stock) error {
 	if len(stock) == 0 {
 		return nil
 	}

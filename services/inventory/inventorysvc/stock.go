@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/choreo-saga/choreo/app"
 	"github.com/choreo-saga/choreo/internal/txhook"
+	"github.com/choreo-saga/choreo/migrate"
 	"github.com/choreo-saga/choreo/services/events"
 )
 
@@ -297,7 +297,7 @@ func give(ctx context.Context, tx pgx.Tx, orderID string, items []events.Item) e
 // the stock not spread yet (inventory_stock.available: seeded stock, or stock an older
 // version of the service left there) evenly into the shards. Each statement is atomic
 // and a second run finds nothing to move.
-func spreadStock(ctx context.Context, db app.Execer) error {
+func spreadStock(ctx context.Context, db migrate.Execer) error {
 	if _, err := db.Exec(ctx, `INSERT INTO inventory_stock_shards (sku, shard, available)
 		SELECT s.sku, g.shard, 0 FROM inventory_stock s CROSS JOIN generate_series(0, $1::int - 1) AS g(shard)
 		ON CONFLICT (sku, shard) DO NOTHING`, StockShards); err != nil {

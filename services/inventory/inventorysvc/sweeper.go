@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/choreo-saga/choreo/event"
-	"github.com/choreo-saga/choreo/outbox"
+	"github.com/choreo-saga/choreo/migrate"
 	"github.com/choreo-saga/choreo/services/events"
 	"github.com/choreo-saga/choreo/services/internal/batchjob"
 )
@@ -22,13 +22,13 @@ const DefaultSweepBatch = 100
 // FOR UPDATE SKIP LOCKED, so several instances can sweep at once, and a handler working
 // on the same order (which locks the reservation row) is never overtaken.
 type Sweeper struct {
-	db       outbox.Beginner
+	db       migrate.Beginner
 	handlers *Handlers
 	batch    int
 }
 
 // NewSweeper returns a sweeper over db that emits through h's outbox.
-func NewSweeper(db outbox.Beginner, h *Handlers) *Sweeper {
+func NewSweeper(db migrate.Beginner, h *Handlers) *Sweeper {
 	return &Sweeper{db: db, handlers: h, batch: DefaultSweepBatch}
 }
 

@@ -47,7 +47,7 @@ type fixture struct {
 func newFixture(t *testing.T, cfg ordersvc.Settings, opts ...ordersvc.Option) *fixture {
 	t.Helper()
 	pool := testenv.Postgres(t)
-	if err := ordersvc.Migrate(context.Background(), pool, nil); err != nil {
+	if err := ordersvc.Migrate(context.Background(), pool); err != nil {
 		t.Fatal(err)
 	}
 	rec := tracetest.NewSpanRecorder()

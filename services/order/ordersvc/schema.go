@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/choreo-saga/choreo/app"
-	"github.com/choreo-saga/choreo/outbox"
+	"github.com/choreo-saga/choreo/migrate"
 )
 
 // Schema is the order service's own SQL schema (tables orders and order_history).
@@ -14,14 +14,11 @@ import (
 //go:embed schema.sql
 var Schema string
 
-// Migrate creates the library tables (idempotency records, lock fences, the outbox of o)
-// and the service's own tables in db's current search_path. It is idempotent and safe
-// to run from several instances at once.
-func Migrate(ctx context.Context, db interface {
-	app.Execer
-	app.Beginner
-}, o *outbox.Outbox) error {
-	if err := app.MigrateLibrary(ctx, db, o); err != nil {
+// Migrate creates the library's tables under their default names (migrate.Up) and the
+// service's own tables in db's current search_path. It is idempotent and safe to run
+// from several instances at once.
+func Migrate(ctx context.Context, db migrate.Beginner) error {
+	if err := migrate.Up(ctx, db); err != nil {
 		return fmt.Errorf("ordersvc: %w", err)
 	}
 	if err := app.MigrateSQL(ctx, db, "order", Schema); err != nil {

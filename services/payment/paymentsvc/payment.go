@@ -15,6 +15,7 @@ import (
 	"github.com/choreo-saga/choreo/app"
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/migrate"
 	"github.com/choreo-saga/choreo/outbox"
 	"github.com/choreo-saga/choreo/services/events"
 )
@@ -456,7 +457,7 @@ func (h *Handlers) emit(ctx context.Context, tx pgx.Tx, cause event.Event, typ s
 
 // Seed inserts customers that do not exist yet; existing rows (and their balances) are
 // left alone, so a restart never mints money.
-func Seed(ctx context.Context, db app.Execer, customers []Customer) error {
+func Seed(ctx context.Context, db migrate.Execer, customers []Customer) error {
 	if len(customers) == 0 {
 		return nil
 	}

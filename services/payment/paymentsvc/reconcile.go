@@ -12,7 +12,7 @@ import (
 
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
-	"github.com/choreo-saga/choreo/outbox"
+	"github.com/choreo-saga/choreo/migrate"
 	"github.com/choreo-saga/choreo/services/internal/batchjob"
 	"github.com/choreo-saga/choreo/tracing"
 )
@@ -36,7 +36,7 @@ type Reconciler struct {
 }
 
 // NewReconciler returns a reconciler over db that corrects through h.
-func NewReconciler(db outbox.Beginner, h *Handlers) *Reconciler {
+func NewReconciler(db migrate.Beginner, h *Handlers) *Reconciler {
 	r := &Reconciler{handlers: h}
 	r.job = batchjob.Reconciliation{DB: db, Outbox: h.outbox, Table: "payment_order_outcomes",
 		Size: DefaultReconcileBatch, Name: "paymentsvc: reconcile", Claim: r.claim, Correct: r.correct}
