@@ -14,7 +14,7 @@ import (
 // migrateLibrary creates or upgrades the library's tables in pool's database.
 func migrateLibrary(ctx context.Context, pool *pgxpool.Pool) error {
 	// snippet:start migrate
-	err := migrate.Up(ctx, pool) // or migrate.Up(ctx, pool, migrate.IdempotencyTable("billing.idem"), ...)
+	err := migrate.Up(ctx, pool) // or migrate.Up(ctx, pool, migrate.WithIdempotencyTable("billing.idem"), ...)
 	// snippet:end migrate
 	return err
 }
