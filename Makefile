@@ -78,7 +78,7 @@ readme-check: services ## run the README's shell commands as written
 	@scripts/readme-check.sh
 
 .PHONY: chaos
-chaos: services ## run every chaos scenario (kill -9, outages, network faults, duplicates, poison, pause, overload), 2,000 orders each
+chaos: services redis-cluster ## Redis Cluster + failover, then every chaos scenario (kill -9, outages, network faults, duplicates, poison, pause, overload), 2,000 orders each
 	$(GO) run ./cmd/chaos -orders $${CHAOS_ORDERS:-2000} -seed $${CHAOS_SEED:-1} -report $${CHAOS_REPORT:-chaos-report.md}
 
 .PHONY: redis-cluster
