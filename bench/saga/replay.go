@@ -83,7 +83,10 @@ func replayStatements(ctx context.Context, admin *pgxpool.Pool, pgURL string, da
 		fmt.Fprintf(log, "saga: replaying %s's transactions with pgbench (%.2f per order, %d shapes), %d clients for %s\n",
 			svc, s.TxPerOrder, s.Shapes, clients, d)
 		backends := sampleBackendCPU(ctx, admin, databases[svc])
-		r, err := benchutil.Pgbench{DSN: dsn, Script: s.Script, Clients: clients, Duration: d}.Run(ctx)
+		// Generic plans: a custom plan would fold every recorded instance's values
+		// again at each execution, a cost the services' statements do not have.
+		r, err := benchutil.Pgbench{DSN: dsn, Script: s.Script, Clients: clients, Duration: d,
+			PGOptions: "-c plan_cache_mode=force_generic_plan"}.Run(ctx)
 		pgCPU := backends()
 		if err != nil {
 			return nil, fmt.Errorf("saga: replay of %s: %w", svc, err)
