@@ -98,7 +98,7 @@ jaeger: ## build Jaeger v2 from the Go module proxy (tools/jaeger) and run it: O
 	@scripts/jaeger.sh
 
 .PHONY: jaeger-check
-jaeger-check: services ## make demo TRACES=1, then assert the stuck order's trace in Jaeger spans order and payment and a completed saga's all three services
+jaeger-check: services ## make demo TRACES=1, then assert the stuck order's trace in Jaeger spans order and payment, a completed saga's all three services, and sagactl console draws the stuck order's trace
 	@TRACES=1 JAEGER_CHECK=1 DEMO_ORDERS=$${DEMO_ORDERS:-60} scripts/demo.sh
 
 # The console's browser test is a module of its own (cmd/sagactl/browsertest), so its

@@ -127,11 +127,15 @@ echo "demo: broker on 127.0.0.1:$KAFKA_PORT, order API on http://$ORDER_ADDR, lo
 ORDER_URL="http://$ORDER_ADDR" bin/sagactl load -n "$ORDERS" -rate "$RATE"
 echo
 if [ -n "${TRACES:-}" ]; then
-  # The stuck order's trace id, once the order service lists it as stuck.
-  trace_id=
+  # This run's stuck order (the newest: sagactl stuck lists oldest first, and an earlier
+  # run's stuck order stays listed until its saga deadline) and its trace id, once the
+  # order service lists it as stuck.
+  order_id= trace_id=
   for _ in $(seq 1 40); do
-    trace_id=$(ORDER_URL="http://$ORDER_ADDR" bin/sagactl stuck -json | grep -o '"trace_id": *"[0-9a-f]\{32\}"' | head -1 | grep -o '[0-9a-f]\{32\}' || true)
-    [ -n "$trace_id" ] && break
+    last=$(ORDER_URL="http://$ORDER_ADDR" bin/sagactl stuck -json | grep -o '"id": *"[^"]*"\|"trace_id": *"[0-9a-f]\{32\}"' | tail -2 || true)
+    order_id=$(grep '"id"' <<<"$last" | sed 's/.*"\([^"]*\)"$/\1/' || true)
+    trace_id=$(grep '"trace_id"' <<<"$last" | grep -o '[0-9a-f]\{32\}' || true)
+    [ -n "$trace_id" ] && [ -n "$order_id" ] && break
     sleep 0.5
   done
   if [ -z "$trace_id" ]; then
@@ -147,7 +151,6 @@ if [ -n "${TRACES:-}" ]; then
     if [ -n "${JAEGER_CHECK:-}" ]; then
       # The console draws the same trace, read from Jaeger's query API, as a span waterfall
       # on the stuck order's page: it must show spans of order and payment.
-      order_id=$(ORDER_URL="http://$ORDER_ADDR" bin/sagactl stuck -json | grep -o '"id": *"[^"]*"' | head -1 | sed 's/.*"\([^"]*\)"$/\1/')
       ORDER_URL="http://$ORDER_ADDR" bin/sagactl console -addr "$CONSOLE_ADDR" -jaeger-query http://127.0.0.1:16686 >"$LOGS/console.log" 2>&1 &
       pids+=($!)
       wait_http "http://$CONSOLE_ADDR/" console

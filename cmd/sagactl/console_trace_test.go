@@ -11,8 +11,9 @@ import (
 	"time"
 )
 
-// jaegerFixture is a stuck order's trace as Jaeger's query API returns it
-// (GET /api/traces/{id}): spans of the order and payment services.
+// jaegerFixture is a stuck order's trace as Jaeger v2's query API returned it
+// (GET /api/traces/{id}) during make demo TRACES=1: 27 spans of the order, payment and
+// inventory services, one of them (payment's redis.pipeline client) with an error.
 const jaegerFixture = "testdata/jaeger_trace.json"
 
 // fakeJaeger serves body for GET /api/traces/{id} of traceID and 404 for any other id.
@@ -127,17 +128,20 @@ func TestBuildWaterfallNestsAndBounds(t *testing.T) {
 	if w.Rows[0].LabelX != 8 || w.Rows[0].Offset != "+"+humanDuration(0) {
 		t.Errorf("first row: label x %d, offset %s", w.Rows[0].LabelX, w.Rows[0].Offset)
 	}
-	nested := 0
+	nested, failed := 0, 0
 	for _, r := range w.Rows {
 		if r.LabelX > 8 {
 			nested++
+		}
+		if strings.HasSuffix(r.Class, " err") {
+			failed++
 		}
 		if r.BarX < wfLabelW || r.BarX+r.BarW > wfLabelW+wfBarsW {
 			t.Errorf("bar of %s %s at %d+%d outside the bar area", r.Service, r.Operation, r.BarX, r.BarW)
 		}
 	}
-	if nested == 0 {
-		t.Error("no span drawn nested under its parent")
+	if nested == 0 || failed != 1 {
+		t.Errorf("%d spans drawn nested under their parent (want some), %d marked failed (want 1)", nested, failed)
 	}
 
 	// A long chain (each span the child of the previous) is cut to consoleTraceSpans rows
