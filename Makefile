@@ -23,7 +23,7 @@ services: ## start local Postgres and Redis if they are down
 	@scripts/ensure-services.sh
 
 .PHONY: test
-test: services ## every test against real Postgres, Redis and an in-process Kafka broker (~9 min)
+test: services ## every test against real Postgres, Redis and an in-process Kafka broker (4-10 min)
 	$(GO) test -race -count=1 -timeout 8m $(LIB_PKGS)
 	$(GO) test -count=1 -timeout 8m $(APP_PKGS)
 
