@@ -1,7 +1,6 @@
 package ordersvc_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -9,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -69,14 +69,15 @@ func newFixture(t *testing.T, cfg ordersvc.Settings, opts ...ordersvc.Option) *f
 	return &fixture{svc: svc, pool: pool, spans: rec, reader: reader, srv: srv}
 }
 
-// do sends a request to the API and decodes a JSON response into out (if not nil).
-func (f *fixture) do(t *testing.T, method, path string, body string, header map[string]string, out any) *http.Response {
+// newRequest builds a request with body (Content-Type application/json when not empty)
+// and header, where an empty value removes that header.
+func newRequest(t testing.TB, method, url, body string, header map[string]string) *http.Request {
 	t.Helper()
 	var rd io.Reader
 	if body != "" {
-		rd = bytes.NewBufferString(body)
+		rd = strings.NewReader(body)
 	}
-	req, err := http.NewRequest(method, f.srv.URL+path, rd)
+	req, err := http.NewRequest(method, url, rd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +91,13 @@ func (f *fixture) do(t *testing.T, method, path string, body string, header map[
 		}
 		req.Header.Set(k, v)
 	}
-	resp, err := f.srv.Client().Do(req)
+	return req
+}
+
+// do sends a request to the API and decodes a JSON response into out (if not nil).
+func (f *fixture) do(t *testing.T, method, path string, body string, header map[string]string, out any) *http.Response {
+	t.Helper()
+	resp, err := f.srv.Client().Do(newRequest(t, method, f.srv.URL+path, body, header))
 	if err != nil {
 		t.Fatal(err)
 	}

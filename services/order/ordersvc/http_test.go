@@ -4,18 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/services/order/ordersvc"
 	"github.com/choreo-saga/choreo/tracing"
 )
@@ -395,21 +391,7 @@ func TestSagaKeepsItsSamplingDecision(t *testing.T) {
 // 503 unavailable with Retry-After, not 500: the client retries it with the same
 // Idempotency-Key.
 func TestUnavailable(t *testing.T) {
-	cfg, err := pgxpool.ParseConfig(testenv.PostgresDSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.Database = "choreo_no_such_database"
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	svc, err := ordersvc.New(pool, ordersvc.Settings{}, ordersvc.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(svc.Handler())
+	srv := httptest.NewServer(unavailableService(t).Handler())
 	t.Cleanup(srv.Close)
 	for _, r := range []struct{ method, path, body string }{
 		{"POST", "/orders", `{"customer_id":"c-1","items":[{"sku":"sku-1","qty":1}],"amount":100}`},

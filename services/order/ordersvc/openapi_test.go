@@ -236,24 +236,7 @@ func (c *apiClient) do(op, method, path, body string, header map[string]string, 
 	t := c.t
 	t.Helper()
 	newReq := func() *http.Request {
-		var rd io.Reader
-		if body != "" {
-			rd = strings.NewReader(body)
-		}
-		req, err := http.NewRequest(method, c.url+path, rd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if body != "" {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		for k, v := range header {
-			if v == "" {
-				req.Header.Del(k)
-			} else {
-				req.Header.Set(k, v)
-			}
-		}
+		req := newRequest(t, method, c.url+path, body, header)
 		if c.token != "" {
 			req.Header.Set("Authorization", "Bearer "+c.token)
 		}
