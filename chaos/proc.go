@@ -149,32 +149,6 @@ func (p *proc) stop(grace time.Duration) {
 	}
 }
 
-// waitExit waits until the current run exits or ctx ends.
-func (p *proc) waitExit(ctx context.Context) error {
-	p.mu.Lock()
-	done := p.done
-	p.mu.Unlock()
-	if done == nil {
-		return nil
-	}
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// exitCode is the exit code of the last run (-1 while running or when killed).
-func (p *proc) exitCode() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd == nil || p.cmd.ProcessState == nil {
-		return -1
-	}
-	return p.cmd.ProcessState.ExitCode()
-}
-
 // waitReady polls the ready URL (or, without one, a TCP connect to addr) until it
 // answers or ctx ends; it fails at once when the process exits.
 func (p *proc) waitReady(ctx context.Context, client *http.Client) error {

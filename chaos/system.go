@@ -519,16 +519,6 @@ func (s *System) ready(ctx context.Context, p *proc) bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-// instance returns the instance of svc with the given name.
-func (s *System) instance(name string) *proc {
-	for _, p := range s.all() {
-		if p.name == name {
-			return p
-		}
-	}
-	return nil
-}
-
 // restart starts p again and waits until it is ready (bounded).
 func (s *System) restart(ctx context.Context, p *proc, bound time.Duration) error {
 	if err := p.start(); err != nil {

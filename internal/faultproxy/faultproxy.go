@@ -72,16 +72,6 @@ func Start(addr, target string) (*Proxy, error) {
 // Addr returns the address clients connect to.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
-// Target returns the address the proxy forwards to.
-func (p *Proxy) Target() string { return p.target }
-
-// Faults returns the faults in force.
-func (p *Proxy) Faults() Faults {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.faults
-}
-
 // Set replaces the faults in force. Going down resets every open connection; ending a
 // hang closes the connections it held.
 func (p *Proxy) Set(f Faults) {

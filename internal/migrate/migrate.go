@@ -65,12 +65,6 @@ type Component struct {
 	steps []string // SQL of version i+1
 }
 
-// Kind returns the component's kind, e.g. "idempotency".
-func (c Component) Kind() string { return c.kind }
-
-// Steps returns the SQL of every version, version 1 first.
-func (c Component) Steps() []string { return c.steps }
-
 // SQL returns every step in version order, each after a "-- kind version N" line: the
 // script for users' own migration tools. It takes no lock and records no version.
 func (c Component) SQL() string {

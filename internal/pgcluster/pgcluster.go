@@ -43,7 +43,6 @@ type Cluster struct {
 type config struct {
 	settings        [][2]string
 	files           map[string][]byte
-	auth            string
 	tlsCert, tlsKey []byte
 }
 
@@ -76,10 +75,6 @@ func WithTLS(certPEM, keyPEM []byte) Option {
 	return func(c *config) { c.tlsCert, c.tlsKey = certPEM, keyPEM }
 }
 
-// WithAuth sets the authentication method of local and host connections (initdb
-// --auth). Default "trust".
-func WithAuth(method string) Option { return func(c *config) { c.auth = method } }
-
 // ConfigDir returns where Debian keeps the configuration of cluster name of version.
 func ConfigDir(version, name string) string { return filepath.Join("/etc/postgresql", version, name) }
 
@@ -88,7 +83,7 @@ func ConfigDir(version, name string) string { return filepath.Join("/etc/postgre
 // configuration files, starts it and waits until it accepts connections. On error
 // nothing is left behind.
 func Create(ctx context.Context, name string, opts ...Option) (*Cluster, error) {
-	cfg := config{auth: "trust"}
+	cfg := config{}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -116,7 +111,7 @@ func Create(ctx context.Context, name string, opts ...Option) (*Cluster, error) 
 	for _, s := range cfg.settings {
 		args = append(args, "-o", s[0]+"="+s[1])
 	}
-	args = append(args, "--", "--auth="+cfg.auth)
+	args = append(args, "--", "--auth=trust")
 	if out, err := exec.CommandContext(ctx, "pg_createcluster", args...).CombinedOutput(); err != nil {
 		c.Drop()
 		return nil, fmt.Errorf("pgcluster: pg_createcluster: %w\n%s", err, out)

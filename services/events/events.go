@@ -49,18 +49,6 @@ const (
 // announced: a forged or corrupted event, never applied. It is consumer.ReasonMismatch.
 const ReasonMismatch = consumer.ReasonMismatch
 
-// Known reports whether typ is one of the saga's event types. Consumers ignore known types
-// they have no handler for, and dead-letter unknown ones.
-func Known(typ string) bool {
-	switch typ {
-	case OrderCreated, OrderConfirmed, OrderRejected, OrderCancelRequested, OrderCancelled,
-		PaymentAuthorized, PaymentDeclined, PaymentRefunded,
-		StockReserved, StockUnavailable, StockReleased:
-		return true
-	}
-	return false
-}
-
 // Item is one line of an order.
 type Item struct {
 	SKU string `json:"sku"`

@@ -237,9 +237,6 @@ func New(db DB, cfg Settings, opts ...Option) (*Service, error) {
 // Settings returns the settings with defaults applied.
 func (s *Service) Settings() Settings { return s.cfg }
 
-// Outbox returns the outbox the service enqueues into.
-func (s *Service) Outbox() *outbox.Outbox { return s.outbox }
-
 // withOrder puts the saga correlation id and the order id into ctx and onto the current
 // span: the demo saga's correlation id is the order id.
 func withOrder(ctx context.Context, id string) context.Context {
