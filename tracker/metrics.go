@@ -3,10 +3,7 @@ package tracker
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -105,23 +102,9 @@ func (t *Tracker) Refresh(ctx context.Context) error {
 	return nil
 }
 
-// recordLatency records the end-to-end latency of each saga that fresh entries ended. It
-// reads the start events of those sagas' correlation ids with one query.
-func (t *Tracker) recordLatency(ctx context.Context, fresh []entry) {
-	var corrs []string
-	for _, e := range fresh {
-		if !e.dead && slices.ContainsFunc(t.cfg.Sagas, func(s Saga) bool { return matchAny(s.Terminal, e.typ) }) {
-			corrs = append(corrs, e.corr)
-		}
-	}
-	if len(corrs) == 0 {
-		return
-	}
-	starts, err := t.startTimes(ctx, corrs)
-	if err != nil {
-		t.log.Warn("tracker: saga start", "error", err)
-		return
-	}
+// recordLatency records the end-to-end latency of each saga that fresh entries ended,
+// from the start times summarize computed for the batch's correlation ids.
+func (t *Tracker) recordLatency(ctx context.Context, fresh []entry, starts map[startKey]time.Time) {
 	for _, e := range fresh {
 		if e.dead {
 			continue
@@ -140,28 +123,3 @@ func (t *Tracker) recordLatency(ctx context.Context, fresh []entry) {
 }
 
 type startKey struct{ corr, saga string }
-
-// startTimes returns the time of the first start event of each declared saga under each
-// of corrs.
-func (t *Tracker) startTimes(ctx context.Context, corrs []string) (map[startKey]time.Time, error) {
-	rows, err := t.db.Query(ctx, `SELECT correlation_id, type, event_time FROM `+t.table+
-		` WHERE correlation_id = ANY($1) AND NOT dead_letter ORDER BY correlation_id, event_time`, corrs)
-	if err != nil {
-		return nil, err
-	}
-	out := map[startKey]time.Time{}
-	var (
-		corr, typ string
-		at        time.Time
-	)
-	_, err = pgx.ForEachRow(rows, []any{&corr, &typ, &at}, func() error {
-		for _, s := range t.cfg.Sagas {
-			k := startKey{corr, s.Name}
-			if _, seen := out[k]; !seen && matchAny(s.Start, typ) {
-				out[k] = at
-			}
-		}
-		return nil
-	})
-	return out, err
-}

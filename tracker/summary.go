@@ -26,8 +26,9 @@ func (t *Tracker) typesTable() string { return t.table + "_types" }
 // least as many rows, so a computation that missed a row another instance was writing
 // never overwrites one that saw it, and one after retention deleted old rows still does. Ingest calls it
 // after each batch, for the batch's correlation ids, fresh or redelivered, so a batch
-// whose summaries were not written (a crash in between) gets them when redelivered.
-func (t *Tracker) summarize(ctx context.Context, entries []entry) error {
+// whose summaries were not written (a crash in between) gets them when redelivered. It
+// returns when each saga of those correlation ids started, for recordLatency.
+func (t *Tracker) summarize(ctx context.Context, entries []entry) (map[startKey]time.Time, error) {
 	var corrs []string
 	seen := map[string]bool{}
 	for _, e := range entries {
@@ -37,32 +38,37 @@ func (t *Tracker) summarize(ctx context.Context, entries []entry) error {
 		}
 	}
 	var b pgx.Batch
-	if err := t.queueSummaries(ctx, &b, corrs); err != nil {
-		return err
+	sums, err := t.queueSummaries(ctx, &b, corrs)
+	if err != nil {
+		return nil, err
 	}
 	t.queueTypes(&b, entries)
-	if b.Len() == 0 {
-		return nil
+	if b.Len() > 0 {
+		if err := t.db.SendBatch(ctx, &b).Close(); err != nil {
+			return nil, fmt.Errorf("tracker: summarize: %w", err)
+		}
 	}
-	if err := t.db.SendBatch(ctx, &b).Close(); err != nil {
-		return fmt.Errorf("tracker: summarize: %w", err)
+	starts := make(map[startKey]time.Time, len(sums))
+	for _, s := range sums {
+		starts[startKey{s.CorrelationID, s.Saga}] = s.Started
 	}
-	return nil
+	return starts, nil
 }
 
-// queueSummaries reads the rows of corrs and queues the upsert of their summaries.
-func (t *Tracker) queueSummaries(ctx context.Context, b *pgx.Batch, corrs []string) error {
+// queueSummaries reads the rows of corrs and queues the upsert of their summaries, which
+// it returns.
+func (t *Tracker) queueSummaries(ctx context.Context, b *pgx.Batch, corrs []string) ([]summaryRow, error) {
 	if len(corrs) == 0 {
-		return nil
+		return nil, nil
 	}
 	rows, err := t.db.Query(ctx, `SELECT `+selectCols+` FROM `+t.table+
 		` WHERE correlation_id = ANY($1) ORDER BY correlation_id, event_time, topic, partition, "offset"`, corrs)
 	if err != nil {
-		return fmt.Errorf("tracker: summarize: %w", err)
+		return nil, fmt.Errorf("tracker: summarize: %w", err)
 	}
 	entries, err := pgx.CollectRows(rows, scanEntry)
 	if err != nil {
-		return fmt.Errorf("tracker: summarize: %w", err)
+		return nil, fmt.Errorf("tracker: summarize: %w", err)
 	}
 	var sums []summaryRow
 	for group := range groupByCorrelation(entries) {
@@ -84,11 +90,11 @@ func (t *Tracker) queueSummaries(ctx context.Context, b *pgx.Batch, corrs []stri
 		}
 	}
 	if len(sums) == 0 {
-		return nil
+		return nil, nil
 	}
 	doc, err := json.Marshal(sums)
 	if err != nil {
-		return fmt.Errorf("tracker: summarize: %w", err)
+		return nil, fmt.Errorf("tracker: summarize: %w", err)
 	}
 	// One statement for the whole batch: the rows travel as one JSON array.
 	b.Queue(`INSERT INTO `+t.sagasTable()+` AS s (`+summaryCols+`)
@@ -103,7 +109,7 @@ func (t *Tracker) queueSummaries(ctx context.Context, b *pgx.Batch, corrs []stri
 		after_topic = excluded.after_topic, after_partition = excluded.after_partition,
 		after_offset = excluded.after_offset, indexed = excluded.indexed
 		WHERE (s.indexed, s.seen) <= (excluded.indexed, excluded.seen)`, string(doc))
-	return nil
+	return sums, nil
 }
 
 const summaryCols = `correlation_id, saga, started, ended, last_type, last_at, events, dead_letters, seen,
@@ -179,7 +185,7 @@ func (t *Tracker) Rebuild(ctx context.Context) error {
 			return nil
 		}
 		var b pgx.Batch
-		if err := t.queueSummaries(ctx, &b, corrs); err != nil {
+		if _, err := t.queueSummaries(ctx, &b, corrs); err != nil {
 			return err
 		}
 		if err := t.db.SendBatch(ctx, &b).Close(); err != nil {

@@ -259,11 +259,12 @@ func (t *Tracker) Ingest(ctx context.Context, recs ...*kgo.Record) (int, error) 
 	if err != nil {
 		return 0, err
 	}
-	if err := t.summarize(ctx, entries); err != nil {
+	starts, err := t.summarize(ctx, entries)
+	if err != nil {
 		return 0, err
 	}
 	t.inst.indexed.Add(ctx, int64(len(fresh)))
-	t.recordLatency(ctx, fresh)
+	t.recordLatency(ctx, fresh, starts)
 	return len(fresh), nil
 }
 
