@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/choreo-saga/choreo/app"
 	"github.com/choreo-saga/choreo/tracker"
 )
 
@@ -135,7 +136,7 @@ Flags:`)
 			srv.hosts[h] = true
 		}
 	}
-	if host, _, err := net.SplitHostPort(*addr); err == nil && !isLoopback(host) && srv.token == "" {
+	if _, _, err := net.SplitHostPort(*addr); err == nil && !app.Loopback(*addr) && srv.token == "" {
 		return fmt.Errorf("%w: the console can cancel orders and replay dead letters: to listen on %s, beyond loopback, set an access token (-token or CONSOLE_TOKEN)", errUsage, *addr)
 	}
 	ln, err := net.Listen("tcp", *addr)
@@ -150,7 +151,7 @@ Flags:`)
 		IdleTimeout:       time.Minute,
 		MaxHeaderBytes:    64 << 10,
 	}
-	if host, _, _ := net.SplitHostPort(ln.Addr().String()); !isLoopback(host) && srv.token == "" {
+	if !app.Loopback(ln.Addr().String()) && srv.token == "" {
 		// A host name that resolved beyond loopback: refuse, as for an address.
 		ln.Close()
 		return fmt.Errorf("%w: the console listens on %s, beyond loopback: set an access token (-token or CONSOLE_TOKEN)", errUsage, ln.Addr())
@@ -182,13 +183,8 @@ func envOr(getenv func(string) string, key, def string) string {
 	return def
 }
 
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
+// isLoopback reports whether host (no port) is this machine only (app.Loopback).
+func isLoopback(host string) bool { return app.Loopback(net.JoinHostPort(host, "0")) }
 
 // console is the web console's server: clients of the order API, the brokers and the
 // services' metrics, and the secret of its CSRF tokens. Nothing else: every page reads
