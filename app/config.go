@@ -46,7 +46,7 @@ const (
 	DefaultKafkaBrokers    = "127.0.0.1:9092"
 	DefaultKafkaPartitions = 6
 	DefaultShutdownTimeout = 30 * time.Second
-	DefaultConsumerBatch   = 16
+	DefaultConsumerBatch   = 64
 	// DefaultKafkaSessionTimeout is how long the group coordinator waits for a member's
 	// heartbeat (sent every 3s) before it gives the member's partitions to the others.
 	// It bounds how long the partitions of a killed instance stay unconsumed, and is the

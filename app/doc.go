@@ -23,7 +23,7 @@
 //	ADMIN_TOKEN         bearer token /metrics and /debug/pprof/ require (default none; PPROF beyond loopback needs it)
 //	LOG_LEVEL           debug, info, warn, error (default info)
 //	SHUTDOWN_TIMEOUT    bound of the graceful shutdown (default 30s)
-//	CONSUMER_BATCH      most waiting records of a partition per transaction (default 16; 1: off)
+//	CONSUMER_BATCH      most waiting records of a partition per transaction (default 64; 1: off)
 //	PPROF               1: serve net/http/pprof under /debug/pprof/ on the admin listener (default off)
 //	OTEL_*              exporters and sampling, read by tracing.Setup
 //

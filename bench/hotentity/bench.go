@@ -196,14 +196,15 @@ type measured struct {
 
 // modeSpec is one pipeline mode: the hand-written floor, or choreo one event per
 // transaction (batch 0) or in batches of batch, with the UPDATE queued by consumer.AtCommit when atCommit,
-// with event signing when signed; in this process (processes 0) or in that many child
-// processes sharing the consumer group.
+// with event signing when signed, without the fence check when unfenced; in this process
+// (processes 0) or in that many child processes sharing the consumer group.
 type modeSpec struct {
 	name      string
 	hand      bool
 	batch     int
 	atCommit  bool
 	signed    bool
+	unfenced  bool
 	processes int
 }
 
@@ -213,11 +214,17 @@ func (c config) modes() []modeSpec {
 	if c.signed {
 		ms = append(ms, modeSpec{name: "choreo/signed (Ed25519)", signed: true})
 	}
+	if c.unfenced {
+		ms = append(ms, modeSpec{name: "choreo/unfenced", unfenced: true})
+	}
 	if c.atCommit {
 		ms = append(ms, modeSpec{name: "choreo/atcommit", atCommit: true})
 	}
 	for _, n := range c.batches {
 		ms = append(ms, modeSpec{name: fmt.Sprintf("choreo/batch=%d", n), batch: n})
+		if c.atCommit {
+			ms = append(ms, modeSpec{name: fmt.Sprintf("choreo/batch=%d/atcommit", n), batch: n, atCommit: true})
+		}
 	}
 	for _, n := range c.processes {
 		ms = append(ms,
@@ -308,7 +315,7 @@ func (b *bench) pipeline(spec modeSpec, site pipelineSite) (pipeline, func() (tx
 	}
 	p := &choreoPipeline{
 		brokers: b.brokers, group: site.group, in: site.in, out: site.out, batch: spec.batch,
-		atCommit: spec.atCommit, notify: site.notify, pool: site.pool, rdb: site.rdb,
+		atCommit: spec.atCommit, unfenced: spec.unfenced, notify: site.notify, pool: site.pool, rdb: site.rdb,
 		lockNS: b.prefix + "choreo:", kgoOpts: b.kgoOpts(), log: b.log, onAcked: site.onAcked,
 	}
 	if spec.signed {
@@ -337,10 +344,15 @@ func (b *bench) mode(ctx context.Context, spec modeSpec, round int) (measured, e
 		slug = "hand"
 	case spec.batch > 0:
 		slug = fmt.Sprintf("batch%d", spec.batch)
+		if spec.atCommit {
+			slug += "-atcommit"
+		}
 	case spec.atCommit:
 		slug = "atcommit"
 	case spec.signed:
 		slug = "signed"
+	case spec.unfenced:
+		slug = "unfenced"
 	}
 	if spec.processes > 0 {
 		slug += fmt.Sprintf("-p%d", spec.processes)

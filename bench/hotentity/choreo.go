@@ -57,6 +57,9 @@ type choreoPipeline struct {
 	// atCommit queues the UPDATE with consumer.AtCommit (it rides the COMMIT's round
 	// trip) instead of sending it with tx.Exec.
 	atCommit bool
+	// unfenced turns the fence check off (StandardConfig.Fence false): the difference to
+	// choreo is what the fence's row write costs per event.
+	unfenced bool
 	// notify has the outbox send a NOTIFY (outbox.WithNotifier) so that the relay leader
 	// in another process of the same pipeline learns of rows this one commits.
 	notify bool
@@ -112,7 +115,7 @@ func (p *choreoPipeline) run(ctx context.Context) error {
 		return err
 	}
 	cfg := consumer.StandardConfig{
-		DB: p.pool, DeadLetter: dlq, Locker: locker, Fence: true, Name: "hot",
+		DB: p.pool, DeadLetter: dlq, Locker: locker, Fence: !p.unfenced, Name: "hot",
 		AfterCommit: []func(){ob.Wake}, Logger: p.log, TrustedKeys: p.trusted,
 		Handler: func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
 			next, err := applyCredit(ctx, tx, ev, p.atCommit)

@@ -188,14 +188,14 @@ func TestSmokeAllModes(t *testing.T) {
 	defer cancel()
 	r, err := run(ctx, config{
 		pg: testenv.PostgresDSN(t), redis: testenv.RedisAddr(t),
-		events: 200, partitions: 4, accounts: 20, dup: 0.05, batches: []int{8}, atCommit: true, signed: true, processes: []int{1, 2},
+		events: 200, partitions: 4, accounts: 20, dup: 0.05, batches: []int{8}, atCommit: true, signed: true, unfenced: true, processes: []int{1, 2},
 		repeat: 1, pgbenchT: time.Second, seed: 1, jsonOut: jsonPath,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Modes) != 10 || r.UniqueEvents != 190 {
-		t.Fatalf("%d rows, %d unique events; want pgbench + 9 modes, 190", len(r.Modes), r.UniqueEvents)
+	if len(r.Modes) != 12 || r.UniqueEvents != 190 {
+		t.Fatalf("%d rows, %d unique events; want pgbench + 11 modes, 190", len(r.Modes), r.UniqueEvents)
 	}
 	for _, m := range r.Modes {
 		if m.EventsPerSec <= 0 || m.EventsPerTx < 1 {
@@ -218,7 +218,7 @@ func TestSmokeAllModes(t *testing.T) {
 	}
 	// The floor and choreo split over child processes: each result was checked like any
 	// mode's, and the two-process rows are compared with the one-process ones.
-	for _, m := range r.Modes[6:] {
+	for _, m := range r.Modes[8:] {
 		if m.Processes == 0 || (m.Processes == 2) != (m.VsOneProcess > 0) {
 			t.Errorf("%s: %d processes, %.2f× one process", m.Mode, m.Processes, m.VsOneProcess)
 		}
@@ -234,8 +234,8 @@ func TestSmokeAllModes(t *testing.T) {
 	if err := json.Unmarshal(data, &doc); err != nil {
 		t.Fatal(err)
 	}
-	if got := doc["hotentity"]; len(got.Modes) != 10 || got.Events != 200 {
-		t.Errorf("JSON %s: want {\"hotentity\": ...} with 10 modes of 200 events", data)
+	if got := doc["hotentity"]; len(got.Modes) != 12 || got.Events != 200 {
+		t.Errorf("JSON %s: want {\"hotentity\": ...} with 12 modes of 200 events", data)
 	}
 }
 
