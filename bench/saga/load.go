@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/choreo-saga/choreo/app"
 )
 
 // sent is one order the generator placed.
@@ -24,6 +26,9 @@ type sent struct {
 // whatever happened to the earlier ones, each on its own goroutine over a shared pool
 // of keep-alive connections, up to maxInFlight at once. When that bound or the
 // machine holds it back, it records how late it sent (lag) instead of slowing down.
+// It opens at most app.DefaultMaxConnsPerClient connections to each order instance, the
+// most the order API keeps open for one client address: beyond it the API closes new
+// connections unread, and the generator would measure its own reconnections.
 type generator struct {
 	urls        []string // order instances' base URLs, used in turn
 	client      *http.Client
@@ -38,6 +43,7 @@ func newGenerator(urls []string, maxInFlight, skus, customers int, seed uint64) 
 	tr := &http.Transport{
 		MaxIdleConns:        maxInFlight,
 		MaxIdleConnsPerHost: maxInFlight,
+		MaxConnsPerHost:     min(maxInFlight, app.DefaultMaxConnsPerClient),
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
 	}
