@@ -52,10 +52,10 @@ type Logs struct {
 	Failed, Done string
 }
 
-// Run calls round every interval until ctx is cancelled, then returns nil. It logs each
-// round's result as logs says, except the error of a round that ctx's cancellation cut
-// short (no failure: the service is stopping; what the round did is still logged); a
-// failed round is retried at the next tick.
+// Run calls round every interval until ctx is cancelled, then returns nil; no round starts
+// once ctx is done. It logs each round's result as logs says, except the error of a round
+// that ctx's cancellation cut short (no failure: the service is stopping; what the round
+// did is still logged); a failed round is retried at the next tick.
 func Run(ctx context.Context, interval time.Duration, round func(context.Context) (int, error), logs Logs) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -64,6 +64,9 @@ func Run(ctx context.Context, interval time.Duration, round func(context.Context
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		}
+		if ctx.Err() != nil { // both were ready and select took the tick: no round after the end
+			return nil
 		}
 		n, err := round(ctx)
 		switch {
