@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 )
 
 // Bounds of the trace waterfall.
@@ -248,7 +247,7 @@ func buildWaterfall(t jaegerTrace) waterfall {
 		}
 		off, dur := sp.StartTime-start, max(sp.Duration, 0)
 		r := wfRow{Service: svc, Operation: sp.OperationName,
-			Label:  cutRunes(svc+"  "+sp.OperationName, consoleTraceLabel-e.depth),
+			Label:  truncate(svc+"  "+sp.OperationName, consoleTraceLabel-e.depth),
 			Offset: "+" + humanDuration(time.Duration(off)*time.Microsecond), Dur: humanDuration(time.Duration(dur) * time.Microsecond),
 			Y: wfTop + n*wfRowH, LabelX: 8 + e.depth*wfIndent,
 			BarX: wfLabelW + int(off*wfBarsW/total), BarY: wfTop + n*wfRowH + 3, BarW: max(int(dur*wfBarsW/total), 2),
@@ -277,14 +276,4 @@ func spanFailed(tags []jaegerTag) bool {
 		}
 	}
 	return false
-}
-
-// cutRunes shortens s to at most n runes, ending with "…" when cut.
-func cutRunes(s string, n int) string {
-	n = max(n, 8)
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	r := []rune(s)
-	return string(r[:n-1]) + "…"
 }
