@@ -24,10 +24,11 @@ func (t *Tracker) typesTable() string { return t.table + "_types" }
 // indexed under them, and records the producers of their event types. A summary is
 // replaced only by one computed from a later-indexed row, or from as late a row and at
 // least as many rows, so a computation that missed a row another instance was writing
-// never overwrites one that saw it, and one after retention deleted old rows still does. Ingest calls it
-// after each batch, for the batch's correlation ids, fresh or redelivered, so a batch
-// whose summaries were not written (a crash in between) gets them when redelivered. It
-// returns when each saga of those correlation ids started, for recordLatency.
+// never overwrites one that saw it, and one after retention deleted old rows still does.
+// Ingest calls it after each batch, for the batch's correlation ids, fresh or redelivered,
+// so a batch whose summaries were not written (a crash in between) gets them when
+// redelivered. It returns when each saga of those correlation ids started, for
+// recordLatency.
 func (t *Tracker) summarize(ctx context.Context, entries []entry) (map[startKey]time.Time, error) {
 	var corrs []string
 	seen := map[string]bool{}
