@@ -16,8 +16,9 @@ import (
 //
 // It resolves cfg exactly as Standard does and runs the same parts: the same decoding,
 // router filter (the same errors), span, correlation context, metric and log line per
-// record. For a batch it decodes every record and applies the router's filter (ignored
-// types are settled, unknown types fail the batch), acquires one lease per distinct
+// record. For a batch it decodes every record, applies the router's filter (ignored
+// types are settled, unknown types fail the batch) and upcasts it (Upcast; a failure
+// fails the batch), acquires one lease per distinct
 // entity of the batch, together (lock.Locker.AcquireAll: one round trip, all or none; an
 // entity may repeat within the batch), then in one transaction checks every lease's fence
 // in one statement, in entity order (if Fence), sent in one round trip with the
@@ -58,7 +59,7 @@ func (c *chain) batch(ctx context.Context, ms []*Message) (err error) {
 	}()
 	defer recoverPanic(&err)
 
-	// Decode and filter; work are the records to handle, workAt[j] the index of work[j]
+	// Decode, filter and upcast; work are the records to handle, workAt[j] the index of work[j]
 	// in ms.
 	work := make([]*Message, 0, len(ms))
 	workAt := make([]int, 0, len(ms))

@@ -19,6 +19,7 @@ import (
 //   - log line: logRecord (Logging);
 //   - decoding: decode (Decode);
 //   - the router's filter: Router.filter (Router.Filter), with one unknown-type error;
+//   - upcasting: Upcasters.apply (Upcast);
 //   - the lock: acquireLeases, one lease per distinct entity (Lock);
 //   - the transaction: transactor.run, fences, claims, handlers, commit, AfterCommit
 //     (Idempotent);
@@ -31,6 +32,7 @@ type chain struct {
 	decode     Decoder
 	router     *Router                  // nil when the config has a Handler
 	keys       map[string]*event.KeySet // StandardConfig.TrustedKeys
+	upcasters  *Upcasters               // nil: none
 	locker     Locker                   // nil: no lock
 	lockEntity func(m *Message) string
 	tx         *transactor
@@ -56,6 +58,7 @@ func (cfg *StandardConfig) resolve() (*chain, error) {
 		logger:     cfg.Logger,
 		router:     cfg.Router,
 		keys:       cfg.TrustedKeys,
+		upcasters:  cfg.Upcasters,
 		locker:     cfg.Locker,
 		lockEntity: cfg.LockEntity,
 	}
@@ -91,14 +94,17 @@ func (cfg *StandardConfig) resolve() (*chain, error) {
 	return c, nil
 }
 
-// filter checks the signature against the config's TrustedKeys (VerifySignatures) and
-// applies the router's filter (Router.Filter), if the config has a Router.
+// filter checks the signature against the config's TrustedKeys (VerifySignatures),
+// applies the router's filter (Router.Filter), if the config has a Router, and upcasts
+// a message to handle to a version its handler declares (Upcast), in Standard's order.
 func (c *chain) filter(m *Message) (bool, error) {
 	if err := verifySignature(c.keys, m); err != nil {
 		return false, err
 	}
-	if c.router == nil {
-		return true, nil
+	if c.router != nil {
+		if ok, err := c.router.filter(m); !ok {
+			return false, err
+		}
 	}
-	return c.router.filter(m)
+	return true, c.upcasters.apply(m)
 }

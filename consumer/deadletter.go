@@ -58,11 +58,18 @@ const (
 	ReasonFailed           = "failed"            // a retryable error with no Retry in the chain
 )
 
+// Reasons of Upcast (upcast.go).
+const (
+	ReasonUpcastFailed = "upcast_failed"       // ErrUpcast: an upcaster failed
+	ReasonUnsupported  = "unsupported_version" // ErrUnsupportedVersion: no upcaster path to a declared version
+)
+
 // Reasons returns every Reason constant, in the order they are declared: the values
 // HeaderDLQReason takes (tools use it to refuse a reason they do not know).
 func Reasons() []string {
 	return []string{ReasonMalformed, ReasonUnknownType, ReasonUntrusted, ReasonBadSignature,
-		ReasonKeyReused, ReasonMismatch, ReasonPanic, ReasonRetriesExhausted, ReasonPermanent, ReasonFailed}
+		ReasonKeyReused, ReasonMismatch, ReasonPanic, ReasonRetriesExhausted, ReasonPermanent, ReasonFailed,
+		ReasonUpcastFailed, ReasonUnsupported}
 }
 
 // Reason classifies err into one of the Reason constants, or returns the reason of a
@@ -84,6 +91,10 @@ func Reason(err error) string {
 		return ReasonBadSignature
 	case errors.Is(err, idempotency.ErrKeyReused):
 		return ReasonKeyReused
+	case errors.Is(err, ErrUpcast):
+		return ReasonUpcastFailed
+	case errors.Is(err, ErrUnsupportedVersion):
+		return ReasonUnsupported
 	case errors.Is(err, ErrPanic):
 		return ReasonPanic
 	case !Retryable(err):

@@ -34,7 +34,7 @@
 // Standard wires, outermost first:
 //
 //	Recover → Tracing → Correlate → Metrics → Logging → DeadLetter → Retry →
-//	Recover → Decode → Router.Filter → Lock → Idempotent → handler(ctx, tx, event)
+//	Recover → Decode → Router.Filter → Upcast → Lock → Idempotent → handler(ctx, tx, event)
 //
 // What each part does:
 //
@@ -60,6 +60,14 @@
 //     through, and the runtime waits it out (see Outages below).
 //   - Decode turns the record into an event.Event; the router's filter settles ignored
 //     types and rejects unknown ones before any lock or transaction.
+//   - Upcast (with StandardConfig.Upcasters) brings an event whose schema version its
+//     handler does not declare to one it does, through a chain of upcasters (pure
+//     functions on the JSON payload, one per type and version step), after the checks
+//     of the record as produced (signature, trust) and before the lock and the
+//     transaction; the idempotency claim still hashes the payload as received. A
+//     failing upcaster (ErrUpcast) or a version with no path to a declared one
+//     (ErrUnsupportedVersion) is dead-lettered. Dead letters keep the original record,
+//     so a replay after an upgrade is upcast like a new record. See docs/contracts.md.
 //   - Lock holds the entity's Redis lease (package lock) while the transaction runs, to
 //     avoid contention; it is not the correctness guard. It acquires the lease on the
 //     handling goroutine before the transaction and releases it in the background

@@ -21,6 +21,14 @@ var (
 	// It also matches event.ErrBadSignature. Non-retryable: the event goes to the
 	// dead-letter topic (reason "bad_signature") and is never applied.
 	ErrBadSignature = errors.New("consumer: bad signature")
+	// ErrUpcast: an upcaster (Upcast) failed to bring the event's payload to a later
+	// schema version. Non-retryable: an upcaster is a pure function, so the event goes to
+	// the dead-letter topic (reason "upcast_failed").
+	ErrUpcast = errors.New("consumer: upcast failed")
+	// ErrUnsupportedVersion: the event's schema version is not one its handler declares
+	// and no chain of upcasters leads from it to one (Upcast). Non-retryable: the event
+	// goes to the dead-letter topic (reason "unsupported_version").
+	ErrUnsupportedVersion = errors.New("consumer: unsupported schema version")
 	// ErrPanic: a handler panicked. The error carries the panic value and stack.
 	// Non-retryable: a panic is a bug that a retry would repeat.
 	ErrPanic = errors.New("consumer: handler panicked")
@@ -59,7 +67,8 @@ func Permanent(err error) error {
 
 // Retryable is the default classification used by Retry. An error is non-retryable when
 // it was marked with Permanent or Reject or matches event.ErrMalformed, idempotency.ErrKeyReused,
-// idempotency.ErrInvalidKey, ErrUnknownType, ErrUntrusted, ErrBadSignature or ErrPanic; every other error, including
+// idempotency.ErrInvalidKey, ErrUnknownType, ErrUntrusted, ErrBadSignature, ErrUpcast,
+// ErrUnsupportedVersion or ErrPanic; every other error, including
 // lock.ErrNotObtained and lock.ErrLost, is retryable. (Retry stops on its own when its
 // context is cancelled, whatever the classification.)
 func Retryable(err error) bool {
@@ -78,6 +87,8 @@ func Retryable(err error) bool {
 		errors.Is(err, ErrUnknownType),
 		errors.Is(err, ErrUntrusted),
 		errors.Is(err, ErrBadSignature),
+		errors.Is(err, ErrUpcast),
+		errors.Is(err, ErrUnsupportedVersion),
 		errors.Is(err, ErrPanic):
 		return false
 	}

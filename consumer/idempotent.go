@@ -43,7 +43,7 @@ type IdempotentConfig struct {
 // Idempotent is the innermost handler of the chain. For each message it opens a
 // transaction on DB, checks the fencing token of the lease Lock holds if Fence is set,
 // claims scope "<group>/<Name>" and key = event id with the request hash SHA-256(type,
-// payload) (idempotency.Store), and then:
+// payload), of the payload as received before any Upcast (idempotency.Store), and then:
 //   - first time: calls h with the transaction, writes what h deferred to the commit
 //     (outbox.Outbox.Enqueue's rows, in one INSERT), commits, and runs the AfterCommit
 //     hooks;
@@ -274,8 +274,7 @@ func (t *transactor) claim(ctx context.Context, tx pgx.Tx, ms []*Message) ([]boo
 	scope := ms[0].Group + "/" + t.name
 	var claims []idempotency.Claim
 	if len(ms) == 1 {
-		ev := ms[0].Event
-		c, err := t.store.Claim(ctx, tx, scope, ev.ID, idempotency.Hash([]byte(ev.Type), ev.Data))
+		c, err := t.store.Claim(ctx, tx, scope, ms[0].Event.ID, ms[0].requestHash())
 		if err != nil {
 			return nil, nil, err
 		}
@@ -283,7 +282,7 @@ func (t *transactor) claim(ctx context.Context, tx pgx.Tx, ms []*Message) ([]boo
 	} else {
 		reqs := make([]idempotency.Request, len(ms))
 		for i, m := range ms {
-			reqs[i] = idempotency.Request{Key: m.Event.ID, Hash: idempotency.Hash([]byte(m.Event.Type), m.Event.Data)}
+			reqs[i] = idempotency.Request{Key: m.Event.ID, Hash: m.requestHash()}
 		}
 		var err error
 		if claims, err = t.store.ClaimAll(ctx, tx, scope, reqs); err != nil {

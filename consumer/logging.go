@@ -11,7 +11,8 @@ import (
 // Logging logs one line per handled record: at Debug when it was handled, a duplicate or
 // ignored, at Warn when it was dead-lettered and at Error when the handler failed (at
 // Debug when it failed with an outage, which the runtime logs once per partition). Each
-// line carries the group, topic, partition, offset, key, event type, outcome, attempts,
+// line carries the group, topic, partition, offset, key, event type (and, for an event
+// Upcast brought to another schema version, upcast_from and schema_version), outcome, attempts,
 // duration, the saga's correlation id (from the context; see Correlate) and the
 // error. A nil logger means slog.Default().
 func Logging(l *slog.Logger) Middleware {
@@ -55,6 +56,9 @@ func logRecord(ctx context.Context, l *slog.Logger, m *Message, err error, elaps
 	}
 	if m.Decoded {
 		attrs = append(attrs, slog.String("event_type", m.Event.Type), slog.String("event_id", m.Event.ID))
+		if m.upcastFrom != 0 {
+			attrs = append(attrs, slog.Int("upcast_from", m.upcastFrom), slog.Int("schema_version", m.Event.SchemaVersion))
+		}
 	}
 	if id := tracing.CorrelationID(ctx); id != "" {
 		attrs = append(attrs, slog.String("correlation_id", id))

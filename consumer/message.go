@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"encoding/json"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -35,6 +36,11 @@ type Message struct {
 	// checks its fencing token. Lock sets and clears it on the goroutine that handles the
 	// message, so it needs no synchronisation.
 	lease *lock.Lease
+	// upcastFrom is the schema version the record carried when Upcast brought Event to
+	// a declared version (0: not upcast), and received its payload as received: the
+	// idempotency claim hashes it (requestHash).
+	upcastFrom int
+	received   json.RawMessage
 	// deadLetterTopic names a source topic's dead-letter topic; the runtime sets it from
 	// WithDeadLetterTopics. nil: DeadLetterTopic(source).
 	deadLetterTopic func(source string) string

@@ -28,6 +28,9 @@ const (
 var (
 	outcomeKey   = attribute.Key("choreo.outcome")
 	eventTypeKey = attribute.Key("choreo.event.type")
+	// upcastFromKey and schemaVersionKey describe an upcast event on its span.
+	upcastFromKey    = attribute.Key("choreo.event.upcast_from")
+	schemaVersionKey = attribute.Key("choreo.event.schema_version")
 )
 
 // Metrics records, per handled record, its duration (MetricProcessDuration), its outcome

@@ -38,6 +38,9 @@ type StandardConfig struct {
 	// without a valid signature by one of them is dead-lettered as "bad_signature".
 	// Sources not in the map are not checked. Default: none.
 	TrustedKeys map[string]*event.KeySet
+	// Upcasters, if set, bring each event to a schema version its handler declares
+	// before the lock and the transaction (see Upcast). Default: none.
+	Upcasters *Upcasters
 	// Locker, if set, serialises handling per entity (a *lock.Locker).
 	Locker Locker
 	// LockEntity chooses the entity to lock (default Message.Subject).
@@ -98,13 +101,16 @@ func (cfg *StandardConfig) tracingOptions() []tracing.InstrumentOption {
 // Standard returns the chain every choreo consumer runs, outermost first:
 //
 //	Recover → Tracing → Correlate → Metrics → Logging → DeadLetter → Retry →
-//	Recover → Decode → VerifySignatures → Router.Filter → Lock → Idempotent → business handler(ctx, tx, event)
+//	Recover → Decode → VerifySignatures → Router.Filter → Upcast → Lock → Idempotent →
+//	business handler(ctx, tx, event)
 //
 // DeadLetter sits outside Retry because only the outcome of all attempts decides whether
 // a record is dead-lettered; Decode, the router's filter and the inner Recover sit inside
 // both, so undecodable records, unknown types and panics are dead-lettered at once
 // instead of blocking the partition; VerifySignatures runs only with
-// StandardConfig.TrustedKeys. Lock sits inside Retry, so "not obtained" backs off.
+// StandardConfig.TrustedKeys and Upcast only with StandardConfig.Upcasters, after the
+// checks that need the record as produced. Lock sits inside Retry, so "not obtained"
+// backs off.
 //
 // The configuration is resolved once, every default applied, and StandardBatch resolves
 // it the same way and runs the same parts, so both paths decode, filter,
@@ -136,6 +142,9 @@ func Standard(cfg StandardConfig) (Handler, error) {
 	}
 	if c.router != nil {
 		mws = append(mws, c.router.Filter())
+	}
+	if c.upcasters != nil {
+		mws = append(mws, Upcast(c.upcasters))
 	}
 	if c.locker != nil {
 		mws = append(mws, Lock(c.locker, c.lockEntity))

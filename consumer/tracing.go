@@ -14,7 +14,9 @@ import (
 // that one saga is one trace (tracing.Kafka.StartProcess: OpenTelemetry messaging
 // attributes, consumer group, offset, key, message id). When the handlers return, the
 // span gets the outcome (choreo.outcome), the event type once decoded
-// (choreo.event.type), and the error, if any. opts select the tracer provider and
+// (choreo.event.type) and, for an event Upcast brought to another schema version, the
+// version it arrived at (choreo.event.upcast_from) and the one handled
+// (choreo.event.schema_version), and the error, if any. opts select the tracer provider and
 // propagator (tracing.WithTracerProvider, tracing.WithPropagator; default the otel
 // globals).
 func Tracing(opts ...tracing.InstrumentOption) Middleware {
@@ -40,6 +42,9 @@ func finishSpan(span trace.Span, m *Message, err error) {
 	span.SetAttributes(outcomeKey.String(string(m.outcome(err))))
 	if m.Decoded {
 		span.SetAttributes(eventTypeKey.String(m.Event.Type))
+		if m.upcastFrom != 0 {
+			span.SetAttributes(upcastFromKey.Int(m.upcastFrom), schemaVersionKey.Int(m.Event.SchemaVersion))
+		}
 	}
 	if err != nil {
 		span.RecordError(err)
