@@ -75,7 +75,7 @@
 // The consumer package's DeadLetter middleware writes a record that a consumer group gave
 // up on to "<topic>.dlq" with the original key, value and headers plus choreo_dlq_*
 // headers: reason (consumer.Reasons: malformed, unknown_type, untrusted, key_reused,
-// panic, retries_exhausted, permanent, failed), error text, attempts, origin
+// panic, retries_exhausted, permanent, failed, upcast_failed, unsupported_version), error text, attempts, origin
 // topic/partition/offset, group and the time it failed. `dlq list` decodes these; an
 // unknown -reason is a usage error listing the valid ones. Positions are printed as partition:offset and
 // accepted in the same form by `dlq show` and `dlq replay`. A topic may be named by its
