@@ -156,6 +156,10 @@ func (a *App) startKit() error {
 		return nil
 	}
 	lockOn := a.kit.lockOn
+	ups, err := a.kitUpcasters()
+	if err != nil {
+		return err
+	}
 	spec := ConsumerSpec{
 		Group:   a.opts.group,
 		Topics:  a.kit.topics,
@@ -163,6 +167,7 @@ func (a *App) startKit() error {
 		Name:    a.opts.handlerName,
 		Options: a.opts.consumerOps,
 		Configure: func(sc *consumer.StandardConfig) {
+			sc.Upcasters = ups
 			if len(lockOn) > 0 {
 				sc.LockEntity = func(m *consumer.Message) string {
 					if f := lockOn[m.Event.Type]; f != nil {

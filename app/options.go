@@ -31,6 +31,7 @@ type options struct {
 	deadUnknown bool
 	retry       *consumer.RetryConfig
 	chain       []func(*consumer.StandardConfig)
+	upcasters   []consumer.UpcasterOption // upcast.go
 	consumerOps []consumer.Option
 
 	logger       *slog.Logger
@@ -230,6 +231,7 @@ func (o *options) resolve(service string) (Config, error) {
 	if o.group == "" {
 		bad("WithGroup: empty consumer group")
 	}
+	errs = append(errs, o.checkUpcasters())
 	for _, f := range o.chain {
 		if f == nil {
 			bad("WithChain: nil function")

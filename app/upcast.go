@@ -1,0 +1,39 @@
+package app
+
+import (
+	"fmt"
+
+	"github.com/choreo-saga/choreo/consumer"
+)
+
+// WithUpcaster registers fn to bring the payload of eventType from schema version from
+// to version to in the consumer group of [App.Handle] (consumer.WithUpcaster): an event
+// of another version than its handler declares is upcast, through a chain of
+// upcasters, before the lock and the transaction (consumer.Upcast), on the one-record
+// path, in batch mode and when a dead letter is replayed. The signature is verified
+// and the idempotency claim hashed on the event as received. Without a declared
+// version, the handler of a type with upcasters is given the highest version they
+// reach. A version with no path is dead-lettered ("unsupported_version"), as is one an
+// upcaster refuses ("upcast_failed"). New refuses an invalid registration with an
+// error matching ErrInvalidConfig. See docs/contracts.md. Default: none.
+func WithUpcaster(eventType string, from, to int, fn consumer.Upcaster) Option {
+	return func(o *options) {
+		o.upcasters = append(o.upcasters, consumer.WithUpcaster(eventType, from, to, fn))
+	}
+}
+
+// checkUpcasters reports an invalid WithUpcaster (New).
+func (o *options) checkUpcasters() error {
+	if _, err := consumer.NewUpcasters(o.upcasters...); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return nil
+}
+
+// kitUpcasters returns the upcasters of the kit's consumer group, or nil without any.
+func (a *App) kitUpcasters() (*consumer.Upcasters, error) {
+	if len(a.opts.upcasters) == 0 {
+		return nil, nil
+	}
+	return consumer.NewUpcasters(a.opts.upcasters...)
+}
