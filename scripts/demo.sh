@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
-# make demo: runs the saga on this machine. Builds the binaries, starts cmd/devkafka and the
-# three services as separate processes, places a mixed batch of orders with `sagactl load`
-# (including one deliberately stuck order), prints the summary, and stops every process it
-# started, also on Ctrl-C. Logs go to .demo/logs/. A second run needs no clean-up.
+# make demo: runs the saga on this machine. Builds the binaries, starts cmd/devkafka, the
+# three services, the saga tracker (sagactl track) and the console (sagactl console) as
+# separate processes, places a mixed batch of orders with `sagactl load` (including one
+# deliberately stuck order and one poison record, which lands in orders.events.dlq), prints
+# the summary, and stops every process it started, also on Ctrl-C or a SIGINT/SIGTERM to
+# make. With DEMO_KEEP=1 it keeps the system running until then, holds the stuck order
+# (its saga deadline, DEMO_SAGA_TIMEOUT, is 1h) and writes the addresses to .demo/env,
+# where sagactl run in this directory finds them; every command it prints runs as printed.
+# Logs go to .demo/logs/. A second run needs no clean-up.
+# Stuck means one thing in the order service, the tracker and the console: no answer
+# within DEMO_STUCK_AFTER (default 30s, the default of both ORDER_STUCK_AFTER and the
+# steps' "within" in deploy/tracker/order.json); the demo passes it to both.
 # TRACES=1 (make demo TRACES=1) also builds and runs Jaeger v2 (scripts/jaeger.sh), points
 # the services at it and reads the stuck order's trace back from Jaeger's query API;
 # JAEGER_CHECK=1 (make jaeger-check) then fails unless that trace spans order and payment
@@ -18,8 +26,13 @@ ORDER_ADDR=${DEMO_ORDER_ADDR:-127.0.0.1:18080}
 PAYMENT_ADDR=${DEMO_PAYMENT_ADDR:-127.0.0.1:18081}
 INVENTORY_ADDR=${DEMO_INVENTORY_ADDR:-127.0.0.1:18082}
 CONSOLE_ADDR=${DEMO_CONSOLE_ADDR:-127.0.0.1:18090}
+TRACKER_DB=postgres://postgres@127.0.0.1:5432/choreo_demo_tracker?sslmode=disable
+STUCK_AFTER=${DEMO_STUCK_AFTER:-30s}
+KEEP=${DEMO_KEEP:-}
+if [ -n "$KEEP" ]; then SAGA_TIMEOUT=${DEMO_SAGA_TIMEOUT:-1h}; else SAGA_TIMEOUT=${DEMO_SAGA_TIMEOUT:-2m}; fi
 DEMO_DIR=.demo
 LOGS=$DEMO_DIR/logs
+admin_addr() { echo "${1%:*}:$((${1##*:} + 1000))"; } # the admin listener: HTTP port + 1000
 
 scripts/ensure-services.sh
 mkdir -p "$LOGS" bin
@@ -32,6 +45,7 @@ fi
 
 pids=()
 jaeger_pid=
+watch_pid=
 stop_pids() { # pid... : SIGTERM, wait up to 10 s, then SIGKILL
   kill -TERM "$@" 2>/dev/null || true
   for _ in $(seq 1 100); do
@@ -44,6 +58,8 @@ stop_pids() { # pid... : SIGTERM, wait up to 10 s, then SIGKILL
 }
 cleanup() {
   trap - EXIT INT TERM
+  rm -f "$DEMO_DIR/env"
+  if [ -n "$watch_pid" ]; then kill "$watch_pid" 2>/dev/null || true; fi
   if [ ${#pids[@]} -gt 0 ]; then
     echo "demo: stopping ${#pids[@]} processes (the services first, then the broker, so their final commits succeed)"
     # pids[0] is devkafka: the services drain and commit their offsets while it still runs.
@@ -59,6 +75,19 @@ trap cleanup EXIT
 # no error for it.
 trap 'echo; echo "demo: interrupted"; exit 0' INT
 trap 'exit 143' TERM
+# make stops its recipe on SIGTERM, but on a SIGINT sent to make alone (kill -INT, not
+# Ctrl-C, which reaches the whole process group) it only waits for it, with SIGINT blocked
+# in its signal handler. The demo watches for that and stops as on Ctrl-C.
+if [ "$(ps -o comm= -p "$PPID" 2>/dev/null)" = make ]; then
+  make_pid=$PPID
+  (
+    while sig=$(awk '/^SigBlk:/ {print $2}' "/proc/$make_pid/status" 2>/dev/null) && [ -n "$sig" ]; do
+      if (( 16#$sig & 2 )); then kill -INT $$; break; fi
+      sleep 1
+    done
+  ) &
+  watch_pid=$!
+fi
 
 wait_http() { # url name
   for _ in $(seq 1 150); do
@@ -77,7 +106,10 @@ bin/devkafka -port "$KAFKA_PORT" -data-dir "$DEMO_DIR/kafka" -partitions 6 \
 pids+=($!)
 
 export KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT REDIS_ADDR=${REDIS_ADDR:-127.0.0.1:6379}
-export ORDER_STUCK_AFTER=${ORDER_STUCK_AFTER:-10s}
+export ORDER_STUCK_AFTER=$STUCK_AFTER ORDER_SAGA_TIMEOUT=$SAGA_TIMEOUT
+# The tracker's declaration of the order saga, with every step's window set to the same
+# STUCK_AFTER.
+sed -E 's/"within": *"[^"]*"/"within": "'"$STUCK_AFTER"'"/g' deploy/tracker/order.json >"$DEMO_DIR/tracker.json"
 # Each service opens 16 Postgres connections before it is ready, so the first orders do not
 # wait for new backends (docs/operations.md, "Slow first seconds after a start").
 export DATABASE_MIN_CONNS=${DATABASE_MIN_CONNS:-16}
@@ -112,19 +144,49 @@ export CHOREO_TRUSTED_KEYS
 CHOREO_TRUSTED_KEYS=$(IFS=,; echo "${trusted[*]}")
 echo "demo: events are signed (keys in $KEYS)"
 
-CHOREO_SIGNING_KEY_FILE=$KEYS/payment.key HTTP_ADDR=$PAYMENT_ADDR PAYMENT_HANG_CUSTOMERS=c-hang bin/payment >"$LOGS/payment.log" 2>&1 &
+CHOREO_SIGNING_KEY_FILE=$KEYS/payment.key HTTP_ADDR=$PAYMENT_ADDR ADMIN_ADDR=$(admin_addr "$PAYMENT_ADDR") \
+  PAYMENT_HANG_CUSTOMERS=c-hang bin/payment >"$LOGS/payment.log" 2>&1 &
 pids+=($!)
-CHOREO_SIGNING_KEY_FILE=$KEYS/inventory.key HTTP_ADDR=$INVENTORY_ADDR bin/inventory >"$LOGS/inventory.log" 2>&1 &
+CHOREO_SIGNING_KEY_FILE=$KEYS/inventory.key HTTP_ADDR=$INVENTORY_ADDR ADMIN_ADDR=$(admin_addr "$INVENTORY_ADDR") \
+  bin/inventory >"$LOGS/inventory.log" 2>&1 &
 pids+=($!)
-CHOREO_SIGNING_KEY_FILE=$KEYS/order.key HTTP_ADDR=$ORDER_ADDR bin/order >"$LOGS/order.log" 2>&1 &
+CHOREO_SIGNING_KEY_FILE=$KEYS/order.key HTTP_ADDR=$ORDER_ADDR ADMIN_ADDR=$(admin_addr "$ORDER_ADDR") \
+  bin/order >"$LOGS/order.log" 2>&1 &
+pids+=($!)
+
+# The saga tracker indexes the three topics into its own database, made afresh with the
+# broker (the index is keyed by topic, partition and offset).
+dropdb -h 127.0.0.1 -U postgres --if-exists --force choreo_demo_tracker
+createdb -h 127.0.0.1 -U postgres choreo_demo_tracker
+export ORDER_URL=http://$ORDER_ADDR CONSOLE_ADDR TRACKER_DATABASE_URL=$TRACKER_DB TRACKER_CONFIG=$DEMO_DIR/tracker.json
+export CONSOLE_METRICS="order=http://$(admin_addr "$ORDER_ADDR")/metrics,payment=http://$(admin_addr "$PAYMENT_ADDR")/metrics,inventory=http://$(admin_addr "$INVENTORY_ADDR")/metrics"
+bin/sagactl track -refresh 2s >"$LOGS/tracker.log" 2>&1 &
 pids+=($!)
 
 wait_http "http://$PAYMENT_ADDR/readyz" payment
 wait_http "http://$INVENTORY_ADDR/readyz" inventory
 wait_http "http://$ORDER_ADDR/readyz" order
-echo "demo: broker on 127.0.0.1:$KAFKA_PORT, order API on http://$ORDER_ADDR, logs in $LOGS/"
+console_flags=()
+if [ -n "${TRACES:-}" ]; then console_flags=(-jaeger-query http://127.0.0.1:16686); fi
+bin/sagactl console "${console_flags[@]}" >"$LOGS/console.log" 2>&1 &
+pids+=($!)
+wait_http "http://$CONSOLE_ADDR/" console
+# sagactl run in this directory reads these while the demo runs (cmd/sagactl/demoenv.go).
+cat >"$DEMO_DIR/env" <<ENV
+ORDER_URL=$ORDER_URL
+KAFKA_BROKERS=$KAFKA_BROKERS
+CONSOLE_ADDR=$CONSOLE_ADDR
+CONSOLE_METRICS=$CONSOLE_METRICS
+TRACKER_DATABASE_URL=$TRACKER_DATABASE_URL
+TRACKER_CONFIG=$TRACKER_CONFIG
+ENV
+echo "demo: broker on $KAFKA_BROKERS, order API on $ORDER_URL, console on http://$CONSOLE_ADDR/, logs in $LOGS/"
 
-ORDER_URL="http://$ORDER_ADDR" bin/sagactl load -n "$ORDERS" -rate "$RATE"
+# Printed commands must run as printed: without DEMO_KEEP the system stops after the
+# summary, so load prints none.
+load_flags=(-poison 1)
+if [ -z "$KEEP" ]; then load_flags+=(-inspect=false); fi
+bin/sagactl load -n "$ORDERS" -rate "$RATE" "${load_flags[@]}"
 echo
 if [ -n "${TRACES:-}" ]; then
   # This run's stuck order (the newest: sagactl stuck lists oldest first, and an earlier
@@ -151,9 +213,6 @@ if [ -n "${TRACES:-}" ]; then
     if [ -n "${JAEGER_CHECK:-}" ]; then
       # The console draws the same trace, read from Jaeger's query API, as a span waterfall
       # on the stuck order's page: it must show spans of order and payment.
-      ORDER_URL="http://$ORDER_ADDR" bin/sagactl console -addr "$CONSOLE_ADDR" -jaeger-query http://127.0.0.1:16686 >"$LOGS/console.log" 2>&1 &
-      pids+=($!)
-      wait_http "http://$CONSOLE_ADDR/" console
       page=$(curl -fsS "http://$CONSOLE_ADDR/orders/$order_id")
       for svc in order payment; do
         if ! grep -q "data-service=\"$svc\"" <<<"$page"; then
@@ -166,9 +225,20 @@ if [ -n "${TRACES:-}" ]; then
   fi
   echo
 fi
-if [ -n "${DEMO_KEEP:-}" ]; then
-  echo "demo: services keep running; inspect the stuck order with the command above; Ctrl-C stops them"
+if [ -n "$KEEP" ]; then
+  stuck_id=$(bin/sagactl stuck -json | grep -o '"id": *"[^"]*"' | tail -1 | sed 's/.*"\([^"]*\)"$/\1/' || true)
+  cat <<MSG
+demo: the system keeps running until Ctrl-C (DEMO_KEEP=1). The stuck order is held until its
+saga deadline, $SAGA_TIMEOUT after it was placed (DEMO_SAGA_TIMEOUT). Open the console at
+http://$CONSOLE_ADDR/ or, in this directory (sagactl finds the demo through $DEMO_DIR/env):
+  \$ bin/sagactl stuck
+  \$ bin/sagactl order ${stuck_id:-<id>}
+  \$ bin/sagactl track stuck
+  \$ bin/sagactl flow
+  \$ bin/sagactl dlq list orders.events
+MSG
   wait
 else
-  echo "demo: the services stop now; DEMO_KEEP=1 make demo keeps them up (until Ctrl-C) so you can inspect the stuck order"
+  echo "demo: the system stops now; DEMO_KEEP=1 make demo keeps it running (with the console, the tracker and"
+  echo "demo: the stuck order) until Ctrl-C, and prints the commands to inspect it"
 fi

@@ -201,9 +201,9 @@ func (s *console) stuckOrders(ctx context.Context) ([]stuckOrder, error) {
 	out := make([]stuckOrder, 0, len(orders))
 	for _, o := range orders {
 		so := stuckOrder{ID: o.ID, State: o.State, Customer: o.CustomerID, AgeSecond: o.Age(now).Seconds(),
-			Age: humanDuration(o.Age(now)), TraceID: o.TraceID, JaegerURL: safeURL(o.JaegerURL)}
+			Age: fmtDuration(o.Age(now)), TraceID: o.TraceID, JaegerURL: safeURL(o.JaegerURL)}
 		if !o.StateSince.IsZero() {
-			so.Since = humanDuration(now.Sub(o.StateSince)) + " in " + o.State
+			so.Since = fmtDuration(now.Sub(o.StateSince)) + " in " + o.State
 		}
 		if o.DeadlineAt != nil {
 			so.Deadline = o.DeadlineAt.UTC().Format(time.RFC3339)
@@ -489,23 +489,6 @@ func parsePromLine(line string) (promSample, bool) {
 	}
 	sm.value = v
 	return sm, true
-}
-
-// humanDuration prints d compactly: 45s, 12m03s, 5h12m, 3d04h.
-func humanDuration(d time.Duration) string {
-	switch {
-	case d < 0:
-		return "-" + humanDuration(-d)
-	case d < time.Second:
-		return fmt.Sprintf("%dms", d.Milliseconds())
-	case d < time.Minute:
-		return fmt.Sprintf("%.1fs", d.Seconds())
-	case d < time.Hour:
-		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
-	case d < 24*time.Hour:
-		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
-	}
-	return fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
 }
 
 // safeURL returns u if it is an absolute http(s) URL and "" otherwise, so a link the

@@ -42,7 +42,7 @@ var consoleTemplates = map[string]*template.Template{}
 
 func init() {
 	funcs := template.FuncMap{
-		"dur": humanDuration,
+		"dur": fmtDuration,
 		"ts": func(t time.Time) string {
 			if t.IsZero() {
 				return "-"
@@ -286,9 +286,9 @@ func (s *console) handleOrder(w http.ResponseWriter, r *http.Request) {
 	}
 	now := s.now()
 	op := &orderPage{Order: o, Timeline: buildTimeline(o.History), Terminal: terminal(o.State),
-		JaegerURL: safeURL(o.JaegerURL), Age: humanDuration(o.Age(now)), Waiting: o.waitingOn()}
+		JaegerURL: safeURL(o.JaegerURL), Age: fmtDuration(o.Age(now)), Waiting: o.waitingOn()}
 	if !o.StateSince.IsZero() {
-		op.InState = humanDuration(now.Sub(o.StateSince))
+		op.InState = fmtDuration(now.Sub(o.StateSince))
 	}
 	if op.JaegerURL != "" {
 		if i := strings.Index(op.JaegerURL, "/trace/"); i > 0 {
@@ -301,7 +301,7 @@ func (s *console) handleOrder(w http.ResponseWriter, r *http.Request) {
 	for _, h := range o.History {
 		row := historyRow{Transition: h, Lane: laneOf(h.CauseEventType)}
 		if !prev.IsZero() {
-			row.Delta = "+" + humanDuration(h.At.Sub(prev))
+			row.Delta = "+" + fmtDuration(h.At.Sub(prev))
 		}
 		prev = h.At
 		op.Rows = append(op.Rows, row)

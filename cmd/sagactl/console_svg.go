@@ -87,7 +87,7 @@ func buildTimeline(h []Transition) timeline {
 		st.LabelY = st.CauseY + 22
 		st.StateY = st.OrderY - 26
 		if i > 0 && !prev.IsZero() && !t.At.IsZero() {
-			st.Delta = "+" + humanDuration(t.At.Sub(prev))
+			st.Delta = "+" + fmtDuration(t.At.Sub(prev))
 			st.DeltaX = x - tlColumn/2
 		}
 		prev = t.At

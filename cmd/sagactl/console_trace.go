@@ -236,7 +236,7 @@ func buildWaterfall(t jaegerTrace) waterfall {
 		end = max(end, sp.StartTime+max(sp.Duration, 0))
 	}
 	total := max(end-start, 1)
-	w.Duration = humanDuration(time.Duration(total) * time.Microsecond)
+	w.Duration = fmtDuration(time.Duration(total) * time.Microsecond)
 	for n, e := range order {
 		sp := spans[e.i]
 		svc := orDash(t.Processes[sp.ProcessID].ServiceName)
@@ -248,7 +248,7 @@ func buildWaterfall(t jaegerTrace) waterfall {
 		off, dur := sp.StartTime-start, max(sp.Duration, 0)
 		r := wfRow{Service: svc, Operation: sp.OperationName,
 			Label:  truncate(svc+"  "+sp.OperationName, consoleTraceLabel-e.depth),
-			Offset: "+" + humanDuration(time.Duration(off)*time.Microsecond), Dur: humanDuration(time.Duration(dur) * time.Microsecond),
+			Offset: "+" + fmtDuration(time.Duration(off)*time.Microsecond), Dur: fmtDuration(time.Duration(dur) * time.Microsecond),
 			Y: wfTop + n*wfRowH, LabelX: 8 + e.depth*wfIndent,
 			BarX: wfLabelW + int(off*wfBarsW/total), BarY: wfTop + n*wfRowH + 3, BarW: max(int(dur*wfBarsW/total), 2),
 			Class: fmt.Sprintf("svc%d", si%6)}

@@ -125,7 +125,7 @@ func TestBuildWaterfallNestsAndBounds(t *testing.T) {
 		t.Fatalf("total %d drawn %d rows %d, trace has %d spans", w.Total, w.Drawn, len(w.Rows), len(tr.Spans))
 	}
 	// The first row is the earliest root; every other row is indented under a parent.
-	if w.Rows[0].LabelX != 8 || w.Rows[0].Offset != "+"+humanDuration(0) {
+	if w.Rows[0].LabelX != 8 || w.Rows[0].Offset != "+"+fmtDuration(0) {
 		t.Errorf("first row: label x %d, offset %s", w.Rows[0].LabelX, w.Rows[0].Offset)
 	}
 	nested, failed := 0, 0

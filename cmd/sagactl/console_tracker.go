@@ -50,7 +50,7 @@ func toSagaRow(s tracker.Summary, now time.Time) sagaRow {
 		r.Ended = tsString(s.Ended)
 	}
 	if w := s.Waiting; w != nil {
-		r.Service, r.Waiting, r.StuckFor = w.Service, describeWaiting(*w), humanDuration(now.Sub(w.Deadline))
+		r.Service, r.Waiting, r.StuckFor = w.Service, describeWaiting(*w), fmtDuration(now.Sub(w.Deadline))
 	}
 	return r
 }
@@ -180,7 +180,7 @@ func (s *console) handleSaga(w http.ResponseWriter, r *http.Request) {
 		types[e.ID] = e.Type
 		se := sagaEvent{Event: e, CausedBy: types[e.CausationID]}
 		if i > 0 {
-			se.Delta = "+" + humanDuration(e.Time.Sub(tl.Events[i-1].Time))
+			se.Delta = "+" + fmtDuration(e.Time.Sub(tl.Events[i-1].Time))
 		}
 		sp.Events = append(sp.Events, se)
 	}
@@ -294,7 +294,7 @@ func buildSagaLanes(tl tracker.Timeline, o *Order) sagaLanes {
 			pos[it.id] = [2]int{li.X, li.Y}
 		}
 		if i > 0 && !items[i-1].at.IsZero() && !it.at.IsZero() {
-			li.Delta, li.DeltaX = "+"+humanDuration(it.at.Sub(items[i-1].at)), li.X-slColumn/2
+			li.Delta, li.DeltaX = "+"+fmtDuration(it.at.Sub(items[i-1].at)), li.X-slColumn/2
 		}
 		sl.Items = append(sl.Items, li)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -213,14 +214,32 @@ func TestAgainstTheSaga(t *testing.T) {
 		t.Errorf("stuck -older-than 1h: exit %d\n%s", code, out)
 	}
 
-	// A confirmed order's timeline runs PENDING -> CONFIRMED.
-	code, out, _ = sagactlHTTP(t, sys, "load", "-n", "1", "-mix", "success=1,stuck=0", "-json")
+	// A confirmed order's timeline runs PENDING -> CONFIRMED; the poison record placed with
+	// it ends in orders.events.dlq, dead-lettered by payment.
+	code, out, _ = sagactlHTTP(t, sys, "load", "-n", "1", "-mix", "success=1,stuck=0", "-poison", "1", "-json")
 	if code != 0 {
 		t.Fatalf("load of one order: exit %d", code)
 	}
 	var one loadSummary
 	if err := json.Unmarshal([]byte(out), &one); err != nil || len(one.Outcomes) != 1 || one.Outcomes[0].Outcome != "CONFIRMED" {
 		t.Fatalf("one order: %v %+v", err, one)
+	}
+	if len(one.Poison) != 1 || one.InspectPoison != "sagactl dlq list orders.events -brokers "+sys.brokers {
+		t.Fatalf("poison %v, inspect %q; want one position and the dlq list command", one.Poison, one.InspectPoison)
+	}
+	var dead struct{ Records []dlqRecord }
+	for deadline := time.Now().Add(time.Minute); len(dead.Records) == 0; {
+		code, out, errs = sagactlHTTP(t, sys, "dlq", "list", "orders.events", "-json")
+		if code != 0 || json.Unmarshal([]byte(out), &dead) != nil {
+			t.Fatalf("dlq list orders.events: exit %d: %s%s", code, out, errs)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the poison record at %s is not in orders.events.dlq after a minute", one.Poison[0])
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if r := dead.Records[0]; len(dead.Records) != 1 || fmt.Sprintf("%d:%d", r.OriginPartition, r.OriginOffset) != one.Poison[0] || r.Group != "payment" {
+		t.Errorf("dead letters %+v, want the poison record at %s, by payment", dead.Records, one.Poison[0])
 	}
 
 	// Unknown order: exit 1 with the API's not_found.

@@ -47,7 +47,7 @@ func printFlow(flow tracker.Flow, std stdio) error {
 	t := newTable("FROM", "", "TO", "BY", "COUNT", "CAUSED", "P50", "P99").right(4, 5, 6, 7)
 	for _, e := range flow.Edges {
 		t.add(e.From, "→", e.To, e.Source, strconv.Itoa(e.Count), strconv.Itoa(e.ByCausation),
-			fmtDuration(e.P50, e.Count), fmtDuration(e.P99, e.Count))
+			fmtLatency(e.P50, e.Count), fmtLatency(e.P99, e.Count))
 	}
 	if err := t.render(std.out); err != nil {
 		return err

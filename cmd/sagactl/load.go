@@ -16,6 +16,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/choreo-saga/choreo/services/events"
 )
 
 // loadConfig is the parsed `sagactl load` command line.
@@ -32,6 +35,8 @@ type loadConfig struct {
 	pollEvery   time.Duration
 	waitStuck   bool
 	seed        uint64
+	poison      int  // records that are not events, produced to orders.events
+	noInspect   bool // print no command to inspect the unsettled orders (-inspect=false)
 }
 
 // loadOrder is one order of a load run.
@@ -104,6 +109,8 @@ func parseLoad(args []string, std stdio) (conn, loadConfig, error) {
 	fs.IntVar(&lc.concurrency, "concurrency", 64, "requests in flight at most (placing falls behind -rate when -rate × the POST latency exceeds it; the summary says so)")
 	fs.BoolVar(&lc.waitStuck, "wait-stuck", true, "also wait (within -wait) until the order service flags the stuck-kind orders as stuck")
 	durationVar(fs, &lc.pollEvery, "poll", 200*time.Millisecond, "how often to check progress (settlement comes from the order events on -brokers; a check is at most two list queries)")
+	fs.IntVar(&lc.poison, "poison", 0, "also produce `n` records that are not events to orders.events, which the payment service dead-letters (something real for the dead-letter views)")
+	inspect := fs.Bool("inspect", true, "print the command that inspects each unsettled order (make demo turns it off when it stops the services after the run)")
 	fs.Int64Var(&seed, "seed", 0, "random seed for the order mix and contents (0: from the clock; printed)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), `usage: sagactl load [flags]
@@ -131,6 +138,7 @@ Flags:`)
 	if len(pos) > 0 {
 		return c, lc, fmt.Errorf("%w: load takes no arguments, got %q", errUsage, pos)
 	}
+	lc.noInspect = !*inspect
 	if lc.mix, err = parseMix(mixStr); err != nil {
 		return c, lc, fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -151,6 +159,8 @@ Flags:`)
 		return c, lc, fmt.Errorf("%w: -skus is empty", errUsage)
 	case lc.concurrency < 1:
 		return c, lc, fmt.Errorf("%w: -concurrency must be >= 1", errUsage)
+	case lc.poison < 0:
+		return c, lc, fmt.Errorf("%w: -poison must be >= 0", errUsage)
 	case lc.pollEvery <= 0 || lc.wait < 0:
 		return c, lc, fmt.Errorf("%w: -poll must be > 0 and -wait >= 0", errUsage)
 	}
@@ -194,6 +204,11 @@ func cmdLoad(ctx context.Context, args []string, std stdio) error {
 	if err != nil {
 		return err
 	}
+	poison, err := producePoison(ctx, k, lc.poison)
+	if err != nil {
+		stopWatch()
+		return err
+	}
 	prog := newProgress(std.err, std.terminal, len(orders))
 	fmt.Fprintf(std.err, "sagactl load: %d orders at %g/s against %s (mix %s, seed %d)\n",
 		lc.n, lc.rate, redactURL(c.orderURL), lc.mix, int64(lc.seed))
@@ -201,6 +216,13 @@ func cmdLoad(ctx context.Context, args []string, std stdio) error {
 	stopWatch()
 	prog.finish(r.snapshot())
 	sum := r.summary()
+	sum.Poison = poison
+	if len(poison) > 0 && !lc.noInspect {
+		sum.InspectPoison = std.name() + " dlq list " + events.TopicOrders
+		if c.brokers != defaultBrokers {
+			sum.InspectPoison += " -brokers " + c.brokers
+		}
+	}
 	if c.json {
 		if err := writeJSON(std.out, sum); err != nil {
 			return err
@@ -416,6 +438,9 @@ func (r *loadRun) name() string {
 
 // inspect is the command that shows one order, with -order-url when it is not the default.
 func (r *loadRun) inspect(id string) string {
+	if r.cfg.noInspect {
+		return ""
+	}
 	if r.orderURL == "" || r.orderURL == defaultOrderURL {
 		return r.name() + " order " + id
 	}
@@ -445,6 +470,10 @@ type loadSummary struct {
 	Stuck          []orderBrief     `json:"stuck"` // every order not settled at the end, oldest first
 	PlaceErrors    []string         `json:"place_errors,omitempty"`
 	StuckDidSettle int              `json:"stuck_kind_settled"` // stuck-kind orders that settled anyway
+	// Poison are the positions (partition:offset) of the records -poison produced.
+	Poison []string `json:"poison,omitempty"`
+	// Inspect, when set, shows the dead letters of the poison records.
+	InspectPoison string `json:"inspect_poison,omitempty"`
 }
 
 type outcomeSummary struct {
@@ -553,8 +582,8 @@ func renderSummary(w io.Writer, s loadSummary) error {
 		s.Settled, s.SettleSeconds, perSecond(s.Settled, s.SettleSeconds))
 	t := newTable("OUTCOME", "ORDERS", "P50", "P95", "P99").right(1, 2, 3, 4)
 	for _, o := range s.Outcomes {
-		t.add(o.Outcome, strconv.Itoa(o.Count), fmtDuration(o.Latency.P50, o.Latency.N),
-			fmtDuration(o.Latency.P95, o.Latency.N), fmtDuration(o.Latency.P99, o.Latency.N))
+		t.add(o.Outcome, strconv.Itoa(o.Count), fmtLatency(o.Latency.P50, o.Latency.N),
+			fmtLatency(o.Latency.P95, o.Latency.N), fmtLatency(o.Latency.P99, o.Latency.N))
 	}
 	if s.Shed > 0 {
 		t.add("shed (503)", strconv.Itoa(s.Shed), "-", "-", "-")
@@ -562,8 +591,8 @@ func renderSummary(w io.Writer, s loadSummary) error {
 	if s.FailedToPlace > 0 {
 		t.add("failed to place", strconv.Itoa(s.FailedToPlace), "-", "-", "-")
 	}
-	t.add("all settled", strconv.Itoa(s.Latency.N), fmtDuration(s.Latency.P50, s.Latency.N),
-		fmtDuration(s.Latency.P95, s.Latency.N), fmtDuration(s.Latency.P99, s.Latency.N))
+	t.add("all settled", strconv.Itoa(s.Latency.N), fmtLatency(s.Latency.P50, s.Latency.N),
+		fmtLatency(s.Latency.P95, s.Latency.N), fmtLatency(s.Latency.P99, s.Latency.N))
 	if err := t.render(w); err != nil {
 		return err
 	}
@@ -588,6 +617,14 @@ func renderSummary(w io.Writer, s loadSummary) error {
 	if s.StuckDidSettle > 0 {
 		fmt.Fprintf(w, "\nnote: %d order(s) meant to hang settled anyway: does PAYMENT_HANG_CUSTOMERS on the payment service list the -hang-customer?\n", s.StuckDidSettle)
 	}
+	if len(s.Poison) > 0 {
+		fmt.Fprintf(w, "\n%d record(s) that are not events produced to %s at %s: the payment service dead-letters them",
+			len(s.Poison), events.TopicOrders, strings.Join(s.Poison, ", "))
+		if s.InspectPoison != "" {
+			fmt.Fprintf(w, " (see %s)", s.InspectPoison)
+		}
+		fmt.Fprintln(w)
+	}
 	if len(s.Stuck) == 0 {
 		_, err := fmt.Fprintln(w, "\nno stuck orders")
 		return err
@@ -599,7 +636,7 @@ func renderSummary(w io.Writer, s loadSummary) error {
 		if o.Flagged {
 			flagged = "yes"
 		}
-		st.add(o.ID, string(o.Kind), o.State, flagged, fmtAge(time.Duration(o.AgeSeconds*float64(time.Second))), orDash(o.TraceID), o.Inspect)
+		st.add(o.ID, string(o.Kind), o.State, flagged, fmtAge(time.Duration(o.AgeSeconds*float64(time.Second))), orDash(o.TraceID), orDash(o.Inspect))
 	}
 	if err := st.render(w); err != nil {
 		return err
@@ -609,4 +646,20 @@ func renderSummary(w io.Writer, s loadSummary) error {
 		return err
 	}
 	return nil
+}
+
+// producePoison produces n records that are not events (no CloudEvents headers, a
+// plain-text value) to orders.events and returns their positions as partition:offset.
+// Every consumer of the topic dead-letters them as malformed.
+func producePoison(ctx context.Context, k *kafka, n int) ([]string, error) {
+	var pos []string
+	for i := range n {
+		rec := &kgo.Record{Topic: events.TopicOrders, Key: []byte(fmt.Sprintf("poison-%d", i)),
+			Value: []byte("not an event: a poison record of sagactl load -poison")}
+		if err := k.cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+			return pos, fmt.Errorf("sagactl: load: produce a poison record to %s: %w", events.TopicOrders, err)
+		}
+		pos = append(pos, fmt.Sprintf("%d:%d", rec.Partition, rec.Offset))
+	}
+	return pos, nil
 }

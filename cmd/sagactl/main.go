@@ -27,7 +27,7 @@ func main() {
 	code := run(ctx, os.Args[1:], stdio{
 		out:      os.Stdout,
 		err:      os.Stderr,
-		getenv:   os.Getenv,
+		getenv:   withDemoEnv(os.Getenv, demoEnvFile),
 		terminal: isTerminal(os.Stderr),
 		self:     selfName(os.Args[0]),
 	})
@@ -91,6 +91,8 @@ Connection flags (every command; before or after its name): -order-url (env ORDE
 -brokers (env KAFKA_BROKERS, default ` + defaultBrokers + `), -timeout, -json, and Kafka security:
 -kafka-sasl-mechanism, -kafka-sasl-username, -kafka-sasl-password, -kafka-tls, -kafka-tls-ca-file,
 -kafka-tls-cert-file, -kafka-tls-key-file, -kafka-tls-server-name (env KAFKA_SASL_*, KAFKA_TLS*, as the services).
+In a clone where "DEMO_KEEP=1 make demo" runs, sagactl takes the addresses it is not given
+(ORDER_URL, KAFKA_BROKERS, CONSOLE_*, TRACKER_*) from the demo's .demo/env.
 Run "sagactl <command> -h" for a command's flags.
 
 Exit codes: 0 ok, 1 failure, 2 usage error, 3 service, broker or database unreachable.

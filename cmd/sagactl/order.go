@@ -122,7 +122,7 @@ func renderOrder(w io.Writer, o Order, now time.Time) error {
 		printf(&b, "created   %s (%s ago)\n", o.CreatedAt.UTC().Format(time.RFC3339Nano), fmtAge(now.Sub(o.CreatedAt)))
 	}
 	if d, ok := o.SettledIn(); ok {
-		printf(&b, "settled   in %s\n", fmtDuration(d, 1))
+		printf(&b, "settled   in %s\n", fmtDuration(d))
 	} else if o.DeadlineAt != nil {
 		printf(&b, "deadline  %s (in %s; then it is cancelled)\n", o.DeadlineAt.UTC().Format(time.RFC3339), fmtAge(o.DeadlineAt.Sub(now)))
 	}
@@ -142,7 +142,7 @@ func renderOrder(w io.Writer, o Order, now time.Time) error {
 	for _, h := range o.History {
 		since := "-"
 		if !o.CreatedAt.IsZero() && !h.At.IsZero() {
-			since = fmtDuration(h.At.Sub(o.CreatedAt), 1)
+			since = fmtDuration(h.At.Sub(o.CreatedAt))
 		}
 		to, note := h.To, h.Note
 		if h.Ignored {

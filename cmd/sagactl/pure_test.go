@@ -119,10 +119,14 @@ func TestPercentile(t *testing.T) {
 
 func TestFormatting(t *testing.T) {
 	tests := []struct{ got, want string }{
-		{fmtDuration(0, 0), "-"},
-		{fmtDuration(1500*time.Microsecond, 1), "1.5ms"},
-		{fmtDuration(2500*time.Millisecond, 1), "2.50s"},
-		{fmtDuration(12*time.Minute+400*time.Millisecond, 1), "12m0s"},
+		{fmtLatency(0, 0), "-"},
+		{fmtLatency(1500*time.Microsecond, 1), "1.5ms"},
+		{fmtLatency(155808*time.Microsecond, 1), "155ms"},
+		{fmtLatency(2500*time.Millisecond, 1), "2.5s"},
+		{fmtDuration(42 * time.Second), "42s"},
+		{fmtDuration(time.Minute + 45121541*time.Microsecond), "1m45s"},
+		{fmtDuration(12*time.Minute + 400*time.Millisecond), "12m00s"},
+		{fmtDuration(-1500 * time.Millisecond), "-1.5s"},
 		{fmtAge(-time.Second), "0s"},
 		{fmtAge(42 * time.Second), "42s"},
 		{fmtAge(4*time.Minute + 5*time.Second), "4m05s"},
@@ -479,11 +483,11 @@ func TestRenderOrder(t *testing.T) {
 	}
 	for _, want := range []string{
 		"order     0193-abc", "state     CONFIRMED\n", "amount    42.00", "items     sku-1 x2",
-		"(1m00s ago)", "settled   in 42.0ms", "trace id  4bf92f3577b34da6a3ce929d0e0e4736",
+		"(1m00s ago)", "settled   in 42ms", "trace id  4bf92f3577b34da6a3ce929d0e0e4736",
 		"jaeger    http://localhost:16686/trace/4bf92f3577b34da6a3ce929d0e0e4736",
 		"search    http://localhost:16686/search?service=order&tags=%7B%22order.id%22%3A%220193-abc%22%7D",
-		"2026-01-02T03:04:05.042Z  42.0ms  PENDING  CONFIRMED  stock.reserved  e3",
-		"2026-01-02T03:04:05.000Z   0.0ms  -        PENDING    order.created   e1",
+		"2026-01-02T03:04:05.042Z  42ms  PENDING  CONFIRMED  stock.reserved  e3",
+		"2026-01-02T03:04:05.000Z    0s  -        PENDING    order.created   e1",
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("missing %q in:\n%s", want, b.String())
@@ -581,7 +585,7 @@ func TestSummaryAndRender(t *testing.T) {
 	for _, want := range []string{
 		"13 orders placed (1 failed) in 2.0s (6.5/s); 12 settled in 4.0s (3.0/s)",
 		"OUTCOME", "P50", "P95", "P99",
-		"CONFIRMED                        10  50.0ms  100.0ms  100.0ms",
+		"CONFIRMED                        10   50ms  100ms  100ms",
 		"REJECTED (payment.declined)",
 		"STUCK in PENDING",
 		"failed to place                   1",

@@ -41,32 +41,37 @@ func summarize(ds []time.Duration) latencies {
 
 func ms(d time.Duration) float64 { return math.Round(float64(d)/float64(time.Millisecond)*10) / 10 }
 
-// fmtDuration prints a latency for humans: "-" for no samples, ms under a second,
-// seconds under 10 minutes, otherwise rounded to the second. n is the sample count.
-func fmtDuration(d time.Duration, n int) string {
+// fmtDuration is the one format of a duration in sagactl's tables and the console:
+// 0.4ms, 155ms, 2.5s, 42s, 4m05s, 3h02m, 2d04h (negative durations with a leading -).
+func fmtDuration(d time.Duration) string {
 	switch {
-	case n == 0:
-		return "-"
-	case d < time.Second:
+	case d < 0:
+		return "-" + fmtDuration(-d)
+	case d == 0:
+		return "0s"
+	case d < 10*time.Millisecond:
 		return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
-	case d < 10*time.Minute:
-		return fmt.Sprintf("%.2fs", d.Seconds())
-	default:
-		return d.Round(time.Second).String()
-	}
-}
-
-// fmtAge prints an age rounded for humans: 12s, 4m05s, 3h02m, 2d04h.
-func fmtAge(d time.Duration) string {
-	d = max(d, 0)
-	switch {
+	case d < time.Second:
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	case d < 10*time.Second:
+		return fmt.Sprintf("%.1fs", d.Seconds())
 	case d < time.Minute:
 		return fmt.Sprintf("%ds", int(d.Seconds()))
 	case d < time.Hour:
 		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
 	case d < 24*time.Hour:
 		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
-	default:
-		return fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
 	}
+	return fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
 }
+
+// fmtLatency is fmtDuration of a percentile over n samples, "-" for none.
+func fmtLatency(d time.Duration, n int) string {
+	if n == 0 {
+		return "-"
+	}
+	return fmtDuration(d)
+}
+
+// fmtAge is fmtDuration of an age, which is never negative.
+func fmtAge(d time.Duration) string { return fmtDuration(max(d, 0)) }

@@ -49,8 +49,8 @@ func cmdTrack(ctx context.Context, args []string, std stdio) error {
 	}
 	var f trackFlags
 	fs := newFlagSet("track "+sub, std, &f.c)
-	dbDefault := std.getenv("DATABASE_URL")
-	fs.StringVar(&f.dsn, "db", dbDefault, "Postgres connection `URL` of the index (env DATABASE_URL)")
+	dbDefault := envOr(std.getenv, "TRACKER_DATABASE_URL", std.getenv("DATABASE_URL"))
+	fs.StringVar(&f.dsn, "db", dbDefault, "Postgres connection `URL` of the index (env TRACKER_DATABASE_URL, else DATABASE_URL)")
 	fs.StringVar(&f.dsn, "database-url", dbDefault, "same as -db")
 	fs.StringVar(&f.configs, "config", std.getenv("TRACKER_CONFIG"), "comma-separated saga declaration `files` (JSON; env TRACKER_CONFIG)")
 	fs.StringVar(&f.group, "group", tracker.DefaultGroup, "the tracker's own consumer `group`")
@@ -88,12 +88,15 @@ func cmdTrack(ctx context.Context, args []string, std stdio) error {
 	default:
 		return fmt.Errorf("%w: -status %q: want in_flight, stuck or completed", errUsage, f.status)
 	}
+	if sub != "run" && (f.dsn == "" || f.configs == "") {
+		return fmt.Errorf("%w: %s", errUsage, trackerNeeded(sub))
+	}
 	cfg, err := loadTrackConfigs(f.configs)
 	if err != nil {
 		return err
 	}
 	if f.dsn == "" {
-		return fmt.Errorf("%w: track needs -db or DATABASE_URL", errUsage)
+		return fmt.Errorf("%w: track needs -db or TRACKER_DATABASE_URL", errUsage)
 	}
 	pool, err := trackerPool(ctx, f.dsn, f.c.timeout)
 	if err != nil {
@@ -139,6 +142,18 @@ func cmdTrack(ctx context.Context, args []string, std stdio) error {
 		}
 		return printTimeline(tl, f.c.json, std)
 	}
+}
+
+// trackerNeeded says what a query of the tracker's index (track stuck|list|saga, flow)
+// needs when it is given no index: a tracker that fills one, and where it is.
+func trackerNeeded(sub string) string {
+	cmd := "track " + sub
+	if sub == "flow" {
+		cmd = "flow"
+	}
+	return cmd + " reads the saga tracker's index, and no tracker is given: run \"DEMO_KEEP=1 make demo\" " +
+		"(it starts one, and sagactl finds it), or start one with \"sagactl track -db URL -config deploy/tracker/order.json\" " +
+		"and give " + cmd + " the same -db and -config (or TRACKER_DATABASE_URL and TRACKER_CONFIG)"
 }
 
 // trackerPool connects to the tracker's database at dsn.
