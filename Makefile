@@ -17,6 +17,19 @@ help: ## list targets
 	  { name[NR] = $$1; desc[NR] = $$2; if (length($$1) > w) w = length($$1) } \
 	  END { for (i = 1; i <= n; i++) for (j = 1; j <= NR; j++) if (name[j] == f[i]) printf "  make %-*s  %s\n", w, name[j], desc[j]; \
 	        for (j = 1; j <= NR; j++) if (!(name[j] in rank)) printf "  make %-*s  %s\n", w, name[j], desc[j] }'
+	@sed -n 's/^#: \{0,1\}//p' $(MAKEFILE_LIST)
+
+# make help prints these lines after the targets.
+#:
+#: The demo's knobs (e.g. DEMO_KEEP=1 make demo):
+#:   DEMO_KEEP=1           keep the system running until Ctrl-C: console, tracker, the stuck order held;
+#:                         prints the commands that inspect it (sagactl finds the demo through .demo/env)
+#:   DEMO_ORDERS=200       orders to place          DEMO_RATE=50   orders per second
+#:   DEMO_STUCK_AFTER=30s  an unanswered step is stuck after this, for the order service and the tracker
+#:   DEMO_SAGA_TIMEOUT     the stuck order's deadline (1h with DEMO_KEEP, else 2m)
+#:   TRACES=1              also build and run Jaeger v2 and send it the traces
+#:   DEMO_KAFKA_PORT=19092, DEMO_ORDER_ADDR=127.0.0.1:18080, DEMO_PAYMENT_ADDR=…:18081,
+#:   DEMO_INVENTORY_ADDR=…:18082 (admin listeners on port + 1000), DEMO_CONSOLE_ADDR=127.0.0.1:18090
 
 .PHONY: services
 services: ## start local Postgres and Redis if they are down
@@ -90,7 +103,7 @@ interop-check: ## a stock kafkajs 2.2.4 consumer reads the kit's default produce
 	@scripts/interop-check.sh
 
 .PHONY: demo
-demo: services ## the saga on this machine: broker, three services, 200 orders (first run ~2 min compiling; TRACES=1: with a local Jaeger)
+demo: services ## the saga on this machine: broker, three services, tracker, console, 200 orders (first run ~2 min compiling; knobs below)
 	@TRACES=$(TRACES) scripts/demo.sh
 
 .PHONY: jaeger

@@ -156,7 +156,7 @@ pids+=($!)
 
 # The saga tracker indexes the three topics into its own database, made afresh with the
 # broker (the index is keyed by topic, partition and offset).
-dropdb -h 127.0.0.1 -U postgres --if-exists --force choreo_demo_tracker
+PGOPTIONS='-c client_min_messages=warning' dropdb -h 127.0.0.1 -U postgres --if-exists --force choreo_demo_tracker
 createdb -h 127.0.0.1 -U postgres choreo_demo_tracker
 export ORDER_URL=http://$ORDER_ADDR CONSOLE_ADDR TRACKER_DATABASE_URL=$TRACKER_DB TRACKER_CONFIG=$DEMO_DIR/tracker.json
 export CONSOLE_METRICS="order=http://$(admin_addr "$ORDER_ADDR")/metrics,payment=http://$(admin_addr "$PAYMENT_ADDR")/metrics,inventory=http://$(admin_addr "$INVENTORY_ADDR")/metrics"

@@ -4,6 +4,11 @@
 # engine are named and left out (make compose-check validates that path); `make test` is
 # left to CI, which runs it anyway. A new README command this script does not know how to
 # run is run like any other line.
+# Then it runs `DEMO_KEEP=1 make demo`, runs every command the demo prints (the lines
+# starting with "$ ") as printed while it runs, checks the console answers, stops it with a
+# SIGINT to make alone and checks that every process it started is gone; and it builds
+# docs/embedding.md's quick start in a module of its own outside the clone, with the lines
+# of its "Depend on a clone" section, asking no module proxy for choreo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,3 +41,54 @@ for line in "${lines[@]}"; do
   ran=$((ran + 1))
 done
 echo "readme-check: $ran README commands ran and passed"
+
+# DEMO_KEEP=1 make demo: the commands it prints run as printed.
+log=$(mktemp)
+# A background job of a script starts with SIGINT ignored; env gives make the default, as
+# in a terminal.
+DEMO_ORDERS=${README_DEMO_ORDERS:-30} DEMO_RATE=30 DEMO_KEEP=1 env --default-signal=INT make demo >"$log" 2>&1 &
+make_pid=$!
+bg+=("$make_pid")
+for _ in $(seq 1 1800); do
+  grep -q 'keeps running until Ctrl-C' "$log" && break
+  kill -0 "$make_pid" 2>/dev/null || { cat "$log"; echo "readme-check: DEMO_KEEP=1 make demo stopped early" >&2; exit 1; }
+  sleep 0.5
+done
+grep -q 'keeps running until Ctrl-C' "$log" || { cat "$log"; echo "readme-check: DEMO_KEEP=1 make demo never said it keeps running" >&2; exit 1; }
+mapfile -t printed < <(sed -n 's/^ *\$ //p' "$log")
+[ ${#printed[@]} -gt 0 ] || { cat "$log"; echo "readme-check: the kept demo printed no command" >&2; exit 1; }
+for line in "${printed[@]}"; do
+  echo "readme-check: (demo) \$ $line"
+  eval "$line"
+done
+console=$(grep -o 'http://127\.0\.0\.1:[0-9]*/' "$log" | head -1)
+curl -fsS -o /dev/null "$console" || { echo "readme-check: the kept demo's console $console does not answer" >&2; exit 1; }
+ports=$(grep -o '127\.0\.0\.1:[0-9]*' .demo/env | sort -u)
+kill -INT "$make_pid"
+for _ in $(seq 1 300); do kill -0 "$make_pid" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$make_pid" 2>/dev/null; then echo "readme-check: make demo still runs 30 s after a SIGINT" >&2; exit 1; fi
+for hp in $ports; do
+  if (exec 3<>"/dev/tcp/${hp%:*}/${hp#*:}") 2>/dev/null; then
+    echo "readme-check: $hp still answers after the demo stopped" >&2; exit 1
+  fi
+done
+[ ! -e .demo/env ] || { echo "readme-check: .demo/env outlived the demo" >&2; exit 1; }
+echo "readme-check: the kept demo's ${#printed[@]} printed commands ran as printed; a SIGINT to make stopped all of it"
+
+# docs/embedding.md: a module of its own next to the clone depends on it as the guide says,
+# and no module proxy is asked for choreo (GOPRIVATE; the other modules come from the
+# configured proxy or the module cache).
+work=$(mktemp -d)
+ln -s "$PWD" "$work/choreo"
+mkdir "$work/my-service"
+cp examples/embedding/main.go "$work/my-service/"
+mapfile -t steps < <(awk '/^## Depend on a clone/{f=1} f && /^```sh/{c=1;next} c && /^```/{c=0} c' docs/embedding.md | sed -E 's/[[:space:]]+#.*$//; /^[[:space:]]*$/d')
+[ ${#steps[@]} -gt 0 ] || { echo "readme-check: docs/embedding.md has no sh block under \"## Depend on a clone\"" >&2; exit 1; }
+(
+  cd "$work/my-service"
+  export GOPRIVATE=github.com/choreo-saga/* GOFLAGS=-mod=mod
+  for line in "${steps[@]}"; do echo "readme-check: (my-service) \$ $line"; eval "$line"; done
+  go build -o /dev/null .
+)
+rm -rf "$work"
+echo "readme-check: docs/embedding.md's module builds on the clone, with no proxy asked for choreo"

@@ -109,7 +109,7 @@ func parseLoad(args []string, std stdio) (conn, loadConfig, error) {
 	fs.IntVar(&lc.concurrency, "concurrency", 64, "requests in flight at most (placing falls behind -rate when -rate × the POST latency exceeds it; the summary says so)")
 	fs.BoolVar(&lc.waitStuck, "wait-stuck", true, "also wait (within -wait) until the order service flags the stuck-kind orders as stuck")
 	durationVar(fs, &lc.pollEvery, "poll", 200*time.Millisecond, "how often to check progress (settlement comes from the order events on -brokers; a check is at most two list queries)")
-	fs.IntVar(&lc.poison, "poison", 0, "also produce `n` records that are not events to orders.events, which the payment service dead-letters (something real for the dead-letter views)")
+	fs.IntVar(&lc.poison, "poison", 0, "also produce `n` records that are not events to orders.events, which its consumers dead-letter (something real for the dead-letter views)")
 	inspect := fs.Bool("inspect", true, "print the command that inspects each unsettled order (make demo turns it off when it stops the services after the run)")
 	fs.Int64Var(&seed, "seed", 0, "random seed for the order mix and contents (0: from the clock; printed)")
 	fs.Usage = func() {
@@ -618,7 +618,7 @@ func renderSummary(w io.Writer, s loadSummary) error {
 		fmt.Fprintf(w, "\nnote: %d order(s) meant to hang settled anyway: does PAYMENT_HANG_CUSTOMERS on the payment service list the -hang-customer?\n", s.StuckDidSettle)
 	}
 	if len(s.Poison) > 0 {
-		fmt.Fprintf(w, "\n%d record(s) that are not events produced to %s at %s: the payment service dead-letters them",
+		fmt.Fprintf(w, "\n%d record(s) that are not events produced to %s at %s: its consumers dead-letter them",
 			len(s.Poison), events.TopicOrders, strings.Join(s.Poison, ", "))
 		if s.InspectPoison != "" {
 			fmt.Fprintf(w, " (see %s)", s.InspectPoison)
@@ -650,7 +650,7 @@ func renderSummary(w io.Writer, s loadSummary) error {
 
 // producePoison produces n records that are not events (no CloudEvents headers, a
 // plain-text value) to orders.events and returns their positions as partition:offset.
-// Every consumer of the topic dead-letters them as malformed.
+// Every consumer group of the topic dead-letters them as malformed.
 func producePoison(ctx context.Context, k *kafka, n int) ([]string, error) {
 	var pos []string
 	for i := range n {
