@@ -47,6 +47,18 @@ ALTER TABLE {{.Table}}_sagas ADD COLUMN IF NOT EXISTS indexed timestamptz NOT NU
 CREATE INDEX IF NOT EXISTS {{.Index}}_sagas_started ON {{.Table}}_sagas (started);
 CREATE INDEX IF NOT EXISTS {{.Index}}_sagas_deadline ON {{.Table}}_sagas (deadline) WHERE ended IS NULL;
 CREATE INDEX IF NOT EXISTS {{.Index}}_sagas_last ON {{.Table}}_sagas (last_at);
+-- The payload schema version of each indexed event (ce_dataschemaversion).
+ALTER TABLE {{.Table}} ADD COLUMN IF NOT EXISTS schema_version integer NOT NULL DEFAULT 1;
+-- Every producer (source) observed per event type and schema version, with when it was
+-- first and last seen; kept past the retention of the events (see Usage).
+CREATE TABLE IF NOT EXISTS {{.Table}}_versions (
+	type       text        NOT NULL,
+	version    integer     NOT NULL,
+	source     text        NOT NULL,
+	first_seen timestamptz NOT NULL,
+	last_seen  timestamptz NOT NULL,
+	PRIMARY KEY (type, version, source)
+);
 -- The latest observed producer of every event type: who is expected to answer a step.
 CREATE TABLE IF NOT EXISTS {{.Table}}_types (
 	type      text        PRIMARY KEY,

@@ -44,6 +44,7 @@ func (t *Tracker) summarize(ctx context.Context, entries []entry) (map[startKey]
 		return nil, err
 	}
 	t.queueTypes(&b, entries)
+	t.queueVersions(&b, entries)
 	if b.Len() > 0 {
 		if err := t.db.SendBatch(ctx, &b).Close(); err != nil {
 			return nil, fmt.Errorf("tracker: summarize: %w", err)
@@ -170,6 +171,9 @@ func (t *Tracker) Rebuild(ctx context.Context) error {
 		ON CONFLICT (type) DO UPDATE SET source = excluded.source, last_seen = excluded.last_seen
 		WHERE y.last_seen <= excluded.last_seen`); err != nil {
 		return fmt.Errorf("tracker: rebuild: types: %w", err)
+	}
+	if err := t.rebuildVersions(ctx); err != nil {
+		return err
 	}
 	after := ""
 	for {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -188,6 +189,7 @@ type entry struct {
 	corr, id, typ, source, subject string
 	at                             time.Time
 	traceID, causation             string
+	version                        int // ce_dataschemaversion (1 when absent or invalid)
 	dead                           bool
 	reason, errText                string
 	indexed                        time.Time // when it was indexed; set when read back
@@ -224,6 +226,10 @@ func toEntry(r *kgo.Record) (entry, bool) {
 	}
 	if e.corr == "" || e.typ == "" {
 		return e, false
+	}
+	e.version = 1
+	if v, err := strconv.Atoi(header(r, event.HeaderSchemaVersion)); err == nil && v >= 1 {
+		e.version = v
 	}
 	if ts, err := time.Parse(time.RFC3339Nano, header(r, event.HeaderTime)); err == nil {
 		e.at = ts.UTC()
