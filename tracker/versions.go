@@ -207,7 +207,7 @@ func Retire(usage []VersionUsage, declared []Declared, typ string, version int, 
 		}
 		if !p.LastSeen.Before(since) {
 			blockers = append(blockers, fmt.Sprintf("%s published %d in the last %s (last at %s)",
-				p.Source, p.Count, window, p.LastSeen.Format(time.RFC3339)))
+				p.Source, p.Count, Window(window), p.LastSeen.Format(time.RFC3339)))
 		}
 	}
 	for _, d := range declared {
@@ -236,12 +236,12 @@ func Retire(usage []VersionUsage, declared []Declared, typ string, version int, 
 	name := fmt.Sprintf("v%d of %s", version, typ)
 	switch {
 	case len(blockers) > 0:
-		r.Reason = fmt.Sprintf("no: %s: %s", name, strings.Join(blockers, "; "))
+		r.Reason = "no: " + strings.Join(blockers, "; ")
 	default:
 		r.Retirable = true
 		seen := "was never observed"
 		if !lastSeen.IsZero() {
-			seen = fmt.Sprintf("was last published at %s, before the %s window", lastSeen.Format(time.RFC3339), window)
+			seen = fmt.Sprintf("was last published at %s, before the %s window", lastSeen.Format(time.RFC3339), Window(window))
 		}
 		drop := "no service handles or accepts it"
 		if len(r.Consumers) > 0 {
@@ -250,4 +250,16 @@ func Retire(usage []VersionUsage, declared []Declared, typ string, version int, 
 		r.Reason = fmt.Sprintf("yes: %s %s, no service declares producing it and no dead letter of it is left; %s", name, seen, drop)
 	}
 	return r
+}
+
+// Window formats a usage window without its zero units: 24h, 90m, 1h30m.
+func Window(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }

@@ -82,7 +82,7 @@ func TestUsageAndRetirement(t *testing.T) {
 		{Service: "inventory", Type: "payment.authorized", Handles: []int{2}, Accepts: []int{1}},
 	}
 	r := tracker.Retire(usage, declared, "payment.authorized", 1, now, 2*time.Hour)
-	if r.Retirable || !strings.Contains(r.Reason, "payment published 1 in the last 2h0m0s") {
+	if r.Retirable || !strings.Contains(r.Reason, "payment published 1 in the last 2h (last at") {
 		t.Errorf("while payment publishes v1: %+v", r)
 	}
 

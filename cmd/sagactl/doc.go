@@ -29,6 +29,12 @@
 //	                                     the observed flow from that index: which event types
 //	                                     followed which, produced by whom, how often and how
 //	                                     soon; as SVG; as an AsyncAPI 3.0.0 document
+//	sagactl contracts usage [-window 24h] [-catalogue file] [-retire type@version]
+//	                                     from that index: per event type and schema version,
+//	                                     the producers seen, first and last seen, events in the
+//	                                     window, dead letters, the consumers of the catalogue
+//	                                     that still handle or accept it, and whether it can be
+//	                                     retired (docs/contracts.md)
 //
 // order, stuck and load talk to the order service's HTTP API at -order-url (environment
 // ORDER_URL, default http://127.0.0.1:8080). dlq reads and writes Kafka directly at

@@ -86,6 +86,7 @@ Usage:
   sagactl console [-addr 127.0.0.1:8090]   the operations console in the browser (overview, orders, dead letters)
   sagactl track -db URL -config sagas.json index any saga's events (own group); track stuck|list|saga <id> query it
   sagactl flow [-last N] [-svg F] [-asyncapi F] the tracker's observed flow of event types; as SVG, as AsyncAPI 3.0
+  sagactl contracts usage [-retire type@version] per event type and version: producers, last seen, consumers; can it be retired?
 
 Connection flags (every command; before or after its name): -order-url (env ORDER_URL, default ` + defaultOrderURL + `),
 -brokers (env KAFKA_BROKERS, default ` + defaultBrokers + `), -timeout, -json, and Kafka security:
@@ -126,6 +127,8 @@ func run(ctx context.Context, args []string, std stdio) int {
 		err = cmdTrack(ctx, args[1:], std)
 	case "flow":
 		err = cmdTrack(ctx, append([]string{"flow"}, args[1:]...), std)
+	case "contracts":
+		err = cmdContracts(ctx, args[1:], std)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(std.out, usage)
 		return exitOK

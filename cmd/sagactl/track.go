@@ -28,6 +28,7 @@ type trackFlags struct {
 	svg       string // flow: write the SVG here
 	asyncapi  string // flow: write the AsyncAPI document here
 	last      int    // flow: the latest events only
+	usage     usageFlags
 }
 
 const trackUsage = `usage: sagactl track [run] [flags]           index the saga topics (its own consumer group) until interrupted
@@ -35,6 +36,10 @@ const trackUsage = `usage: sagactl track [run] [flags]           index the saga 
        sagactl track list [-status S] [flags] sagas (in_flight, stuck, completed; default all), oldest first
        sagactl track saga <correlation-id>   one correlation id's sagas, events and dead letters
        sagactl flow [-last N] [-svg F] [-asyncapi F]  the observed flow: which event types followed which
+       sagactl contracts usage [-window 24h] [-catalogue F] [-retire type@version]
+                                             per event type and schema version: producers seen, first and
+                                             last seen, events in the window, dead letters, the consumers that
+                                             still handle or accept it (-catalogue), and whether it can be retired
 
 The sagas are declared in JSON files (-config a.json,b.json; see deploy/tracker). The
 index lives in its own Postgres table (-table), created on start.
@@ -63,6 +68,11 @@ func cmdTrack(ctx context.Context, args []string, std stdio) error {
 		fs.IntVar(&f.last, "last", 0, "flow: compute it from the latest `n` indexed events only (0: all)")
 		fs.StringVar(&f.asyncapi, "asyncapi", "", "flow: also write an AsyncAPI 3.0.0 document (JSON) of the observed flow to this `file`")
 	}
+	if sub == "usage" {
+		fs.DurationVar(&f.usage.window, "window", 24*time.Hour, "usage: count the events published within this window")
+		fs.StringVar(&f.usage.catalogue, "catalogue", "", "usage: contracts catalogue `file` (JSON) naming what each service produces, consumes and accepts")
+		fs.StringVar(&f.usage.retire, "retire", "", "usage: answer whether `type@version` can be retired, e.g. payment.authorized@1")
+	}
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), trackUsage)
 		fs.PrintDefaults()
@@ -72,7 +82,7 @@ func cmdTrack(ctx context.Context, args []string, std stdio) error {
 		return err
 	}
 	switch sub {
-	case "run", "stuck", "list", "flow":
+	case "run", "stuck", "list", "flow", "usage":
 		if len(pos) != 0 {
 			return fmt.Errorf("%w: track %s takes no arguments, got %q", errUsage, sub, pos)
 		}
@@ -132,6 +142,11 @@ func cmdTrack(ctx context.Context, args []string, std stdio) error {
 		return printSagas(s, f.c.json, std)
 	case "flow":
 		return trackFlow(ctx, tr, f, std)
+	case "usage":
+		if f.usage.window <= 0 {
+			return fmt.Errorf("%w: -window must be positive", errUsage)
+		}
+		return contractsUsage(ctx, tr, f, std)
 	default:
 		tl, err := tr.Saga(ctx, pos[0])
 		if errors.Is(err, tracker.ErrNotFound) {
