@@ -435,6 +435,90 @@ func TestComposeKafka(t *testing.T) {
 	}
 }
 
+// The compose stack's broker is the one the tests run (scripts/kafka.sh): the same Kafka
+// version, and the same KRaft and listener settings as the script's one-node cluster.
+func TestComposeKafkaMatchesTests(t *testing.T) {
+	script := filepath.Join(root, "scripts", "kafka.sh")
+	run := func(args ...string) string {
+		out, err := exec.Command("bash", append([]string{script}, args...)...).Output()
+		if err != nil {
+			t.Fatalf("scripts/kafka.sh %v: %v", args, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	version := run("version")
+	f := loadCompose(t)
+	for _, name := range []string{"kafka", "kafka-init"} {
+		if img := f.service(t, name).Image; img != "apache/kafka:"+version {
+			t.Errorf("%s image %s, want apache/kafka:%s as scripts/kafka.sh runs", name, img, version)
+		}
+	}
+	env := f.service(t, "kafka").Environment
+	props := map[string]string{}
+	shared := false
+	for line := range strings.SplitSeq(run("config", "-n", "1"), "\n") {
+		if line == "# Shared" {
+			shared = true
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			t.Fatalf("scripts/kafka.sh config: line %q", line)
+		}
+		props[k] = v
+		if !shared || k == "listener.security.protocol.map" {
+			continue
+		}
+		envName := "KAFKA_" + strings.ToUpper(strings.ReplaceAll(k, ".", "_"))
+		if env[envName] != v {
+			t.Errorf("%s %q in docker-compose.yml, want %q (%s=%s in scripts/kafka.sh)", envName, env[envName], v, k, v)
+		}
+	}
+	if !shared {
+		t.Fatal("scripts/kafka.sh config prints no # Shared section")
+	}
+	// The stack may add listeners (HOST, for the host's clients); those the script has are
+	// named and mapped alike.
+	composeMap := strings.Split(env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"], ",")
+	for m := range strings.SplitSeq(props["listener.security.protocol.map"], ",") {
+		if !slices.Contains(composeMap, m) {
+			t.Errorf("KAFKA_LISTENER_SECURITY_PROTOCOL_MAP %v lacks %s", composeMap, m)
+		}
+	}
+	listenerNames := func(list string) []string {
+		var names []string
+		for l := range strings.SplitSeq(list, ",") {
+			name, _, _ := strings.Cut(l, "://")
+			names = append(names, name)
+		}
+		return names
+	}
+	composeListeners := listenerNames(env["KAFKA_LISTENERS"])
+	for _, name := range listenerNames(props["listeners"]) {
+		if !slices.Contains(composeListeners, name) {
+			t.Errorf("KAFKA_LISTENERS %v lacks the listener %s", composeListeners, name)
+		}
+	}
+	if _, ok := advertised(t, f.service(t, "kafka"))[env["KAFKA_INTER_BROKER_LISTENER_NAME"]]; !ok {
+		t.Errorf("the inter-broker listener %s is not advertised", env["KAFKA_INTER_BROKER_LISTENER_NAME"])
+	}
+	// One voter: this node, on its controller listener's port.
+	voter := regexp.MustCompile(`^(\d+)@[^:]+:(\d+)$`).FindStringSubmatch(env["KAFKA_CONTROLLER_QUORUM_VOTERS"])
+	var controllerPort string
+	for l := range strings.SplitSeq(env["KAFKA_LISTENERS"], ",") {
+		if name, addr, _ := strings.Cut(l, "://"); name == env["KAFKA_CONTROLLER_LISTENER_NAMES"] {
+			_, controllerPort = hostPort(t, addr)
+		}
+	}
+	if voter == nil || voter[1] != env["KAFKA_NODE_ID"] || voter[2] != controllerPort {
+		t.Errorf("KAFKA_CONTROLLER_QUORUM_VOTERS %q: want this node (%s) on its controller port %s",
+			env["KAFKA_CONTROLLER_QUORUM_VOTERS"], env["KAFKA_NODE_ID"], controllerPort)
+	}
+	if env["CLUSTER_ID"] == "" {
+		t.Error("no CLUSTER_ID: the image formats the KRaft storage with it")
+	}
+}
+
 func TestComposeJaeger(t *testing.T) {
 	f := loadCompose(t)
 	j := f.service(t, "jaeger")

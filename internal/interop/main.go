@@ -3,9 +3,9 @@
 // trace context the services write, through a producer built from the service kit's
 // settings (app.LoadConfig: KAFKA_BROKERS, KAFKA_COMPRESSION with its default, the
 // KAFKA_SASL_* and KAFKA_TLS* security settings) the way app.New builds its producer.
-// Most events go out in large batches, the last ones one record per batch. It writes
-// the Ed25519 public key that verifies the events' choreo_signature headers to -pubkey
-// and prints what it sent.
+// It creates the topic when missing. Most events go out in large batches, the last ones
+// one record per batch. It writes the Ed25519 public key that verifies the events'
+// choreo_signature headers to -pubkey and prints what it sent.
 package main
 
 import (
@@ -52,6 +52,7 @@ func main() {
 func run() error {
 	topic := flag.String("topic", "interop.events", "`topic` to produce to")
 	orders := flag.Int("orders", 40, "orders whose saga events to produce (3 events each)")
+	partitions := flag.Int("partitions", 3, "partitions of the topic, when it is created")
 	single := flag.Int("single", 6, "of those events, how many to produce last, one record per batch")
 	pubOut := flag.String("pubkey", "", "write the signing public key (PEM) to this `file`")
 	flag.Parse()
@@ -130,6 +131,9 @@ func run() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	if err := app.EnsureTopics(ctx, cl, int32(*partitions), *topic); err != nil {
+		return err
+	}
 	bulk := recs[:len(recs)-*single]
 	var wg sync.WaitGroup
 	var firstErr error

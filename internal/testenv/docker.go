@@ -89,6 +89,13 @@ func startContainer(service string) (*container, error) {
 	}
 	cmd := exec.Command(gobin, "run", ".", "-service", service)
 	cmd.Dir = filepath.Join(filepath.Dir(file), "containers")
+	return startHelper(service+" container", cmd)
+}
+
+// startHelper starts cmd, a helper process that prints one JSON line {"Addr": ...} or
+// {"Error": ...} once its service is ready, and stops the service when its standard input
+// closes (at the latest when the test binary exits, however it exits).
+func startHelper(what string, cmd *exec.Cmd) (*container, error) {
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -99,7 +106,7 @@ func startContainer(service string) (*container, error) {
 		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("testenv: start %s container: %w", service, err)
+		return nil, fmt.Errorf("testenv: start %s: %w", what, err)
 	}
 	var r struct{ Addr, Error string }
 	line, err := bufio.NewReader(stdout).ReadBytes('\n')
@@ -109,10 +116,11 @@ func startContainer(service string) (*container, error) {
 	switch {
 	case err != nil:
 		_ = cmd.Process.Kill()
-		return nil, fmt.Errorf("testenv: %s container: %w", service, err)
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("testenv: %s: %w", what, err)
 	case r.Error != "":
 		_ = cmd.Wait()
-		return nil, fmt.Errorf("testenv: %s container: %s", service, r.Error)
+		return nil, fmt.Errorf("testenv: %s: %s", what, r.Error)
 	}
 	return &container{cmd: cmd, stdin: stdin, addr: r.Addr}, nil
 }

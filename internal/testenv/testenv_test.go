@@ -161,3 +161,44 @@ func TestNameUnique(t *testing.T) {
 		seen[n] = true
 	}
 }
+
+func TestEmptyKafka(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	brokers := testenv.EmptyKafka(t)
+	topic := testenv.Topic(t, brokers, 2)
+	// A static member does not leave its group when it closes.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumerGroup("g"), kgo.InstanceID("static"),
+		kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: []byte("x")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if fs := cl.PollFetches(ctx); fs.NumRecords() != 1 {
+		t.Fatalf("fetched %d records, errors %v", fs.NumRecords(), fs.Errors())
+	}
+	if err := cl.CommitUncommittedOffsets(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cl.Close()
+
+	again := testenv.EmptyKafka(t)
+	adm, err := kgo.NewClient(kgo.SeedBrokers(again...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	topics, err := kadm.NewClient(adm).ListTopics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, err := kadm.NewClient(adm).ListGroups(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(topics) != 0 || len(groups) != 0 {
+		t.Fatalf("after EmptyKafka: topics %v, groups %v", topics.Names(), groups.Groups())
+	}
+}

@@ -53,7 +53,7 @@ type system struct {
 // returned nil.
 func startSystem(t *testing.T) *system {
 	t.Helper()
-	brokers := testenv.KafkaCluster(t).ListenAddrs()
+	brokers := testenv.EmptyKafka(t)
 	_, ns := testenv.Redis(t)
 	redisAddr := testenv.RedisAddr(t)
 	s := &system{brokers: brokers, db: map[string]*pgxpool.Pool{}, base: map[string]string{}, http: &http.Client{Timeout: 30 * time.Second}}
