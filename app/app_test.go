@@ -134,29 +134,45 @@ func TestMigrations(t *testing.T) {
 	}
 }
 
+// EnsureTopics creates the missing topics, leaves existing ones alone, and returns once the
+// topics are in every broker's metadata: a new client asking right away finds them all.
 func TestEnsureTopics(t *testing.T) {
 	ctx := context.Background()
-	brokers := testenv.KafkaCluster(t).ListenAddrs()
+	brokers := testenv.Kafka(t)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
 	existing := testenv.Topic(t, brokers, 1)
-	topics := []string{"a.events", existing, "a.events.dlq", existing + ".dlq"}
-	for range 2 {
-		if err := app.EnsureTopics(ctx, cl, 3, topics...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	details, err := kadm.NewClient(cl).ListTopics(ctx, topics...)
+	// Another client, connected before the topics exist, asks as soon as EnsureTopics returns
+	// (a broker's metadata may lag its CreateTopics answer by some milliseconds, so five
+	// rounds of new topics, each ensured twice).
+	other, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]int{"a.events": 3, "a.events.dlq": 3, existing: 1, existing + ".dlq": 3}
-	for name, n := range want {
-		if got := len(details[name].Partitions); got != n {
-			t.Errorf("%s has %d partitions, want %d", name, got, n)
+	defer other.Close()
+	if err := other.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 5 {
+		fresh := strings.ReplaceAll(testenv.Name(t, "a"), "_", "-")
+		topics := []string{fresh, existing, fresh + ".dlq", existing + ".dlq"}
+		for range 2 {
+			if err := app.EnsureTopics(ctx, cl, 3, topics...); err != nil {
+				t.Fatal(err)
+			}
+			details, err := kadm.NewClient(other).ListTopics(ctx, topics...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]int{fresh: 3, fresh + ".dlq": 3, existing: 1, existing + ".dlq": 3}
+			for name, n := range want {
+				if got := len(details[name].Partitions); got != n || details[name].Err != nil {
+					t.Errorf("round %d: %s has %d partitions (%v), want %d", round, name, got, details[name].Err, n)
+				}
+			}
 		}
 	}
 	if err := app.EnsureTopics(ctx, cl, 0, "x"); !errors.Is(err, app.ErrInvalidConfig) {
