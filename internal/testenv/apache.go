@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -10,6 +11,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // testJVMOpts are the brokers' JVM options in tests, unless KAFKA_JVM_OPTS is set.
@@ -42,7 +48,39 @@ func apacheKafka(nodes int) (string, error) {
 	containersMu.Lock()
 	containers["apache-kafka"] = c // referenced for the life of the binary, so stdin stays open
 	containersMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := groupCoordinatorReady(ctx, strings.Split(c.addr, ",")); err != nil {
+		return "", err
+	}
 	return c.addr, nil
+}
+
+// groupCoordinatorReady returns once a group's committed offsets can be read. A fresh
+// cluster creates __consumer_offsets on the first group request and answers
+// COORDINATOR_NOT_AVAILABLE until its partitions are loaded; tests that read committed
+// offsets would otherwise meet that error first.
+func groupCoordinatorReady(ctx context.Context, brokers []string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	for {
+		resp, err := adm.FetchOffsets(ctx, "testenv-ready")
+		if err == nil {
+			err = resp.Error()
+		}
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("group coordinator not ready: %w", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // freePorts returns the first of n consecutive loopback ports that are free now.
