@@ -15,6 +15,7 @@ const MeterName = "github.com/choreo-saga/choreo/tracker"
 
 type instruments struct {
 	indexed, skipped metric.Int64Counter
+	escaped          metric.Int64Counter
 	latency          metric.Float64Histogram
 	reg              metric.Registration
 }
@@ -39,7 +40,11 @@ func (t *Tracker) initMetrics() error {
 		return wrap(err)
 	}
 	if t.inst.skipped, err = m.Int64Counter("choreo.tracker.events.skipped",
-		metric.WithDescription("Records without correlation id or event type, not indexed")); err != nil {
+		metric.WithDescription("Records not indexed, by reason: no_saga_headers (no correlation id or event type), unstorable (Postgres refused the row, or the batch decompresses past the client's bound)")); err != nil {
+		return wrap(err)
+	}
+	if t.inst.escaped, err = m.Int64Counter("choreo.tracker.events.escaped",
+		metric.WithDescription("Records indexed with fields escaped or cut: NUL, invalid UTF-8, or too long")); err != nil {
 		return wrap(err)
 	}
 	if t.inst.latency, err = m.Float64Histogram("choreo.tracker.saga.duration", metric.WithUnit("s"),

@@ -65,3 +65,16 @@ CREATE TABLE IF NOT EXISTS {{.Table}}_types (
 	source    text        NOT NULL,
 	last_seen timestamptz NOT NULL
 );
+-- Records the tracker did not index as they were: stored with fields escaped or cut
+-- (action 'escaped'), or not stored (action 'skipped': Postgres refused the row, or the
+-- batch decompresses past the client's bound). Retention deletes them by at.
+CREATE TABLE IF NOT EXISTS {{.Table}}_rejected (
+	topic     text        NOT NULL,
+	partition integer     NOT NULL,
+	"offset"  bigint      NOT NULL,
+	action    text        NOT NULL,
+	detail    text        NOT NULL,
+	at        timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (topic, partition, "offset")
+);
+CREATE INDEX IF NOT EXISTS {{.Index}}_rejected_at ON {{.Table}}_rejected (at);

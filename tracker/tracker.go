@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/choreo-saga/choreo/consumer"
@@ -193,6 +194,7 @@ type entry struct {
 	dead                           bool
 	reason, errText                string
 	indexed                        time.Time // when it was indexed; set when read back
+	escaped                        []string  // the fields storable changed (see toEntry)
 }
 
 // header returns the last value of key in r's headers.
@@ -208,21 +210,33 @@ func header(r *kgo.Record, key string) string {
 // traceID returns the trace id of a W3C traceparent ("00-<trace>-<span>-<flags>"), or "".
 func traceID(tp string) string {
 	parts := strings.Split(tp, "-")
-	if len(parts) < 4 || len(parts[1]) != 32 || parts[1] == strings.Repeat("0", 32) {
+	if len(parts) < 4 || len(parts[1]) != 32 || !isHex(parts[1]) || parts[1] == strings.Repeat("0", 32) {
 		return ""
 	}
 	return strings.ToLower(parts[1])
 }
 
 // toEntry reads the envelope of r from its headers. A record without a correlation id or
-// type is not part of any saga: ok is false.
-func toEntry(r *kgo.Record) (entry, bool) {
-	e := entry{
-		topic: r.Topic, partition: r.Partition, offset: r.Offset,
-		corr: header(r, event.HeaderCorrelationID), id: header(r, event.HeaderID),
-		typ: header(r, event.HeaderType), source: header(r, event.HeaderSource),
-		subject: header(r, event.HeaderSubject), traceID: traceID(header(r, "traceparent")),
-		causation: header(r, event.HeaderCausationID),
+// type is not part of any saga: ok is false. Every text it keeps is storable; the
+// names of the fields that had to be escaped or cut are in e.escaped. A record time
+// Postgres cannot store (a record timestamp beyond year 9999, without a ce_time) is
+// replaced by now and "time" added to e.escaped.
+func toEntry(r *kgo.Record, now time.Time) (entry, bool) {
+	e := entry{topic: r.Topic, partition: r.Partition, offset: r.Offset,
+		traceID: traceID(header(r, "traceparent"))}
+	for _, f := range []struct {
+		dst    *string
+		header string
+		max    int
+	}{
+		{&e.corr, event.HeaderCorrelationID, MaxFieldBytes},
+		{&e.id, event.HeaderID, MaxFieldBytes},
+		{&e.typ, event.HeaderType, MaxFieldBytes},
+		{&e.source, event.HeaderSource, MaxFieldBytes},
+		{&e.subject, event.HeaderSubject, MaxFieldBytes},
+		{&e.causation, event.HeaderCausationID, MaxFieldBytes},
+	} {
+		e.set(f.dst, f.header, header(r, f.header), f.max)
 	}
 	if e.corr == "" || e.typ == "" {
 		return e, false
@@ -236,36 +250,67 @@ func toEntry(r *kgo.Record) (entry, bool) {
 	} else {
 		e.at = r.Timestamp.UTC()
 	}
+	if !storableTime(e.at) {
+		e.at, e.escaped = now.UTC(), append(e.escaped, "time")
+	}
 	if strings.HasSuffix(r.Topic, DLQSuffix) || header(r, consumer.HeaderDLQReason) != "" {
 		e.dead = true
-		e.reason = header(r, consumer.HeaderDLQReason)
-		e.errText = header(r, consumer.HeaderDLQError)
+		e.set(&e.reason, consumer.HeaderDLQReason, header(r, consumer.HeaderDLQReason), MaxFieldBytes)
+		e.set(&e.errText, consumer.HeaderDLQError, header(r, consumer.HeaderDLQError), MaxErrorBytes)
 	}
 	return e, true
 }
 
+// set stores the storable form of v, the value of header name, in dst, and notes name
+// in e.escaped when that form differs from v.
+func (e *entry) set(dst *string, name, v string, max int) {
+	var changed bool
+	if *dst, changed = storable(v, max); changed {
+		e.escaped = append(e.escaped, name)
+	}
+}
+
 // Ingest indexes records in one INSERT. A record already indexed (same topic, partition
 // and offset) is left as it is, so redelivery does not duplicate. Records that carry no
-// correlation id or event type are skipped and counted. It returns how many records were
-// newly indexed.
+// correlation id or event type are skipped and counted. No record makes it fail: a field
+// Postgres could not store, or too long for an index, is stored escaped or cut (see
+// MaxFieldBytes), and a record whose row Postgres still refuses is skipped; both are
+// recorded (Rejected), counted and logged. It returns how many records were newly
+// indexed; an error is Postgres failing, and the same records can be ingested again.
 func (t *Tracker) Ingest(ctx context.Context, recs ...*kgo.Record) (int, error) {
-	var entries []entry
+	now := t.now()
+	var (
+		entries []entry
+		rejects []Rejection
+	)
 	for _, r := range recs {
-		e, ok := toEntry(r)
+		e, ok := toEntry(r, now)
 		if !ok {
-			t.inst.skipped.Add(ctx, 1)
+			t.inst.skipped.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", "no_saga_headers")))
 			continue
+		}
+		if len(e.escaped) > 0 {
+			rejects = append(rejects, escapedRejection(e))
 		}
 		entries = append(entries, e)
 	}
 	if len(entries) == 0 {
 		return 0, nil
 	}
-	fresh, err := t.insert(ctx, entries)
+	if err := t.reject(ctx, rejects); err != nil {
+		return 0, err
+	}
+	fresh, stored, skipped, err := t.insertEach(ctx, entries)
 	if err != nil {
 		return 0, err
 	}
-	starts, err := t.summarize(ctx, entries)
+	if err := t.reject(ctx, skipped); err != nil {
+		return 0, err
+	}
+	if len(stored) == 0 {
+		return 0, nil
+	}
+	starts, err := t.summarize(ctx, stored)
 	if err != nil {
 		return 0, err
 	}
@@ -276,16 +321,22 @@ func (t *Tracker) Ingest(ctx context.Context, recs ...*kgo.Record) (int, error) 
 
 // Run joins the tracker's consumer group on brokers, reads Topics and indexes every
 // record, committing offsets only after they are indexed; it recomputes the gauges and
-// applies retention every refresh interval. opts are added to the client's options
-// (e.g. TLS or SASL). It returns when ctx ends (nil) or on a failure.
+// applies retention every refresh interval. Its client bounds what a record may cost
+// (consumer.FetchLimits for event.DefaultMaxPayloadBytes); a batch that decompresses
+// past the bound is skipped and recorded (Rejected). opts are added to the client's
+// options (e.g. TLS or SASL). It returns when ctx ends (nil) or on a failure of Postgres.
 func (t *Tracker) Run(ctx context.Context, brokers []string, opts ...kgo.Opt) error {
-	base := []kgo.Opt{
+	base, err := consumer.FetchLimits(event.DefaultMaxPayloadBytes)
+	if err != nil {
+		return err
+	}
+	base = append(base,
 		kgo.SeedBrokers(brokers...),
 		kgo.ConsumerGroup(t.group),
 		kgo.ConsumeTopics(t.Topics()...),
-		kgo.DisableAutoCommit(),
+		kgo.AutoCommitMarks(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-	}
+	)
 	cl, err := kgo.NewClient(append(base, opts...)...)
 	if err != nil {
 		return fmt.Errorf("tracker: kafka client: %w", err)
@@ -308,38 +359,55 @@ func (t *Tracker) Run(ctx context.Context, brokers []string, opts ...kgo.Opt) er
 			}
 			next = time.Now().Add(t.refresh)
 		}
-		pctx, cancel := context.WithTimeout(ctx, t.refresh)
-		fs := cl.PollRecords(pctx, 1000)
-		cancel()
-		if ctx.Err() != nil {
-			return nil
-		}
-		if errors.Is(fs.Err0(), kgo.ErrClientClosed) {
-			return nil
-		}
-		fs.EachError(func(topic string, p int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-				t.log.Warn("tracker: fetch", "topic", topic, "partition", p, "error", err)
-			}
-		})
-		recs := fs.Records()
-		if len(recs) == 0 {
-			continue
-		}
-		if _, err := t.Ingest(ctx, recs...); err != nil {
-			if ctx.Err() != nil {
+		if err := t.poll(ctx, cl); err != nil {
+			if ctx.Err() != nil || errors.Is(err, kgo.ErrClientClosed) {
 				return nil
 			}
 			return err
 		}
-		if err := cl.CommitRecords(ctx, recs...); err != nil && ctx.Err() == nil {
-			t.log.Warn("tracker: commit", "error", err)
-		}
 	}
 }
 
-// Retain deletes indexed events older than the retention age, and the summaries of sagas
-// whose every record is older, in batches of at most the retention batch size. It returns
+// poll indexes one poll's records and marks them for commit, skipping the batches that
+// decompress past the client's bound, then commits.
+func (t *Tracker) poll(ctx context.Context, cl *kgo.Client) error {
+	pctx, cancel := context.WithTimeout(ctx, t.refresh)
+	fs := cl.PollRecords(pctx, 1000)
+	cancel()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err := fs.Err0(); errors.Is(err, kgo.ErrClientClosed) {
+		return err
+	}
+	var tooLarge []*kgo.ErrDecompressTooLarge
+	fs.EachError(func(topic string, p int32, err error) {
+		if e, ok := errors.AsType[*kgo.ErrDecompressTooLarge](err); ok {
+			tooLarge = append(tooLarge, e)
+		} else if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			t.log.Warn("tracker: fetch", "topic", topic, "partition", p, "error", err)
+		}
+	})
+	recs := fs.Records()
+	if len(recs) > 0 {
+		if _, err := t.Ingest(ctx, recs...); err != nil {
+			return err
+		}
+		cl.MarkCommitRecords(recs...)
+	}
+	for _, e := range tooLarge {
+		if err := t.skipBatch(ctx, cl, e); err != nil {
+			return err
+		}
+	}
+	if err := cl.CommitMarkedOffsets(ctx); err != nil && ctx.Err() == nil {
+		t.log.Warn("tracker: commit", "error", err)
+	}
+	return nil
+}
+
+// Retain deletes indexed events older than the retention age, the summaries of sagas
+// whose every record is older, and the rejected records (Rejected) recorded before then, in batches of at most the retention batch size. It returns
 // how many events it deleted.
 func (t *Tracker) Retain(ctx context.Context) (int64, error) {
 	cutoff := t.now().Add(-t.retention)
@@ -347,7 +415,10 @@ func (t *Tracker) Retain(ctx context.Context) (int64, error) {
 	if err != nil {
 		return total, err
 	}
-	_, err = t.deleteBatches(ctx, t.sagasTable(), "last_at", cutoff)
+	if _, err = t.deleteBatches(ctx, t.sagasTable(), "last_at", cutoff); err != nil {
+		return total, err
+	}
+	_, err = t.deleteBatches(ctx, t.rejectedTable(), "at", cutoff)
 	return total, err
 }
 
