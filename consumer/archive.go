@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -13,27 +14,55 @@ import (
 	"github.com/choreo-saga/choreo/migrate"
 )
 
-// DeadLetterArchive is a Postgres table holding the full original of every record that
+// DeadLetterArchive is a Postgres table holding the original of every record that
 // DeadLetter could not copy whole to its dead-letter topic: refused for its size, or
-// its dead-letter topic is missing. DeadLetter writes the row, in a transaction of its
+// its dead-letter topic is missing. A row keeps at most ArchiveValueBytes of the value
+// and 32 KiB each of key and headers; the rest is summarised by the value's size and
+// SHA-256. DeadLetter writes the row, in a transaction of its
 // own, before it lets the record's offset be committed. Build it with
 // NewDeadLetterArchive, create the table with migrate.Up (migrate.WithDeadLetterTable for
 // another name), and pass it to DeadLetter with
 // DeadLetterArchiveTo (or StandardConfig.DeadLetterArchive). It is safe for concurrent
 // use.
 type DeadLetterArchive struct {
-	db     migrate.Beginner
-	table  sqlname.Name
-	name   string // as given
-	quoted string // table.Quoted()
+	db         migrate.Beginner
+	table      sqlname.Name
+	name       string // as given
+	quoted     string // table.Quoted()
+	valueBytes int    // ArchiveValueBytes
+}
+
+// ArchiveOption configures a DeadLetterArchive.
+type ArchiveOption func(*DeadLetterArchive) error
+
+// Bounds of an archive row besides its value (see ArchiveValueBytes).
+const (
+	archiveKeyBytes     = 32 << 10 // the key is cut to this
+	archiveHeadersBytes = 32 << 10 // original headers are kept, in order, while they fit
+)
+
+// ArchiveValueBytes sets how many leading bytes of a value an archive row keeps (default
+// DefaultArchiveValueBytes; at least 1 KiB). Keep it at least the decoder's payload
+// limit, so that every record a handler could have applied is archived whole. A row
+// whose record was cut (a longer value, a key or headers over 32 KiB each) gets the
+// HeaderDLQTruncated and HeaderDLQOriginalSize headers after the original headers it
+// kept; value_size and value_sha256 describe the whole original value.
+func ArchiveValueBytes(n int) ArchiveOption {
+	return func(a *DeadLetterArchive) error {
+		if n < 1<<10 {
+			return fmt.Errorf("%w: dead-letter archive: value bytes %d: want at least 1024", ErrInvalidConfig, n)
+		}
+		a.valueBytes = n
+		return nil
+	}
 }
 
 // NewDeadLetterArchive returns an archive in table, or DefaultDeadLetterTable when table
 // is "", written through db (a *pgxpool.Pool). table may be schema-qualified
 // ("billing.dead_letters"); its parts are quoted, so they are case-sensitive. An empty
 // part, a part longer than 63 bytes or more than one dot is an error matching
-// ErrInvalidConfig.
-func NewDeadLetterArchive(db migrate.Beginner, table string) (*DeadLetterArchive, error) {
+// ErrInvalidConfig, as is an invalid option.
+func NewDeadLetterArchive(db migrate.Beginner, table string, opts ...ArchiveOption) (*DeadLetterArchive, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: dead-letter archive: nil database", ErrInvalidConfig)
 	}
@@ -44,7 +73,13 @@ func NewDeadLetterArchive(db migrate.Beginner, table string) (*DeadLetterArchive
 	if err != nil {
 		return nil, fmt.Errorf("%w: dead-letter archive: %w", ErrInvalidConfig, err)
 	}
-	return &DeadLetterArchive{db: db, table: t, name: table, quoted: t.Quoted()}, nil
+	a := &DeadLetterArchive{db: db, table: t, name: table, quoted: t.Quoted(), valueBytes: DefaultArchiveValueBytes}
+	for _, o := range opts {
+		if err := o(a); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
 }
 
 // TableName returns the archive's table name as given (DefaultDeadLetterTable if "").
@@ -63,15 +98,27 @@ type archived struct {
 	sha256 [sha256.Size]byte
 }
 
-// put writes the full original of m's record, with why it was dead-lettered (cause, its
-// reason) and why the dead-letter topic refused it (dlqErr), in a transaction of its own,
-// and returns the row's id once committed. A record handed over again finds its row.
+// put writes the original of m's record, bounded (see ArchiveValueBytes), with why it
+// was dead-lettered (cause, its reason) and why the dead-letter topic refused it
+// (dlqErr), in a transaction of its own, and returns the row's id once committed. A
+// record handed over again finds its row.
 func (a *DeadLetterArchive) put(ctx context.Context, m *Message, dlqTopic string, cause, dlqErr error) (archived, error) {
 	r := m.Record
 	out := archived{sha256: sha256.Sum256(r.Value)}
-	hs := make([]archiveHeader, len(r.Headers))
-	for i, h := range r.Headers {
-		hs[i] = archiveHeader{pgText(h.Key), h.Value}
+	key, value := clip(r.Key, archiveKeyBytes), clip(r.Value, a.valueBytes)
+	cut := len(key) < len(r.Key) || len(value) < len(r.Value)
+	hs := make([]archiveHeader, 0, len(r.Headers)+2)
+	budget := archiveHeadersBytes
+	for _, h := range r.Headers {
+		if budget -= len(h.Key) + len(h.Value); budget < 0 {
+			cut = true
+			break
+		}
+		hs = append(hs, archiveHeader{pgText(h.Key), h.Value})
+	}
+	if cut {
+		hs = append(hs, archiveHeader{HeaderDLQTruncated, []byte("true")},
+			archiveHeader{HeaderDLQOriginalSize, []byte(strconv.Itoa(len(r.Value)))})
 	}
 	headers, err := json.Marshal(hs)
 	if err != nil {
@@ -85,8 +132,8 @@ ON CONFLICT (group_name, topic, partition, "offset", value_sha256)
 DO UPDATE SET dlq_error = EXCLUDED.dlq_error, attempts = EXCLUDED.attempts
 RETURNING id`
 	err = pgx.BeginFunc(ctx, a.db, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, sql, pgText(m.Group), pgText(r.Topic), r.Partition, r.Offset, r.Timestamp, r.Key, r.Value,
-			headers, len(r.Value), out.sha256[:], dlqTopic, Reason(cause), pgText(cause.Error()), pgText(dlqErr.Error()),
+		return tx.QueryRow(ctx, sql, pgText(m.Group), pgText(r.Topic), r.Partition, r.Offset, r.Timestamp, key, value,
+			headers, len(r.Value), out.sha256[:], dlqTopic, Reason(cause), pgText(clipError(cause)), pgText(clipError(dlqErr)),
 			max(m.Attempt, 1)).Scan(&out.id)
 	})
 	if err != nil {

@@ -50,6 +50,9 @@ const (
 	// DefaultDeadLetterValueBytes is how much of a value a bounded dead-letter copy keeps
 	// by default (see DeadLetterValueBytes).
 	DefaultDeadLetterValueBytes = 64 << 10
+	// DefaultArchiveValueBytes is how much of a value a dead-letter archive row keeps by
+	// default (see ArchiveValueBytes): twice the decoder's default payload limit.
+	DefaultArchiveValueBytes = 2 << 20
 	// DefaultDeadLetterTable is the archive table of NewDeadLetterArchive when no table
 	// name is given. It is created in the first schema of the connection's search_path.
 	DefaultDeadLetterTable = "choreo_dead_letters"
@@ -94,6 +97,7 @@ type config struct {
 	batch           BatchHandler
 	dlqTopic        func(source string) string // nil: no check at start
 	retryTopics     bool                       // WithRetryTopics
+	maxRecordBytes  int                        // WithMaxRecordBytes
 }
 
 // Option configures a Consumer. An invalid value makes New return an error wrapping
@@ -314,6 +318,7 @@ func New(brokers []string, group string, topics []string, h Handler, opts ...Opt
 		outage:          backoff.Policy{Base: DefaultOutageMinDelay, Max: DefaultOutageMaxDelay},
 		stallTimeout:    DefaultStallTimeout,
 		commitInterval:  DefaultCommitInterval,
+		maxRecordBytes:  DefaultMaxRecordBytes,
 		logger:          slog.Default(),
 		meterProvider:   otel.GetMeterProvider(),
 	}
@@ -344,13 +349,14 @@ func New(brokers []string, group string, topics []string, h Handler, opts ...Opt
 // options come after the defaults they may replace (kgo applies options in order) and
 // before the ones the runtime's guarantees depend on.
 func (c *Consumer) clientOptions() []kgo.Opt {
-	opts := append([]kgo.Opt{
+	limits, _ := FetchLimits(c.cfg.maxRecordBytes) // WithMaxRecordBytes checked it
+	opts := append(append(limits,
 		kgo.SeedBrokers(c.seeds...),
 		kgo.ConsumerGroup(c.group),
 		kgo.ConsumeTopics(append(slices.Clip(c.topics), c.retry...)...),
 		kgo.FetchMaxWait(DefaultFetchMaxWait),
 		kgo.AutoCommitInterval(c.cfg.commitInterval),
-	}, c.cfg.clientOpts...)
+	), c.cfg.clientOpts...)
 	return append(opts,
 		kgo.AutoCommitMarks(),
 		kgo.BlockRebalanceOnPoll(),
@@ -472,6 +478,9 @@ func (c *Consumer) poll(ctx context.Context, cl *kgo.Client) {
 		fetches.EachError(func(topic string, partition int32, err error) {
 			c.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "consumer: fetch error",
 				slog.String("topic", topic), slog.Int("partition", int(partition)), slog.Any("error", err))
+			if tooLarge, ok := errors.AsType[*kgo.ErrDecompressTooLarge](err); ok {
+				c.skipBatch(cl, tooLarge)
+			}
 		})
 		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 			c.mu.Lock()
@@ -484,6 +493,19 @@ func (c *Consumer) poll(ctx context.Context, cl *kgo.Client) {
 		})
 		cl.AllowRebalance()
 	}
+}
+
+// skipBatch hands the worker of e's partition the record that stands for the batch e
+// names (dead-lettered as ErrBatchTooLarge by Decode) and moves the client past the batch.
+func (c *Consumer) skipBatch(cl *kgo.Client, e *kgo.ErrDecompressTooLarge) {
+	c.mu.Lock()
+	w := c.workers[topicPartition{e.Topic, e.Partition}]
+	c.mu.Unlock()
+	if w == nil {
+		return // not ours any more; the next owner meets the batch
+	}
+	w.push([]*kgo.Record{batchTooLargeRecord(e)}, -1)
+	SkipBatch(cl, e)
 }
 
 func (c *Consumer) assigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {

@@ -31,7 +31,7 @@ const (
 	HeaderDLQFailedAt  = "choreo_dlq_failed_at" // when it was dead-lettered, RFC 3339 (ns)
 
 	// Headers of a bounded copy, produced when the dead-letter topic refused the whole
-	// record for its size; the full original is then in the DeadLetterArchive.
+	// record for its size; the original is then in the DeadLetterArchive (bounded, see ArchiveValueBytes).
 	HeaderDLQTruncated    = "choreo_dlq_truncated"     // "true": key, value or headers are cut
 	HeaderDLQOriginalSize = "choreo_dlq_original_size" // the original value's size in bytes, decimal
 	HeaderDLQSHA256       = "choreo_dlq_sha256"        // SHA-256 of the original value, lower-case hex
@@ -47,6 +47,7 @@ const (
 // (ReasonMismatch for a refused cross-check), so that every reason they set is listed.
 const (
 	ReasonMalformed        = "malformed"         // event.ErrMalformed: undecodable or invalid
+	ReasonTooLarge         = "too_large"         // ErrBatchTooLarge: its batch decompresses past the bound
 	ReasonUnknownType      = "unknown_type"      // ErrUnknownType
 	ReasonUntrusted        = "untrusted"         // ErrUntrusted: wrong source or topic (Router.Trust)
 	ReasonBadSignature     = "bad_signature"     // ErrBadSignature: no valid signature (Router.TrustKeys)
@@ -67,7 +68,7 @@ const (
 // Reasons returns every Reason constant, in the order they are declared: the values
 // HeaderDLQReason takes (tools use it to refuse a reason they do not know).
 func Reasons() []string {
-	return []string{ReasonMalformed, ReasonUnknownType, ReasonUntrusted, ReasonBadSignature,
+	return []string{ReasonMalformed, ReasonTooLarge, ReasonUnknownType, ReasonUntrusted, ReasonBadSignature,
 		ReasonKeyReused, ReasonMismatch, ReasonPanic, ReasonRetriesExhausted, ReasonPermanent, ReasonFailed,
 		ReasonUpcastFailed, ReasonUnsupported}
 }
@@ -141,7 +142,7 @@ type deadLetterConfig struct {
 type DeadLetterOption func(*deadLetterConfig)
 
 // DeadLetterArchiveTo makes DeadLetter settle records the dead-letter topic refuses (for
-// their size, or because it does not exist) by writing their full original to the archive
+// their size, or because it does not exist) by writing their original (bounded, see ArchiveValueBytes) to the archive
 // a first. Default: no archive; such records are not settled and the runtime hands them
 // over again, blocking their partition.
 func DeadLetterArchiveTo(a *DeadLetterArchive) DeadLetterOption {
@@ -180,8 +181,8 @@ func DeadLetterLogger(l *slog.Logger) DeadLetterOption {
 // With an archive (DeadLetterArchiveTo), two refusals cannot block the partition:
 //
 //   - The copy is refused for its size (kerr.MessageTooLarge, from the broker or from the
-//     client before sending; kerr.RecordListTooLarge): DeadLetter writes the full
-//     original to the archive and commits, then produces a bounded copy: the key cut to
+//     client before sending; kerr.RecordListTooLarge): DeadLetter writes the
+//     original to the archive (bounded: see ArchiveValueBytes) and commits, then produces a bounded copy: the key cut to
 //     1 KiB, the original headers that fit in 16 KiB, the first DeadLetterValueBytes of
 //     the value, and the HeaderDLQTruncated, HeaderDLQOriginalSize, HeaderDLQSHA256,
 //     HeaderDLQArchiveTable and HeaderDLQArchiveID headers besides the usual ones. If

@@ -60,10 +60,15 @@ func validated(d Decoder) Decoder {
 
 // decode sets m.Event from m.Record with d unless m is decoded already. Decode and
 // StandardBatch both call it, so a record fails to decode with the same error on either
-// path. Every error matches event.ErrMalformed, and so is never retried.
+// path. Every error matches event.ErrMalformed, or ErrBatchTooLarge for the record that
+// stands for a batch the client did not decompress (WithMaxRecordBytes), and so is never
+// retried.
 func decode(m *Message, d Decoder) error {
 	if m.Decoded {
 		return nil
+	}
+	if err := batchTooLarge(m.Record); err != nil {
+		return err
 	}
 	ev, err := d(m.Record)
 	if err != nil {

@@ -24,8 +24,8 @@
 // ev.CausedBy(incoming) so that they keep the saga's correlation id and name their cause.
 //
 // A dead letter the topic refuses (too large, or the topic deleted) would otherwise block
-// its partition: with a DeadLetterArchive the whole original goes to a Postgres table
-// first, a bounded copy (HeaderDLQTruncated) to the topic when it exists, and the record
+// its partition: with a DeadLetterArchive the original (its first ArchiveValueBytes)
+// goes to a Postgres table first, a bounded copy (HeaderDLQTruncated) to the topic when it exists, and the record
 // is settled (see DeadLetter). WithDeadLetterTopicCheck makes Run fail at start, with
 // ErrMissingTopic, when a dead-letter topic does not exist.
 //

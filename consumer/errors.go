@@ -48,6 +48,11 @@ var (
 	ErrOutage = errors.New("consumer: outage")
 	// ErrMissingTopic: a topic the consumer needs does not exist; the error names it.
 	ErrMissingTopic = errors.New("consumer: missing topic")
+	// ErrBatchTooLarge: a compressed batch decompresses past the client's bound (see
+	// WithMaxRecordBytes), so its records were never decompressed whole. Non-retryable:
+	// the batch is dead-lettered (reason "too_large") as one record without key, value
+	// or headers, and the partition moves on past it.
+	ErrBatchTooLarge = errors.New("consumer: batch decompresses past the bound")
 )
 
 type permanentError struct{ err error }

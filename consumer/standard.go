@@ -26,7 +26,7 @@ type StandardConfig struct {
 	Handler TxHandler
 	// DeadLetter publishes dead-lettered records (a *kgo.Client). Required.
 	DeadLetter Producer
-	// DeadLetterArchive, if set, keeps the full original of records the dead-letter topic
+	// DeadLetterArchive, if set, keeps the original (bounded) of records the dead-letter topic
 	// refuses (too large, or the topic is missing), so they are settled instead of
 	// blocking their partition (see DeadLetter). Migrate it first. Default: none.
 	DeadLetterArchive *DeadLetterArchive

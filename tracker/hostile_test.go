@@ -292,3 +292,30 @@ func TestTrackerSkipsRowsPostgresRefuses(t *testing.T) {
 		t.Fatalf("skipped{reason=unstorable} = %d; want 1", n)
 	}
 }
+
+// TestTrackerSkipsCompressionBomb: a batch that decompresses past the client's bound
+// (8 × the 1 MiB record limit) is skipped without being decompressed whole, recorded,
+// and the record after it is indexed.
+func TestTrackerSkipsCompressionBomb(t *testing.T) {
+	ctx := context.Background()
+	h := newHostile(t, ctx, kgo.ProducerBatchMaxBytes(32<<20), kgo.ProducerBatchCompression(kgo.ZstdCompression()))
+	bomb := cancelRequested(h.topic, "o-bomb")
+	bomb.Headers[1].Value = []byte("bomb")
+	bomb.Value = bytes.Repeat([]byte(`{"pad":"abcdefgh"},`), 9<<20/19)
+	h.produce(t, bomb) // a batch of its own, at offset 0
+	ok := cancelRequested(h.topic, "o-after")
+	ok.Headers[1].Value = []byte("after-bomb")
+	h.produce(t, ok)
+	tr := h.run(t)
+	h.waitIndexed(t, "after-bomb")
+	rej, err := tr.Rejected(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rej.Skipped != 1 || len(rej.Latest) != 1 || rej.Latest[0].Offset != 0 || !strings.Contains(rej.Latest[0].Detail, "decompresses past") {
+		t.Fatalf("Rejected = %+v; want the bomb at offset 0 skipped", rej)
+	}
+	if n := h.counter(t, "choreo.tracker.events.skipped", "unstorable"); n != 1 {
+		t.Fatalf("skipped{reason=unstorable} = %d; want 1", n)
+	}
+}
