@@ -205,7 +205,7 @@ func New(ctx context.Context, service string, opts ...Option) (a *App, err error
 			return nil, fmt.Errorf("app: %w", err)
 		}
 	}
-	if a.archive, err = consumer.NewDeadLetterArchive(a.Pool, ""); err != nil {
+	if a.archive, err = consumer.NewDeadLetterArchive(a.Pool, "", consumer.ArchiveValueBytes(cfg.deadLetterArchiveBytes())); err != nil {
 		return nil, fmt.Errorf("app: %w", err)
 	}
 	a.Store = o.store

@@ -37,7 +37,7 @@ func EnvVars() []string {
 	return append([]string{EnvDatabaseURL, EnvDatabaseConns, EnvDatabaseMinConns, EnvRedisAddr, EnvRedisURL, EnvRedisTLSCAFile, EnvKafkaBrokers, EnvKafkaPartitions,
 		EnvHTTPAddr, EnvAdminAddr, EnvAdminToken, EnvLogLevel, EnvShutdownTimeout, EnvConsumerBatch, EnvPprof,
 		EnvKafkaInstanceID, EnvKafkaSessionTimeout, EnvKafkaRebalanceTimeout, EnvKafkaCompression,
-		EnvIdempotencyRetention, EnvDeadLetterRetention, EnvSigningKeyFile, EnvSigningKey, EnvTrustedKeys}, kafkaSecurityVars()...)
+		EnvIdempotencyRetention, EnvDeadLetterRetention, EnvMaxRecordBytes, EnvDeadLetterArchiveBytes, EnvSigningKeyFile, EnvSigningKey, EnvTrustedKeys}, kafkaSecurityVars()...)
 }
 
 // Defaults of [LoadConfig].
@@ -182,6 +182,17 @@ type Config struct {
 	// default). They are deleted every DefaultDeadLetterPruneInterval (see
 	// [PruneDeadLetters]).
 	DeadLetterRetention time.Duration
+	// MaxRecordBytes is the largest record value the service's consumers decode, and
+	// what their fetch limits are set from (MAX_RECORD_BYTES; default
+	// consumer.DefaultMaxRecordBytes, 1 MiB; 0 in code means the default; see
+	// consumer.FetchLimits): a compressed batch that decompresses past 8 × it is
+	// dead-lettered as "too_large" without being decompressed further.
+	MaxRecordBytes int
+	// DeadLetterArchiveBytes is how much of a value a row of the dead-letter archive keeps
+	// (DEAD_LETTER_ARCHIVE_BYTES; default consumer.DefaultArchiveValueBytes, 2 MiB; 0 in
+	// code means the default; see consumer.ArchiveValueBytes). Keep it at least
+	// MaxRecordBytes, so that every record a handler could apply is archived whole.
+	DeadLetterArchiveBytes int
 	// Signing is the key the service signs its events with and the keys of the sources
 	// whose events must be signed (CHOREO_SIGNING_KEY_FILE, CHOREO_TRUSTED_KEYS; see
 	// [Signing]; default neither).
@@ -259,6 +270,7 @@ func LoadConfig(env *Env, service, defaultHTTPAddr string) Config {
 	c.KafkaSessionTimeout = env.Duration(EnvKafkaSessionTimeout, DefaultKafkaSessionTimeout)
 	c.KafkaRebalanceTimeout = env.Duration(EnvKafkaRebalanceTimeout, DefaultKafkaRebalanceTimeout)
 	c.readRetention(env)
+	c.readLimits(env)
 	c.readSigning(env)
 	if strings.EqualFold(c.RedisAddr, "none") {
 		c.RedisAddr = ""
@@ -336,6 +348,7 @@ func (c Config) problems() []problem {
 		ps = append(ps, problem{EnvKafkaRebalanceTimeout, "must not be negative"})
 	}
 	ps = append(ps, c.retentionProblems()...)
+	ps = append(ps, c.limitsProblems()...)
 	if c.ConsumerBatch < 0 {
 		ps = append(ps, problem{EnvConsumerBatch, "must not be negative (0 or 1 turns batch mode off)"})
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/choreo-saga/choreo/consumer"
+	"github.com/choreo-saga/choreo/event"
 )
 
 // ConsumerSpec describes one consumer group of a service; see [App.Consume].
@@ -71,6 +72,7 @@ func (a *App) consume(spec ConsumerSpec) error {
 		Name:              spec.Name,
 		AfterCommit:       []func(){a.Outbox.Wake},
 		Retry:             spec.Retry,
+		Decode:            []event.DecodeOption{event.WithMaxPayloadBytes(a.Config.maxRecordBytes())},
 		EntityAttribute:   a.opts.entityAttr,
 		TrustedKeys:       a.Config.Signing.TrustedKeys,
 		Logger:            a.Logger,
@@ -99,6 +101,7 @@ func (a *App) consume(spec ConsumerSpec) error {
 		consumer.WithMeterProvider(a.Telemetry.MeterProvider),
 		consumer.WithDeadLetterTopicCheck(),
 		consumer.WithRetryTopics(),
+		consumer.WithMaxRecordBytes(a.Config.maxRecordBytes()),
 	}
 	if d := a.Config.ShutdownTimeout / 2; d > 0 {
 		// Half of the shutdown budget for in-flight handlers, so that the relay and
