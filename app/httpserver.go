@@ -55,16 +55,21 @@ type HTTPLimits struct {
 	// DefaultMaxHeaderBytes).
 	MaxHeaderBytes int
 	// MaxConns caps the open connections (default DefaultMaxConns). When they are all
-	// open, a new one closes the connection that has been idle longest (between two
-	// requests), so idle keep-alive
-	// connections cannot keep others out; when none is idle, it waits in the kernel's
-	// accept queue until one closes or goes idle.
+	// open, a new connection closes the one that has been idle longest (between two
+	// requests), so idle keep-alive connections cannot keep others out; with none idle,
+	// it closes the oldest unfinished connection (accepted, its first request not read
+	// yet: never-sending and slowloris clients) of the client holding the most
+	// connections, provided that client holds at least as many as the newcomer's, so
+	// clients that open connections from several addresses and send nothing lose them
+	// to a client that sends requests. When every connection is serving a request (or
+	// belongs to a client holding fewer), the new one waits until one closes or goes
+	// idle, and the later ones wait in the kernel's accept queue.
 	MaxConns int
-	// MaxConnsPerClient caps the connections of one client IP (default
-	// DefaultMaxConnsPerClient, at most MaxConns; negative: no cap). A new connection
-	// over it closes that client's longest-idle connection, or is closed at once when
-	// the client uses all of its share. Clients behind one proxy share its IP: raise it,
-	// or turn it off, there.
+	// MaxConnsPerClient caps the connections of one client (default
+	// DefaultMaxConnsPerClient, at most MaxConns; negative: no cap): an IPv4 address, or
+	// the /64 prefix of an IPv6 one. A new connection over it closes that client's
+	// longest-idle connection, or is closed at once when the client uses all of its
+	// share. Clients behind one proxy share its IP: raise it, or turn it off, there.
 	MaxConnsPerClient int
 }
 
@@ -130,23 +135,28 @@ func newServer(h http.Handler, l HTTPLimits) *http.Server {
 	}
 }
 
-// connLimiter is the listener of the public server: it holds at most MaxConns
-// connections and MaxConnsPerClient per client IP, and makes room under pressure by
-// closing idle ones (see HTTPLimits.MaxConns).
+// connLimiter is the listener of an HTTP server: it holds at most MaxConns connections
+// and MaxConnsPerClient per client, and makes room under pressure by closing idle
+// connections first, then unfinished ones (that have not sent a whole request yet) of
+// the client holding the most connections (see HTTPLimits.MaxConns).
 type connLimiter struct {
 	net.Listener
 	sem       chan struct{}
 	perClient int // 0: no per-client cap
 
+	closed    chan struct{}
+	closeOnce sync.Once
+
 	mu    sync.Mutex
 	conns map[*limitConn]struct{}
-	byIP  map[string]int
+	byKey map[string]int // open connections per client (clientKey)
 }
 
-// limitConns returns ln limited by l, and sets srv.ConnState to track idle connections.
+// limitConns returns ln limited by l, and sets srv.ConnState to follow each connection's
+// state.
 func limitConns(srv *http.Server, ln net.Listener, l HTTPLimits) net.Listener {
-	cl := &connLimiter{Listener: ln, sem: make(chan struct{}, l.MaxConns),
-		conns: make(map[*limitConn]struct{}), byIP: make(map[string]int)}
+	cl := &connLimiter{Listener: ln, sem: make(chan struct{}, l.MaxConns), closed: make(chan struct{}),
+		conns: make(map[*limitConn]struct{}), byKey: make(map[string]int)}
 	if l.MaxConnsPerClient > 0 && l.MaxConnsPerClient < l.MaxConns {
 		cl.perClient = l.MaxConnsPerClient
 	}
@@ -154,107 +164,162 @@ func limitConns(srv *http.Server, ln net.Listener, l HTTPLimits) net.Listener {
 	return cl
 }
 
-// evictPoll is how often a full Accept looks again for an idle connection to close.
+// evictPoll is how often a connection waiting for a slot looks again for one to close.
 const evictPoll = 50 * time.Millisecond
 
+// connPhase is where a connection is in its life, as far as eviction is concerned.
+type connPhase uint8
+
+const (
+	phaseUnfinished connPhase = iota // accepted, its first request not read yet
+	phaseActive                      // serving a request
+	phaseIdle                        // between two requests
+	phaseEvicted                     // chosen for closing
+)
+
+// Accept takes the next connection from the kernel and finds it a slot: a free one, or
+// one made by closing an idle connection or an unfinished one of a client that holds at
+// least as many connections. A client at MaxConnsPerClient with no idle connection has
+// the new one closed at once. A new connection that finds every slot busy serving
+// requests (or held by lighter clients) waits for one, and so do the connections behind
+// it in the kernel's accept queue.
 func (l *connLimiter) Accept() (net.Conn, error) {
 	for {
-		for acquired := false; !acquired; {
-			select {
-			case l.sem <- struct{}{}:
-				acquired = true
-			default:
-				// Full: close the longest-idle connection, or wait for one to close or
-				// go idle.
-				l.evict("")
-				select {
-				case l.sem <- struct{}{}:
-					acquired = true
-				case <-time.After(evictPoll):
-				}
-			}
-		}
 		c, err := l.Listener.Accept()
 		if err != nil {
-			<-l.sem
 			return nil, err
 		}
-		ip := remoteIP(c)
-		lc := &limitConn{Conn: c, l: l, ip: ip}
+		key := clientKey(c)
 		l.mu.Lock()
-		over := l.perClient > 0 && l.byIP[ip] >= l.perClient
+		over := l.perClient > 0 && l.byKey[key] >= l.perClient
 		l.mu.Unlock()
-		if over && !l.evict(ip) {
+		if over && !l.evict(key, "") {
 			// The client holds its share and uses all of it: refuse this one.
 			_ = c.Close()
-			<-l.sem
 			continue
 		}
+		if !l.acquire(key) {
+			_ = c.Close()
+			continue
+		}
+		lc := &limitConn{Conn: c, l: l, key: key, since: time.Now()}
 		l.mu.Lock()
 		l.conns[lc] = struct{}{}
-		l.byIP[ip]++
+		l.byKey[key]++
 		l.mu.Unlock()
 		return lc, nil
 	}
 }
 
-// evict closes the connection that has been idle longest (of client ip, or of any
-// client for ""), and reports whether there was one. A connection counts as idle
-// between two requests; one that has not sent its first request yet is bounded by
-// ReadHeaderTimeout instead.
-func (l *connLimiter) evict(ip string) bool {
-	l.mu.Lock()
-	var oldest *limitConn
-	for c := range l.conns {
-		if c.idleSince.IsZero() || (ip != "" && c.ip != ip) {
-			continue
+// acquire takes a slot for a new connection of client key, evicting one if the server is
+// full, and waits while none can be evicted. It reports false when the listener is
+// closed meanwhile.
+func (l *connLimiter) acquire(key string) bool {
+	for {
+		select {
+		case l.sem <- struct{}{}:
+			return true
+		default:
 		}
-		if oldest == nil || c.idleSince.Before(oldest.idleSince) {
-			oldest = c
+		l.evict("", key)
+		select {
+		case l.sem <- struct{}{}:
+			return true
+		case <-l.closed:
+			return false
+		case <-time.After(evictPoll):
 		}
 	}
-	if oldest != nil {
-		oldest.idleSince = time.Time{} // not chosen twice
+}
+
+// Close closes the listener and ends a wait for a slot.
+func (l *connLimiter) Close() error {
+	l.closeOnce.Do(func() { close(l.closed) })
+	return l.Listener.Close()
+}
+
+// evict closes one connection to make room and reports whether there was one to close.
+// With of set, it closes the longest-idle connection of client of. Otherwise it closes
+// the longest-idle connection of any client, or else the oldest unfinished connection
+// (one that has not sent a whole request yet) of the client holding the most
+// connections, if that client holds at least as many as client newcomer: a client that
+// opens connections and sends nothing on them loses its own first, and one that holds
+// fewer is never evicted for it.
+func (l *connLimiter) evict(of, newcomer string) bool {
+	l.mu.Lock()
+	var idle, unfinished *limitConn
+	for c := range l.conns {
+		switch {
+		case of != "" && c.key != of:
+		case c.phase == phaseIdle:
+			if idle == nil || c.since.Before(idle.since) {
+				idle = c
+			}
+		case of == "" && c.phase == phaseUnfinished:
+			if unfinished == nil {
+				unfinished = c
+				continue
+			}
+			if n, m := l.byKey[c.key], l.byKey[unfinished.key]; n > m || (n == m && c.since.Before(unfinished.since)) {
+				unfinished = c
+			}
+		}
+	}
+	victim := idle
+	if victim == nil && unfinished != nil && l.byKey[unfinished.key] >= l.byKey[newcomer] {
+		victim = unfinished
+	}
+	if victim != nil {
+		victim.phase = phaseEvicted // not chosen twice
 	}
 	l.mu.Unlock()
-	if oldest == nil {
+	if victim == nil {
 		return false
 	}
-	_ = oldest.Close()
+	_ = victim.Close()
 	return true
 }
 
-// connState is the server's ConnState hook: it records when connections go idle.
+// connState is the server's ConnState hook: it follows each connection's phase.
 func (l *connLimiter) connState(c net.Conn, st http.ConnState) {
 	lc, ok := c.(*limitConn)
 	if !ok {
 		return
 	}
 	l.mu.Lock()
-	switch st {
-	case http.StateIdle:
-		lc.idleSince = time.Now()
-	case http.StateActive, http.StateHijacked:
-		lc.idleSince = time.Time{}
+	if lc.phase != phaseEvicted {
+		switch st {
+		case http.StateIdle:
+			lc.phase, lc.since = phaseIdle, time.Now()
+		case http.StateActive, http.StateHijacked:
+			lc.phase = phaseActive
+		}
 	}
 	l.mu.Unlock()
 }
 
-// remoteIP returns the IP of c's peer, or its whole address.
-func remoteIP(c net.Conn) string {
+// clientKey names the client of c for MaxConnsPerClient and eviction: its IPv4
+// address, or the /64 prefix of its IPv6 address (one host's usual allocation).
+func clientKey(c net.Conn) string {
 	addr := c.RemoteAddr().String()
-	if host, _, err := net.SplitHostPort(addr); err == nil {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || ip.To4() != nil {
 		return host
 	}
-	return addr
+	return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
 }
 
 type limitConn struct {
 	net.Conn
-	l         *connLimiter
-	ip        string
-	idleSince time.Time // guarded by l.mu; zero while serving a request
-	once      sync.Once
+	l     *connLimiter
+	key   string
+	phase connPhase // guarded by l.mu
+	since time.Time // guarded by l.mu: when it was accepted, or went idle
+	once  sync.Once
 }
 
 func (c *limitConn) Close() error {
@@ -262,8 +327,8 @@ func (c *limitConn) Close() error {
 	c.once.Do(func() {
 		c.l.mu.Lock()
 		delete(c.l.conns, c)
-		if c.l.byIP[c.ip]--; c.l.byIP[c.ip] <= 0 {
-			delete(c.l.byIP, c.ip)
+		if c.l.byKey[c.key]--; c.l.byKey[c.key] <= 0 {
+			delete(c.l.byKey, c.key)
 		}
 		c.l.mu.Unlock()
 		<-c.l.sem

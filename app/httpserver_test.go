@@ -170,8 +170,8 @@ func TestHTTPLimits(t *testing.T) {
 
 }
 
-// TestHTTPMaxConns: with MaxConns 1, a connection holding the slot (its request body
-// unfinished) keeps a second one from being served until it closes.
+// TestHTTPMaxConns: with MaxConns 1, a connection holding the slot (serving a request
+// whose body is unfinished) keeps a second one from being served until it closes.
 func TestHTTPMaxConns(t *testing.T) {
 	base, _ := runHTTPApp(t, app.HTTPLimits{MaxConns: 1}, nil)
 	host := strings.TrimPrefix(base, "http://")
@@ -180,7 +180,12 @@ func TestHTTPMaxConns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer holder.Close()
-	_, _ = io.WriteString(holder, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n")
+	// The server answers 100 Continue once the handler reads the body: the connection is
+	// then serving a request, not an unfinished one that a newcomer could evict.
+	_, _ = io.WriteString(holder, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\nExpect: 100-continue\r\n\r\n")
+	if line, err := bufio.NewReader(holder).ReadString('\n'); err != nil || !strings.Contains(line, "100 Continue") {
+		t.Fatalf("holder: %q, %v", line, err)
+	}
 	second, err := net.Dial("tcp", host) // the kernel completes the handshake; Go does not accept it
 	if err != nil {
 		t.Fatal(err)

@@ -127,6 +127,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 		}
 	}
 	var admin *http.Server
+	adminLimits := HTTPLimits{}.withDefaults()
 	if adminLn != nil && a.Config.Pprof && a.Config.AdminToken == "" && !Loopback(adminLn.Addr().String()) {
 		// The listener was given (WithAdminListener), so Config.Validate could not see it.
 		ln.Close()
@@ -142,7 +143,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 		if a.Config.Pprof {
 			handlePprof(amux, DefaultRequestTimeout, a.Config.AdminToken)
 		}
-		admin = newServer(amux, HTTPLimits{}.withDefaults())
+		admin = newServer(amux, adminLimits)
 		admin.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 		aaddr := adminLn.Addr().String()
 		a.adminAddr.Store(&aaddr)
@@ -184,7 +185,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 		if admin == nil {
 			return
 		}
-		if err := admin.Serve(adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) && !stopping.Load() {
+		if err := admin.Serve(limitConns(admin, adminLn, adminLimits)); err != nil && !errors.Is(err, http.ErrServerClosed) && !stopping.Load() {
 			exits <- exit{"admin http server", err}
 		}
 	}()
