@@ -35,7 +35,7 @@ const (
 // deployment manifests and their tests.
 func EnvVars() []string {
 	return append([]string{EnvDatabaseURL, EnvDatabaseConns, EnvDatabaseMinConns, EnvRedisAddr, EnvRedisURL, EnvRedisTLSCAFile, EnvKafkaBrokers, EnvKafkaPartitions,
-		EnvHTTPAddr, EnvAdminAddr, EnvAdminToken, EnvLogLevel, EnvShutdownTimeout, EnvConsumerBatch, EnvPprof,
+		EnvHTTPAddr, EnvHTTPAllowedHosts, EnvAdminAddr, EnvAdminToken, EnvLogLevel, EnvShutdownTimeout, EnvConsumerBatch, EnvPprof,
 		EnvKafkaInstanceID, EnvKafkaSessionTimeout, EnvKafkaRebalanceTimeout, EnvKafkaCompression,
 		EnvIdempotencyRetention, EnvDeadLetterRetention, EnvMaxRecordBytes, EnvDeadLetterArchiveBytes, EnvSigningKeyFile, EnvSigningKey, EnvTrustedKeys}, kafkaSecurityVars()...)
 }
@@ -118,6 +118,12 @@ type Config struct {
 	// HTTPAddr is the listen address of the HTTP server with /healthz, /readyz, /metrics
 	// and the service's own routes (HTTP_ADDR; the default is the service's).
 	HTTPAddr string
+	// AllowedHosts are the host names the HTTP listeners (public and admin) answer to
+	// besides loopback names and IP addresses (HTTP_ALLOWED_HOSTS, comma-separated;
+	// default none): a request for another name is answered 421 (see [RequireHost]).
+	// Set it to the names clients use to reach the service (a load balancer's, a
+	// Kubernetes Service's), or "*" to turn the check off.
+	AllowedHosts []string
 	// AdminAddr is the listen address of the admin endpoints /healthz, /readyz (with
 	// each check's error) and /metrics (ADMIN_ADDR; default loopback, HTTP_ADDR's port +
 	// DefaultAdminPortOffset, e.g. 127.0.0.1:9080; none or empty: they stay on HTTPAddr).
@@ -250,6 +256,7 @@ func LoadConfig(env *Env, service, defaultHTTPAddr string) Config {
 		KafkaSecurity:    readKafkaSecurity(env),
 		KafkaCompression: strings.ToLower(strings.TrimSpace(env.String(EnvKafkaCompression, DefaultKafkaCompression))),
 		HTTPAddr:         env.String(EnvHTTPAddr, defaultHTTPAddr),
+		AllowedHosts:     env.List(EnvHTTPAllowedHosts, nil),
 		AdminAddr:        env.String(EnvAdminAddr, defaultAdminAddr(env.String(EnvHTTPAddr, defaultHTTPAddr))),
 		LogLevel:         env.Level(EnvLogLevel, slog.LevelInfo),
 		ShutdownTimeout:  env.Duration(EnvShutdownTimeout, DefaultShutdownTimeout),
@@ -328,6 +335,9 @@ func (c Config) problems() []problem {
 	}
 	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 		ps = append(ps, problem{EnvHTTPAddr, "not [host]:port"})
+	}
+	if p := allowedHostsProblem(c.AllowedHosts); p != "" {
+		ps = append(ps, problem{EnvHTTPAllowedHosts, p})
 	}
 	if _, _, err := net.SplitHostPort(c.AdminAddr); c.AdminAddr != "" && err != nil {
 		ps = append(ps, problem{EnvAdminAddr, "not [host]:port (or none)"})

@@ -19,6 +19,7 @@
 //	KAFKA_PARTITIONS    partitions of topics created at start (default 6)
 //	KAFKA_SASL_*, KAFKA_TLS*  SASL and TLS of every Kafka client ([LoadKafkaSecurity])
 //	HTTP_ADDR           the service's routes, /healthz and a /readyz without details
+//	HTTP_ALLOWED_HOSTS  host names answered besides loopback names and IPs (default none: others get 421; * for any)
 //	ADMIN_ADDR          /healthz, /readyz with details and /metrics (default loopback, HTTP port+1000)
 //	ADMIN_TOKEN         bearer token /metrics and /debug/pprof/ require (default none; PPROF beyond loopback needs it)
 //	LOG_LEVEL           debug, info, warn, error (default info)

@@ -143,7 +143,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 		if a.Config.Pprof {
 			handlePprof(amux, DefaultRequestTimeout, a.Config.AdminToken)
 		}
-		admin = newServer(amux, adminLimits)
+		admin = newServer(RequireHost(a.Config.AllowedHosts, amux), adminLimits)
 		admin.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 		aaddr := adminLn.Addr().String()
 		a.adminAddr.Store(&aaddr)
@@ -170,7 +170,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 	relay := a.start(base, []component{{name: "outbox relay", run: a.relay.Run, mustRun: true}}, exits, &stopping)
 	consumers := a.start(base, append(append([]component(nil), a.consumers...), a.workers...), exits, &stopping)
 
-	srv := newServer(handler, limits)
+	srv := newServer(RequireHost(a.Config.AllowedHosts, handler), limits)
 	srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	httpDone := make(chan struct{})
 	go func() {

@@ -30,6 +30,7 @@ const HeaderIdempotencyKey = "Idempotency-Key"
 // clients may branch on them.
 const (
 	CodeInvalidRequest    = "invalid_request"        // 400 (and 415): malformed or invalid input
+	CodeCrossSite         = "cross_site"             // 403: a browser's cross-site request to change state
 	CodeNotFound          = "not_found"              // 404
 	CodeMethodNotAllowed  = "method_not_allowed"     // 405
 	CodeInvalidTransition = "invalid_transition"     // 409: the order's state does not allow it
@@ -144,15 +145,18 @@ func (s *Service) Handler() http.Handler {
 //	GET  /orders/counts        orders per state and stuck orders per state (CountsJSON)  200
 //	/                          JSON 404 not_found or 405 method_not_allowed (with Allow)
 //
-// Errors are ErrorJSON bodies with the Code* codes.
+// Errors are ErrorJSON bodies with the Code* codes. The POST routes refuse what a page
+// of another site can make a browser send: cross-site fetch metadata (403 cross_site)
+// and a body or Content-Type other than application/json (415); POST /orders requires
+// application/json.
 func (s *Service) Register(handle func(pattern string, h http.Handler)) {
 	route := func(pattern string, h http.HandlerFunc) { handle(pattern, s.recoverer(h)) }
-	route("POST /orders", s.handleCreate)
+	route("POST /orders", sameSiteJSON(s.handleCreate))
 	route("GET /orders", s.handleList)
 	route("GET /orders/{id}", s.handleGet)
 	route("GET /orders/counts", s.handleCounts)
-	route("POST /orders/{id}/cancel", s.handleCancel)
-	route("POST /orders/{id}/retry-compensation", s.handleRetryCompensation)
+	route("POST /orders/{id}/cancel", sameSiteJSON(s.handleCancel))
+	route("POST /orders/{id}/retry-compensation", sameSiteJSON(s.handleRetryCompensation))
 
 	// Every path the API knows, without methods: a request that matches one of them but
 	// none of the routes above has the wrong method.

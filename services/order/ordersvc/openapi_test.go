@@ -99,6 +99,15 @@ func TestOpenAPI(t *testing.T) {
 	c.do("POST /orders/{id}/retry-compensation", "POST", "/orders/"+pending.ID+"/retry-compensation", "", nil, 202, valid)
 	c.do("GET /orders/{id}", "GET", "/orders/"+pending.ID, "", nil, 200, valid)
 	c.do("POST /orders/{id}/cancel", "POST", "/orders/not-an-id/cancel", "", nil, 404, valid)
+	// What a page of another site makes a browser send: cross-site fetch metadata, a
+	// non-JSON body (which the document, declaring no body, cannot refuse: the 415 says it).
+	crossSite := map[string]string{"Sec-Fetch-Site": "cross-site"}
+	textPlain := map[string]string{"Content-Type": "text/plain"}
+	c.do("POST /orders", "POST", "/orders", body, crossSite, 403, valid)
+	c.do("POST /orders/{id}/cancel", "POST", "/orders/"+pending.ID+"/cancel", "", crossSite, 403, valid)
+	c.do("POST /orders/{id}/cancel", "POST", "/orders/"+pending.ID+"/cancel", "x", textPlain, 415, valid)
+	c.do("POST /orders/{id}/retry-compensation", "POST", "/orders/"+pending.ID+"/retry-compensation", "", crossSite, 403, valid)
+	c.do("POST /orders/{id}/retry-compensation", "POST", "/orders/"+pending.ID+"/retry-compensation", "x", textPlain, 415, valid)
 	// A settled order can be neither cancelled nor compensated again.
 	if _, err := f.pool.Exec(context.Background(), `UPDATE orders SET state = 'CONFIRMED' WHERE id = $1`, created.ID); err != nil {
 		t.Fatal(err)
