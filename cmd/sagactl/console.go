@@ -59,6 +59,8 @@ func cmdConsole(ctx context.Context, args []string, std stdio) error {
 		"comma-separated host `names` the console answers to besides loopback names and IP addresses (env CONSOLE_HOSTS), e.g. ops.example.com")
 	metrics := fs.String("metrics", envOr(std.getenv, "CONSOLE_METRICS", defaultConsoleMetrics),
 		"comma-separated `service=URL` of the services' /metrics on their admin listeners, for the outbox backlog (env CONSOLE_METRICS)")
+	metricsToken := fs.String("metrics-token", "",
+		"bearer `token` sent to every -metrics URL: the services' ADMIN_TOKEN (env ADMIN_TOKEN; prefer the environment: flags show in ps)")
 	trackerDB := fs.String("tracker-db", std.getenv("TRACKER_DATABASE_URL"),
 		"Postgres connection `URL` of the saga tracker's index (env TRACKER_DATABASE_URL); with it the console shows the tracker's sagas (sagactl track)")
 	trackerConfig := fs.String("tracker-config", std.getenv("TRACKER_CONFIG"),
@@ -93,6 +95,9 @@ Flags:`)
 	}
 	if *token == "" {
 		*token = std.getenv("CONSOLE_TOKEN")
+	}
+	if *metricsToken == "" {
+		*metricsToken = std.getenv("ADMIN_TOKEN")
 	}
 	targets, err := parseMetricsTargets(*metrics)
 	if err != nil {
@@ -130,7 +135,7 @@ Flags:`)
 			return fmt.Errorf("%w: -tracker-config needs -tracker-db (or TRACKER_DATABASE_URL)", errUsage)
 		}
 	}
-	srv.token = *token
+	srv.token, srv.metricsToken = *token, *metricsToken
 	for h := range strings.SplitSeq(*hosts, ",") {
 		if h = strings.ToLower(strings.TrimSpace(h)); h != "" {
 			srv.hosts[h] = true
@@ -196,10 +201,13 @@ type console struct {
 	metrics *http.Client
 	secret  []byte // per process: CSRF tokens do not outlive it
 	now     func() time.Time
-	token   string           // required of every request when set (-token)
-	hosts   map[string]bool  // host names answered besides loopback names and IPs (-hosts)
-	tr      *tracker.Tracker // the saga tracker's index (-tracker-db); nil without one
-	jaeger  *jaegerClient    // Jaeger's query API (-jaeger-query); nil without one
+	token   string // required of every request when set (-token)
+	// metricsToken is the bearer token of the services' /metrics (-metrics-token,
+	// ADMIN_TOKEN); none when empty.
+	metricsToken string
+	hosts        map[string]bool  // host names answered besides loopback names and IPs (-hosts)
+	tr           *tracker.Tracker // the saga tracker's index (-tracker-db); nil without one
+	jaeger       *jaegerClient    // Jaeger's query API (-jaeger-query); nil without one
 
 	mu sync.Mutex
 	k  *kafka // connected on first use, so the console starts while the broker is down

@@ -359,11 +359,17 @@ func (s *console) scrapeOutbox(ctx context.Context, t metricsTarget) ([]outboxBa
 		return nil, fmt.Errorf("sagactl: metrics of %s: %w", t.Service, withoutURL(err))
 	}
 	req.Header.Set("Accept", "text/plain")
+	if s.metricsToken != "" {
+		req.Header.Set("Authorization", "Bearer "+s.metricsToken)
+	}
 	resp, err := s.metrics.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("metrics of %s at %s: %w", t.Service, redactURL(t.URL), withoutURL(err))
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusUnauthorized {
+		return nil, fmt.Errorf("metrics of %s at %s: HTTP 401: the service requires its ADMIN_TOKEN (-metrics-token or ADMIN_TOKEN)", t.Service, redactURL(t.URL))
+	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("metrics of %s at %s: HTTP %d", t.Service, redactURL(t.URL), resp.StatusCode)
 	}

@@ -56,6 +56,9 @@ func (s *console) handleFlowFile(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
+	if ctype == "image/svg+xml" {
+		body = visibleMarkup(body)
+	}
 	w.Header().Set("Content-Type", ctype)
 	_, _ = w.Write(body)
 }

@@ -216,18 +216,28 @@ func (s *console) render(w http.ResponseWriter, r *http.Request, name string, st
 		p.CSRF = s.csrfToken(w, r)
 	}
 	if p.Notice == "" {
-		p.Notice = r.URL.Query().Get("notice")
+		p.Notice = consoleNotices[r.URL.Query().Get("notice")]
 	}
 	p.Tracker = s.tr != nil
 	var buf bytes.Buffer
 	if err := consoleTemplates[name].Execute(&buf, p); err != nil {
-		log.Printf("sagactl console: render %s: %v", name, err)
-		http.Error(w, "render: "+err.Error(), http.StatusInternalServerError)
+		log.Printf("sagactl console: render %s: %v", name, safeText(err.Error()))
+		http.Error(w, "render: "+safeText(err.Error()), http.StatusInternalServerError)
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
+	_, _ = w.Write(visibleMarkup(buf.Bytes()))
+}
+
+// consoleNotices are the notices a page shows for its ?notice= code, set by the
+// console's own redirects. Any other value shows nothing: a link with a text of its own
+// in ?notice= cannot make the console say it.
+var consoleNotices = map[string]string{
+	"cancel-requested": "cancellation requested",
+	"cancel-refused":   "cancel refused: the order's state does not allow it (only PENDING orders can be cancelled)",
+	"cancel-not-found": "cancel failed: the order service does not know this order",
+	"cancel-failed":    "cancel failed: the order service did not accept it (the console's log has the error)",
 }
 
 // requestCtx bounds a page's work by the console's timeout (several requests each).
@@ -247,8 +257,13 @@ func (s *console) handleOverviewJSON(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.requestCtx(r)
 	defer cancel()
 	ov := s.overview(ctx)
+	b, err := visibleJSON(ov)
+	if err != nil {
+		http.Error(w, "encode: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(ov)
+	_, _ = w.Write(b)
 }
 
 // orderPage is the order page's data.
@@ -315,12 +330,20 @@ func (s *console) handleCancel(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	ctx, cancel := s.requestCtx(r)
 	defer cancel()
-	o, err := s.api.Cancel(ctx, id)
-	notice := "cancellation requested: the order is " + o.State
-	if err != nil {
-		notice = "cancel failed: " + err.Error()
+	_, err := s.api.Cancel(ctx, id)
+	notice := "cancel-requested"
+	var ae *apiError
+	switch {
+	case err == nil:
+	case errors.As(err, &ae) && ae.Status == http.StatusConflict:
+		notice = "cancel-refused"
+	case errors.Is(err, errNotFound):
+		notice = "cancel-not-found"
+	default:
+		notice = "cancel-failed"
+		log.Printf("sagactl console: cancel %s: %s", safeText(id), safeText(err.Error()))
 	}
-	http.Redirect(w, r, "/orders/"+pathEscape(id)+"?notice="+template.URLQueryEscaper(notice), http.StatusSeeOther)
+	http.Redirect(w, r, "/orders/"+pathEscape(id)+"?notice="+notice, http.StatusSeeOther)
 }
 
 func pathEscape(s string) string { return strings.ReplaceAll(template.URLQueryEscaper(s), "+", "%20") }

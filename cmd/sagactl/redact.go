@@ -3,17 +3,31 @@ package main
 import (
 	"errors"
 	"net/url"
+	"strings"
 )
 
-// redactURL returns raw without its user:password, for anything sagactl prints or
-// serves: a URL given with credentials (ORDER_URL, -metrics) is used as given but
-// never shown with them.
+// redactURL returns raw without its user:password and fragment, with the value of every
+// query parameter replaced by "redacted" (a token in ?token=... or ?api_key=...; a bare
+// ?secret is replaced whole), for anything sagactl prints or serves: a URL given with
+// credentials (ORDER_URL, -metrics) is used as given but never shown with them.
 func redactURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "(unparsable URL)"
 	}
 	u.User = nil
+	if u.RawQuery != "" {
+		parts := strings.Split(u.RawQuery, "&")
+		for i, p := range parts {
+			if k, _, ok := strings.Cut(p, "="); ok {
+				parts[i] = k + "=redacted"
+			} else if p != "" {
+				parts[i] = "redacted" // a bare ?secret
+			}
+		}
+		u.RawQuery = strings.Join(parts, "&")
+	}
+	u.Fragment, u.RawFragment = "", ""
 	return u.String()
 }
 
