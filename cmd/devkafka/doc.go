@@ -38,7 +38,11 @@
 //	                 with a password (M:U:P) is refused: a command line shows in ps
 //	-sasl-password-file F  the -sasl users' passwords, one user:password line each
 //	                 (# comments and blank lines skipped); refused if other users can
-//	                 read F. A user F does not name takes $DEVKAFKA_SASL_PASSWORD
+//	                 read F. A user F does not name takes $DEVKAFKA_SASL_PASSWORD.
+//	                 After a failed attempt, an address's next SASL attempts wait their
+//	                 turn: 100 ms after the first failure, doubling up to 5 s, across all
+//	                 of its connections; one more than 20 s away is refused
+//	                 (devbroker.WithSASLDelay)
 //	-tls-cert F, -tls-key F  serve TLS only, with this PEM certificate and key
 //	-tls-client-ca F require client certificates signed by these CAs (mutual TLS)
 //

@@ -33,6 +33,12 @@
 // through an in-process connection handed to the listener, not through the network, so
 // it needs no certificate, also when the broker requires client certificates.
 //
+// The Guard also spaces the SASL attempts of a client address after a failed one
+// ([WithSASLDelay]): the next attempt waits for its turn, and every failure doubles the
+// space, over all of the address's connections, so a password cannot be guessed at the
+// speed of the network. A failure is a connection closed after a SASLAuthenticate that
+// no other request followed (kfake closes the connection on a wrong password).
+//
 // A broker behind a proxy: [WithAdvertise] makes the Guard's listener report another
 // address than the one it listens on. kfake advertises its listener's address in every
 // Metadata, FindCoordinator and DescribeCluster answer, so clients bootstrapped through
@@ -82,6 +88,8 @@ type config struct {
 	tls        *tls.Config
 	clientOpts []kgo.Opt
 	advertise  string
+	saslDelay  time.Duration
+	saslMax    time.Duration
 }
 
 // Option configures a Guard.
@@ -117,6 +125,15 @@ func WithClientOptions(opts ...kgo.Opt) Option {
 // Default: the address listened on.
 func WithAdvertise(addr string) Option { return func(c *config) { c.advertise = addr } }
 
+// WithSASLDelay sets the spacing of a client address's SASL attempts after a failed one:
+// base after the first failure, doubling with each further failure up to max, across
+// all of the address's connections (default DefaultSASLDelay, DefaultSASLMaxDelay). An
+// attempt whose turn is more than four times DefaultSASLMaxDelay away has its connection
+// closed. An address starts again at no delay ten minutes after its last failure.
+func WithSASLDelay(base, max time.Duration) Option {
+	return func(c *config) { c.saslDelay, c.saslMax = base, max }
+}
+
 // memberKey names a member by id, or a static member by instance id.
 type memberKey struct {
 	group    string
@@ -141,6 +158,8 @@ type Guard struct {
 	records   map[memberKey]*record
 	listeners map[string]*listener // by address, for the Guard's own in-process dials
 
+	sasl *saslThrottle
+
 	cluster *kfake.Cluster
 	client  *kgo.Client
 	cancel  context.CancelFunc
@@ -149,7 +168,8 @@ type Guard struct {
 
 // New returns a Guard. It watches nothing until its listener is used and Start is called.
 func New(opts ...Option) (*Guard, error) {
-	cfg := config{grace: DefaultGrace, interval: DefaultInterval, logger: slog.Default()}
+	cfg := config{grace: DefaultGrace, interval: DefaultInterval, logger: slog.Default(),
+		saslDelay: DefaultSASLDelay, saslMax: DefaultSASLMaxDelay}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -160,13 +180,16 @@ func New(opts ...Option) (*Guard, error) {
 		return nil, fmt.Errorf("%w: interval %s must be positive", ErrInvalidConfig, cfg.interval)
 	case cfg.logger == nil:
 		return nil, fmt.Errorf("%w: nil logger", ErrInvalidConfig)
+	case cfg.saslDelay <= 0 || cfg.saslMax < cfg.saslDelay:
+		return nil, fmt.Errorf("%w: SASL delay %s up to %s: want a positive delay up to a maximum at least as long", ErrInvalidConfig, cfg.saslDelay, cfg.saslMax)
 	}
 	if cfg.advertise != "" {
 		if err := CheckAdvertise(cfg.advertise); err != nil {
 			return nil, fmt.Errorf("%w: advertise: %w", ErrInvalidConfig, err)
 		}
 	}
-	return &Guard{cfg: cfg, records: make(map[memberKey]*record), listeners: make(map[string]*listener)}, nil
+	return &Guard{cfg: cfg, records: make(map[memberKey]*record), listeners: make(map[string]*listener),
+		sasl: newSASLThrottle(cfg.saslDelay, cfg.saslMax)}, nil
 }
 
 // Listen listens like net.Listen and wraps every accepted connection (in TLS first,
@@ -549,6 +572,7 @@ func (l *listener) pump() {
 
 func (l *listener) Accept() (net.Conn, error) {
 	var nc net.Conn
+	local := false
 	select {
 	case a := <-l.accepted:
 		if a.err != nil {
@@ -559,10 +583,15 @@ func (l *listener) Accept() (net.Conn, error) {
 			nc = tls.Server(nc, l.g.cfg.tls)
 		}
 	case nc = <-l.local:
+		local = true
 	case <-l.done:
 		return nil, net.ErrClosed
 	}
-	return &conn{Conn: nc, g: l.g, keys: map[memberKey]struct{}{}}, nil
+	c := &conn{Conn: nc, g: l.g, keys: map[memberKey]struct{}{}}
+	if !local { // the Guard's own client authenticates with a user's credentials
+		c.addr = hostOf(nc.RemoteAddr())
+	}
+	return c, nil
 }
 
 // Addr is the address kfake advertises: WithAdvertise's, or the one listened on.
@@ -600,6 +629,15 @@ type conn struct {
 	observe   bool
 	closeOnce sync.Once
 
+	// SASL throttling (saslthrottle.go): addr is the client's IP ("" for the Guard's own
+	// connections); an authentication step is pending from its request until the next
+	// request shows it succeeded, or the connection closes (it failed).
+	addr        string
+	saslFrame   bool          // the current frame is a SASLAuthenticate request
+	saslPending bool          // a SASLAuthenticate was not followed by another request yet
+	hold        time.Duration // how long Read holds the frame just read back
+	refuse      bool          // the address has too many attempts queued: close
+
 	keys   map[memberKey]struct{}
 	closed bool
 }
@@ -607,12 +645,46 @@ type conn struct {
 func (c *conn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	c.feed(p[:n])
+	if c.refuse {
+		c.Close()
+		return 0, errSASLThrottled
+	}
+	if d := c.hold; d > 0 {
+		c.hold = 0
+		time.Sleep(d) // at most saslMaxQueue: the address's turn
+	}
 	return n, err
 }
 
+// errSASLThrottled ends a connection whose SASL attempt was refused.
+var errSASLThrottled = errors.New("devbroker: too many failed SASL attempts from this address")
+
 func (c *conn) Close() error {
-	c.closeOnce.Do(func() { c.g.closed(c) })
+	c.closeOnce.Do(func() {
+		if c.saslPending && c.addr != "" {
+			c.g.sasl.failed(c.addr)
+		}
+		c.g.closed(c)
+	})
 	return c.Conn.Close()
+}
+
+// request notes the key of a new request frame: the authentication step before it, if
+// any, succeeded.
+func (c *conn) request(key int16) {
+	c.saslPending = false
+	c.saslFrame = kmsg.Key(key) == kmsg.SASLAuthenticate && c.addr != ""
+}
+
+// frameDone schedules a SASLAuthenticate request that was just read whole: Read holds
+// it back until the address's turn, or refuses it.
+func (c *conn) frameDone() {
+	if !c.saslFrame {
+		return
+	}
+	c.saslFrame, c.saslPending = false, true
+	wait, ok := c.g.sasl.wait(c.addr)
+	c.hold, c.refuse = wait, !ok
 }
 
 func (c *conn) feed(p []byte) {
@@ -640,10 +712,17 @@ func (c *conn) feed(p []byte) {
 		case len(c.head) < 2:
 			take := min(len(chunk), 2-len(c.head))
 			c.head = append(c.head, chunk[:take]...)
-			if len(c.head) == 2 && c.wanted(int16(binary.BigEndian.Uint16(c.head))) {
-				c.observe = true
-				c.head = append(c.head, chunk[take:]...)
+			if len(c.head) == 2 {
+				key := int16(binary.BigEndian.Uint16(c.head))
+				c.request(key)
+				if c.wanted(key) {
+					c.observe = true
+					c.head = append(c.head, chunk[take:]...)
+				}
 			}
+		}
+		if c.remaining == 0 {
+			c.frameDone()
 		}
 		if c.remaining == 0 && c.observe {
 			c.g.observe(c, c.head)
