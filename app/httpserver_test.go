@@ -143,11 +143,11 @@ func TestHTTPLimits(t *testing.T) {
 	}
 
 	slowHeaders := dial()
-	_, _ = io.WriteString(slowHeaders, "GET /healthz HTTP/1.1\r\nHost: x\r\n")
+	_, _ = io.WriteString(slowHeaders, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
 	readClosed(t, slowHeaders, 10*time.Second)
 
 	slowBody := dial()
-	_, _ = io.WriteString(slowBody, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789")
+	_, _ = io.WriteString(slowBody, "POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n0123456789")
 	if got := readClosed(t, slowBody, 10*time.Second); strings.Contains(got, "200 OK") {
 		t.Errorf("slow body answered %q", got)
 	}
@@ -182,7 +182,7 @@ func TestHTTPMaxConns(t *testing.T) {
 	defer holder.Close()
 	// The server answers 100 Continue once the handler reads the body: the connection is
 	// then serving a request, not an unfinished one that a newcomer could evict.
-	_, _ = io.WriteString(holder, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\nExpect: 100-continue\r\n\r\n")
+	_, _ = io.WriteString(holder, "POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 10\r\nExpect: 100-continue\r\n\r\n")
 	if line, err := bufio.NewReader(holder).ReadString('\n'); err != nil || !strings.Contains(line, "100 Continue") {
 		t.Fatalf("holder: %q, %v", line, err)
 	}
@@ -191,7 +191,7 @@ func TestHTTPMaxConns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer second.Close()
-	_, _ = io.WriteString(second, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+	_, _ = io.WriteString(second, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
 	_ = second.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
 	if n, err := second.Read(make([]byte, 1)); n > 0 || err == nil {
 		t.Fatal("second connection served while the first held the only slot")
@@ -331,7 +331,7 @@ func openIdle(t *testing.T, host string, n int) {
 		}
 		t.Cleanup(func() { c.Close() })
 		go func() { // an evicted connection fails its read: that is the point
-			_, _ = io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+			_, _ = io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
 			if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil {
 				resp.Body.Close()
 			}

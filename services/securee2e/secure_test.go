@@ -230,8 +230,8 @@ func TestSecuredDeployment(t *testing.T) {
 	// Slow and oversized requests, started first: the server must cut them off.
 	var slow sync.WaitGroup
 	for _, tc := range []struct{ name, send string }{
-		{"headers never finished", "POST /orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"},
-		{"headers then a stalled body", "POST /orders HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + apiToken +
+		{"headers never finished", "POST /orders HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"},
+		{"headers then a stalled body", "POST /orders HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + apiToken +
 			"\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"customer_id\":"},
 	} {
 		slow.Go(func() {
