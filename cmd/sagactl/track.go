@@ -69,7 +69,7 @@ func cmdTrack(ctx context.Context, args []string, std stdio) error {
 		fs.StringVar(&f.asyncapi, "asyncapi", "", "flow: also write an AsyncAPI 3.0.0 document (JSON) of the observed flow to this `file`")
 	}
 	if sub == "usage" {
-		fs.DurationVar(&f.usage.window, "window", 24*time.Hour, "usage: count the events published within this window")
+		durationVar(fs, &f.usage.window, "window", 24*time.Hour, "usage: count the events published within this window")
 		fs.StringVar(&f.usage.catalogue, "catalogue", "", "usage: contracts catalogue `file` (JSON) naming what each service produces, consumes and accepts")
 		fs.StringVar(&f.usage.retire, "retire", "", "usage: answer whether `type@version` can be retired, e.g. payment.authorized@1")
 	}
