@@ -3,7 +3,11 @@ package tracker_test
 import (
 	"context"
 	"encoding/xml"
+	"html"
 	"io"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -184,4 +188,75 @@ func TestFlowSVGEscapes(t *testing.T) {
 		t.Errorf("SVG lacks the escaped label:\n%s", svg)
 	}
 	wellFormed(t, string(tracker.Flow{}.SVG()))
+}
+
+// The saga of the demo and a shipping step: 12 event types, 13 edges, loops and fan-out.
+// No edge label covers another label or a box.
+func TestFlowSVGLabelsDoNotOverlap(t *testing.T) {
+	edges := [][3]string{
+		{"order.created", "payment.authorized", "payment"}, {"order.created", "payment.declined", "payment"},
+		{"order.created", "order.cancel_requested", "order"}, {"payment.authorized", "stock.reserved", "inventory"},
+		{"payment.authorized", "stock.unavailable", "inventory"}, {"payment.declined", "order.rejected", "order"},
+		{"stock.reserved", "order.confirmed", "order"}, {"stock.unavailable", "payment.refunded", "payment"},
+		{"payment.refunded", "order.rejected", "order"}, {"payment.refunded", "order.cancelled", "order"},
+		{"order.cancel_requested", "payment.refunded", "payment"}, {"order.cancel_requested", "stock.released", "inventory"},
+		{"order.confirmed", "shipment.scheduled", "shipping"},
+	}
+	var f tracker.Flow
+	nodes := map[string]*tracker.FlowNode{}
+	for i, e := range edges {
+		f.Edges = append(f.Edges, tracker.FlowEdge{From: e[0], To: e[1], Source: e[2], Count: 100 + i,
+			P50: time.Duration(i+1) * 12345 * time.Microsecond, P99: time.Duration(i+1) * 98765 * time.Microsecond})
+		for j, typ := range e[:2] {
+			if nodes[typ] == nil {
+				nodes[typ] = &tracker.FlowNode{Type: typ, Sources: []string{strings.SplitN(typ, ".", 2)[0]}, Count: 100}
+			}
+			if j == 0 && typ == "order.created" {
+				nodes[typ].Starts = 100
+			}
+		}
+	}
+	for _, n := range nodes {
+		f.Nodes = append(f.Nodes, *n)
+	}
+	slices.SortFunc(f.Nodes, func(a, b tracker.FlowNode) int { return strings.Compare(a.Type, b.Type) })
+	if len(f.Nodes) != 12 {
+		t.Fatalf("%d event types, want 12", len(f.Nodes))
+	}
+	svg := string(f.SVG())
+	wellFormed(t, svg)
+
+	type rect struct {
+		name           string
+		x0, y0, x1, y1 float64
+	}
+	num := func(s string) float64 {
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	var rects []rect
+	for _, m := range regexp.MustCompile(`<text x="([0-9.]+)" y="([0-9.]+)" text-anchor="middle" font-size="10"[^>]*>([^<]*)</text>`).FindAllStringSubmatch(svg, -1) {
+		x, y, half := num(m[1]), num(m[2]), 6.0*float64(len([]rune(html.UnescapeString(m[3]))))/2
+		rects = append(rects, rect{"label " + m[3], x - half, y - 10, x + half, y + 3})
+	}
+	if len(rects) != len(edges) {
+		t.Fatalf("%d edge labels, want %d", len(rects), len(edges))
+	}
+	for _, m := range regexp.MustCompile(`<rect x="([0-9.]+)" y="([0-9.]+)" width="([0-9.]+)" height="([0-9.]+)"`).FindAllStringSubmatch(svg, -1) {
+		x, y := num(m[1]), num(m[2])
+		rects = append(rects, rect{"box", x, y, x + num(m[3]), y + num(m[4])})
+	}
+	for i, a := range rects {
+		for _, b := range rects[i+1:] {
+			if a.x0 < b.x1 && b.x0 < a.x1 && a.y0 < b.y1 && b.y0 < a.y1 && !(a.name == "box" && b.name == "box") {
+				t.Errorf("%s %v overlaps %s %v", a.name, a, b.name, b)
+			}
+		}
+	}
+	if t.Failed() {
+		t.Logf("SVG:\n%s", svg)
+	}
 }

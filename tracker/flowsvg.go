@@ -21,6 +21,7 @@ const (
 	svgLayerH     = 120.0 // from one layer's top to the next one's
 	svgMargin     = 24.0
 	svgLoopW      = 60.0 // how far right of its boxes an edge that goes back up bends
+	svgLabelH     = 13.0 // height of an edge label's line, baseline to baseline
 )
 
 type svgBox struct {
@@ -84,6 +85,9 @@ func (f Flow) SVG() []byte {
 		width = max(width, se.lx+half+svgMargin)
 		edges = append(edges, se)
 	}
+	for _, e := range placeLabels(edges, boxes) {
+		height = max(height, e.ly+svgMargin)
+	}
 
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="monospace" font-size="12">`+"\n",
@@ -121,6 +125,42 @@ func (f Flow) SVG() []byte {
 	}
 	b.WriteString("</svg>\n")
 	return b.Bytes()
+}
+
+// svgRect is an axis-aligned rectangle: left, top, right, bottom.
+type svgRect struct{ x0, y0, x1, y1 float64 }
+
+func (r svgRect) overlaps(o svgRect) bool {
+	return r.x0 < o.x1 && o.x0 < r.x1 && r.y0 < o.y1 && o.y0 < r.y1
+}
+
+// labelRect is the box an edge label's text covers (ly is its baseline).
+func labelRect(e svgEdge) svgRect {
+	half := svgLabelCharW * float64(len([]rune(e.label))) / 2
+	return svgRect{e.lx - half, e.ly - svgLabelH + 3, e.lx + half, e.ly + 3}
+}
+
+// placeLabels moves edge labels down, one line at a time, until none covers another
+// label or a box, the labels nearest the top first; it returns the edges.
+func placeLabels(edges []svgEdge, boxes map[string]*svgBox) []svgEdge {
+	var taken []svgRect
+	for _, b := range boxes {
+		taken = append(taken, svgRect{b.x, b.y, b.x + b.w, b.y + svgBoxH})
+	}
+	order := make([]int, len(edges))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		return cmp.Or(cmp.Compare(edges[a].ly, edges[b].ly), cmp.Compare(edges[a].lx, edges[b].lx))
+	})
+	for _, i := range order {
+		for slices.ContainsFunc(taken, labelRect(edges[i]).overlaps) {
+			edges[i].ly += svgLabelH
+		}
+		taken = append(taken, labelRect(edges[i]))
+	}
+	return edges
 }
 
 // nodeSubtitle is a box's second line: who produces the type and how many were seen.
