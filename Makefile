@@ -35,13 +35,21 @@ help: ## list targets
 services: ## start local Postgres and Redis if they are down
 	@scripts/ensure-services.sh
 
-# The saga's end-to-end test (services/e2e) runs on a real Apache Kafka broker (one node,
+# The saga's end-to-end test (APACHE_PKGS) runs on a real Apache Kafka broker (one node,
 # scripts/kafka.sh; the jars are fetched with Maven on first use), every other test on kfake.
+APACHE_PKGS := ./services/e2e
+# The slowest scenarios, by wall time: make test leaves them out, make test-slow runs them
+# (CI runs both). README.md, "Tests", lists them.
+SLOW_TESTS := TestPerKeyOrderConcurrentWriters|TestSagaWithDuplicates
+TEST_ENV = GO='$(GO)' LIB_PKGS='$(LIB_PKGS)' APP_PKGS='$(APP_PKGS)' APACHE_PKGS='$(APACHE_PKGS)' SLOW_TESTS='$(SLOW_TESTS)'
+
 .PHONY: test
-test: services ## every test against real Postgres and Redis, on an in-process Kafka broker, and the saga end to end on Apache Kafka (4-10 min)
-	$(GO) test -race -count=1 -timeout 8m $(LIB_PKGS)
-	$(GO) test -count=1 -timeout 8m $$($(GO) list $(APP_PKGS) | grep -v '/services/e2e$$')
-	CHOREO_TEST_KAFKA=apache $(GO) test -count=1 -timeout 8m ./services/e2e/
+test: services ## every test but the slowest scenarios, on real Postgres and Redis, an in-process Kafka broker and the saga end to end on Apache Kafka; prints its CPU time
+	@$(TEST_ENV) scripts/test.sh fast
+
+.PHONY: test-slow
+test-slow: services ## the slowest scenarios make test leaves out (SLOW_TESTS in the Makefile); prints its CPU time
+	@$(TEST_ENV) scripts/test.sh slow
 
 .PHONY: kafka
 kafka: ## Apache Kafka 4.4.0 in KRaft mode as Java processes: 127.0.0.1:9092 (KAFKA_NODES=3: also :9094, :9096) until Ctrl-C, which stops it and deletes its data
