@@ -38,9 +38,10 @@ services: ## start local Postgres and Redis if they are down
 # The saga's end-to-end test (APACHE_PKGS) runs on a real Apache Kafka broker (one node,
 # scripts/kafka.sh; the jars are fetched with Maven on first use), every other test on kfake.
 APACHE_PKGS := ./services/e2e
-# The slowest scenarios, by wall time: make test leaves them out, make test-slow runs them
+# The slowest scenarios (by time, measured per package with /usr/bin/time and per test with
+# go test -json): make test leaves them out, make test-slow runs them
 # (CI runs both). README.md, "Tests", lists them.
-SLOW_TESTS := TestPerKeyOrderConcurrentWriters|TestSagaWithDuplicates
+SLOW_TESTS := TestPerKeyOrderConcurrentWriters|TestSagaWithDuplicates|TestRebalanceUnderLoad|TestRedoWindowAfterKill|TestSecuredDeployment|TestGroupSurvivesMembersKilledInRebalance
 TEST_ENV = GO='$(GO)' LIB_PKGS='$(LIB_PKGS)' APP_PKGS='$(APP_PKGS)' APACHE_PKGS='$(APACHE_PKGS)' SLOW_TESTS='$(SLOW_TESTS)'
 
 .PHONY: test
