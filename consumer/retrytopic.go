@@ -22,7 +22,8 @@ func RetryTopic(topic, group string) string { return topic + RetryTopicInfix + g
 // console's replay republish a dead letter there, so replaying a record one group
 // failed on does not hand it to the other groups of t. A record of a retry topic is
 // handled as a record of t: Message.Topic returns t, so the Router.Trust rules of t
-// apply to it, and it is dead-lettered to t's dead-letter topic (choreo_dlq_topic names
+// apply to it, its signature is checked as a record of t (Router.TrustKeys), and it is
+// dead-lettered to t's dead-letter topic (choreo_dlq_topic names
 // the retry topic, where the record sits). Run checks, before it consumes anything, that
 // every retry topic exists, and returns an error matching ErrMissingTopic naming the
 // missing ones (app.App creates them; kafka-topics.sh otherwise). The group must be

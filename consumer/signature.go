@@ -12,7 +12,10 @@ import (
 // with no signature, an unparsable one, one by another key or one that does not match
 // the record fails with an error matching ErrBadSignature before any lock or
 // transaction: it is dead-lettered with reason "bad_signature" and never applied.
-// Events of other sources are not checked. Calling it again for a source replaces its
+// Events of other sources are not checked. The signature is checked for the topic the
+// record belongs to (Message.Topic): a record of the group's retry topic (a replayed
+// dead letter, see WithRetryTopics) verifies as a record of its source topic, which
+// its signature names; on any other topic it does not verify. Calling it again for a source replaces its
 // keys; to rotate a key, declare the old and the new one together until no record
 // signed with the old one is left in the topics, then drop the old one. Like Trust, it
 // is applied by Filter, and so by Standard and StandardBatch. TrustKeys panics if
@@ -54,13 +57,15 @@ func VerifySignatures(keys map[string]*event.KeySet) Middleware {
 	}
 }
 
-// verifySignature checks m's record against the keys of its event's source.
+// verifySignature checks m's record against the keys of its event's source, as a
+// record of m.Topic(): a replay on the group's retry topic verifies as its source
+// topic's record.
 func verifySignature(keys map[string]*event.KeySet, m *Message) error {
 	set := keys[m.Event.Source]
 	if set == nil {
 		return nil
 	}
-	if err := set.Verify(m.Record); err != nil {
+	if err := set.VerifyAs(m.Record, m.Topic()); err != nil {
 		return fmt.Errorf("%w: %q from source %q: %w", ErrBadSignature, m.Event.Type, clipText(m.Event.Source, maxQuoted), err)
 	}
 	return nil

@@ -165,3 +165,64 @@ func TestVerifySignatures(t *testing.T) {
 		t.Errorf("unsigned: %v (retryable %v), want non-retryable ErrBadSignature", err, Retryable(err))
 	}
 }
+
+// TestTrustKeysOnRetryTopic: a signed record republished to the group's retry topic (a
+// dead-letter replay) verifies as a record of its source topic and is applied, on both
+// paths; on another group's retry topic, or signed for another topic, it is
+// dead-lettered as bad_signature.
+func TestTrustKeysOnRetryTopic(t *testing.T) {
+	e := newChainEnv(t, 1)
+	s := newSigner(t)
+	keys, err := event.NewKeySet(s.Key())
+	if err != nil {
+		t.Fatal(err)
+	}
+	handled := 0
+	h := func(context.Context, pgx.Tx, event.Event) error { handled++; return nil }
+	trusted := map[string]*event.KeySet{"payment": keys}
+	standard := e.standard(t, StandardConfig{Handler: h, Name: "single", TrustedKeys: trusted})
+	batch, err := StandardBatch(StandardConfig{Handler: h, Name: "batch", DB: e.pool, DeadLetter: e.producer, TrustedKeys: trusted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// signed returns an event of key signed for topic signedFor, sitting on topic on.
+	signed := func(key, signedFor, on string) *kgo.Record {
+		ev, err := event.New("payment", "payment.authorized", key, map[string]int{"amount": 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := event.ToRecord(signedFor, ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Sign(r)
+		r.Topic = on
+		return r
+	}
+	msg := func(r *kgo.Record) *Message { return &Message{Record: r, Group: e.group, deadLetterTopic: e.dlqOf} }
+	ctx := context.Background()
+	retry := RetryTopic(e.topic, e.group)
+
+	m := msg(signed("o-1", e.topic, retry))
+	if err := standard(ctx, m); err != nil || m.outcome(nil) != OutcomeHandled || handled != 1 {
+		t.Errorf("replayed on the retry topic: %v, outcome %v, cause %v, handled %d", err, m.Outcome, m.DeadLetterCause, handled)
+	}
+	if err := batch(ctx, []*Message{msg(signed("o-2", e.topic, retry))}); err != nil || handled != 2 {
+		t.Errorf("StandardBatch on the retry topic: %v, handled %d", err, handled)
+	}
+	for name, r := range map[string]*kgo.Record{
+		"another group's retry topic": signed("o-3", e.topic, RetryTopic(e.topic, "other")),
+		"signed for another topic":    signed("o-4", "payments.events", retry),
+	} {
+		m := msg(r)
+		if err := standard(ctx, m); err != nil || Reason(m.DeadLetterCause) != ReasonBadSignature {
+			t.Errorf("%s: %v, cause %v; want dead-lettered as bad_signature", name, err, m.DeadLetterCause)
+		}
+		if err := batch(ctx, []*Message{msg(r)}); !errors.Is(err, ErrBadSignature) {
+			t.Errorf("StandardBatch, %s: %v, want ErrBadSignature", name, err)
+		}
+	}
+	if handled != 2 {
+		t.Errorf("handled %d, want 2", handled)
+	}
+}

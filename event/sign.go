@@ -49,14 +49,15 @@ var signedHeaders = [...]string{
 // signingInput is what a signature covers: a version tag, then the topic, key and value
 // and each of signedHeaders (absent or present, and its value), each length-prefixed, so
 // no two different records share an input. Binding the topic means a signed event
-// replayed onto another topic does not verify.
-func signingInput(buf []byte, r *kgo.Record) []byte {
+// replayed onto another topic does not verify. topic is the topic the record is signed
+// for or verified as: r.Topic, except for KeySet.VerifyAs.
+func signingInput(buf []byte, topic string, r *kgo.Record) []byte {
 	buf = append(buf, "choreo-signature-v1"...)
 	field := func(b []byte) {
 		buf = binary.AppendUvarint(buf, uint64(len(b)))
 		buf = append(buf, b...)
 	}
-	field([]byte(r.Topic))
+	field([]byte(topic))
 	field(r.Key)
 	field(r.Value)
 	for _, name := range signedHeaders {
@@ -138,7 +139,7 @@ func (s *Signer) Key() VerifyKey {
 // traceparent, may be added later.
 func (s *Signer) Sign(r *kgo.Record) {
 	var buf [512]byte
-	in := signingInput(buf[:0], r)
+	in := signingInput(buf[:0], r.Topic, r)
 	var sig []byte
 	if s.alg == AlgEd25519 {
 		sig = ed25519.Sign(s.priv, in)
@@ -239,7 +240,14 @@ func (s *KeySet) IDs() []string {
 // Verify checks r's HeaderSignature (its last occurrence) against the set: it must be
 // made by one of its keys, with that key's algorithm, over r's topic, key, value and
 // CloudEvents headers as they are now. Every error matches ErrBadSignature.
-func (s *KeySet) Verify(r *kgo.Record) error {
+func (s *KeySet) Verify(r *kgo.Record) error { return s.VerifyAs(r, r.Topic) }
+
+// VerifyAs is Verify for a record that belongs to topic while it sits on another: it
+// checks the signature as if r.Topic were topic. A consumer uses it for a record of its
+// group's retry topic, which holds records of topic republished for that group alone
+// (see consumer.RetryTopic): the signature, made for topic, verifies there and on no
+// other topic.
+func (s *KeySet) VerifyAs(r *kgo.Record, topic string) error {
 	raw, ok := lastHeader(r, HeaderSignature)
 	if !ok {
 		return fmt.Errorf("%w: no %s header", ErrBadSignature, HeaderSignature)
@@ -261,7 +269,7 @@ func (s *KeySet) Verify(r *kgo.Record) error {
 		return fmt.Errorf("%w: signature is not unpadded base64url", ErrBadSignature)
 	}
 	var buf [512]byte
-	in := signingInput(buf[:0], r)
+	in := signingInput(buf[:0], topic, r)
 	if k.alg == AlgEd25519 {
 		ok = len(sig) == ed25519.SignatureSize && ed25519.Verify(k.pub, in, sig)
 	} else {

@@ -87,6 +87,30 @@ func TestSignVerify(t *testing.T) {
 	}
 }
 
+// TestVerifyAs: a record signed for payments.events and moved to a retry topic does not
+// verify as a record of where it sits, verifies as one of payments.events, and as one of
+// no other topic.
+func TestVerifyAs(t *testing.T) {
+	s, _ := newEd25519(t)
+	set, err := event.NewKeySet(s.Key())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := signedRecord(t, s)
+	r.Topic = "payments.events.retry.order"
+	if err := set.Verify(r); !errors.Is(err, event.ErrBadSignature) {
+		t.Errorf("Verify on the retry topic = %v, want ErrBadSignature", err)
+	}
+	if err := set.VerifyAs(r, "payments.events"); err != nil {
+		t.Errorf("VerifyAs(payments.events) = %v", err)
+	}
+	for _, other := range []string{"orders.events", "payments.events.retry.order", ""} {
+		if err := set.VerifyAs(r, other); !errors.Is(err, event.ErrBadSignature) {
+			t.Errorf("VerifyAs(%q) = %v, want ErrBadSignature", other, err)
+		}
+	}
+}
+
 func TestVerifyAlgorithmMustMatchKey(t *testing.T) {
 	ed, _ := newEd25519(t)
 	r := signedRecord(t, ed)
