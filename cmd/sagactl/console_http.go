@@ -474,6 +474,7 @@ type replayPage struct {
 	DryRun  bool
 	Items   []replayItem
 	Skipped []string
+	Refused []string // with all=1: records that failed a check, left out ("topic partition:offset: why")
 	Errors  []string
 }
 
@@ -563,6 +564,9 @@ func (s *console) handleReplay(w http.ResponseWriter, r *http.Request) {
 				status = http.StatusBadRequest
 			}
 			continue
+		}
+		for _, x := range pl.refused {
+			rp.Refused = append(rp.Refused, sel.Topic+" "+x.String())
 		}
 		plans = append(plans, pl)
 	}

@@ -271,12 +271,15 @@ they go to the source topic instead, which every group of it reads.
 Only records consumer.DeadLetter wrote for this topic are replayed: each must name its
 origin (choreo_dlq_topic/_partition/_offset, the source topic or the group's retry
 topic) and group, and the origin record must still be in its topic with the same key,
-value and headers; what is produced is that origin record, read back. A record that
-fails a check, a destination that does not exist, an unknown -reason or a missing
-position refuses the whole replay before anything is produced. Truncated copies
-(choreo_dlq_truncated) are refused, and skipped by -all: replay their original from the
-dead-letter archive table instead; -all also skips, with a line each, records whose
-origin is no longer in its topic (retention). Copies of one dead letter are replayed once.
+value and headers; what is produced is that origin record, read back. A named record
+that fails a check, a destination that does not exist, an unknown -reason or a missing
+position refuses the whole replay before anything is produced. With -all, a record
+that fails a check (a forged or altered copy, or one naming another topic) is refused
+on its own: the others are replayed, the refused ones are named on stderr (and under
+"refused" with -json), and the exit status is 1. Truncated copies (choreo_dlq_truncated)
+are refused, and skipped by -all: replay their original from the dead-letter archive
+table instead; -all also skips, with a line each, records whose origin is no longer in
+its topic (retention). Copies of one dead letter are replayed once.
 
 Replaying is safe to repeat: a group records the event ids it has handled
 (idempotency records) and skips one it has seen. The dead-letter topic itself is not
@@ -302,19 +305,36 @@ Flags:`)
 		return err
 	}
 	defer k.close()
-	out, err := k.replay(ctx, sel, func(r dlqRecord, why string) {
+	p, err := k.plan(ctx, sel, func(r dlqRecord, why string) {
 		printf(std.err, "sagactl: skipping %s %s: %s\n", sel.Topic, r.pos(), why)
 	})
 	if err != nil {
 		return err
 	}
+	out := p.items
+	if !sel.DryRun {
+		if out, err = k.produce(ctx, p); err != nil {
+			return err
+		}
+	}
 	if c.json {
-		return writeJSON(std.out, struct {
+		refused := p.refused
+		if refused == nil {
+			refused = []refusal{}
+		}
+		err = writeJSON(std.out, struct {
 			DryRun   bool       `json:"dry_run"`
 			Replayed []replayed `json:"replayed"`
-		}{sel.DryRun, out})
+			Refused  []refusal  `json:"refused"`
+		}{sel.DryRun, out, refused})
+	} else {
+		err = renderReplayed(std.out, out, sel.DryRun)
 	}
-	return renderReplayed(std.out, out, sel.DryRun)
+	if err != nil {
+		return err
+	}
+	// -all: the genuine records are replayed; the refused ones fail the command.
+	return p.refusedError()
 }
 
 func renderReplayed(w io.Writer, out []replayed, dryRun bool) error {

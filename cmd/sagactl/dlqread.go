@@ -480,41 +480,45 @@ func (s replaySelection) validate() error {
 }
 
 // errRefused is returned when replay refuses records it cannot prove are dead letters
-// of their source topic; nothing is produced then.
+// of their source topic: for named records nothing is produced then; with -all the
+// others are, and the refused ones are reported (replayPlan.refused).
 var errRefused = errors.New("sagactl: replay refused")
 
+// refusal is a record a replay -all left out because it failed a check.
+type refusal struct {
+	From string `json:"from"`   // dlq partition:offset
+	Why  string `json:"reason"` // the check it failed
+}
+
+func (r refusal) String() string { return r.From + ": " + r.Why }
+
 // replayPlan is a checked replay of one dead-letter topic: the records to produce,
-// nothing produced yet.
+// nothing produced yet, and with All the records refused.
 type replayPlan struct {
-	topic string
-	items []replayed
-	recs  []*kgo.Record
+	topic   string
+	items   []replayed
+	recs    []*kgo.Record
+	refused []refusal
 }
 
-// replay produces the records sel names, as `sagactl dlq replay` and the console's
-// replay button do: see plan for what is checked and where each goes. Every check runs
-// before the first record is produced, so an error before producing means nothing was
-// replayed.
-func (k *kafka) replay(ctx context.Context, sel replaySelection, skipped func(r dlqRecord, why string)) ([]replayed, error) {
-	p, err := k.plan(ctx, sel, skipped)
-	if err != nil || sel.DryRun {
-		return p.itemsOrNil(), err
-	}
-	return k.produce(ctx, p)
-}
-
-func (p *replayPlan) itemsOrNil() []replayed {
-	if p == nil {
+// refusedError returns an error matching errRefused naming p's refused records, or nil.
+func (p *replayPlan) refusedError() error {
+	if len(p.refused) == 0 {
 		return nil
 	}
-	return p.items
+	why := make([]string, len(p.refused))
+	for i, r := range p.refused {
+		why[i] = r.String()
+	}
+	return fmt.Errorf("%w: %d record(s) of %s are not replayed (forged or altered copies, or not dead letters of this topic): %s",
+		errRefused, len(p.refused), p.topic, strings.Join(why, "; "))
 }
 
 // plan selects the records sel names and checks each, producing nothing. With All,
 // every dead letter the filter matches once (copies of one are replayed once); truncated
 // copies, and records whose origin is no longer in its topic (retention), are skipped
-// and reported to skipped; named ones are refused. A record is replayed only if it proves to be what consumer.DeadLetter wrote
-// for a record of this topic's source:
+// and reported to skipped; named ones are refused. A record is replayed only if it
+// proves to be what consumer.DeadLetter wrote for a record of this topic's source:
 //
 //   - it names its origin (choreo_dlq_topic, _partition, _offset) and group
 //     (choreo_dlq_group), and the origin is the dead-letter topic's source topic or that
@@ -524,9 +528,11 @@ func (p *replayPlan) itemsOrNil() []replayed {
 //
 // What is produced is the origin record as read back from its topic. It goes to the
 // retry topic of the group that dead-lettered it (only that group reads it), or with
-// Source to the source topic; the destination must exist. A record that fails any
+// Source to the source topic; the destination must exist. A named record that fails any
 // check refuses the whole plan, with every refusal named in one error matching
-// errRefused.
+// errRefused. With All, a record that fails a check is left out and listed in the
+// plan's refused; the others are planned, so one forged copy does not hold back the
+// genuine dead letters. A missing destination refuses the whole plan either way.
 func (k *kafka) plan(ctx context.Context, sel replaySelection, skipped func(r dlqRecord, why string)) (*replayPlan, error) {
 	if err := sel.validate(); err != nil {
 		return nil, err
@@ -584,11 +590,12 @@ func (k *kafka) plan(ctx context.Context, sel replaySelection, skipped func(r dl
 		chosen = dedupe(named) // two copies of one dead letter are replayed once
 	}
 
-	var refusals []string
+	var refusals []refusal
 	refuse := func(r dlqRecord, format string, args ...any) {
-		refusals = append(refusals, r.pos()+": "+fmt.Sprintf(format, args...))
+		refusals = append(refusals, refusal{From: r.pos(), Why: fmt.Sprintf(format, args...)})
 	}
 	origins := make(map[string]map[int32][]int64) // origin topic -> partition -> offsets
+	var valid []dlqRecord                         // the chosen records that name a valid origin
 	for _, r := range chosen {
 		switch {
 		case r.Truncated:
@@ -600,13 +607,14 @@ func (k *kafka) plan(ctx context.Context, sel replaySelection, skipped func(r dl
 			refuse(r, "its %s %q is not %s (the topic whose dead letters %s holds) nor group %s's retry topic",
 				consumer.HeaderDLQTopic, r.OriginTopic, source, topic, r.Group)
 		default:
+			valid = append(valid, r)
 			if origins[r.OriginTopic] == nil {
 				origins[r.OriginTopic] = make(map[int32][]int64)
 			}
 			origins[r.OriginTopic][r.OriginPartition] = append(origins[r.OriginTopic][r.OriginPartition], r.OriginOffset)
 		}
 	}
-	if len(refusals) > 0 {
+	if len(refusals) > 0 && !sel.All {
 		return nil, refused(topic, refusals)
 	}
 	originals := make(map[dlqIdentity]*kgo.Record)
@@ -623,7 +631,7 @@ func (k *kafka) plan(ctx context.Context, sel replaySelection, skipped func(r dl
 	}
 	plan := &replayPlan{topic: topic}
 	dests := make(map[string]bool)
-	for _, r := range chosen {
+	for _, r := range valid {
 		orig := originals[dlqIdentity{topic: r.OriginTopic, partition: r.OriginPartition, offset: r.OriginOffset}]
 		if orig == nil {
 			why := fmt.Sprintf("its origin %s %d:%d is not in that topic (deleted by retention, or never written there): it cannot be checked",
@@ -651,9 +659,10 @@ func (k *kafka) plan(ctx context.Context, sel replaySelection, skipped func(r dl
 		plan.items = append(plan.items, replayed{From: r.pos(), EventType: r.EventType, Key: r.Key, Group: r.Group,
 			Topic: dest, Partition: -1, Offset: -1})
 	}
-	if len(refusals) > 0 {
+	if len(refusals) > 0 && !sel.All {
 		return nil, refused(topic, refusals)
 	}
+	plan.refused = refusals
 	if len(dests) > 0 {
 		details, err := k.adm.ListTopics(ctx, slices.Sorted(maps.Keys(dests))...)
 		if err != nil {
@@ -677,8 +686,12 @@ func (k *kafka) plan(ctx context.Context, sel replaySelection, skipped func(r dl
 	return plan, nil
 }
 
-func refused(topic string, refusals []string) error {
-	return fmt.Errorf("%w: %d record(s) of %s are not replayed, and nothing was: %s", errRefused, len(refusals), topic, strings.Join(refusals, "; "))
+func refused(topic string, refusals []refusal) error {
+	why := make([]string, len(refusals))
+	for i, r := range refusals {
+		why[i] = r.String()
+	}
+	return fmt.Errorf("%w: %d record(s) of %s are not replayed, and nothing was: %s", errRefused, len(refusals), topic, strings.Join(why, "; "))
 }
 
 // sameRecord returns "" when dead is the dead-letter copy of orig (key, value and the

@@ -53,8 +53,8 @@ func dlqHeadersFor(topic string, partition int32, offset int64, group string) []
 // topic, forgeries that name a real record of the source topic but carry another value
 // or headers, one naming an offset that does not exist, one with no dead-letter headers
 // and one naming another group's retry topic. Replay, from the CLI and from the console,
-// refuses each (alone, next to a genuine dead letter, and with -all) and produces
-// nothing anywhere.
+// refuses each (alone and next to a genuine dead letter) and produces nothing anywhere;
+// a dry run of -all names each (TestDLQReplayAllRefusesForgeriesOnly replays -all).
 func TestDLQReplayRefusesForgery(t *testing.T) {
 	f := newDLQFixture(t)
 	ctx := context.Background()
@@ -134,11 +134,24 @@ func TestDLQReplayRefusesForgery(t *testing.T) {
 			}
 		}
 	}
-	// -all, with and without a filter that matches the forgeries, refuses as a whole.
-	for _, args := range [][]string{{"-all"}, {"-all", "-group", "payment"}, {"-all", "-source"}} {
-		code, _, errs := sagactl(t, f.brokers, append([]string{"dlq", "replay", f.dlq}, args...)...)
-		if code != exitFailure || !strings.Contains(errs, "replay refused") {
-			t.Errorf("replay %v: exit %d: %s", args, code, errs)
+	// A dry run of -all, with and without a filter, names each forgery it selects but the
+	// one whose origin offset is past the end, which it skips (as after retention).
+	for _, c := range []struct {
+		args    []string
+		refused []int // indexes in attacks
+	}{
+		{[]string{"-all", "-dry-run"}, []int{0, 1, 2, 3, 5, 6}},
+		{[]string{"-all", "-group", "payment", "-dry-run"}, []int{1, 2, 3, 6}},
+		{[]string{"-all", "-source", "-dry-run"}, []int{0, 1, 2, 3, 5, 6}},
+	} {
+		code, _, errs := sagactl(t, f.brokers, append([]string{"dlq", "replay", f.dlq}, c.args...)...)
+		if code != exitFailure || !strings.Contains(errs, "replay refused") || !strings.Contains(errs, "skipping "+f.dlq+" "+forgedPos[4]) {
+			t.Errorf("replay %v: exit %d: %s", c.args, code, errs)
+		}
+		for _, i := range c.refused {
+			if !strings.Contains(errs, forgedPos[i]+": ") || !strings.Contains(errs, attacks[i].want) {
+				t.Errorf("replay %v does not name the forgery %q at %s: %s", c.args, attacks[i].name, forgedPos[i], errs)
+			}
 		}
 	}
 
@@ -153,7 +166,6 @@ func TestDLQReplayRefusesForgery(t *testing.T) {
 	}
 	token := formValues(list.Body.String(), "csrf")[0]
 	for _, form := range []url.Values{
-		{"csrf": {token}, "all": {"1"}, "topic": {f.dlq}, "mode": {"preview"}},
 		{"csrf": {token}, "rec": {f.dlq + "|" + genuine, f.dlq + "|" + forgedPos[0]}, "mode": {"replay"}},
 		{"csrf": {token}, "rec": {f.dlq + "|" + forgedPos[1]}, "mode": {"replay"}},
 	} {
@@ -410,5 +422,106 @@ func TestDLQCrashCopiesCountedOnce(t *testing.T) {
 	}
 	if total != 2 {
 		t.Errorf("console overview counts %d dead letters in %s, want 2: %+v", total, dlq, overview.DeadLetters)
+	}
+}
+
+// TestDLQReplayAllRefusesForgeriesOnly: forged copies written into a dead-letter topic
+// next to genuine dead letters (one naming a real origin with another value, one with
+// an extra header, one naming another topic) do not hold back the genuine ones. `dlq
+// replay -all` replays each genuine dead letter, as the record at its origin, names
+// every forgery with its reason on stderr and under "refused" in -json, and exits 1;
+// the console's dry run of all offers the genuine ones and lists the refused.
+func TestDLQReplayAllRefusesForgeriesOnly(t *testing.T) {
+	f := newDLQFixture(t)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(f.brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	orig := f.originals[0]
+	withHeaders := func(hs ...[]kgo.RecordHeader) []kgo.RecordHeader {
+		var out []kgo.RecordHeader
+		for _, h := range hs {
+			out = append(out, h...)
+		}
+		return out
+	}
+	forged := map[string]string{ // position -> what the refusal says
+		produceDLQ(t, cl, &kgo.Record{Topic: f.dlq, Key: orig.Key, Value: []byte(`{"order_id":"order-0","amount":1}`),
+			Headers: withHeaders(orig.Headers, dlqHeadersFor(f.source, orig.Partition, orig.Offset, "payment"))}): "the value differs",
+		produceDLQ(t, cl, &kgo.Record{Topic: f.dlq, Key: orig.Key, Value: orig.Value,
+			Headers: withHeaders(orig.Headers, []kgo.RecordHeader{{Key: "ce_source", Value: []byte("payment")}},
+				dlqHeadersFor(f.source, orig.Partition, orig.Offset, "payment"))}): `header "ce_source" is not in the original`,
+		produceDLQ(t, cl, &kgo.Record{Topic: f.dlq, Key: orig.Key, Value: orig.Value,
+			Headers: withHeaders(orig.Headers, dlqHeadersFor("payments.events", 0, 0, "payment"))}): "is not " + f.source,
+	}
+
+	// The console's dry run of all: the genuine ones to confirm, the forged ones listed.
+	h := newTestConsole(t, "http://127.0.0.1:1", f.brokers...)
+	list := consoleGet(t, h, "/dlq?topic="+url.QueryEscape(f.dlq))
+	var cookie *http.Cookie
+	for _, c := range list.Result().Cookies() {
+		if c.Name == csrfCookie {
+			cookie = c
+		}
+	}
+	token := formValues(list.Body.String(), "csrf")[0]
+	preview := consolePost(t, h, "/dlq/replay", url.Values{"csrf": {token}, "all": {"1"}, "topic": {f.dlq}, "mode": {"preview"}}, cookie)
+	body := preview.Body.String()
+	if preview.Code != http.StatusOK || !strings.Contains(body, `id="replay-refused"`) || len(formValues(body, "rec")) != len(f.originals) {
+		t.Errorf("console dry run of all: status %d, %d records to confirm (want %d) and the refused listed:\n%s",
+			preview.Code, len(formValues(body, "rec")), len(f.originals), body)
+	}
+	for _, ref := range formValues(body, "rec") {
+		if _, pos, _ := strings.Cut(ref, "|"); forged[pos] != "" {
+			t.Errorf("console offers the forgery %s to replay", pos)
+		}
+	}
+	for pos := range forged {
+		if !strings.Contains(body, f.dlq+" "+pos+": ") {
+			t.Errorf("console dry run does not list the refused %s", pos)
+		}
+	}
+
+	before := endOffsetSum(t, f.brokers, f.retry)
+	code, out, errs := sagactl(t, f.brokers, "dlq", "replay", f.dlq, "-all", "-json")
+	if code != exitFailure || !strings.Contains(errs, "replay refused") {
+		t.Errorf("replay -all: exit %d, want %d with the refusals on stderr: %s", code, exitFailure, errs)
+	}
+	for pos, want := range forged {
+		if !strings.Contains(errs, pos+": ") || !strings.Contains(errs, want) {
+			t.Errorf("replay -all does not name %s with %q: %s", pos, want, errs)
+		}
+	}
+	var rep struct {
+		Replayed []replayed
+		Refused  []refusal
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("replay -all -json: %v\n%s", err, out)
+	}
+	if len(rep.Replayed) != len(f.originals) || len(rep.Refused) != len(forged) {
+		t.Fatalf("replay -all: %d replayed, %d refused; want %d and %d:\n%s", len(rep.Replayed), len(rep.Refused), len(f.originals), len(forged), out)
+	}
+	for _, r := range rep.Refused {
+		if !strings.Contains(r.Why, forged[r.From]) {
+			t.Errorf("refused %s: %q, want %q", r.From, r.Why, forged[r.From])
+		}
+	}
+	// What reached the retry topic is the three originals, nothing of the forgeries.
+	byKey := map[string]*kgo.Record{}
+	for _, o := range f.originals {
+		byKey[string(o.Key)] = o
+	}
+	for _, r := range rep.Replayed {
+		got := fetchAt(t, f.brokers, r.Topic, r.Partition, r.Offset)
+		o := byKey[string(got.Key)]
+		if r.Topic != f.retry || o == nil || string(got.Value) != string(o.Value) || fmt.Sprint(headerList(got)) != fmt.Sprint(headerList(o)) {
+			t.Errorf("replayed to %s: %s %s %v, want an original to %s", r.Topic, got.Key, got.Value, headerList(got), f.retry)
+		}
+		delete(byKey, string(got.Key))
+	}
+	if after := endOffsetSum(t, f.brokers, f.retry); after-before != int64(len(f.originals)) {
+		t.Errorf("%s gained %d records, want %d", f.retry, after-before, len(f.originals))
 	}
 }

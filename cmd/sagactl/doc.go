@@ -111,7 +111,9 @@
 // topic never see it again; -source republishes to the source topic, which every group
 // reads. The destination is never given by hand. Every check (each record, the
 // destinations' existence, positions, -reason) runs before the first record is produced;
-// a refusal names every refused record and produces nothing (exit 1). -all skips, with a
+// a refusal of a named record names every refused record and produces nothing (exit 1).
+// -all leaves out each record that fails a check, replays the others, names the refused
+// ones on stderr (and under "refused" with -json) and exits 1. -all skips, with a
 // line each, truncated copies and records whose origin is no longer in its topic
 // (retention); named, they are refused.
 //
