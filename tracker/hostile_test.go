@@ -155,7 +155,8 @@ func TestTrackerSurvivesHostileRecords(t *testing.T) {
 	fields.Headers = append(fields.Headers,
 		kgo.RecordHeader{Key: event.HeaderSubject, Value: []byte("bad\xff\xfeutf8")},
 		kgo.RecordHeader{Key: event.HeaderCausationID, Value: bytes.Repeat([]byte("c"), 10_000)},
-		kgo.RecordHeader{Key: "traceparent", Value: []byte("00-4bf92f3577b34da6a3ce929d0e0e47\x00\x00-00f067aa0ba902b7-01")})
+		kgo.RecordHeader{Key: "traceparent", Value: []byte("00-4bf92f3577b34da6a3ce929d0e0e47\x00\x00-00f067aa0ba902b7-01")},
+		kgo.RecordHeader{Key: event.HeaderSchemaVersion, Value: []byte("99999999999")})
 	longCorr := cancelRequested(h.topic, strings.Repeat("k", 10_000)) // past a B-tree entry
 	longType := cancelRequested(h.topic, "o-type")
 	longType.Headers[2].Value = bytes.Repeat([]byte("t\x00"), 5_000)
@@ -188,7 +189,7 @@ func TestTrackerSurvivesHostileRecords(t *testing.T) {
 	}
 	wantDetail := map[string]string{
 		h.topic + "@1":                     "escaped or cut: ce_id",
-		h.topic + "@2":                     "escaped or cut: ce_id, ce_subject, ce_causationid",
+		h.topic + "@2":                     "escaped or cut: ce_id, ce_subject, ce_causationid, ce_dataschemaversion",
 		h.topic + "@3":                     "escaped or cut: ce_correlationid, ce_id",
 		h.topic + "@4":                     "escaped or cut: ce_id, ce_type",
 		h.topic + tracker.DLQSuffix + "@0": "escaped or cut: ce_id, choreo_dlq_error",

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -242,8 +243,12 @@ func toEntry(r *kgo.Record, now time.Time) (entry, bool) {
 		return e, false
 	}
 	e.version = 1
-	if v, err := strconv.Atoi(header(r, event.HeaderSchemaVersion)); err == nil && v >= 1 {
-		e.version = v
+	if v, err := strconv.ParseInt(header(r, event.HeaderSchemaVersion), 10, 64); err == nil && v >= 1 {
+		if v <= math.MaxInt32 {
+			e.version = int(v)
+		} else { // past the integer column
+			e.escaped = append(e.escaped, event.HeaderSchemaVersion)
+		}
 	}
 	if ts, err := time.Parse(time.RFC3339Nano, header(r, event.HeaderTime)); err == nil {
 		e.at = ts.UTC()

@@ -80,7 +80,7 @@ func main() {
 // produceBomb produces the bomb and, in a batch of its own, the record after it.
 func produceBomb(ctx context.Context, brokers []string, mib int) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("bomb.events"),
-		kgo.ProducerBatchMaxBytes(int32(mib+8)<<20), kgo.MaxBufferedBytes((mib+16)<<20),
+		kgo.ProducerBatchMaxBytes(int32(mib+8)<<20), kgo.MaxBufferedBytes((mib+16)<<20), kgo.BrokerMaxWriteBytes(int32(mib+16)<<20),
 		kgo.ProducerBatchCompression(kgo.ZstdCompression()))
 	check(err)
 	defer cl.Close()

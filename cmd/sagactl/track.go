@@ -35,6 +35,7 @@ const trackUsage = `usage: sagactl track [run] [flags]           index the saga 
        sagactl track stuck [flags]           stuck sagas, the earliest missed deadline first
        sagactl track list [-status S] [flags] sagas (in_flight, stuck, completed; default all), oldest first
        sagactl track saga <correlation-id>   one correlation id's sagas, events and dead letters
+       sagactl track rejected [flags]        records indexed escaped or cut, or skipped, newest first
        sagactl flow [-last N] [-svg F] [-asyncapi F]  the observed flow: which event types followed which
        sagactl contracts usage [-window 24h] [-catalogue F] [-retire type@version]
                                              per event type and schema version: producers seen, first and
@@ -91,7 +92,7 @@ func cmdTrack(ctx context.Context, args []string, std stdio) error {
 			return fmt.Errorf("%w: track saga takes one correlation id", errUsage)
 		}
 	default:
-		return fmt.Errorf("%w: unknown track subcommand %q (run, stuck, list, saga, flow)", errUsage, sub)
+		return fmt.Errorf("%w: unknown track subcommand %q (run, stuck, list, saga, flow, rejected)", errUsage, sub)
 	}
 	switch f.status {
 	case "", string(tracker.StatusInFlight), string(tracker.StatusStuck), string(tracker.StatusCompleted):
@@ -317,4 +318,24 @@ func printTimeline(tl tracker.Timeline, asJSON bool, std stdio) error {
 			orDash(e.Reason), orDash(e.Error))
 	}
 	return d.render(std.out)
+}
+
+// trackRejectedLimit bounds the rejected records `track rejected` lists.
+const trackRejectedLimit = 100
+
+func printRejected(rj tracker.Rejections, asJSON bool, std stdio) error {
+	if asJSON {
+		return printJSON(rj, std)
+	}
+	if _, err := fmt.Fprintf(std.out, "%d escaped, %d skipped (kept for the retention age)\n", rj.Escaped, rj.Skipped); err != nil {
+		return err
+	}
+	if len(rj.Latest) == 0 {
+		return nil
+	}
+	t := newTable("AT", "TOPIC", "PARTITION", "OFFSET", "ACTION", "DETAIL").right(2, 3)
+	for _, r := range rj.Latest {
+		t.add(when(r.At), r.Topic, strconv.Itoa(int(r.Partition)), strconv.FormatInt(r.Offset, 10), r.Action, r.Detail)
+	}
+	return t.render(std.out)
 }
