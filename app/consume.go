@@ -11,8 +11,8 @@ import (
 	"github.com/choreo-saga/choreo/event"
 )
 
-// ConsumerSpec describes one consumer group of a service; see [App.Consume].
-type ConsumerSpec struct {
+// consumerSpec describes one consumer group of a service; see consume.
+type consumerSpec struct {
 	// Group is the Kafka consumer group. Required.
 	Group string
 	// Topics are consumed by the group. Required. The group also consumes its retry
@@ -40,7 +40,7 @@ type ConsumerSpec struct {
 	Options []consumer.Option
 }
 
-// Consume registers a consumer group running the standard middleware chain
+// consume registers a consumer group running the standard middleware chain
 // (consumer.Standard): the App's pool for transactions, its Kafka client for the
 // dead-letter topics, its locker with fencing (when Redis is configured), its
 // idempotency store, and Outbox.Wake after every commit. It starts with Run and is
@@ -54,14 +54,7 @@ type ConsumerSpec struct {
 // stalled partitions) and its assignment under "consumer <group> partitions": not ready
 // when it has held no partition for longer than the session plus the rebalance timeout
 // while the group has lag.
-func (a *App) Consume(spec ConsumerSpec) error {
-	if a.state.Load() != stateNew || a.ran.Load() {
-		return ErrRunning
-	}
-	return a.consume(spec)
-}
-
-func (a *App) consume(spec ConsumerSpec) error {
+func (a *App) consume(spec consumerSpec) error {
 	sc := consumer.StandardConfig{
 		DB:                a.Pool,
 		Router:            spec.Router,

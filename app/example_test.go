@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/choreo-saga/choreo/app"
-	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
 )
 
@@ -47,21 +46,21 @@ func ExampleLoadConfig() {
 // order and publishes shipment.scheduled through the outbox, in the same transaction.
 func ExampleNew() {
 	ctx := context.Background()
+	type confirmed struct {
+		OrderID string `json:"order_id"`
+	}
+	scheduled := app.Producer[confirmed]{Source: "shipping", Topic: "shipping.events", Type: "shipment.scheduled", Version: 1}
 	svc, err := app.New(ctx, "shipping", // configuration from the environment
-		app.WithSchema("shipping", `CREATE TABLE IF NOT EXISTS shipments (order_id text PRIMARY KEY)`),
-		app.WithTopics("shipping.events"))
+		app.WithSchema("shipping", `CREATE TABLE IF NOT EXISTS shipments (order_id text PRIMARY KEY)`))
 	if err != nil {
 		log.Fatal(err)
 	}
-	svc.Handle("orders.events", "order.confirmed", func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO shipments (order_id) VALUES ($1) ON CONFLICT DO NOTHING`, ev.Subject); err != nil {
+	svc.Produces(scheduled)
+	app.On(svc, "orders.events", "order.confirmed", 1, func(ctx context.Context, tx pgx.Tx, ev event.Event, in confirmed) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO shipments (order_id) VALUES ($1) ON CONFLICT DO NOTHING`, in.OrderID); err != nil {
 			return err
 		}
-		next, err := event.New("shipping", "shipment.scheduled", ev.Subject, map[string]string{"order_id": ev.Subject})
-		if err != nil {
-			return consumer.Permanent(err)
-		}
-		return svc.Publish(ctx, tx, "shipping.events", next.CausedBy(ev))
+		return scheduled.Publish(ctx, tx, svc, ev.Subject, in) // caused by ev, in ev's saga
 	})
 	svc.HandleHTTPFunc("GET /shipments/{id}", func(w http.ResponseWriter, r *http.Request) {
 		var id string

@@ -4,31 +4,44 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/choreo-saga/choreo/consumer"
+	"github.com/choreo-saga/choreo/contract"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/outbox"
 )
 
-// ErrUndeclaredTopic is returned by [App.Publish] for a topic that was neither declared
-// with [WithTopics] nor consumed: Run would not have created it.
-var ErrUndeclaredTopic = errors.New("app: topic not declared (app.WithTopics)")
+// ErrUndeclared is returned by [App.Publish] for an event whose (topic, type, schema
+// version) the service did not declare with [App.Produces]. A programming error:
+// retrying does not help.
+var ErrUndeclared = errors.New("app: event not declared (App.Produces)")
 
-// kit holds the registrations of Handle until Run builds their consumer group.
+// kit holds the registrations of On and Produces until Run builds their consumer group.
 type kit struct {
-	topics []string                               // consumed, in registration order
-	on     map[string]string                      // event type → its topic
-	lockOn map[string]func(ev event.Event) string // event type → the entity it locks
+	topics   []string                               // consumed, in registration order
+	on       map[string]string                      // event type → its topic
+	versions map[string]map[int]consumer.TxHandler  // event type → version → handler
+	lockOn   map[string]func(ev event.Event) string // event type → the entity it locks
+	produces map[produced]bool                      // see Produces
+	decls    []contract.Declaration                 // what On and Produces declared
+}
+
+// produced identifies what Produces declares: an event type and version on a topic.
+type produced struct {
+	topic, typ string
+	version    int
 }
 
 func newKit() kit {
-	return kit{on: map[string]string{}, lockOn: map[string]func(event.Event) string{}}
+	return kit{on: map[string]string{}, versions: map[string]map[int]consumer.TxHandler{},
+		lockOn: map[string]func(event.Event) string{}, produces: map[produced]bool{}}
 }
 
-// HandlerOption configures one handler of [App.Handle].
+// HandlerOption configures one handler of [On].
 type HandlerOption func(*handlerOptions)
 
 type handlerOptions struct {
@@ -40,47 +53,76 @@ type handlerOptions struct {
 // topics change the same customer's balance. The lock serialises work on the entity
 // across partitions and instances, and its fencing token guards the transaction; the
 // Postgres transaction stays the correctness guard. An empty entity runs the handler
-// without a lock. Default: the subject.
+// without a lock. Default: the subject. The lock is per event type: every version of the
+// type takes the entity of the last On that set it.
 func LockOn(entity func(ev event.Event) string) HandlerOption {
 	return func(o *handlerOptions) { o.lockOn = entity }
 }
 
-// Handle registers h for events of type eventType on topic, in the service's consumer
-// group (WithGroup; default the service name), which consumes every topic a Handle names.
-// Run starts the group with the standard chain (consumer.Standard, and
-// consumer.StandardBatch when Config.ConsumerBatch > 1): tracing, correlation, metrics
-// and logs, dead letters, retries with backoff, a per-entity Redis lock with fencing,
-// and h in a Postgres transaction that also claims the event's id, so that a redelivered
-// event is skipped. h runs in a context carrying the event (see [WithHandled]): publish
-// the next event with [App.Publish] in the same tx, and it continues the event's saga.
+// On registers h for events of type eventType at payload schema version version
+// (ce_dataschemaversion) on topic, and declares that the service reads their payload as
+// a T: the consumer side of the event's contract (see [App.Contracts]). It is the one
+// way to register an event handler on the kit.
+//
+// Before h runs, the payload is decoded with contract.Decode: validated against T's
+// JSON Schema (contract.SchemaFor: every field without omitempty is required, types,
+// bounds, enums; unknown fields are ignored), unmarshalled, and, if T has a Subject
+// method, checked to be about the event's subject. A payload that fails is malformed:
+// dead-lettered at once, h never sees it.
+//
+// Handlers are in the service's consumer group (WithGroup; default the service name),
+// which consumes every topic an On names. Run starts the group with the standard chain
+// (consumer.Standard, and consumer.StandardBatch when Config.ConsumerBatch > 1):
+// tracing, correlation, metrics and logs, dead letters, retries with backoff, a
+// per-entity Redis lock with fencing, and h in a Postgres transaction that also claims
+// the event's id, so that a redelivered event is skipped. h runs in a context carrying
+// the event (see [WithHandled]): publish the next event with [App.Publish] or a
+// [Producer] in the same tx, and it continues the event's saga.
 //
 // h's error decides what happens to the event: nil commits; an error matching
 // event.ErrMalformed or wrapped with consumer.Permanent dead-letters it at once; any
 // other error rolls back and retries (consumer.RetryConfig), then dead-letters it; an
 // outage (database or Redis unreachable) retries without limit and never dead-letters.
 //
-// Events of types no Handle registered for their topic are settled as ignored (see
-// [WithDeadLetterUnknownTypes]). Handle panics if eventType is already registered (an
-// event type has one handler per service), if topic or eventType is empty or h nil, or
-// after Run started: these are programming errors, as with http.ServeMux.
-func (a *App) Handle(topic, eventType string, h consumer.TxHandler, opts ...HandlerOption) {
+// One service may register several versions of a type (v1 and v2 of a payload while
+// producers migrate); each event goes to the handler of its version, and a version
+// nobody registered is dead-lettered (consumer.ErrUnknownType). Events of types no On
+// registered for their topic are settled as ignored (see [WithDeadLetterUnknownTypes]).
+//
+// On panics if (eventType, version) is already registered, if eventType is registered
+// on another topic, if topic or eventType is empty, version < 1 or h nil, if T has no
+// JSON Schema (contract.SchemaFor), or after Run started: these are programming errors,
+// as with http.ServeMux.
+func On[T any](a *App, topic, eventType string, version int, h func(ctx context.Context, tx pgx.Tx, ev event.Event, p T) error, opts ...HandlerOption) {
 	if a.state.Load() != stateNew || a.ran.Load() {
-		panic("app: Handle after Run")
+		panic("app: On after Run")
 	}
-	if topic == "" || eventType == "" || h == nil {
-		panic(fmt.Sprintf("app: Handle(%q, %q): empty topic or event type, or nil handler", topic, eventType))
+	if topic == "" || eventType == "" || version < 1 || h == nil {
+		panic(fmt.Sprintf("app: On(%q, %q, %d): empty topic or event type, version < 1, or nil handler", topic, eventType, version))
 	}
-	if t, ok := a.kit.on[eventType]; ok {
-		panic(fmt.Sprintf("app: event type %q registered twice (on %s and %s)", eventType, t, topic))
+	if t, ok := a.kit.on[eventType]; ok && t != topic {
+		panic(fmt.Sprintf("app: event type %q registered on %s and %s", eventType, t, topic))
+	}
+	if a.kit.versions[eventType][version] != nil {
+		panic(fmt.Sprintf("app: %s version %d registered twice", eventType, version))
+	}
+	d, err := contract.Declare[T](a.Config.Service, contract.Consumes, topic, eventType, version)
+	if err != nil {
+		panic(fmt.Sprintf("app: On(%q, %q, %d): %v", topic, eventType, version, err))
 	}
 	var o handlerOptions
 	for _, opt := range opts {
 		opt(&o)
 	}
-	a.Router.HandleOn(topic, eventType, func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
-		return h(WithHandled(ctx, ev), tx, ev)
-	})
+	vs := a.kit.versions[eventType]
+	if vs == nil {
+		vs = map[int]consumer.TxHandler{}
+		a.kit.versions[eventType] = vs
+		a.Router.HandleOn(topic, eventType, dispatch(eventType, vs))
+	}
+	vs[version] = Decoded(h)
 	a.kit.on[eventType] = topic
+	a.kit.decls = append(a.kit.decls, d)
 	if o.lockOn != nil {
 		a.kit.lockOn[eventType] = o.lockOn
 	}
@@ -89,19 +131,46 @@ func (a *App) Handle(topic, eventType string, h consumer.TxHandler, opts ...Hand
 	}
 }
 
+// dispatch routes the events of one type to the handler of their schema version, in a
+// context carrying the event (WithHandled).
+func dispatch(eventType string, versions map[int]consumer.TxHandler) consumer.TxHandler {
+	return func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+		h := versions[ev.SchemaVersion]
+		if h == nil {
+			return fmt.Errorf("%w: %q version %d (handled: %v)", consumer.ErrUnknownType, eventType, ev.SchemaVersion,
+				slices.Sorted(maps.Keys(versions)))
+		}
+		return h(WithHandled(ctx, ev), tx, ev)
+	}
+}
+
+// Decoded returns h as a consumer.TxHandler that decodes the payload as [On] does
+// (contract.Decode) before calling h: for a handler's unit test (apptest.Handle) or a
+// consumer built without the kit.
+func Decoded[T any](h func(ctx context.Context, tx pgx.Tx, ev event.Event, p T) error) consumer.TxHandler {
+	return func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+		p, err := contract.Decode[T](ev)
+		if err != nil {
+			return err
+		}
+		return h(ctx, tx, ev, p)
+	}
+}
+
 // Publish stores ev in the outbox in tx, to be published to topic (key = ev.Subject)
 // after tx commits: the event exists if and only if the handler's writes do. The relay
-// publishes it at least once, in order per key, with the traceparent of ctx. topic must
-// be declared with [WithTopics] or consumed by [App.Handle]; otherwise Publish returns an
-// error matching [ErrUndeclaredTopic].
+// publishes it at least once, in order per key, with the traceparent of ctx. The
+// service must have declared ev's type and schema version on topic with
+// [App.Produces]; otherwise Publish returns an error matching [ErrUndeclared]. A
+// [Producer] builds such events.
 //
-// In a handler of [App.Handle], ev continues the saga of the event being handled (see
+// In a handler of [On], ev continues the saga of the event being handled (see
 // [WithHandled]): an ev without a causation id gets that event's id as its causation id
 // and, if its correlation id is empty or event.New's default (the subject), that event's
 // correlation id. An ev whose causation id is set (ev.CausedBy) is published as it is.
 func (a *App) Publish(ctx context.Context, tx pgx.Tx, topic string, ev event.Event) error {
-	if !slices.Contains(a.opts.topics, topic) && !slices.Contains(a.kit.topics, topic) {
-		return fmt.Errorf("%w: %q", ErrUndeclaredTopic, topic)
+	if !a.kit.produces[produced{topic, ev.Type, ev.SchemaVersion}] {
+		return fmt.Errorf("%w: %s version %d on %q", ErrUndeclared, ev.Type, ev.SchemaVersion, topic)
 	}
 	return OutboxPublisher{Outbox: a.Outbox}.Publish(ctx, tx, topic, ev)
 }
@@ -136,10 +205,9 @@ func (p OutboxPublisher) Publish(ctx context.Context, tx pgx.Tx, topic string, e
 type handledKey struct{}
 
 // WithHandled returns ctx carrying ev as the event being handled, so that a [Publisher]
-// in ctx continues ev's saga. The kit runs every handler of [App.Handle] in such a
-// context; a handler run by other means (a consumer of its own, a unit test) gets the
-// same defaults with it. The handlers of a group added with [App.Consume] are not
-// wrapped: they call WithHandled themselves to get these defaults.
+// in ctx continues ev's saga. The kit runs every handler of [On] in such a context; a
+// handler run by other means (a consumer of its own, a unit test) gets the same defaults
+// with it.
 func WithHandled(ctx context.Context, ev event.Event) context.Context {
 	return context.WithValue(ctx, handledKey{}, ev)
 }
@@ -150,7 +218,7 @@ func Handled(ctx context.Context) (event.Event, bool) {
 	return ev, ok
 }
 
-// startKit registers the consumer group of Handle's registrations, if any (Run).
+// startKit registers the consumer group of On's registrations, if any (Run).
 func (a *App) startKit() error {
 	if len(a.kit.topics) == 0 {
 		return nil
@@ -160,7 +228,7 @@ func (a *App) startKit() error {
 	if err != nil {
 		return err
 	}
-	spec := ConsumerSpec{
+	spec := consumerSpec{
 		Group:   a.opts.group,
 		Topics:  a.kit.topics,
 		Router:  a.Router,
@@ -187,8 +255,8 @@ func (a *App) startKit() error {
 	return a.consume(spec)
 }
 
-// HandlerGroup returns the consumer group of the handlers registered with Handle and the
-// topics it consumes (none before the first Handle), e.g. to wait in a test until the
+// HandlerGroup returns the consumer group of the handlers registered with On and the
+// topics it consumes (none before the first On), e.g. to wait in a test until the
 // group has caught up.
 func (a *App) HandlerGroup() (group string, topics []string) {
 	return a.opts.group, slices.Clone(a.kit.topics)

@@ -143,7 +143,7 @@ func WithoutSignals() Option { return func(o *options) { o.signals = false } }
 
 // WithKafkaOptions adds franz-go options (TLS, SASL, client id, ...) to every Kafka
 // client of the App: the producer shared by the outbox relay and dead-lettering, and
-// each consumer's client (before ConsumerSpec.Options). They come after the options of
+// each consumer's client (before a consumer's own options). They come after the options of
 // Config.KafkaSecurity. The producer must stay an idempotent producer with acks=all (the
 // defaults), or the relay refuses it. Default: none.
 func WithKafkaOptions(opts ...kgo.Opt) Option {

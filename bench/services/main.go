@@ -130,7 +130,7 @@ func run(ctx context.Context, c config) error {
 
 	var rows []row
 	for _, w := range c.workers {
-		n, err := step(ctx, pool, store, w, c.duration, "payment", ph.OrderCreated, func(i int64) (event.Event, error) {
+		n, err := step(ctx, pool, store, w, c.duration, "payment", app.Decoded(ph.OrderCreated), func(i int64) (event.Event, error) {
 			id := fmt.Sprintf("o-%d-%d", w, i)
 			return event.New(events.SourceOrder, events.OrderCreated, id, events.OrderCreatedV1{
 				OrderID: id, CustomerID: fmt.Sprintf("c-%d", 1+i%100), Amount: 100,
@@ -153,7 +153,7 @@ func run(ctx context.Context, c config) error {
 			if _, err := tx.Exec(ctx, `INSERT INTO inventory_orders (order_id, announced) VALUES ($1, true)`, ev.Subject); err != nil {
 				return err
 			}
-			return ih.PaymentAuthorized(ctx, tx, ev)
+			return app.Decoded(ih.PaymentAuthorized)(ctx, tx, ev)
 		}
 		n, err := step(ctx, pool, store, w, c.duration, "inventory", reserve, func(i int64) (event.Event, error) {
 			id := fmt.Sprintf("r-%d-%d", w, i)

@@ -17,8 +17,17 @@ import (
 // The code blocks of docs/embedding.md's reference sections (see doc.go).
 // TestGuideBlocks runs the first two on the quick start's service.
 
+// cancelled is the payload of shipment.cancelled.
+type cancelled struct {
+	OrderID string `json:"order_id"`
+}
+
+// shipmentCancelled is the producer of shipment.cancelled (declared in guideService).
+var shipmentCancelled = app.Producer[cancelled]{Source: "shipping", Topic: "shipping.events", Type: "shipment.cancelled", Version: 1}
+
 // cancelRoute registers the guide's HTTP route on svc.
 func cancelRoute(svc *app.App) {
+	svc.Produces(shipmentCancelled)
 	// snippet:start http-route
 	svc.HandleHTTPFunc("POST /shipments/{id}/cancel", func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
@@ -28,10 +37,8 @@ func cancelRoute(svc *app.App) {
 			return
 		}
 		defer tx.Rollback(ctx)
-		ev, err := event.New("shipping", "shipment.cancelled", r.PathValue("id"), map[string]string{})
-		if err == nil {
-			err = svc.Publish(ctx, tx, "shipping.events", ev)
-		}
+		id := r.PathValue("id")
+		err = shipmentCancelled.Publish(ctx, tx, svc, id, cancelled{OrderID: id})
 		if err == nil {
 			err = tx.Commit(ctx)
 		}
@@ -47,8 +54,8 @@ func cancelRoute(svc *app.App) {
 // cancelShipments registers the guide's handler of order.cancelled on svc.
 func cancelShipments(svc *app.App) {
 	// snippet:start reject
-	svc.Handle("orders.events", "order.cancelled", func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
-		tag, err := tx.Exec(ctx, `DELETE FROM shipments WHERE order_id = $1`, ev.Subject)
+	app.On(svc, "orders.events", "order.cancelled", 1, func(ctx context.Context, tx pgx.Tx, ev event.Event, in cancelled) error {
+		tag, err := tx.Exec(ctx, `DELETE FROM shipments WHERE order_id = $1`, in.OrderID)
 		if err != nil {
 			return err
 		}
@@ -70,8 +77,13 @@ func shortRedoWindow(ctx context.Context) (*app.App, error) {
 	return svc, err
 }
 
+// created is the part of order.created the guide's credit handler reads.
+type created struct {
+	CustomerID string `json:"customer_id"`
+}
+
 // reserveCredit is the handler of the guide's section on locking another entity.
-func reserveCredit(context.Context, pgx.Tx, event.Event) error { return nil }
+func reserveCredit(context.Context, pgx.Tx, event.Event, created) error { return nil }
 
 // lockOnCustomer registers reserveCredit locking the order's customer.
 func lockOnCustomer(svc *app.App) {
@@ -83,6 +95,6 @@ func lockOnCustomer(svc *app.App) {
 		_ = ev.DecodeData(&order) // a malformed payload fails in the handler
 		return order.CustomerID
 	}
-	svc.Handle("orders.events", "order.created", reserveCredit, app.LockOn(customerOf))
+	app.On(svc, "orders.events", "order.created", 1, reserveCredit, app.LockOn(customerOf))
 	// snippet:end lock-on
 }

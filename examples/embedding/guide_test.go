@@ -34,7 +34,7 @@ func TestGuideBlocks(t *testing.T) {
 		t.Errorf("published %s, want shipment.cancelled", got.Type)
 	}
 
-	k.Produce("orders.events", apptest.NewEvent(t, "orders", "order.cancelled", "o-3", map[string]string{}))
+	k.Produce("orders.events", apptest.NewEvent(t, "orders", "order.cancelled", "o-3", map[string]string{"order_id": "o-3"}))
 	apptest.WaitFor(t, "a dead letter", func() bool { return len(k.ReadAll("orders.events.dlq")) > 0 })
 	reason := ""
 	for _, h := range k.ReadAll("orders.events.dlq")[0].Headers {

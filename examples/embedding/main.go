@@ -7,30 +7,36 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/choreo-saga/choreo/app"
-	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
 )
 
 const schema = `CREATE TABLE IF NOT EXISTS shipments (order_id text PRIMARY KEY)`
 
+// confirmed is what the service reads of order.confirmed; scheduled is what it writes.
+type (
+	confirmed struct {
+		OrderID string `json:"order_id"`
+	}
+	scheduled struct {
+		OrderID string `json:"order_id"`
+	}
+)
+
+// shipmentScheduled declares the event the service writes: topic, type, version, payload.
+var shipmentScheduled = app.Producer[scheduled]{Source: "shipping", Topic: "shipping.events", Type: "shipment.scheduled", Version: 1}
+
 // build is what main runs, and what the tests start (apptest.StartKit).
 func build(ctx context.Context, opts ...app.Option) (*app.App, error) {
-	svc, err := app.New(ctx, "shipping", append([]app.Option{
-		app.WithSchema("shipping", schema),
-		app.WithTopics("shipping.events"),
-	}, opts...)...)
+	svc, err := app.New(ctx, "shipping", append([]app.Option{app.WithSchema("shipping", schema)}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
-	svc.Handle("orders.events", "order.confirmed", func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO shipments (order_id) VALUES ($1) ON CONFLICT DO NOTHING`, ev.Subject); err != nil {
+	svc.Produces(shipmentScheduled)
+	app.On(svc, "orders.events", "order.confirmed", 1, func(ctx context.Context, tx pgx.Tx, ev event.Event, in confirmed) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO shipments (order_id) VALUES ($1) ON CONFLICT DO NOTHING`, in.OrderID); err != nil {
 			return err // rolled back and retried
 		}
-		next, err := event.New("shipping", "shipment.scheduled", ev.Subject, map[string]string{"order_id": ev.Subject})
-		if err != nil {
-			return consumer.Permanent(err) // dead-lettered at once
-		}
-		return svc.Publish(ctx, tx, "shipping.events", next) // caused by ev, in ev's saga
+		return shipmentScheduled.Publish(ctx, tx, svc, ev.Subject, scheduled{OrderID: in.OrderID}) // caused by ev
 	})
 	return svc, nil
 }

@@ -3,7 +3,9 @@
 // schedules a shipment in its own shipments table and publishes shipment.scheduled to
 // shipping.events through the transactional outbox, in the same transaction.
 //
-// main.go is all of its wiring: app.New reads the configuration from the environment
+// main.go is all of its wiring: it declares what the service produces (Produces) and
+// reads (app.On: order.confirmed, version 1, as an orderConfirmed), which is also the
+// contract `sagactl contracts` reads. app.New reads the configuration from the environment
 // (KAFKA_BROKERS, DATABASE_URL, REDIS_ADDR, OTEL_*, ...; see go doc ./app), migrates the
 // library's tables and the shipments table, and Run starts the consumer group with the
 // standard chain (tracing, dead letters, retries, per-order lock, idempotency), the
@@ -46,12 +48,12 @@ func main() {
 func build(ctx context.Context, opts ...app.Option) (*app.App, error) {
 	svc, err := app.New(ctx, "shipping", append([]app.Option{
 		app.WithSchema("shipping", shipmentsSchema),
-		app.WithTopics(shippingTopic),
 		app.WithEntityAttribute("order.id"),
 	}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
-	svc.Handle(ordersTopic, typeOrderConfirmed, schedule(svc))
+	svc.Produces(shipmentScheduledEvent)
+	app.On(svc, ordersTopic, typeOrderConfirmed, 1, schedule(svc))
 	return svc, nil
 }

@@ -2,14 +2,12 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/choreo-saga/choreo/app"
-	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
 )
 
@@ -20,17 +18,25 @@ const (
 	source                = "shipping" // ce_source of the events written here
 )
 
-// orderConfirmed is the payload of order.confirmed, as the order service writes it.
+// orderConfirmed is what this service reads of order.confirmed: the order id only (the
+// order service writes more; unknown fields are ignored).
 type orderConfirmed struct {
-	OrderID string `json:"order_id"`
+	OrderID string `json:"order_id" jsonschema:"maxLength=128"`
 }
+
+// Subject returns the order id: app.On dead-letters an order.confirmed whose order_id is
+// not its subject (the Kafka key) as malformed.
+func (p orderConfirmed) Subject() string { return p.OrderID }
 
 // shipmentScheduled is the payload of shipment.scheduled.
 type shipmentScheduled struct {
-	ShipmentID string `json:"shipment_id"`
+	ShipmentID string `json:"shipment_id" jsonschema:"format=uuid"`
 	OrderID    string `json:"order_id"`
-	ShipBy     string `json:"ship_by"` // YYYY-MM-DD
+	ShipBy     string `json:"ship_by" jsonschema:"format=date"` // YYYY-MM-DD
 }
+
+// shipmentScheduledEvent is the producer of shipment.scheduled, version 1.
+var shipmentScheduledEvent = app.Producer[shipmentScheduled]{Source: source, Topic: shippingTopic, Type: typeShipmentScheduled, Version: 1}
 
 // shipmentsSchema creates the service's own table (app.WithSchema applies it at every
 // start, under an advisory lock, so it is idempotent).
@@ -44,19 +50,12 @@ CREATE TABLE IF NOT EXISTS shipments (
 );`
 
 // schedule returns the handler of order.confirmed. It runs in the consumer's
-// transaction, once per event id: it schedules the order's shipment and publishes
-// shipment.scheduled through svc's outbox in the same transaction. Other event types on
-// the orders topic are settled as ignored by the kit.
-func schedule(svc *app.App) consumer.TxHandler {
-	return func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
-		var in orderConfirmed
-		if err := ev.DecodeData(&in); err != nil {
-			return err // matches event.ErrMalformed: dead-lettered at once, reason "malformed"
-		}
-		if in.OrderID == "" || in.OrderID != ev.Subject {
-			// No retry can fix this record: dead-lettered at once, reason "permanent".
-			return consumer.Permanent(fmt.Errorf("order_id %q does not match the subject %q", in.OrderID, ev.Subject))
-		}
+// transaction, once per event id, with the payload decoded and checked (app.On): it
+// schedules the order's shipment and publishes shipment.scheduled through svc's outbox
+// in the same transaction. Other event types on the orders topic are settled as ignored
+// by the kit.
+func schedule(svc *app.App) func(ctx context.Context, tx pgx.Tx, ev event.Event, in orderConfirmed) error {
+	return func(ctx context.Context, tx pgx.Tx, ev event.Event, in orderConfirmed) error {
 		out := shipmentScheduled{
 			ShipmentID: uuid.NewString(),
 			OrderID:    in.OrderID,
@@ -72,12 +71,8 @@ VALUES ($1, $2, $3, $4) ON CONFLICT (order_id) DO NOTHING`, out.OrderID, out.Shi
 			// service sent a second order.confirmed, or someone re-produced a fixed one).
 			return nil
 		}
-		next, err := event.New(source, typeShipmentScheduled, out.OrderID, out)
-		if err != nil {
-			return err
-		}
 		// Same transaction: the event is published if and only if the shipment commits.
 		// Published in the handler, it continues ev's saga (caused by ev, same correlation id).
-		return svc.Publish(ctx, tx, shippingTopic, next)
+		return shipmentScheduledEvent.Publish(ctx, tx, svc, out.OrderID, out)
 	}
 }

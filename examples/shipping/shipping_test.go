@@ -119,7 +119,7 @@ func TestPoisonDeadLettered(t *testing.T) {
 	want := map[string]string{ // record key → reason
 		"o-bad":  consumer.ReasonMalformed,
 		"o-odd":  consumer.ReasonUnknownType,
-		"o-mix":  consumer.ReasonPermanent,
+		"o-mix":  consumer.ReasonMalformed,
 		"o-junk": consumer.ReasonMalformed,
 	}
 	var bad *kgo.Record

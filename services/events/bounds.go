@@ -3,12 +3,12 @@ package events
 import (
 	"errors"
 	"fmt"
-
-	"github.com/choreo-saga/choreo/event"
 )
 
-// Bounds on the saga's payloads: a payload past one is invalid (event.ErrInvalidPayload,
-// so it is dead-lettered as malformed), never stored, logged or returned whole.
+// Bounds on the saga's payloads, stated in their schemas (jsonschema struct tags:
+// maxLength counts characters, maxItems lines): a payload past one is invalid
+// (event.ErrInvalidPayload, so it is dead-lettered as malformed), never stored, logged
+// or returned whole.
 const (
 	// MaxIDBytes bounds order, customer and SKU ids, and the event subject.
 	MaxIDBytes = 128
@@ -36,54 +36,4 @@ func ValidSubject(s string) error {
 		}
 	}
 	return nil
-}
-
-// checkBounds reports the first string field of p past its bound.
-func checkBounds(p Payload) error {
-	var ids []struct{ name, v string }
-	var reason string
-	var items []Item
-	switch p := p.(type) {
-	case OrderCreatedV1:
-		ids, items = append(ids, struct{ name, v string }{"customer_id", p.CustomerID}), p.Items
-	case OrderCancelRequestedV1:
-		reason = p.Reason
-	case OrderOutcomeV1:
-		reason = p.Reason
-	case PaymentV1:
-		ids, items, reason = append(ids, struct{ name, v string }{"customer_id", p.CustomerID}), p.Items, p.Reason
-	case StockV1:
-		items, reason = p.Items, p.Reason
-	}
-	ids = append(ids, struct{ name, v string }{"order_id", p.Subject()})
-	for _, id := range ids {
-		if len(id.v) > MaxIDBytes {
-			return fmt.Errorf("%s is %d bytes, limit %d", id.name, len(id.v), MaxIDBytes)
-		}
-	}
-	if len(reason) > MaxReasonBytes {
-		return fmt.Errorf("reason is %d bytes, limit %d", len(reason), MaxReasonBytes)
-	}
-	if len(items) > MaxItems {
-		return fmt.Errorf("%d items, limit %d", len(items), MaxItems)
-	}
-	for i, it := range items {
-		if len(it.SKU) > MaxIDBytes {
-			return fmt.Errorf("items[%d].sku is %d bytes, limit %d", i, len(it.SKU), MaxIDBytes)
-		}
-	}
-	return nil
-}
-
-// boundsError wraps a bound violation of an event of type typ as an invalid payload.
-func boundsError(typ string, err error) error {
-	return fmt.Errorf("%s: %w", typ, &event.Error{Field: "data", Kind: event.ErrInvalidPayload, Detail: err.Error()})
-}
-
-// clip shortens untrusted text quoted in an error.
-func clip(s string) string {
-	if len(s) > MaxIDBytes {
-		return s[:MaxIDBytes] + "…"
-	}
-	return s
 }

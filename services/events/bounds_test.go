@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/choreo-saga/choreo/contract"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/services/events"
 )
@@ -23,7 +24,7 @@ func TestBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := events.Decode[events.PaymentV1](ev); err != nil {
+	if _, err := contract.Decode[events.PaymentV1](ev); err != nil {
 		t.Fatalf("reason at the bound: %v", err)
 	}
 	for name, p := range bad {
@@ -34,13 +35,13 @@ func TestBounds(t *testing.T) {
 		var derr error
 		switch p.(type) {
 		case events.PaymentV1:
-			_, derr = events.Decode[events.PaymentV1](ev)
+			_, derr = contract.Decode[events.PaymentV1](ev)
 		case events.OrderCreatedV1:
-			_, derr = events.Decode[events.OrderCreatedV1](ev)
+			_, derr = contract.Decode[events.OrderCreatedV1](ev)
 		case events.StockV1:
-			_, derr = events.Decode[events.StockV1](ev)
+			_, derr = contract.Decode[events.StockV1](ev)
 		case events.OrderCancelRequestedV1:
-			_, derr = events.Decode[events.OrderCancelRequestedV1](ev)
+			_, derr = contract.Decode[events.OrderCancelRequestedV1](ev)
 		}
 		if !errors.Is(derr, event.ErrMalformed) || !errors.Is(derr, event.ErrInvalidPayload) || len(derr.Error()) > 512 {
 			t.Errorf("%s: %.200v", name, derr)

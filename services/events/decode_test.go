@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/choreo-saga/choreo/consumer"
+	"github.com/choreo-saga/choreo/contract"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/services/events"
 )
@@ -25,15 +26,15 @@ func newEvent(t *testing.T, typ, subject string, payload any) event.Event {
 func decodeAny(ev event.Event, want any) (any, error) {
 	switch want.(type) {
 	case events.OrderCreatedV1:
-		return events.Decode[events.OrderCreatedV1](ev)
+		return contract.Decode[events.OrderCreatedV1](ev)
 	case events.OrderCancelRequestedV1:
-		return events.Decode[events.OrderCancelRequestedV1](ev)
+		return contract.Decode[events.OrderCancelRequestedV1](ev)
 	case events.OrderOutcomeV1:
-		return events.Decode[events.OrderOutcomeV1](ev)
+		return contract.Decode[events.OrderOutcomeV1](ev)
 	case events.PaymentV1:
-		return events.Decode[events.PaymentV1](ev)
+		return contract.Decode[events.PaymentV1](ev)
 	case events.StockV1:
-		return events.Decode[events.StockV1](ev)
+		return contract.Decode[events.StockV1](ev)
 	}
 	panic(fmt.Sprintf("no payload type %T", want))
 }
@@ -68,15 +69,16 @@ func TestDecodeRejects(t *testing.T) {
 		data    string
 		detail  string
 	}{
-		{"other order", "o-2", `{"order_id":"o-1","amount":5}`, `order_id "o-1" is not the subject "o-2"`},
-		{"no order id", "o-1", `{"amount":5}`, `order_id "" is not the subject "o-1"`},
-		{"wrong field type", "o-1", `{"order_id":7}`, "cannot unmarshal number"},
-		{"not an object", "o-1", `[]`, "cannot unmarshal array"},
-		{"not JSON", "o-1", `{"order_id":`, "unexpected end of JSON input"},
+		{"other order", "o-2", `{"order_id":"o-1","customer_id":"c-1","items":[],"amount":5}`, `payload is about "o-1", not the subject "o-2"`},
+		{"no order id", "o-1", `{"customer_id":"c-1","items":[],"amount":5}`, `missing property 'order_id'`},
+		{"no items", "o-1", `{"order_id":"o-1","customer_id":"c-1","items":null,"amount":5}`, "at /items: got null, want array"},
+		{"wrong field type", "o-1", `{"order_id":7,"customer_id":"c-1","items":[],"amount":5}`, "at /order_id: got number, want string"},
+		{"not an object", "o-1", `[]`, "got array, want object"},
+		{"not JSON", "o-1", `{"order_id":`, "not valid JSON"},
 	} {
 		ev := newEvent(t, events.OrderCreated, c.subject, struct{}{})
 		ev.Data = []byte(c.data)
-		p, err := events.Decode[events.OrderCreatedV1](ev)
+		p, err := contract.Decode[events.OrderCreatedV1](ev)
 		if err == nil {
 			t.Errorf("%s: decoded %+v, want an error", c.name, p)
 			continue

@@ -2,6 +2,7 @@ package inventorysvc
 
 import (
 	"errors"
+	"github.com/choreo-saga/choreo/app"
 	"strings"
 	"testing"
 	"time"
@@ -96,18 +97,18 @@ func TestPaymentMismatch(t *testing.T) {
 		"customer": {OrderID: "o-1", CustomerID: "c-2", Amount: 1_000, Items: []events.Item{item("sku-1", 2)}},
 		"amount":   {OrderID: "o-1", CustomerID: "c-1", Amount: 999, Items: []events.Item{item("sku-1", 2)}},
 	} {
-		err := apptest.Handle(pool, h.PaymentAuthorized, apptest.NewEvent(t, events.SourcePayment, events.PaymentAuthorized, "o-1", p))
+		err := apptest.Handle(pool, app.Decoded(h.PaymentAuthorized), apptest.NewEvent(t, events.SourcePayment, events.PaymentAuthorized, "o-1", p))
 		if !errors.Is(err, ErrMismatch) || consumer.Retryable(err) || consumer.Reason(err) != events.ReasonMismatch {
 			t.Errorf("%s: err %v (reason %q), want ErrMismatch, reason %s", name, err, consumer.Reason(err), events.ReasonMismatch)
 		}
 	}
 	// Lines of one SKU split differently still match.
-	apptest.MustHandle(t, pool, h.PaymentAuthorized, authorized(t, "o-1", item("sku-1", 1), item("sku-1", 1)))
+	apptest.MustHandle(t, pool, app.Decoded(h.PaymentAuthorized), authorized(t, "o-1", item("sku-1", 1), item("sku-1", 1)))
 	if a := audit(t, pool); a.Orders["o-1"].Status != StatusReserved {
 		t.Fatalf("matching payment: %+v", a.Orders["o-1"])
 	}
 
-	apptest.MustHandle(t, pool, h.PaymentAuthorized, authorized(t, "o-2", item("sku-9", 1_000))) // held
+	apptest.MustHandle(t, pool, app.Decoded(h.PaymentAuthorized), authorized(t, "o-2", item("sku-9", 1_000))) // held
 	announce(t, pool, h, "o-2", item("sku-8", 1))
 	a := audit(t, pool)
 	if a.Orders["o-2"].Status != "" || a.SKUs["sku-9"].Available != 2_000 || len(outboxEvents(t, pool)) != 1 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/choreo-saga/choreo/app"
 	"slices"
 	"testing"
 
@@ -122,11 +123,11 @@ func TestHandlerScenarios(t *testing.T) {
 				var fn consumer.TxHandler
 				switch s.kind {
 				case "authorized":
-					ev, fn = authorized(t, "o-1", s.items...), h.PaymentAuthorized
+					ev, fn = authorized(t, "o-1", s.items...), app.Decoded(h.PaymentAuthorized)
 				case "confirmed":
-					ev, fn = confirmed(t, "o-1"), h.OrderConfirmed
+					ev, fn = confirmed(t, "o-1"), app.Decoded(h.OrderConfirmed)
 				case "cancel":
-					ev, fn = cancelRequested(t, "o-1"), h.CancelRequested
+					ev, fn = cancelRequested(t, "o-1"), app.Decoded(h.CancelRequested)
 				}
 				apptest.MustHandle(t, pool, fn, ev)
 			}
@@ -165,8 +166,8 @@ func TestSweeperReleasesExpired(t *testing.T) {
 	announce(t, pool, h, "o-new", item("sku-1", 1))
 	announce(t, pool, h, "o-x", item("sku-2", 5))
 	announce(t, pool, h, "o-y", item("sku-2", 5))
-	apptest.MustHandle(t, pool, h.PaymentAuthorized, authorized(t, "o-old", item("sku-1", 4)))
-	apptest.MustHandle(t, pool, h.PaymentAuthorized, authorized(t, "o-new", item("sku-1", 1)))
+	apptest.MustHandle(t, pool, app.Decoded(h.PaymentAuthorized), authorized(t, "o-old", item("sku-1", 4)))
+	apptest.MustHandle(t, pool, app.Decoded(h.PaymentAuthorized), authorized(t, "o-new", item("sku-1", 1)))
 	if _, err := pool.Exec(ctx, `UPDATE inventory_reservations SET expires_at = now() - interval '1 second' WHERE order_id = 'o-old'`); err != nil {
 		t.Fatal(err)
 	}
@@ -194,20 +195,20 @@ func TestSweeperReleasesExpired(t *testing.T) {
 	}
 
 	// A confirmation that arrives after expiry takes the stock again while it is there…
-	apptest.MustHandle(t, pool, h.OrderConfirmed, confirmed(t, "o-old"))
+	apptest.MustHandle(t, pool, app.Decoded(h.OrderConfirmed), confirmed(t, "o-old"))
 	if a := audit(t, pool); a.Orders["o-old"].Status != StatusCommitted || a.SKUs["sku-1"].Available != 5 {
 		t.Fatalf("after late confirm: %+v", a)
 	}
 	// …and when it is gone the order stays expired: stock is never oversold.
-	apptest.MustHandle(t, pool, h.PaymentAuthorized, authorized(t, "o-x", item("sku-2", 5)))
+	apptest.MustHandle(t, pool, app.Decoded(h.PaymentAuthorized), authorized(t, "o-x", item("sku-2", 5)))
 	if _, err := pool.Exec(ctx, `UPDATE inventory_reservations SET expires_at = now() - interval '1 second' WHERE order_id = 'o-x'`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := sw.SweepOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	apptest.MustHandle(t, pool, h.PaymentAuthorized, authorized(t, "o-y", item("sku-2", 5)))
-	apptest.MustHandle(t, pool, h.OrderConfirmed, confirmed(t, "o-x"))
+	apptest.MustHandle(t, pool, app.Decoded(h.PaymentAuthorized), authorized(t, "o-y", item("sku-2", 5)))
+	apptest.MustHandle(t, pool, app.Decoded(h.OrderConfirmed), confirmed(t, "o-x"))
 	if a := audit(t, pool); a.Orders["o-x"].Status != StatusExpired || a.SKUs["sku-2"].Available != 0 {
 		t.Fatalf("oversold: %+v", a)
 	}
@@ -228,7 +229,7 @@ func TestConcurrentReservations(t *testing.T) {
 		announce(t, pool, h, fmt.Sprintf("o-%d", i), items...)
 		evs = append(evs, authorized(t, fmt.Sprintf("o-%d", i), items...))
 	}
-	apptest.HandleConcurrently(t, pool, h.PaymentAuthorized, evs...)
+	apptest.HandleConcurrently(t, pool, app.Decoded(h.PaymentAuthorized), evs...)
 	a := audit(t, pool)
 	reserved := 0
 	for _, o := range a.Orders {
@@ -246,12 +247,12 @@ func TestInvalidEventsArePermanent(t *testing.T) {
 	h := newHandlers(t)
 	bad := authorized(t, "o-1", item("sku-1", 1))
 	bad.Subject = "o-2"
-	if err := apptest.Handle(pool, h.PaymentAuthorized, bad); !errors.Is(err, ErrInvalidEvent) || !errors.Is(err, event.ErrMalformed) || consumer.Retryable(err) {
+	if err := apptest.Handle(pool, app.Decoded(h.PaymentAuthorized), bad); !errors.Is(err, ErrInvalidEvent) || !errors.Is(err, event.ErrMalformed) || consumer.Retryable(err) {
 		t.Errorf("subject mismatch: %v", err)
 	}
 	garbled := cancelRequested(t, "o-1")
 	garbled.Data = []byte(`[]`)
-	if err := apptest.Handle(pool, h.CancelRequested, garbled); !errors.Is(err, ErrInvalidEvent) || !errors.Is(err, event.ErrMalformed) || consumer.Retryable(err) {
+	if err := apptest.Handle(pool, app.Decoded(h.CancelRequested), garbled); !errors.Is(err, ErrInvalidEvent) || !errors.Is(err, event.ErrMalformed) || consumer.Retryable(err) {
 		t.Errorf("bad payload: %v", err)
 	}
 }

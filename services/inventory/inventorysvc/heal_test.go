@@ -2,6 +2,7 @@ package inventorysvc
 
 import (
 	"context"
+	"github.com/choreo-saga/choreo/app"
 	"log/slog"
 	"slices"
 	"testing"
@@ -32,8 +33,8 @@ func TestUnannouncedPaymentChangesNothing(t *testing.T) {
 	pool := newDB(t)
 	h, m := healHandlers(t)
 	ghost := authorized(t, "o-ghost", item("sku-1", 4))
-	apptest.MustHandle(t, pool, h.PaymentAuthorized, ghost)
-	apptest.MustHandle(t, pool, h.PaymentAuthorized, authorized(t, "o-ghost", item("sku-1", 4))) // redelivered
+	apptest.MustHandle(t, pool, app.Decoded(h.PaymentAuthorized), ghost)
+	apptest.MustHandle(t, pool, app.Decoded(h.PaymentAuthorized), authorized(t, "o-ghost", item("sku-1", 4))) // redelivered
 	a := audit(t, pool)
 	if _, ok := a.Orders["o-ghost"]; ok || a.SKUs["sku-1"].Available != 10 || len(outboxEvents(t, pool)) != 0 {
 		t.Fatalf("an unannounced order changed inventory: %+v, %d events", a, len(outboxEvents(t, pool)))
@@ -60,7 +61,7 @@ func TestUnannouncedPaymentChangesNothing(t *testing.T) {
 	}
 	// Only the order service announces orders.
 	forged := apptest.NewEvent(t, events.SourcePayment, events.OrderCreated, "o-f", events.OrderCreatedV1{OrderID: "o-f"})
-	if err := apptest.Handle(pool, h.OrderCreated, forged); consumer.Retryable(err) || err == nil {
+	if err := apptest.Handle(pool, app.Decoded(h.OrderCreated), forged); consumer.Retryable(err) || err == nil {
 		t.Fatalf("forged order.created: %v; want a permanent error", err)
 	}
 }
@@ -76,13 +77,13 @@ func TestReconciliationReleasesUnneededReservations(t *testing.T) {
 		announce(t, pool, h, o, item("sku-1", 2))
 	}
 	for _, o := range []string{"o-cancelled", "o-rejected", "o-confirmed"} {
-		apptest.MustHandle(t, pool, h.PaymentAuthorized, authorized(t, o, item("sku-1", 2)))
+		apptest.MustHandle(t, pool, app.Decoded(h.PaymentAuthorized), authorized(t, o, item("sku-1", 2)))
 	}
-	apptest.MustHandle(t, pool, h.OrderConfirmed, confirmed(t, "o-confirmed"))
+	apptest.MustHandle(t, pool, app.Decoded(h.OrderConfirmed), confirmed(t, "o-confirmed"))
 	cancelled := svctest.Outcome(t, events.OrderCancelled, "o-cancelled")
-	apptest.MustHandle(t, pool, h.OrderOutcome, cancelled)
-	apptest.MustHandle(t, pool, h.OrderOutcome, svctest.Outcome(t, events.OrderRejected, "o-rejected"))
-	apptest.MustHandle(t, pool, h.OrderOutcome, svctest.Outcome(t, events.OrderCancelled, "o-late"))
+	apptest.MustHandle(t, pool, app.Decoded(h.OrderOutcome), cancelled)
+	apptest.MustHandle(t, pool, app.Decoded(h.OrderOutcome), svctest.Outcome(t, events.OrderRejected, "o-rejected"))
+	apptest.MustHandle(t, pool, app.Decoded(h.OrderOutcome), svctest.Outcome(t, events.OrderCancelled, "o-late"))
 	if _, err := pool.Exec(ctx, `DELETE FROM choreo_outbox`); err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +117,7 @@ func TestReconciliationReleasesUnneededReservations(t *testing.T) {
 	}
 
 	// A payment that arrives after its order ended CANCELLED reserves nothing.
-	apptest.MustHandle(t, pool, h.PaymentAuthorized, authorized(t, "o-late", item("sku-1", 2)))
+	apptest.MustHandle(t, pool, app.Decoded(h.PaymentAuthorized), authorized(t, "o-late", item("sku-1", 2)))
 	evs := outboxEvents(t, pool)
 	last := evs[len(evs)-1]
 	if p := apptest.DecodeData[events.StockV1](t, last); last.Type != events.StockUnavailable || p.Reason != ReasonOrderEnded+" CANCELLED" {
@@ -133,9 +134,9 @@ func TestResentCancelIsAnsweredAgainWithoutMovingStock(t *testing.T) {
 	pool := newDB(t)
 	h := newHandlers(t)
 	announce(t, pool, h, "o-1", item("sku-1", 3))
-	apptest.MustHandle(t, pool, h.PaymentAuthorized, authorized(t, "o-1", item("sku-1", 3)))
+	apptest.MustHandle(t, pool, app.Decoded(h.PaymentAuthorized), authorized(t, "o-1", item("sku-1", 3)))
 	for attempt := 1; attempt <= 3; attempt++ {
-		apptest.MustHandle(t, pool, h.CancelRequested, svctest.CancelRequested(t, "o-1", attempt))
+		apptest.MustHandle(t, pool, app.Decoded(h.CancelRequested), svctest.CancelRequested(t, "o-1", attempt))
 	}
 	var got []string
 	for _, ev := range outboxEvents(t, pool) {

@@ -2,6 +2,7 @@ package inventorysvc
 
 import (
 	"context"
+	"github.com/choreo-saga/choreo/app"
 	"log/slog"
 	"testing"
 	"time"
@@ -54,7 +55,7 @@ func created(t *testing.T, order string, items ...events.Item) event.Event {
 // service announces it.
 func announce(t *testing.T, pool *pgxpool.Pool, h *Handlers, order string, items ...events.Item) {
 	t.Helper()
-	apptest.MustHandle(t, pool, h.OrderCreated, created(t, order, items...))
+	apptest.MustHandle(t, pool, app.Decoded(h.OrderCreated), created(t, order, items...))
 }
 
 func confirmed(t *testing.T, order string) event.Event {

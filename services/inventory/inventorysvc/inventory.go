@@ -16,6 +16,7 @@ import (
 
 	"github.com/choreo-saga/choreo/app"
 	"github.com/choreo-saga/choreo/consumer"
+	"github.com/choreo-saga/choreo/contract"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/migrate"
 	"github.com/choreo-saga/choreo/outbox"
@@ -142,11 +143,7 @@ var Topics = []string{events.TopicOrders, events.TopicPayments}
 // OrderCreated records that the order service announced the order, and reserves for a
 // payment.authorized that was held because it arrived first. An order.created from any
 // other source is refused with ErrNotAnnounced (dead-lettered).
-func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event) error {
-	p, err := events.Decode[events.OrderCreatedV1](ev)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
-	}
+func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event, p events.OrderCreatedV1) error {
 	if ev.Source != events.SourceOrder {
 		return consumer.Permanent(fmt.Errorf("%w: order.created %s from source %q", ErrNotAnnounced, ev.ID, ev.Source))
 	}
@@ -160,7 +157,7 @@ func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event) 
 	// not there.
 	// The order as announced is kept (its first announcement): a payment.authorized
 	// reserves only for it (see mismatch).
-	err = tx.QueryRow(ctx, `INSERT INTO inventory_orders (order_id, announced, announced_items, announced_customer, announced_amount)
+	err := tx.QueryRow(ctx, `INSERT INTO inventory_orders (order_id, announced, announced_items, announced_customer, announced_amount)
 		VALUES ($1, true, $2, $3, $4)
 		ON CONFLICT (order_id) DO UPDATE SET announced = true,
 			announced_items = coalesce(inventory_orders.announced_items, $2),
@@ -181,7 +178,7 @@ func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event) 
 	}
 	held := event.Event{ID: *heldID, CorrelationID: *heldCorrelation, Type: events.PaymentAuthorized,
 		Source: events.SourcePayment, Subject: p.OrderID, Data: heldData}
-	pa, err := events.Decode[events.PaymentV1](held)
+	pa, err := contract.Decode[events.PaymentV1](held)
 	if err != nil {
 		return consumer.Permanent(fmt.Errorf("%w: held payment: %w", ErrInvalidEvent, err))
 	}
@@ -201,11 +198,7 @@ func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event) 
 // OrderOutcome records the outcome the order service announced (order.rejected,
 // order.cancelled) for the reconciliation, which releases a reservation the order no
 // longer needs. The first outcome of an order is kept.
-func (h *Handlers) OrderOutcome(ctx context.Context, tx pgx.Tx, ev event.Event) error {
-	p, err := events.Decode[events.OrderOutcomeV1](ev)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
-	}
+func (h *Handlers) OrderOutcome(ctx context.Context, tx pgx.Tx, ev event.Event, p events.OrderOutcomeV1) error {
 	return recordOutcome(ctx, tx, p.OrderID, ev)
 }
 
@@ -253,11 +246,7 @@ func (h *Handlers) note(ctx context.Context, tx pgx.Tx, level slog.Level, msg st
 // A payment whose items, customer or amount differ from the order as announced reserves
 // nothing and is dead-lettered as events.ReasonMismatch (ErrMismatch); a held one that
 // differs is dropped when order.created arrives, counted and logged as "mismatch".
-func (h *Handlers) PaymentAuthorized(ctx context.Context, tx pgx.Tx, ev event.Event) error {
-	p, err := events.Decode[events.PaymentV1](ev)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
-	}
+func (h *Handlers) PaymentAuthorized(ctx context.Context, tx pgx.Tx, ev event.Event, p events.PaymentV1) error {
 	// The row lock orders this handler with OrderCreated of the same order. The row of an
 	// announced order exists: in the common case one round trip reads and locks it, reads
 	// whether the order has a reservation, and reads the stock of its SKUs (see
@@ -446,11 +435,7 @@ func (h *Handlers) reserveNew(ctx context.Context, tx pgx.Tx, ev event.Event, p 
 // OrderConfirmed commits the order's reservation: the stock is sold and no longer
 // expires. A reservation that already expired takes its stock again if it can; if it
 // cannot, the oversold order is logged at error level and counted ("oversold").
-func (h *Handlers) OrderConfirmed(ctx context.Context, tx pgx.Tx, ev event.Event) error {
-	p, err := events.Decode[events.OrderOutcomeV1](ev)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
-	}
+func (h *Handlers) OrderConfirmed(ctx context.Context, tx pgx.Tx, ev event.Event, p events.OrderOutcomeV1) error {
 	// The usual case in one round trip: record the outcome and commit a held
 	// reservation; anything else is decided below on the locked reservation.
 	var committed bool
@@ -503,11 +488,7 @@ func (h *Handlers) OrderConfirmed(ctx context.Context, tx pgx.Tx, ev event.Event
 
 // CancelRequested releases the order's reservation, if it holds one, and answers the
 // cancel with one stock.released (see the contract on Handlers).
-func (h *Handlers) CancelRequested(ctx context.Context, tx pgx.Tx, ev event.Event) error {
-	p, err := events.Decode[events.OrderCancelRequestedV1](ev)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
-	}
+func (h *Handlers) CancelRequested(ctx context.Context, tx pgx.Tx, ev event.Event, p events.OrderCancelRequestedV1) error {
 	r, found, err := lockReservation(ctx, tx, p.OrderID)
 	if err != nil {
 		return err
@@ -672,7 +653,7 @@ func setStatus(ctx context.Context, tx pgx.Tx, id, status, reason string) error 
 }
 
 func (h *Handlers) emit(ctx context.Context, tx pgx.Tx, cause event.Event, typ string, payload events.StockV1) error {
-	ev, err := event.New(events.SourceInventory, typ, payload.OrderID, payload)
+	ev, err := produces[typ].New(payload.OrderID, payload)
 	if err != nil {
 		return consumer.Permanent(fmt.Errorf("inventorysvc: build %s: %w", typ, err))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/contract"
 	"github.com/choreo-saga/choreo/services/events"
 	"github.com/choreo-saga/choreo/services/internal/sagasvc"
 )
@@ -45,16 +46,31 @@ func setup(ctx context.Context, a *app.App, cfg Config) error {
 	return nil
 }
 
-// register routes the inventory service's events on a: order.created, payment.authorized,
-// order.confirmed, the outcomes (order.rejected, order.cancelled) and
-// order.cancel_requested are handled; the saga's other types on the topics it reads are
-// ignored.
+// produces holds the producers of the inventory service's events, by type.
+var produces = map[string]app.Producer[events.StockV1]{
+	events.StockReserved:    events.StockReservedEvent,
+	events.StockUnavailable: events.StockUnavailableEvent,
+	events.StockReleased:    events.StockReleasedEvent,
+}
+
+// register declares and routes the inventory service's events on a: it produces
+// stock.reserved, stock.unavailable and stock.released; order.created,
+// payment.authorized, order.confirmed, the outcomes (order.rejected, order.cancelled)
+// and order.cancel_requested are handled; the saga's other types on the topics it reads
+// are ignored.
 func (h *Handlers) register(a *app.App) {
+	a.Produces(events.StockReservedEvent, events.StockUnavailableEvent, events.StockReleasedEvent)
 	a.Router.Ignore(events.PaymentDeclined, events.PaymentRefunded)
-	a.Handle(events.TopicOrders, events.OrderCreated, h.OrderCreated)
-	a.Handle(events.TopicPayments, events.PaymentAuthorized, h.PaymentAuthorized)
-	a.Handle(events.TopicOrders, events.OrderConfirmed, h.OrderConfirmed)
-	a.Handle(events.TopicOrders, events.OrderRejected, h.OrderOutcome)
-	a.Handle(events.TopicOrders, events.OrderCancelled, h.OrderOutcome)
-	a.Handle(events.TopicOrders, events.OrderCancelRequested, h.CancelRequested)
+	app.On(a, events.TopicOrders, events.OrderCreated, 1, h.OrderCreated)
+	app.On(a, events.TopicPayments, events.PaymentAuthorized, 1, h.PaymentAuthorized)
+	app.On(a, events.TopicOrders, events.OrderConfirmed, 1, h.OrderConfirmed)
+	app.On(a, events.TopicOrders, events.OrderRejected, 1, h.OrderOutcome)
+	app.On(a, events.TopicOrders, events.OrderCancelled, 1, h.OrderOutcome)
+	app.On(a, events.TopicOrders, events.OrderCancelRequested, 1, h.CancelRequested)
+}
+
+// Contracts returns the inventory service's declarations (what register declares), for
+// the saga's catalogue.
+func Contracts() []contract.Declaration {
+	return app.Declarations("inventory", (&Handlers{}).register)
 }

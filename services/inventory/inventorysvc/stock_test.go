@@ -3,6 +3,7 @@ package inventorysvc
 import (
 	"context"
 	"errors"
+	"github.com/choreo-saga/choreo/app"
 	"testing"
 
 	"github.com/choreo-saga/choreo/app/apptest"
@@ -19,7 +20,7 @@ func TestBatchTakesSeeEachOther(t *testing.T) {
 	for _, o := range []string{"o-1", "o-2", "o-3"} {
 		announce(t, pool, h, o, item("sku-2", 2))
 	}
-	err := svctest.InBatch(pool, h.PaymentAuthorized, nil,
+	err := svctest.InBatch(pool, app.Decoded(h.PaymentAuthorized), nil,
 		authorized(t, "o-1", item("sku-2", 2)), authorized(t, "o-2", item("sku-2", 2)), authorized(t, "o-3", item("sku-2", 2)))
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +33,7 @@ func TestBatchTakesSeeEachOther(t *testing.T) {
 		t.Fatalf("sku-2: %+v", a.SKUs["sku-2"])
 	}
 	// A release in a batch goes back, too.
-	if err := svctest.InBatch(pool, h.CancelRequested, nil, cancelRequested(t, "o-1")); err != nil {
+	if err := svctest.InBatch(pool, app.Decoded(h.CancelRequested), nil, cancelRequested(t, "o-1")); err != nil {
 		t.Fatal(err)
 	}
 	if a := audit(t, pool); a.SKUs["sku-2"].Available != 3 || a.Orders["o-1"].Status != StatusReleased {
@@ -48,8 +49,8 @@ func TestBatchStockConflictIsRetried(t *testing.T) {
 	h := newHandlers(t)
 	announce(t, pool, h, "o-1", item("sku-2", 5))
 	announce(t, pool, h, "o-2", item("sku-2", 5))
-	err := svctest.InBatch(pool, h.PaymentAuthorized, func() {
-		apptest.MustHandle(t, pool, h.PaymentAuthorized, authorized(t, "o-2", item("sku-2", 5)))
+	err := svctest.InBatch(pool, app.Decoded(h.PaymentAuthorized), func() {
+		apptest.MustHandle(t, pool, app.Decoded(h.PaymentAuthorized), authorized(t, "o-2", item("sku-2", 5)))
 	}, authorized(t, "o-1", item("sku-2", 5)))
 	if !errors.Is(err, ErrStockChanged) || !consumer.IsOutage(err) {
 		t.Fatalf("err = %v, want ErrStockChanged, an outage", err)
@@ -57,7 +58,7 @@ func TestBatchStockConflictIsRetried(t *testing.T) {
 	if a := audit(t, pool); a.Orders["o-1"].Status != "" || a.Orders["o-2"].Status != StatusReserved {
 		t.Fatalf("orders: %+v", a.Orders)
 	}
-	if err := svctest.InBatch(pool, h.PaymentAuthorized, nil, authorized(t, "o-1", item("sku-2", 5))); err != nil {
+	if err := svctest.InBatch(pool, app.Decoded(h.PaymentAuthorized), nil, authorized(t, "o-1", item("sku-2", 5))); err != nil {
 		t.Fatal(err)
 	}
 	if a := audit(t, pool); a.Orders["o-1"].Status != StatusUnavailable || a.SKUs["sku-2"].Available != 0 {
@@ -102,11 +103,11 @@ func TestPaymentAuthorizedRoundTrips(t *testing.T) {
 	announce(t, pool, h, "o-1", item("sku-1", 2), item("sku-2", 1))
 	announce(t, pool, h, "o-2", item("sku-1", 1))
 	announce(t, pool, h, "o-3", item("sku-1", 9))
-	n, err := svctest.InCountedBatch(pool, h.PaymentAuthorized, authorized(t, "o-1", item("sku-1", 2), item("sku-2", 1)))
+	n, err := svctest.InCountedBatch(pool, app.Decoded(h.PaymentAuthorized), authorized(t, "o-1", item("sku-1", 2), item("sku-2", 1)))
 	if err != nil || n != 2 {
 		t.Fatalf("one order: %d round trips, %v; want 2", n, err)
 	}
-	n, err = svctest.InCountedBatch(pool, h.PaymentAuthorized,
+	n, err = svctest.InCountedBatch(pool, app.Decoded(h.PaymentAuthorized),
 		authorized(t, "o-2", item("sku-1", 1)), authorized(t, "o-3", item("sku-1", 9)))
 	if err != nil || n != 4 {
 		t.Fatalf("two orders: %d round trips, %v; want 4", n, err)
@@ -123,7 +124,7 @@ func TestPaymentAuthorizedRoundTrips(t *testing.T) {
 	}
 	// A redelivery under another id finds the reservation (read, then locked) and
 	// changes nothing.
-	if err := svctest.InBatch(pool, h.PaymentAuthorized, nil, authorized(t, "o-1", item("sku-1", 2), item("sku-2", 1))); err != nil {
+	if err := svctest.InBatch(pool, app.Decoded(h.PaymentAuthorized), nil, authorized(t, "o-1", item("sku-1", 2), item("sku-2", 1))); err != nil {
 		t.Fatal(err)
 	}
 	if b := audit(t, pool); b.SKUs["sku-1"] != a.SKUs["sku-1"] || b.SKUs["sku-2"] != a.SKUs["sku-2"] {
@@ -139,18 +140,18 @@ func TestHeldPaymentRoundTrips(t *testing.T) {
 	pool := newDB(t)
 	h := newHandlers(t)
 	pa := authorized(t, "o-1", item("sku-2", 2))
-	n, err := svctest.InCountedBatch(pool, h.PaymentAuthorized, pa)
+	n, err := svctest.InCountedBatch(pool, app.Decoded(h.PaymentAuthorized), pa)
 	if err != nil || n != 2 {
 		t.Fatalf("held: %d round trips, %v; want 2", n, err)
 	}
 	if a := audit(t, pool); a.SKUs["sku-2"].Available != 5 || len(outboxEvents(t, pool)) != 0 {
 		t.Fatalf("a held payment changed inventory: %+v", a)
 	}
-	n, err = svctest.InCountedBatch(pool, h.PaymentAuthorized, authorized(t, "o-1", item("sku-2", 2))) // redelivered
+	n, err = svctest.InCountedBatch(pool, app.Decoded(h.PaymentAuthorized), authorized(t, "o-1", item("sku-2", 2))) // redelivered
 	if err != nil || n != 1 {
 		t.Fatalf("held again: %d round trips, %v; want 1", n, err)
 	}
-	n, err = svctest.InCountedBatch(pool, h.OrderCreated, created(t, "o-1", item("sku-2", 2)))
+	n, err = svctest.InCountedBatch(pool, app.Decoded(h.OrderCreated), created(t, "o-1", item("sku-2", 2)))
 	if err != nil || n != 4 {
 		t.Fatalf("announced: %d round trips, %v; want 4", n, err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/choreo-saga/choreo/app"
 	"github.com/choreo-saga/choreo/consumer"
+	"github.com/choreo-saga/choreo/contract"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/idempotency"
 	"github.com/choreo-saga/choreo/services/events"
@@ -270,21 +271,68 @@ var triggerTopics = map[Trigger]string{
 	OnStockUnavailable: events.TopicInventory, OnStockReleased: events.TopicInventory,
 }
 
-// register routes the order service's events on a: every event type of triggerTopics,
-// each on its topic, is handled by HandleEvent.
+// register declares and routes the order service's events on a: it produces order.*;
+// it handles every event type of triggerTopics, each on its topic, reading
+// payment.authorized and stock.reserved whole (their claims are checked against the
+// order) and the other answers as an outcome (order id and reason).
 func (s *Service) register(a *app.App) {
-	for _, t := range []Trigger{OnPaymentAuthorized, OnPaymentDeclined, OnPaymentRefunded,
-		OnStockReserved, OnStockUnavailable, OnStockReleased} {
-		a.Handle(triggerTopics[t], string(t), s.HandleEvent)
+	a.Produces(events.OrderCreatedEvent, events.OrderConfirmedEvent, events.OrderRejectedEvent,
+		events.OrderCancelRequestedEvent, events.OrderCancelledEvent)
+	app.On(a, events.TopicPayments, events.PaymentAuthorized, 1, s.onPayment)
+	app.On(a, events.TopicPayments, events.PaymentDeclined, 1, s.onOutcome)
+	app.On(a, events.TopicPayments, events.PaymentRefunded, 1, s.onOutcome)
+	app.On(a, events.TopicInventory, events.StockReserved, 1, s.onStock)
+	app.On(a, events.TopicInventory, events.StockUnavailable, 1, s.onOutcome)
+	app.On(a, events.TopicInventory, events.StockReleased, 1, s.onOutcome)
+}
+
+// Contracts returns the order service's declarations (what it registers on the kit),
+// for the saga's catalogue.
+func Contracts() []contract.Declaration {
+	return app.Declarations("order", (&Service{}).register)
+}
+
+// outcome is what the order service reads of payment.declined, payment.refunded,
+// stock.unavailable and stock.released: which order, and why.
+type outcome struct {
+	OrderID string `json:"order_id" jsonschema:"maxLength=128" jsonschema_description:"The order (also the event's subject and Kafka key)."`
+	Reason  string `json:"reason,omitempty" jsonschema:"maxLength=256" jsonschema_description:"Why, recorded in the order's history."`
+}
+
+// Subject returns p.OrderID (contract.Decode checks it is the event's subject).
+func (p outcome) Subject() string { return p.OrderID }
+
+// onPayment applies payment.authorized after checking its claim (amount, customer,
+// items) against the order.
+func (s *Service) onPayment(ctx context.Context, tx pgx.Tx, ev event.Event, p events.PaymentV1) error {
+	return s.handle(ctx, tx, ev, p.Reason, &claim{payment: true, amount: p.Amount, customer: p.CustomerID, items: p.Items})
+}
+
+// onStock applies stock.reserved after checking its items against the order.
+func (s *Service) onStock(ctx context.Context, tx pgx.Tx, ev event.Event, p events.StockV1) error {
+	return s.handle(ctx, tx, ev, p.Reason, &claim{items: p.Items})
+}
+
+// onOutcome applies an answer that carries no claim: a decline, a refund, unavailable
+// or released stock.
+func (s *Service) onOutcome(ctx context.Context, tx pgx.Tx, ev event.Event, p outcome) error {
+	what := map[string]string{events.PaymentDeclined: "payment declined", events.PaymentRefunded: "payment refunded"}[ev.Type]
+	switch {
+	case what == "":
+		return s.handle(ctx, tx, ev, p.Reason, nil)
+	case p.Reason != "":
+		return s.handle(ctx, tx, ev, what+": "+p.Reason, nil)
 	}
+	return s.handle(ctx, tx, ev, what, nil)
 }
 
 // Topics are the topics the order service consumes.
 var Topics = []string{events.TopicPayments, events.TopicInventory}
 
-// HandleEvent is the consumer's business handler (a consumer.TxHandler): it locks the
-// order named by the event's subject and applies the event through the transition
-// table, in tx.
+// HandleEvent is the consumer's business handler as a consumer.TxHandler (the kit
+// registers one typed handler per event type, see register; HandleEvent decodes as they
+// do and calls the same code): it locks the order named by the event's subject and
+// applies the event through the transition table, in tx.
 //
 // An event that is invalid in the order's state (e.g. a late event after a terminal
 // state) is not an error: its facts and an ignored history entry are written, a warning
@@ -292,13 +340,20 @@ var Topics = []string{events.TopicPayments, events.TopicInventory}
 // event for an unknown order or with a malformed payload fails permanently (it is
 // dead-lettered).
 func (s *Service) HandleEvent(ctx context.Context, tx pgx.Tx, ev event.Event) error {
+	switch ev.Type {
+	case events.PaymentAuthorized:
+		return app.Decoded(s.onPayment)(ctx, tx, ev)
+	case events.StockReserved:
+		return app.Decoded(s.onStock)(ctx, tx, ev)
+	}
+	return app.Decoded(s.onOutcome)(ctx, tx, ev)
+}
+
+// handle applies ev, whose payload says reason and claims c (nil: nothing to check).
+func (s *Service) handle(ctx context.Context, tx pgx.Tx, ev event.Event, reason string, c *claim) error {
 	id := ev.Subject
 	if !validID(id) {
 		return fmt.Errorf("ordersvc: subject %q is not an order id: %w", id, event.ErrMalformed)
-	}
-	reason, c, err := eventReason(ev)
-	if err != nil {
-		return err
 	}
 	// The usual case in one round trip (applyExpected, which checks c); any other on the
 	// locked row.
@@ -413,42 +468,6 @@ func fmtItems(items []events.Item) string {
 	}
 	b.WriteByte(']')
 	return b.String()
-}
-
-// eventReason decodes the payload of a payment or stock event, checks that it is about
-// the event's subject, and returns the reason an outcome caused by it carries and, for
-// payment.authorized and stock.reserved, what it claims about the order.
-func eventReason(ev event.Event) (string, *claim, error) {
-	var p struct {
-		OrderID    string        `json:"order_id"`
-		Reason     string        `json:"reason"`
-		CustomerID string        `json:"customer_id"`
-		Amount     int64         `json:"amount"`
-		Items      []events.Item `json:"items"`
-	}
-	if err := ev.DecodeData(&p); err != nil {
-		return "", nil, err
-	}
-	if p.OrderID != "" && p.OrderID != ev.Subject {
-		return "", nil, fmt.Errorf("ordersvc: payload order_id %q differs from subject %q: %w", p.OrderID, ev.Subject, event.ErrMalformed)
-	}
-	var what string
-	switch ev.Type {
-	case events.PaymentAuthorized:
-		return p.Reason, &claim{payment: true, amount: p.Amount, customer: p.CustomerID, items: p.Items}, nil
-	case events.StockReserved:
-		return p.Reason, &claim{items: p.Items}, nil
-	case events.PaymentDeclined:
-		what = "payment declined"
-	case events.PaymentRefunded:
-		what = "payment refunded"
-	default:
-		return p.Reason, nil, nil
-	}
-	if p.Reason != "" {
-		return what + ": " + p.Reason, nil, nil
-	}
-	return what, nil, nil
 }
 
 // SweepOnce handles up to SweepBatch orders past their deadline, oldest deadline first:

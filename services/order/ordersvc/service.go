@@ -275,17 +275,26 @@ func endSpan(span trace.Span, err error) {
 	span.End()
 }
 
+// outcomes holds the producers of the order's outcome events, by type.
+var outcomes = map[string]app.Producer[events.OrderOutcomeV1]{
+	events.OrderConfirmed: events.OrderConfirmedEvent,
+	events.OrderRejected:  events.OrderRejectedEvent,
+	events.OrderCancelled: events.OrderCancelledEvent,
+}
+
 // newEvent builds an outgoing event of the order, caused by cause if not nil.
 // attempt numbers the sends of order.cancel_requested.
 func newEvent(typ, orderID, reason string, attempt int, cause *event.Event) (event.Event, error) {
-	var data any
+	var (
+		ev  event.Event
+		err error
+	)
 	switch typ {
 	case events.OrderCancelRequested:
-		data = events.OrderCancelRequestedV1{OrderID: orderID, Reason: reason, Attempt: attempt}
+		ev, err = events.OrderCancelRequestedEvent.New(orderID, events.OrderCancelRequestedV1{OrderID: orderID, Reason: reason, Attempt: attempt})
 	default:
-		data = events.OrderOutcomeV1{OrderID: orderID, Reason: reason}
+		ev, err = outcomes[typ].New(orderID, events.OrderOutcomeV1{OrderID: orderID, Reason: reason})
 	}
-	ev, err := event.New(events.SourceOrder, typ, orderID, data)
 	if err != nil {
 		return event.Event{}, fmt.Errorf("ordersvc: build %s: %w", typ, err)
 	}

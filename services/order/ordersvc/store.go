@@ -181,7 +181,7 @@ func (s *Service) queueInsert(ctx context.Context, b *pgx.Batch, id string, req 
 	if sc.IsValid() {
 		traceID, spanID = sc.TraceID().String(), sc.SpanID().String()
 	}
-	ev, err := event.New(events.SourceOrder, events.OrderCreated, id, events.OrderCreatedV1{
+	ev, err := events.OrderCreatedEvent.New(id, events.OrderCreatedV1{
 		OrderID: id, CustomerID: req.CustomerID, Items: req.Items, Amount: req.Amount,
 	})
 	if err != nil {

@@ -2,6 +2,7 @@ package paymentsvc
 
 import (
 	"errors"
+	"github.com/choreo-saga/choreo/app"
 	"testing"
 
 	"github.com/choreo-saga/choreo/app/apptest"
@@ -14,7 +15,7 @@ import (
 func TestBatchChargesSeeEachOther(t *testing.T) {
 	pool := newDB(t)
 	h := newHandlers(t, nil)
-	err := svctest.InBatch(pool, h.OrderCreated, nil,
+	err := svctest.InBatch(pool, app.Decoded(h.OrderCreated), nil,
 		orderCreated(t, "o-1", "c-1", 40_000), orderCreated(t, "o-2", "c-1", 40_000), orderCreated(t, "o-3", "c-1", 40_000))
 	if err != nil {
 		t.Fatal(err)
@@ -23,7 +24,7 @@ func TestBatchChargesSeeEachOther(t *testing.T) {
 		t.Fatalf("balance %d, want 20000", b)
 	}
 	audit(t, pool)
-	if err := svctest.InBatch(pool, h.StockUnavailable, nil, stockUnavailable(t, "o-1")); err != nil {
+	if err := svctest.InBatch(pool, app.Decoded(h.StockUnavailable), nil, stockUnavailable(t, "o-1")); err != nil {
 		t.Fatal(err)
 	}
 	if b := balance(t, pool, "c-1"); b != 60_000 {
@@ -38,9 +39,9 @@ func TestBatchChargesSeeEachOther(t *testing.T) {
 func TestBatchBalanceConflictIsRetried(t *testing.T) {
 	pool := newDB(t)
 	h := newHandlers(t, nil)
-	apptest.MustHandle(t, pool, h.OrderCreated, orderCreated(t, "o-0", "c-1", 50_000))
-	err := svctest.InBatch(pool, h.OrderCreated, func() {
-		apptest.MustHandle(t, pool, h.OrderCreated, orderCreated(t, "o-2", "c-1", 40_000))
+	apptest.MustHandle(t, pool, app.Decoded(h.OrderCreated), orderCreated(t, "o-0", "c-1", 50_000))
+	err := svctest.InBatch(pool, app.Decoded(h.OrderCreated), func() {
+		apptest.MustHandle(t, pool, app.Decoded(h.OrderCreated), orderCreated(t, "o-2", "c-1", 40_000))
 	}, orderCreated(t, "o-1", "c-1", 40_000))
 	if !errors.Is(err, ErrBalanceChanged) || !consumer.IsOutage(err) {
 		t.Fatalf("err = %v, want ErrBalanceChanged, an outage", err)
@@ -48,7 +49,7 @@ func TestBatchBalanceConflictIsRetried(t *testing.T) {
 	if b := balance(t, pool, "c-1"); b != 10_000 {
 		t.Fatalf("balance %d, want 10000", b)
 	}
-	if err := svctest.InBatch(pool, h.OrderCreated, nil, orderCreated(t, "o-1", "c-1", 40_000)); err != nil {
+	if err := svctest.InBatch(pool, app.Decoded(h.OrderCreated), nil, orderCreated(t, "o-1", "c-1", 40_000)); err != nil {
 		t.Fatal(err)
 	}
 	if a := audit(t, pool); a.Orders["o-1"].Status != StatusDeclined {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/choreo-saga/choreo/app"
 	"sync"
 	"testing"
 
@@ -124,11 +125,11 @@ func TestHandlerScenarios(t *testing.T) {
 				var fn consumer.TxHandler
 				switch s.kind {
 				case "created":
-					ev, fn = orderCreated(t, order, s.customer, s.amount), h.OrderCreated
+					ev, fn = orderCreated(t, order, s.customer, s.amount), app.Decoded(h.OrderCreated)
 				case "unavailable":
-					ev, fn = stockUnavailable(t, order), h.StockUnavailable
+					ev, fn = stockUnavailable(t, order), app.Decoded(h.StockUnavailable)
 				case "cancel":
-					ev, fn = cancelRequested(t, order), h.CancelRequested
+					ev, fn = cancelRequested(t, order), app.Decoded(h.CancelRequested)
 				}
 				apptest.MustHandle(t, pool, fn, ev)
 			}
@@ -170,7 +171,7 @@ func TestAuthorizedCarriesItemsAndCausation(t *testing.T) {
 	pool := newDB(t)
 	h := newHandlers(t, nil)
 	in := orderCreated(t, "o-9", "c-2", 2_500)
-	apptest.MustHandle(t, pool, h.OrderCreated, in)
+	apptest.MustHandle(t, pool, app.Decoded(h.OrderCreated), in)
 	got := outboxEvents(t, pool)
 	if len(got) != 1 {
 		t.Fatalf("got %d events", len(got))
@@ -187,7 +188,7 @@ func TestAuthorizedCarriesItemsAndCausation(t *testing.T) {
 func TestGatewayFaults(t *testing.T) {
 	pool := newDB(t)
 	h := newHandlers(t, func(c *Config) { c.FailureRate = 1 })
-	err := apptest.Handle(pool, h.OrderCreated, orderCreated(t, "o-1", "c-1", 1_000))
+	err := apptest.Handle(pool, app.Decoded(h.OrderCreated), orderCreated(t, "o-1", "c-1", 1_000))
 	if !errors.Is(err, ErrGatewayUnavailable) || !consumer.Retryable(err) {
 		t.Fatalf("err = %v, want retryable ErrGatewayUnavailable", err)
 	}
@@ -203,10 +204,10 @@ func TestGatewayFaults(t *testing.T) {
 		c.Random = func() float64 { mu.Lock(); defer mu.Unlock(); n++; return float64((n+1)%2) * 0.9 }
 	})
 	ev := orderCreated(t, "o-2", "c-1", 1_000)
-	if err := apptest.Handle(pool, h.OrderCreated, ev); !errors.Is(err, ErrGatewayUnavailable) {
+	if err := apptest.Handle(pool, app.Decoded(h.OrderCreated), ev); !errors.Is(err, ErrGatewayUnavailable) {
 		t.Fatalf("first attempt: %v", err)
 	}
-	apptest.MustHandle(t, pool, h.OrderCreated, ev)
+	apptest.MustHandle(t, pool, app.Decoded(h.OrderCreated), ev)
 	if a := audit(t, pool); a.Orders["o-2"].Status != StatusAuthorized {
 		t.Fatalf("o-2 = %+v", a.Orders["o-2"])
 	}
@@ -217,13 +218,13 @@ func TestInvalidEventsArePermanent(t *testing.T) {
 	h := newHandlers(t, nil)
 	bad := orderCreated(t, "o-1", "c-1", 100)
 	bad.Subject = "o-other"
-	err := apptest.Handle(pool, h.OrderCreated, bad)
+	err := apptest.Handle(pool, app.Decoded(h.OrderCreated), bad)
 	if !errors.Is(err, ErrInvalidEvent) || !errors.Is(err, event.ErrMalformed) || consumer.Retryable(err) {
 		t.Errorf("subject mismatch: err = %v, want permanent ErrInvalidEvent and event.ErrMalformed", err)
 	}
 	garbled := orderCreated(t, "o-1", "c-1", 100)
 	garbled.Data = []byte(`{"order_id": 7}`)
-	err = apptest.Handle(pool, h.OrderCreated, garbled)
+	err = apptest.Handle(pool, app.Decoded(h.OrderCreated), garbled)
 	if !errors.Is(err, ErrInvalidEvent) || !errors.Is(err, event.ErrMalformed) || consumer.Retryable(err) {
 		t.Errorf("bad payload: err = %v, want permanent ErrInvalidEvent and event.ErrMalformed", err)
 	}
@@ -241,7 +242,7 @@ func TestConcurrentCharges(t *testing.T) {
 			evs = append(evs, orderCreated(t, fmt.Sprintf("o-%d", i), "c-2", 1_000))
 		}
 	}
-	apptest.HandleConcurrently(t, pool, h.OrderCreated, evs...)
+	apptest.HandleConcurrently(t, pool, app.Decoded(h.OrderCreated), evs...)
 	a := audit(t, pool)
 	if len(a.Orders) != orders {
 		t.Fatalf("%d orders recorded, want %d", len(a.Orders), orders)
@@ -257,7 +258,7 @@ func TestConcurrentCharges(t *testing.T) {
 func TestSeedKeepsBalances(t *testing.T) {
 	pool := newDB(t)
 	h := newHandlers(t, nil)
-	apptest.MustHandle(t, pool, h.OrderCreated, orderCreated(t, "o-1", "c-1", 1_000))
+	apptest.MustHandle(t, pool, app.Decoded(h.OrderCreated), orderCreated(t, "o-1", "c-1", 1_000))
 	if err := Seed(context.Background(), pool, testCustomers); err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package paymentsvc
 import (
 	"context"
 	"errors"
+	"github.com/choreo-saga/choreo/app"
 	"log/slog"
 	"testing"
 
@@ -18,13 +19,13 @@ func TestResentCancelIsAnsweredAgainWithoutMovingMoney(t *testing.T) {
 	pool := newDB(t)
 	h := newHandlers(t, nil)
 	before := balance(t, pool, "c-1")
-	apptest.MustHandle(t, pool, h.OrderCreated, orderCreated(t, "o-1", "c-1", 1_000))
+	apptest.MustHandle(t, pool, app.Decoded(h.OrderCreated), orderCreated(t, "o-1", "c-1", 1_000))
 	for attempt := 1; attempt <= 3; attempt++ {
-		apptest.MustHandle(t, pool, h.CancelRequested, svctest.CancelRequested(t, "o-1", attempt))
+		apptest.MustHandle(t, pool, app.Decoded(h.CancelRequested), svctest.CancelRequested(t, "o-1", attempt))
 	}
-	apptest.MustHandle(t, pool, h.OrderCreated, orderCreated(t, "o-2", "c-poor", 500)) // declined: over limit
-	apptest.MustHandle(t, pool, h.CancelRequested, svctest.CancelRequested(t, "o-2", 1))
-	apptest.MustHandle(t, pool, h.CancelRequested, svctest.CancelRequested(t, "o-2", 2))
+	apptest.MustHandle(t, pool, app.Decoded(h.OrderCreated), orderCreated(t, "o-2", "c-poor", 500)) // declined: over limit
+	apptest.MustHandle(t, pool, app.Decoded(h.CancelRequested), svctest.CancelRequested(t, "o-2", 1))
+	apptest.MustHandle(t, pool, app.Decoded(h.CancelRequested), svctest.CancelRequested(t, "o-2", 2))
 
 	var got []emitted
 	for _, ev := range outboxEvents(t, pool) {
@@ -67,12 +68,12 @@ func TestOnlyAnnouncedOrdersAreCharged(t *testing.T) {
 	h := newHandlers(t, nil)
 	forged := apptest.NewEvent(t, events.SourceInventory, events.OrderCreated, "o-f", events.OrderCreatedV1{
 		OrderID: "o-f", CustomerID: "c-1", Amount: 1_000})
-	err := apptest.Handle(pool, h.OrderCreated, forged)
+	err := apptest.Handle(pool, app.Decoded(h.OrderCreated), forged)
 	if !errors.Is(err, ErrNotAnnounced) || consumer.Retryable(err) {
 		t.Fatalf("forged order.created: %v; want permanent ErrNotAnnounced", err)
 	}
-	apptest.MustHandle(t, pool, h.OrderOutcome, svctest.Outcome(t, events.OrderRejected, "o-late"))
-	apptest.MustHandle(t, pool, h.OrderCreated, orderCreated(t, "o-late", "c-1", 1_000))
+	apptest.MustHandle(t, pool, app.Decoded(h.OrderOutcome), svctest.Outcome(t, events.OrderRejected, "o-late"))
+	apptest.MustHandle(t, pool, app.Decoded(h.OrderCreated), orderCreated(t, "o-late", "c-1", 1_000))
 	if n := len(outboxEvents(t, pool)); n != 0 {
 		t.Fatalf("%d events emitted", n)
 	}
@@ -100,14 +101,14 @@ func TestReconciliationRefundsUnneededCharges(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, o := range []string{"o-rejected", "o-cancelled", "o-confirmed", "o-refunded"} {
-		apptest.MustHandle(t, pool, h.OrderCreated, orderCreated(t, o, "c-2", 1_000))
+		apptest.MustHandle(t, pool, app.Decoded(h.OrderCreated), orderCreated(t, o, "c-2", 1_000))
 	}
-	apptest.MustHandle(t, pool, h.CancelRequested, cancelRequested(t, "o-refunded"))
-	apptest.MustHandle(t, pool, h.OrderOutcome, svctest.Outcome(t, events.OrderRejected, "o-rejected"))
-	apptest.MustHandle(t, pool, h.OrderOutcome, svctest.Outcome(t, events.OrderCancelled, "o-cancelled"))
-	apptest.MustHandle(t, pool, h.OrderOutcome, svctest.Outcome(t, events.OrderConfirmed, "o-confirmed"))
-	apptest.MustHandle(t, pool, h.OrderOutcome, svctest.Outcome(t, events.OrderCancelled, "o-refunded"))
-	apptest.MustHandle(t, pool, h.OrderOutcome, svctest.Outcome(t, events.OrderCancelled, "o-refunded")) // repeated
+	apptest.MustHandle(t, pool, app.Decoded(h.CancelRequested), cancelRequested(t, "o-refunded"))
+	apptest.MustHandle(t, pool, app.Decoded(h.OrderOutcome), svctest.Outcome(t, events.OrderRejected, "o-rejected"))
+	apptest.MustHandle(t, pool, app.Decoded(h.OrderOutcome), svctest.Outcome(t, events.OrderCancelled, "o-cancelled"))
+	apptest.MustHandle(t, pool, app.Decoded(h.OrderOutcome), svctest.Outcome(t, events.OrderConfirmed, "o-confirmed"))
+	apptest.MustHandle(t, pool, app.Decoded(h.OrderOutcome), svctest.Outcome(t, events.OrderCancelled, "o-refunded"))
+	apptest.MustHandle(t, pool, app.Decoded(h.OrderOutcome), svctest.Outcome(t, events.OrderCancelled, "o-refunded")) // repeated
 	if _, err := pool.Exec(ctx, `DELETE FROM choreo_outbox`); err != nil {
 		t.Fatal(err)
 	}

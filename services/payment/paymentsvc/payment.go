@@ -162,11 +162,7 @@ func (h *Handlers) note(ctx context.Context, tx pgx.Tx, level slog.Level, msg st
 // OrderCreated charges the order's customer, or declines. It emits payment.authorized
 // (with the items, for inventory) or payment.declined; for a hang customer it records
 // the order as held and emits nothing.
-func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event) error {
-	p, err := events.Decode[events.OrderCreatedV1](ev)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
-	}
+func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event, p events.OrderCreatedV1) error {
 	if ev.Source != events.SourceOrder {
 		return consumer.Permanent(fmt.Errorf("%w: order.created %s from source %q", ErrNotAnnounced, ev.ID, ev.Source))
 	}
@@ -176,7 +172,7 @@ func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event) 
 		status, outcome *string
 		balance, limit  *int64
 	)
-	err = tx.QueryRow(ctx, `SELECT (SELECT status FROM payment_orders WHERE order_id = $1),
+	err := tx.QueryRow(ctx, `SELECT (SELECT status FROM payment_orders WHERE order_id = $1),
 		(SELECT outcome FROM payment_order_outcomes WHERE order_id = $1),
 		c.balance, c.charge_limit
 		FROM (SELECT 1) AS one LEFT JOIN payment_customers c ON c.id = $2`, p.OrderID, p.CustomerID).Scan(&status, &outcome, &balance, &limit)
@@ -278,11 +274,7 @@ func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event) 
 
 // StockUnavailable refunds a charged order whose stock could not be reserved and emits
 // payment.refunded. An order that was not charged, or already refunded, gets nothing.
-func (h *Handlers) StockUnavailable(ctx context.Context, tx pgx.Tx, ev event.Event) error {
-	p, err := events.Decode[events.StockV1](ev)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
-	}
+func (h *Handlers) StockUnavailable(ctx context.Context, tx pgx.Tx, ev event.Event, p events.StockV1) error {
 	reason := ReasonStockUnavailable
 	if p.Reason != "" {
 		reason += ": " + p.Reason
@@ -299,11 +291,7 @@ func (h *Handlers) StockUnavailable(ctx context.Context, tx pgx.Tx, ev event.Eve
 }
 
 // CancelRequested compensates a cancelled order (see the contract on Handlers).
-func (h *Handlers) CancelRequested(ctx context.Context, tx pgx.Tx, ev event.Event) error {
-	p, err := events.Decode[events.OrderCancelRequestedV1](ev)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
-	}
+func (h *Handlers) CancelRequested(ctx context.Context, tx pgx.Tx, ev event.Event, p events.OrderCancelRequestedV1) error {
 	o, found, err := lockOrder(ctx, tx, p.OrderID)
 	if err != nil {
 		return err
@@ -358,11 +346,7 @@ func (h *Handlers) CancelRequested(ctx context.Context, tx pgx.Tx, ev event.Even
 // for the reconciliation, which
 // refunds a charge still held by an order that ended REJECTED or CANCELLED. The first
 // outcome of an order is kept; a repeated one changes nothing.
-func (h *Handlers) OrderOutcome(ctx context.Context, tx pgx.Tx, ev event.Event) error {
-	p, err := events.Decode[events.OrderOutcomeV1](ev)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidEvent, err)
-	}
+func (h *Handlers) OrderOutcome(ctx context.Context, tx pgx.Tx, ev event.Event, p events.OrderOutcomeV1) error {
 	outcome := outcomeOf(ev.Type)
 	if _, err := tx.Exec(ctx, `INSERT INTO payment_order_outcomes (order_id, outcome, reason, event_id, correlation_id, checked)
 		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (order_id) DO NOTHING`,
@@ -444,7 +428,7 @@ func ledger(ctx context.Context, tx pgx.Tx, orderID, kind, customer string, amou
 }
 
 func (h *Handlers) emit(ctx context.Context, tx pgx.Tx, cause event.Event, typ string, payload events.PaymentV1) error {
-	ev, err := event.New(events.SourcePayment, typ, payload.OrderID, payload)
+	ev, err := produces[typ].New(payload.OrderID, payload)
 	if err != nil {
 		return consumer.Permanent(fmt.Errorf("paymentsvc: build %s: %w", typ, err))
 	}

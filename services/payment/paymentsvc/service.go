@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/contract"
 	"github.com/choreo-saga/choreo/services/events"
 	"github.com/choreo-saga/choreo/services/internal/sagasvc"
 )
@@ -41,16 +42,31 @@ func setup(ctx context.Context, a *app.App, cfg Config) error {
 	return nil
 }
 
-// register routes the payment service's events on a: order.created, stock.unavailable
-// and order.cancel_requested are handled, the outcomes that need no charge
-// (order.rejected, order.cancelled) are recorded; the saga's other types on the topics
-// it reads are ignored, order.confirmed included (a confirmed order keeps its charge, so
-// recording it would cost a transaction per order for nothing).
+// produces holds the producers of the payment service's events, by type.
+var produces = map[string]app.Producer[events.PaymentV1]{
+	events.PaymentAuthorized: events.PaymentAuthorizedEvent,
+	events.PaymentDeclined:   events.PaymentDeclinedEvent,
+	events.PaymentRefunded:   events.PaymentRefundedEvent,
+}
+
+// register declares and routes the payment service's events on a: it produces
+// payment.authorized, payment.declined and payment.refunded; order.created,
+// stock.unavailable and order.cancel_requested are handled, the outcomes that need no
+// charge (order.rejected, order.cancelled) are recorded; the saga's other types on the
+// topics it reads are ignored, order.confirmed included (a confirmed order keeps its
+// charge, so recording it would cost a transaction per order for nothing).
 func (h *Handlers) register(a *app.App) {
+	a.Produces(events.PaymentAuthorizedEvent, events.PaymentDeclinedEvent, events.PaymentRefundedEvent)
 	a.Router.Ignore(events.OrderConfirmed, events.StockReserved, events.StockReleased)
-	a.Handle(events.TopicOrders, events.OrderCreated, h.OrderCreated)
-	a.Handle(events.TopicInventory, events.StockUnavailable, h.StockUnavailable)
-	a.Handle(events.TopicOrders, events.OrderCancelRequested, h.CancelRequested)
-	a.Handle(events.TopicOrders, events.OrderRejected, h.OrderOutcome)
-	a.Handle(events.TopicOrders, events.OrderCancelled, h.OrderOutcome)
+	app.On(a, events.TopicOrders, events.OrderCreated, 1, h.OrderCreated)
+	app.On(a, events.TopicInventory, events.StockUnavailable, 1, h.StockUnavailable)
+	app.On(a, events.TopicOrders, events.OrderCancelRequested, 1, h.CancelRequested)
+	app.On(a, events.TopicOrders, events.OrderRejected, 1, h.OrderOutcome)
+	app.On(a, events.TopicOrders, events.OrderCancelled, 1, h.OrderOutcome)
+}
+
+// Contracts returns the payment service's declarations (what register declares), for
+// the saga's catalogue.
+func Contracts() []contract.Declaration {
+	return app.Declarations("payment", (&Handlers{}).register)
 }
