@@ -25,9 +25,9 @@ import (
 
 // Sentinel errors.
 var (
-	// ErrInvalidEvent is returned for an event whose payload cannot be handled: it does
-	// not decode, or its order id is missing or differs from the subject. The error also
-	// matches event.ErrMalformed, so the consumer dead-letters the event at once.
+	// ErrInvalidEvent is returned for a held payment.authorized (kept while its
+	// order.created had not arrived) whose stored payload no longer decodes. The error
+	// also matches event.ErrMalformed, so the consumer dead-letters the event at once.
 	ErrInvalidEvent = errors.New("inventorysvc: invalid event")
 	// ErrNotAnnounced is returned (permanent: dead-lettered) for an order.created whose
 	// source is not the order service: only the order service announces orders.

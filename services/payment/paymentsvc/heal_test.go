@@ -67,7 +67,7 @@ func TestOnlyAnnouncedOrdersAreCharged(t *testing.T) {
 	pool := newDB(t)
 	h := newHandlers(t, nil)
 	forged := apptest.NewEvent(t, events.SourceInventory, events.OrderCreated, "o-f", events.OrderCreatedV1{
-		OrderID: "o-f", CustomerID: "c-1", Amount: 1_000})
+		OrderID: "o-f", CustomerID: "c-1", Amount: 1_000, Items: []events.Item{{SKU: "sku-1", Qty: 1}}})
 	err := apptest.Handle(pool, app.Decoded(h.OrderCreated), forged)
 	if !errors.Is(err, ErrNotAnnounced) || consumer.Retryable(err) {
 		t.Fatalf("forged order.created: %v; want permanent ErrNotAnnounced", err)

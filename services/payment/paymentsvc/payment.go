@@ -24,10 +24,6 @@ import (
 var (
 	// ErrGatewayUnavailable is the retryable failure injected by Config.FailureRate.
 	ErrGatewayUnavailable = errors.New("paymentsvc: payment gateway unavailable")
-	// ErrInvalidEvent is returned for an event whose payload cannot be handled: it does
-	// not decode, or its order id is missing or differs from the subject. The error also
-	// matches event.ErrMalformed, so the consumer dead-letters the event at once.
-	ErrInvalidEvent = errors.New("paymentsvc: invalid event")
 	// ErrNotAnnounced is returned (permanent: dead-lettered) for an order.created whose
 	// source is not the order service: only the order service announces orders.
 	ErrNotAnnounced = errors.New("paymentsvc: order not announced by the order service")
