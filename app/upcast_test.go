@@ -37,11 +37,10 @@ func TestWithUpcaster(t *testing.T) {
 		mu   sync.Mutex
 		seen = map[string]string{} // subject → "v<version> <label>"
 	)
-	a.Handle("widgets.in", "widget.ping", func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
-		var p struct{ Label string }
-		if err := ev.DecodeData(&p); err != nil {
-			return err
-		}
+	type labelled struct {
+		Label string `json:"label"`
+	}
+	app.On(a.App, "widgets.in", "widget.ping", 2, func(ctx context.Context, tx pgx.Tx, ev event.Event, p labelled) error {
 		mu.Lock()
 		defer mu.Unlock()
 		seen[ev.Subject] += fmt.Sprintf("v%d %s;", ev.SchemaVersion, p.Label)
