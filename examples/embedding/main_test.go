@@ -8,7 +8,7 @@ import (
 
 func TestScheduled(t *testing.T) {
 	k := apptest.StartKit(t, apptest.NewInfra(t), build)
-	in := apptest.NewEvent(t, "orders", "order.confirmed", "o-1", map[string]string{})
+	in := apptest.NewEvent(t, "orders", "order.confirmed", "o-1", confirmed{OrderID: "o-1"})
 	k.ProduceTwice("orders.events", in)
 	got := k.AwaitEvent("shipping.events", "o-1")
 	if got.Type != "shipment.scheduled" || got.CausationID != in.ID {
