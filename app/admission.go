@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -27,8 +26,9 @@ const (
 	DefaultShedLogInterval = 10 * time.Second
 )
 
-// ErrAdmission is matched (errors.Is) by NewAdmission's configuration errors.
-var ErrAdmission = errors.New("app: invalid admission control")
+// ErrAdmission is matched (errors.Is) by NewAdmission's configuration errors. It wraps
+// [ErrInvalidConfig].
+var ErrAdmission = fmt.Errorf("%w: admission control", ErrInvalidConfig)
 
 // Admission is load shedding for an HTTP API: at most max requests are served at once,
 // and one that arrives when all are taken is answered at once with 503 Service
@@ -65,7 +65,8 @@ type Admission struct {
 }
 
 // AdmissionOption configures [NewAdmission].
-type AdmissionOption func(*admissionOptions)
+// An invalid value makes NewAdmission return an error matching [ErrAdmission].
+type AdmissionOption func(*admissionOptions) error
 
 type admissionOptions struct {
 	retryAfter time.Duration
@@ -77,18 +78,41 @@ type admissionOptions struct {
 // WithAdmissionRetryAfter sets the Retry-After of a shed request (rounded up to whole
 // seconds). Default: DefaultRetryAfter.
 func WithAdmissionRetryAfter(d time.Duration) AdmissionOption {
-	return func(o *admissionOptions) { o.retryAfter = d }
+	return func(o *admissionOptions) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: Retry-After %s is not positive", ErrAdmission, d)
+		}
+		o.retryAfter = d
+		return nil
+	}
 }
 
 // WithAdmissionLogger sets the logger of the rate-limited shedding warning, and its
 // interval (0 means DefaultShedLogInterval). Default: no log.
 func WithAdmissionLogger(l *slog.Logger, every time.Duration) AdmissionOption {
-	return func(o *admissionOptions) { o.logger, o.logEvery = l, every }
+	return func(o *admissionOptions) error {
+		switch {
+		case l == nil:
+			return fmt.Errorf("%w: nil logger", ErrAdmission)
+		case every < 0:
+			return fmt.Errorf("%w: log interval %s is negative", ErrAdmission, every)
+		case every == 0:
+			every = DefaultShedLogInterval
+		}
+		o.logger, o.logEvery = l, every
+		return nil
+	}
 }
 
 // WithAdmissionMeterProvider sets the meter provider of the metrics. Default: none.
 func WithAdmissionMeterProvider(mp metric.MeterProvider) AdmissionOption {
-	return func(o *admissionOptions) { o.mp = mp }
+	return func(o *admissionOptions) error {
+		if mp == nil {
+			return fmt.Errorf("%w: nil meter provider", ErrAdmission)
+		}
+		o.mp = mp
+		return nil
+	}
 }
 
 // NewAdmission returns admission control admitting at most max requests at once;
@@ -96,19 +120,13 @@ func WithAdmissionMeterProvider(mp metric.MeterProvider) AdmissionOption {
 // non-positive Retry-After is an error matching ErrAdmission.
 func NewAdmission(max int, opts ...AdmissionOption) (*Admission, error) {
 	o := admissionOptions{retryAfter: DefaultRetryAfter, logEvery: DefaultShedLogInterval}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if o.logEvery == 0 {
-		o.logEvery = DefaultShedLogInterval
-	}
-	switch {
-	case max < 0:
+	if max < 0 {
 		return nil, fmt.Errorf("%w: max in flight %d is negative", ErrAdmission, max)
-	case o.retryAfter <= 0:
-		return nil, fmt.Errorf("%w: Retry-After %s is not positive", ErrAdmission, o.retryAfter)
-	case o.logEvery < 0:
-		return nil, fmt.Errorf("%w: log interval %s is negative", ErrAdmission, o.logEvery)
+	}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
 	}
 	if o.mp == nil {
 		o.mp = noop.NewMeterProvider()

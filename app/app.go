@@ -127,11 +127,12 @@ const DefaultHTTPAddr = ":8080"
 // New fails, everything it opened is closed again.
 func New(ctx context.Context, service string, opts ...Option) (a *App, err error) {
 	o := options{signals: true, sweeper: true, ensureDB: true, logOutput: os.Stderr, entityAttr: consumer.DefaultEntityAttribute}
+	var problems []error
 	for _, opt := range opts {
-		opt(&o)
+		problems = append(problems, opt(&o))
 	}
 	cfg, err := o.resolve(service)
-	if err != nil {
+	if err = errors.Join(append(problems, err)...); err != nil {
 		return nil, err
 	}
 	a = &App{Config: cfg, opts: o, mux: http.NewServeMux(), ready: make(chan struct{}),
@@ -201,7 +202,11 @@ func New(ctx context.Context, service string, opts ...Option) (a *App, err error
 
 	a.Outbox = o.outbox
 	if a.Outbox == nil {
-		if a.Outbox, err = outbox.New(outbox.WithNotifier(a.Pool), outbox.WithSigner(cfg.Signing.Signer)); err != nil {
+		obOpts := []outbox.Option{outbox.WithNotifier(a.Pool)}
+		if cfg.Signing.Signer != nil {
+			obOpts = append(obOpts, outbox.WithSigner(cfg.Signing.Signer))
+		}
+		if a.Outbox, err = outbox.New(obOpts...); err != nil {
 			return nil, fmt.Errorf("app: %w", err)
 		}
 	}
@@ -282,7 +287,6 @@ func New(ctx context.Context, service string, opts ...Option) (a *App, err error
 		outbox.WithTracerProvider(a.Telemetry.TracerProvider),
 		outbox.WithMeterProvider(a.Telemetry.MeterProvider),
 		outbox.WithLogger(a.Logger),
-		outbox.WithEntityAttribute(o.entityAttr),
 	}, o.relayOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("app: %w", err)

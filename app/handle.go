@@ -41,8 +41,9 @@ func newKit() kit {
 		lockOn: map[string]func(event.Event) string{}, produces: map[produced]bool{}}
 }
 
-// HandlerOption configures one handler of [On].
-type HandlerOption func(*handlerOptions)
+// HandlerOption configures one handler of [On]. An invalid value is an error wrapping
+// [ErrInvalidConfig], and On panics with it.
+type HandlerOption func(*handlerOptions) error
 
 type handlerOptions struct {
 	lockOn func(ev event.Event) string
@@ -56,7 +57,13 @@ type handlerOptions struct {
 // without a lock. Default: the subject. The lock is per event type: every version of the
 // type takes the entity of the last On that set it.
 func LockOn(entity func(ev event.Event) string) HandlerOption {
-	return func(o *handlerOptions) { o.lockOn = entity }
+	return func(o *handlerOptions) error {
+		if entity == nil {
+			return invalid("LockOn: nil function")
+		}
+		o.lockOn = entity
+		return nil
+	}
 }
 
 // On registers h for events of type eventType at payload schema version version
@@ -112,7 +119,9 @@ func On[T any](a *App, topic, eventType string, version int, h func(ctx context.
 	}
 	var o handlerOptions
 	for _, opt := range opts {
-		opt(&o)
+		if err := opt(&o); err != nil {
+			panic(fmt.Sprintf("app: On(%q, %q, %d): %v", topic, eventType, version, err))
+		}
 	}
 	vs := a.kit.versions[eventType]
 	if vs == nil {

@@ -23,7 +23,9 @@ import (
 func (a *App) HandleHTTP(pattern string, h http.Handler, opts ...RouteOption) {
 	var o routeOptions
 	for _, opt := range opts {
-		opt(&o)
+		if err := opt(&o); err != nil {
+			panic(fmt.Sprintf("app: HandleHTTP(%q): %v", pattern, err))
+		}
 	}
 	a.mux.Handle(pattern, route(a.Telemetry, pattern, h, a.opts.httpLimits.withDefaults().RequestTimeout, o.admission))
 }
@@ -54,8 +56,9 @@ func serverSpan(tel *tracing.Telemetry, pattern string, h http.Handler) http.Han
 	)
 }
 
-// RouteOption configures one route of [App.HandleHTTP].
-type RouteOption func(*routeOptions)
+// RouteOption configures one route of [App.HandleHTTP]. An invalid value is an error
+// wrapping [ErrInvalidConfig], and HandleHTTP panics with it.
+type RouteOption func(*routeOptions) error
 
 type routeOptions struct {
 	admission *Admission
@@ -64,7 +67,13 @@ type routeOptions struct {
 // WithRouteAdmission puts the route under adm (see [Admission]), outside its span and
 // request deadline. One Admission may cover several routes: they share its cap.
 func WithRouteAdmission(adm *Admission) RouteOption {
-	return func(o *routeOptions) { o.admission = adm }
+	return func(o *routeOptions) error {
+		if adm == nil {
+			return invalid("WithRouteAdmission: nil admission")
+		}
+		o.admission = adm
+		return nil
+	}
 }
 
 // HandleHTTPFunc is HandleHTTP for a handler function.

@@ -98,13 +98,23 @@ func (l HTTPLimits) withDefaults() HTTPLimits {
 
 // WithHTTPLimits sets the bounds of the public HTTP server. Default: HTTPLimits{} (every
 // field at its default).
-func WithHTTPLimits(l HTTPLimits) Option { return func(o *options) { o.httpLimits = l } }
+func WithHTTPLimits(l HTTPLimits) Option {
+	return func(o *options) error { o.httpLimits = l; return nil }
+}
 
 // WithAdminListener makes Run serve the admin endpoints (/healthz, /readyz with each
 // check's error, /metrics) on ln instead of listening on Config.AdminAddr. Run closes it.
 // With WithListener and without WithAdminListener, the admin endpoints are served on the
 // WithListener listener (tests).
-func WithAdminListener(ln net.Listener) Option { return func(o *options) { o.adminListener = ln } }
+func WithAdminListener(ln net.Listener) Option {
+	return func(o *options) error {
+		if ln == nil {
+			return invalid("WithAdminListener: nil listener")
+		}
+		o.adminListener = ln
+		return nil
+	}
+}
 
 // defaultAdminAddr returns the loopback address DefaultAdminPortOffset above httpAddr's
 // port, or 127.0.0.1:0 (any free port, see App.AdminAddr) when httpAddr asks for any

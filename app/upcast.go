@@ -17,17 +17,14 @@ import (
 // upcaster refuses ("upcast_failed"). New refuses an invalid registration with an
 // error matching ErrInvalidConfig. See docs/contracts.md. Default: none.
 func WithUpcaster(eventType string, from, to int, fn consumer.Upcaster) Option {
-	return func(o *options) {
-		o.upcasters = append(o.upcasters, consumer.WithUpcaster(eventType, from, to, fn))
+	return func(o *options) error {
+		ups := append(o.upcasters[:len(o.upcasters):len(o.upcasters)], consumer.WithUpcaster(eventType, from, to, fn))
+		if _, err := consumer.NewUpcasters(ups...); err != nil { // with the earlier ones: a second path is an error too
+			return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+		o.upcasters = ups
+		return nil
 	}
-}
-
-// checkUpcasters reports an invalid WithUpcaster (New).
-func (o *options) checkUpcasters() error {
-	if _, err := consumer.NewUpcasters(o.upcasters...); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	return nil
 }
 
 // kitUpcasters returns the upcasters of the kit's consumer group, or nil without any.

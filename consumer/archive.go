@@ -21,9 +21,8 @@ import (
 // SHA-256. DeadLetter writes the row, in a transaction of its
 // own, before it lets the record's offset be committed. Build it with
 // NewDeadLetterArchive, create the table with migrate.Up (migrate.WithDeadLetterTable for
-// another name), and pass it to DeadLetter with
-// DeadLetterArchiveTo (or StandardConfig.DeadLetterArchive). It is safe for concurrent
-// use.
+// another name), and pass it to the dead-letter middleware as
+// StandardConfig.DeadLetterArchive. It is safe for concurrent use.
 type DeadLetterArchive struct {
 	db         migrate.Beginner
 	table      sqlname.Name

@@ -343,8 +343,11 @@ func TestDeadLetterBoundedCopyRefused(t *testing.T) {
 	archive := newArchive(t, pool, "custom.Dead Letters")
 
 	var log syncLog
-	mw := DeadLetter(producer, DeadLetterArchiveTo(archive),
-		DeadLetterLogger(slog.New(slog.NewJSONHandler(&log, nil))))
+	mw, err := newDeadLetter(producer, deadLetterArchiveTo(archive),
+		deadLetterLogger(slog.New(slog.NewJSONHandler(&log, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
 	cause := Permanent(errors.New("bad"))
 	for range 2 {
 		m := &Message{Record: orig, Group: "g", Attempt: 3, deadLetterTopic: func(string) string { return dlq }}
@@ -477,7 +480,10 @@ func TestDeadLetterArchiveUnreachable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw := DeadLetter(producer, DeadLetterArchiveTo(archive))
+	mw, err := newDeadLetter(producer, deadLetterArchiveTo(archive))
+	if err != nil {
+		t.Fatal(err)
+	}
 	m := &Message{Record: orig, Group: "g", deadLetterTopic: func(string) string { return dlq }}
 	cause := Permanent(errors.New("bad"))
 	err = mw(func(context.Context, *Message) error { return cause })(context.Background(), m)

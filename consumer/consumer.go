@@ -170,12 +170,12 @@ func WithShutdownTimeout(d time.Duration) Option {
 	}
 }
 
-// WithRedeliveryBackoff sets the pause before the runtime hands a record whose handler
+// WithRetryBackoff sets the pause before the runtime hands a record whose handler
 // returned an error to the handler again: a full-jitter delay whose bound doubles from
 // min to max (defaults DefaultRedeliveryMin and DefaultRedeliveryMax). With the standard
 // chain a handler only returns such an error when even dead-lettering failed; the record
 // is never skipped. Outages have their own backoff (WithOutageBackoff).
-func WithRedeliveryBackoff(minDelay, maxDelay time.Duration) Option {
+func WithRetryBackoff(minDelay, maxDelay time.Duration) Option {
 	return func(c *config) error {
 		if !(minDelay > 0 && maxDelay >= minDelay) {
 			return invalidOption("redelivery backoff %v..%v: want 0 < min <= max", minDelay, maxDelay)

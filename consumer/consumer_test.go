@@ -186,7 +186,7 @@ func TestConsumerRedeliversOnError(t *testing.T) {
 		}
 		rec.add(decodeSeq(t, m.Record))
 		return nil
-	}, fastGroup(), WithRedeliveryBackoff(time.Millisecond, 4*time.Millisecond))
+	}, fastGroup(), WithRetryBackoff(time.Millisecond, 4*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

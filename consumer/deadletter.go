@@ -138,34 +138,46 @@ type deadLetterConfig struct {
 	logger     *slog.Logger
 }
 
-// DeadLetterOption configures DeadLetter.
-type DeadLetterOption func(*deadLetterConfig)
+// deadLetterOption configures the dead-letter middleware (newDeadLetter); an invalid
+// value is an error wrapping ErrInvalidConfig. StandardConfig sets them.
+type deadLetterOption func(*deadLetterConfig) error
 
-// DeadLetterArchiveTo makes DeadLetter settle records the dead-letter topic refuses (for
-// their size, or because it does not exist) by writing their original (bounded, see ArchiveValueBytes) to the archive
-// a first. Default: no archive; such records are not settled and the runtime hands them
-// over again, blocking their partition.
-func DeadLetterArchiveTo(a *DeadLetterArchive) DeadLetterOption {
-	return func(c *deadLetterConfig) { c.archive = a }
-}
-
-// DeadLetterValueBytes sets how many leading bytes of the value a bounded copy keeps
-// (default DefaultDeadLetterValueBytes). Values below 1 keep the default.
-func DeadLetterValueBytes(n int) DeadLetterOption {
-	return func(c *deadLetterConfig) {
-		if n > 0 {
-			c.valueBytes = n
+// deadLetterArchiveTo makes the middleware settle records the dead-letter topic refuses
+// (for their size, or because it does not exist) by writing their original (bounded,
+// see ArchiveValueBytes) to the archive a first (StandardConfig.DeadLetterArchive). Default: no archive; such records
+// are not settled and the runtime hands them over again, blocking their partition.
+func deadLetterArchiveTo(a *DeadLetterArchive) deadLetterOption {
+	return func(c *deadLetterConfig) error {
+		if a == nil {
+			return fmt.Errorf("%w: nil dead-letter archive", ErrInvalidConfig)
 		}
+		c.archive = a
+		return nil
 	}
 }
 
-// DeadLetterLogger sets the logger of the Error lines DeadLetter writes when a record
-// could only be archived (default slog.Default() when DeadLetter is called).
-func DeadLetterLogger(l *slog.Logger) DeadLetterOption {
-	return func(c *deadLetterConfig) {
-		if l != nil {
-			c.logger = l
+// deadLetterValueBytes sets how many leading bytes of the value a bounded copy keeps
+// (StandardConfig.DeadLetterValueBytes; default DefaultDeadLetterValueBytes); n must be
+// positive.
+func deadLetterValueBytes(n int) deadLetterOption {
+	return func(c *deadLetterConfig) error {
+		if n <= 0 {
+			return fmt.Errorf("%w: dead-letter value bytes %d, want > 0", ErrInvalidConfig, n)
 		}
+		c.valueBytes = n
+		return nil
+	}
+}
+
+// deadLetterLogger sets the logger of the Error lines written when a record could only
+// be archived (default slog.Default()).
+func deadLetterLogger(l *slog.Logger) deadLetterOption {
+	return func(c *deadLetterConfig) error {
+		if l == nil {
+			return fmt.Errorf("%w: nil dead-letter logger", ErrInvalidConfig)
+		}
+		c.logger = l
+		return nil
 	}
 }
 
@@ -178,7 +190,7 @@ func DeadLetterLogger(l *slog.Logger) DeadLetterOption {
 // matching ErrDeadLetter (the runtime then hands the record over again); a record given
 // up because its worker is stopping is not dead-lettered.
 //
-// With an archive (DeadLetterArchiveTo), two refusals cannot block the partition:
+// With an archive (StandardConfig.DeadLetterArchive), two refusals cannot block the partition:
 //
 //   - The copy is refused for its size (kerr.MessageTooLarge, from the broker or from the
 //     client before sending; kerr.RecordListTooLarge): DeadLetter writes the
@@ -195,7 +207,14 @@ func DeadLetterLogger(l *slog.Logger) DeadLetterOption {
 // The offset is committed only after the archive row or the copy exists: an archive
 // write that fails (Postgres unreachable) returns an error matching ErrDeadLetter and
 // the record is handed over again.
-func DeadLetter(p Producer, opts ...DeadLetterOption) Middleware {
+func DeadLetter(p Producer) Middleware {
+	mw, _ := newDeadLetter(p) // no option: no error
+	return mw
+}
+
+// newDeadLetter returns the DeadLetter middleware configured by opts, applied in order,
+// or the first option's error.
+func newDeadLetter(p Producer, opts ...deadLetterOption) (Middleware, error) {
 	cfg := deadLetterConfig{
 		now:        time.Now,
 		lookback:   DefaultDeadLetterLookback,
@@ -203,7 +222,9 @@ func DeadLetter(p Producer, opts ...DeadLetterOption) Middleware {
 		logger:     slog.Default(),
 	}
 	for _, o := range opts {
-		o(&cfg)
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
 	}
 	return func(next Handler) Handler {
 		return func(ctx context.Context, m *Message) error {
@@ -228,7 +249,7 @@ func DeadLetter(p Producer, opts ...DeadLetterOption) Middleware {
 			cfg.settled(ctx, m, rec.Topic, err)
 			return nil
 		}
-	}
+	}, nil
 }
 
 func (c deadLetterConfig) record(m *Message, err error) *kgo.Record {

@@ -26,18 +26,6 @@ const deadLetterScanTimeout = 15 * time.Second
 // process's clock and still be treated as written before the partition's assignment.
 const deadLetterClockSkew = time.Minute
 
-// DeadLetterLookback sets how far before its partition's assignment DeadLetter looks for
-// an earlier copy of a record (default DefaultDeadLetterLookback). It must cover the
-// previous owner's last commit interval plus the time the group took to hand the
-// partition over (session and rebalance timeouts). Values below 1 keep the default.
-func DeadLetterLookback(d time.Duration) DeadLetterOption {
-	return func(c *deadLetterConfig) {
-		if d > 0 {
-			c.lookback = d
-		}
-	}
-}
-
 // partitionRun is one assignment of a partition to a worker: when it began, and the
 // dead-letter copies a previous owner of the partition wrote (read once, when the
 // first record that needs the check is dead-lettered).

@@ -118,3 +118,17 @@ func TestReason(t *testing.T) {
 		}
 	}
 }
+
+// An invalid dead-letter option is an error wrapping ErrInvalidConfig, never the default.
+func TestDeadLetterOptionsAreValidated(t *testing.T) {
+	for name, opt := range map[string]deadLetterOption{
+		"nil archive":      deadLetterArchiveTo(nil),
+		"zero value bytes": deadLetterValueBytes(0),
+		"negative bytes":   deadLetterValueBytes(-1),
+		"nil logger":       deadLetterLogger(nil),
+	} {
+		if mw, err := newDeadLetter(nil, opt); !errors.Is(err, ErrInvalidConfig) || mw != nil {
+			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)
+		}
+	}
+}

@@ -95,7 +95,7 @@
 // MarkCommitRecords) only after its handler returned nil, and marked offsets are
 // committed every 100 ms (WithCommitInterval), so a crash redoes at most the records
 // settled since the last commit, which Idempotent skips as duplicates. A handler error means "not settled": the worker hands the
-// same record over again after a backoff (WithRedeliveryBackoff, or WithOutageBackoff for
+// same record over again after a backoff (WithRetryBackoff, or WithOutageBackoff for
 // an outage) and never skips it.
 // The poll loop and the rebalance callbacks are serialised (kgo.BlockRebalanceOnPoll,
 // released after every poll, which never blocks). When partitions are revoked, their

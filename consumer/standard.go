@@ -30,8 +30,8 @@ type StandardConfig struct {
 	// refuses (too large, or the topic is missing), so they are settled instead of
 	// blocking their partition (see DeadLetter). Migrate it first. Default: none.
 	DeadLetterArchive *DeadLetterArchive
-	// DeadLetterValueBytes bounds the value of a bounded dead-letter copy (default
-	// DefaultDeadLetterValueBytes).
+	// DeadLetterValueBytes bounds the value of a bounded dead-letter copy (0: the
+	// default DefaultDeadLetterValueBytes; a negative value is an ErrInvalidConfig).
 	DeadLetterValueBytes int
 	// TrustedKeys, if set, maps a source (ce_source) to the keys its events must be
 	// signed with, as Router.TrustKeys does for one source: an event of such a source
@@ -120,10 +120,9 @@ func Standard(cfg StandardConfig) (Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	dlqOpts := []DeadLetterOption{
-		DeadLetterArchiveTo(cfg.DeadLetterArchive),
-		DeadLetterValueBytes(cfg.DeadLetterValueBytes),
-		DeadLetterLogger(cfg.Logger),
+	deadLetter, err := newDeadLetter(cfg.DeadLetter, c.deadLetterOptions(cfg)...)
+	if err != nil {
+		return nil, err
 	}
 
 	mws := []Middleware{
@@ -132,7 +131,7 @@ func Standard(cfg StandardConfig) (Handler, error) {
 		Correlate(c.entityAttr),
 		c.ins.middleware(),
 		Logging(c.logger),
-		DeadLetter(cfg.DeadLetter, dlqOpts...),
+		deadLetter,
 		Retry(cfg.retryConfig()),
 		Recover(),
 		decodeWith(c.decode),
@@ -161,4 +160,16 @@ func (cfg *StandardConfig) retryConfig() RetryConfig {
 		}
 	}
 	return rc
+}
+
+// deadLetterOptions returns the options of the dead-letter middleware cfg asks for.
+func (c *chain) deadLetterOptions(cfg StandardConfig) []deadLetterOption {
+	opts := []deadLetterOption{deadLetterLogger(c.logger)}
+	if cfg.DeadLetterArchive != nil {
+		opts = append(opts, deadLetterArchiveTo(cfg.DeadLetterArchive))
+	}
+	if cfg.DeadLetterValueBytes != 0 {
+		opts = append(opts, deadLetterValueBytes(cfg.DeadLetterValueBytes))
+	}
+	return opts
 }

@@ -61,18 +61,23 @@ func ToRecord(topic string, e Event) (*kgo.Record, error) {
 
 // DecodeOption configures a Decoder. An invalid value is an error from NewDecoder that
 // wraps ErrInvalidConfig.
-type DecodeOption func(*Decoder) error
+type DecodeOption func(*decodeConfig) error
+
+// decodeConfig is what the options of NewDecoder set.
+type decodeConfig struct {
+	maxPayload int
+}
 
 // Decoder decodes records like FromRecord, with limits of its own; build it with
 // NewDecoder. It is safe for concurrent use.
 type Decoder struct {
-	maxPayload int
+	decodeConfig
 }
 
 // WithMaxPayloadBytes sets the largest record value the Decoder accepts; n must be
 // positive. Default: DefaultMaxPayloadBytes (1 MiB).
 func WithMaxPayloadBytes(n int) DecodeOption {
-	return func(d *Decoder) error {
+	return func(d *decodeConfig) error {
 		if n <= 0 {
 			return fmt.Errorf("%w: WithMaxPayloadBytes(%d): want a positive size", ErrInvalidConfig, n)
 		}
@@ -84,9 +89,9 @@ func WithMaxPayloadBytes(n int) DecodeOption {
 // NewDecoder returns a Decoder with opts applied in order; the first invalid option is
 // its error.
 func NewDecoder(opts ...DecodeOption) (*Decoder, error) {
-	d := &Decoder{maxPayload: DefaultMaxPayloadBytes}
+	d := &Decoder{decodeConfig{maxPayload: DefaultMaxPayloadBytes}}
 	for _, o := range opts {
-		if err := o(d); err != nil {
+		if err := o(&d.decodeConfig); err != nil {
 			return nil, err
 		}
 	}
@@ -94,7 +99,7 @@ func NewDecoder(opts ...DecodeOption) (*Decoder, error) {
 }
 
 // defaultDecoder is FromRecord's: every limit at its default.
-var defaultDecoder = Decoder{maxPayload: DefaultMaxPayloadBytes}
+var defaultDecoder = Decoder{decodeConfig{maxPayload: DefaultMaxPayloadBytes}}
 
 // FromRecord decodes r with the default limits (see Decoder.Decode).
 func FromRecord(r *kgo.Record) (Event, error) { return defaultDecoder.Decode(r) }

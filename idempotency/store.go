@@ -55,28 +55,15 @@ var (
 	ErrInvalidConfig = errors.New("idempotency: invalid configuration")
 )
 
-// StoreOption configures a Store (NewStore): WithTable, WithRetention.
-type StoreOption interface{ applyStore(*config) error }
+// Option configures a Store (NewStore: WithTable, WithRetention) or a Sweeper
+// (NewSweeper: WithTable, WithBatchSize, WithSweepInterval, WithSweepHook). An
+// invalid value, or an option given to the constructor it does not configure, makes
+// the constructor return an error wrapping [ErrInvalidConfig].
+type Option func(*config) error
 
-// SweeperOption configures a Sweeper (NewSweeper): WithTable, WithBatchSize,
-// WithSweepInterval, WithSweepHook.
-type SweeperOption interface{ applySweeper(*config) error }
-
-// TableOption is the option of WithTable: it configures a Store and a Sweeper.
-type TableOption func(*config) error
-
-func (o TableOption) applyStore(c *config) error   { return o(c) }
-func (o TableOption) applySweeper(c *config) error { return o(c) }
-
-type storeOption func(*config) error
-
-func (o storeOption) applyStore(c *config) error { return o(c) }
-
-type sweeperOption func(*config) error
-
-func (o sweeperOption) applySweeper(c *config) error { return o(c) }
-
+// config is what the options set; sweeper tells which constructor applies them.
 type config struct {
+	sweeper   bool
 	table     sqlname.Name
 	retention time.Duration
 	batchSize int
@@ -84,17 +71,26 @@ type config struct {
 	onSweep   func(deleted int64, err error)
 }
 
+// sweeperOnly returns the error of a Sweeper option given to NewStore, or nil.
+func (c *config) sweeperOnly(name string) error {
+	if !c.sweeper {
+		return fmt.Errorf("%w: %s configures a Sweeper, not a Store", ErrInvalidConfig, name)
+	}
+	return nil
+}
+
 // newConfig returns the configuration with every default and then each option applied
-// (apply(o, c) applies o to c), or the first option's error.
-func newConfig[O any](opts []O, apply func(O, *config) error) (config, error) {
+// in order, or the first option's error.
+func newConfig(sweeper bool, opts []Option) (config, error) {
 	c := config{
+		sweeper:   sweeper,
 		table:     sqlname.MustParse(DefaultTable),
 		retention: DefaultRetention,
 		batchSize: DefaultSweepBatchSize,
 		interval:  DefaultSweepInterval,
 	}
 	for _, o := range opts {
-		if err := apply(o, &c); err != nil {
+		if err := o(&c); err != nil {
 			return c, err
 		}
 	}
@@ -104,7 +100,7 @@ func newConfig[O any](opts []O, apply func(O, *config) error) (config, error) {
 // WithTable sets the table name, optionally schema-qualified
 // ("billing.idempotency"). Default: DefaultTable in the connection's
 // search_path. Several Stores with different tables may share a database.
-func WithTable(name string) TableOption {
+func WithTable(name string) Option {
 	return func(c *config) error {
 		t, err := parseTable(name)
 		c.table = t
@@ -116,14 +112,17 @@ func WithTable(name string) TableOption {
 // Default: DefaultRetention (7 days). An expired record no longer counts: a
 // later Claim of the same key is treated as a first time, whether or not the
 // Sweeper has deleted the record yet. Must be positive.
-func WithRetention(d time.Duration) StoreOption {
-	return storeOption(func(c *config) error {
+func WithRetention(d time.Duration) Option {
+	return func(c *config) error {
+		if c.sweeper {
+			return fmt.Errorf("%w: WithRetention configures a Store, not a Sweeper", ErrInvalidConfig)
+		}
 		if d <= 0 {
 			return fmt.Errorf("%w: retention %v is not positive", ErrInvalidConfig, d)
 		}
 		c.retention = d
 		return nil
-	})
+	}
 }
 
 // Hash returns the SHA-256 of parts, each prefixed by its length, so that
@@ -169,8 +168,8 @@ type Claim struct {
 
 // NewStore returns a Store configured by opts (WithTable, WithRetention). An
 // invalid option is an error wrapping ErrInvalidConfig.
-func NewStore(opts ...StoreOption) (*Store, error) {
-	cfg, err := newConfig(opts, StoreOption.applyStore)
+func NewStore(opts ...Option) (*Store, error) {
+	cfg, err := newConfig(false, opts)
 	if err != nil {
 		return nil, err
 	}

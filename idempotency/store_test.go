@@ -512,18 +512,21 @@ func TestConcurrentTakeoverOfExpiredRecord(t *testing.T) {
 }
 
 func TestInvalidOptionsAreErrors(t *testing.T) {
-	for name, opt := range map[string]idempotency.StoreOption{
-		"retention": idempotency.WithRetention(0),
-		"table":     idempotency.WithTable(""),
+	for name, opt := range map[string]idempotency.Option{
+		"retention":     idempotency.WithRetention(0),
+		"table":         idempotency.WithTable(""),
+		"sweeper batch": idempotency.WithBatchSize(10),
 	} {
 		if _, err := idempotency.NewStore(opt); !errors.Is(err, idempotency.ErrInvalidConfig) {
 			t.Errorf("NewStore(%s): %v, want ErrInvalidConfig", name, err)
 		}
 	}
-	for name, opt := range map[string]idempotency.SweeperOption{
-		"table":    idempotency.WithTable(""),
-		"batch":    idempotency.WithBatchSize(-1),
-		"interval": idempotency.WithSweepInterval(0),
+	for name, opt := range map[string]idempotency.Option{
+		"table":           idempotency.WithTable(""),
+		"batch":           idempotency.WithBatchSize(-1),
+		"interval":        idempotency.WithSweepInterval(0),
+		"hook":            idempotency.WithSweepHook(nil),
+		"store retention": idempotency.WithRetention(time.Hour),
 	} {
 		if _, err := idempotency.NewSweeper(nil, opt); !errors.Is(err, idempotency.ErrInvalidConfig) {
 			t.Errorf("NewSweeper(%s): %v, want ErrInvalidConfig", name, err)
@@ -606,7 +609,7 @@ func TestClaimErrorsAreWrapped(t *testing.T) {
 }
 
 // newStore is idempotency.NewStore that fails the test on an error.
-func newStore(t testing.TB, opts ...idempotency.StoreOption) *idempotency.Store {
+func newStore(t testing.TB, opts ...idempotency.Option) *idempotency.Store {
 	t.Helper()
 	s, err := idempotency.NewStore(opts...)
 	if err != nil {
@@ -616,7 +619,7 @@ func newStore(t testing.TB, opts ...idempotency.StoreOption) *idempotency.Store 
 }
 
 // newSweeper is idempotency.NewSweeper that fails the test on an error.
-func newSweeper(t testing.TB, db migrate.Execer, opts ...idempotency.SweeperOption) *idempotency.Sweeper {
+func newSweeper(t testing.TB, db migrate.Execer, opts ...idempotency.Option) *idempotency.Sweeper {
 	t.Helper()
 	s, err := idempotency.NewSweeper(db, opts...)
 	if err != nil {

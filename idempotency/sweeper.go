@@ -23,33 +23,48 @@ const (
 // statement. Each batch is its own short transaction, so a large backlog
 // never becomes one huge DELETE holding locks and bloating WAL. Default:
 // DefaultSweepBatchSize. Must be positive.
-func WithBatchSize(n int) SweeperOption {
-	return sweeperOption(func(c *config) error {
+func WithBatchSize(n int) Option {
+	return func(c *config) error {
+		if err := c.sweeperOnly("WithBatchSize"); err != nil {
+			return err
+		}
 		if n <= 0 {
 			return fmt.Errorf("%w: batch size %d is not positive", ErrInvalidConfig, n)
 		}
 		c.batchSize = n
 		return nil
-	})
+	}
 }
 
 // WithSweepInterval sets the pause between sweeps of Sweeper.Run. Default:
 // DefaultSweepInterval. Must be positive.
-func WithSweepInterval(d time.Duration) SweeperOption {
-	return sweeperOption(func(c *config) error {
+func WithSweepInterval(d time.Duration) Option {
+	return func(c *config) error {
+		if err := c.sweeperOnly("WithSweepInterval"); err != nil {
+			return err
+		}
 		if d <= 0 {
 			return fmt.Errorf("%w: sweep interval %v is not positive", ErrInvalidConfig, d)
 		}
 		c.interval = d
 		return nil
-	})
+	}
 }
 
 // WithSweepHook sets a function that Sweeper.Run calls after every sweep
 // with the number of records deleted and the error, if any (for logs and
 // metrics). Default: none.
-func WithSweepHook(fn func(deleted int64, err error)) SweeperOption {
-	return sweeperOption(func(c *config) error { c.onSweep = fn; return nil })
+func WithSweepHook(fn func(deleted int64, err error)) Option {
+	return func(c *config) error {
+		if err := c.sweeperOnly("WithSweepHook"); err != nil {
+			return err
+		}
+		if fn == nil {
+			return fmt.Errorf("%w: nil sweep hook", ErrInvalidConfig)
+		}
+		c.onSweep = fn
+		return nil
+	}
 }
 
 // Sweeper deletes expired idempotency records in bounded batches. Several
@@ -66,8 +81,8 @@ type Sweeper struct {
 // NewSweeper returns a Sweeper over db, usually a *pgxpool.Pool. It accepts
 // WithTable, WithBatchSize, WithSweepInterval and WithSweepHook; an invalid
 // option is an error wrapping ErrInvalidConfig, like NewStore's.
-func NewSweeper(db migrate.Execer, opts ...SweeperOption) (*Sweeper, error) {
-	cfg, err := newConfig(opts, SweeperOption.applySweeper)
+func NewSweeper(db migrate.Execer, opts ...Option) (*Sweeper, error) {
+	cfg, err := newConfig(true, opts)
 	if err != nil {
 		return nil, err
 	}

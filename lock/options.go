@@ -90,16 +90,16 @@ func WithoutWatchdog() Option {
 
 // WithRetryBackoff sets Acquire's backoff while another holder has the lock: exponential
 // with full jitter, before retry n (from 0) a uniformly random wait in
-// (0, min(max, base·2ⁿ)] (defaults DefaultRetryBase and DefaultRetryMax). Randomising
-// the whole interval spreads contending callers out instead of letting them retry in
-// lock-step; WithMaxWait and the Acquire context bound the retries. base must be positive
-// and max at least base.
-func WithRetryBackoff(base, max time.Duration) Option {
+// (0, min(maxDelay, minDelay·2ⁿ)] (defaults DefaultRetryBase and DefaultRetryMax).
+// Randomising the whole interval spreads contending callers out instead of letting them
+// retry in lock-step; WithMaxWait and the Acquire context bound the retries.
+// 0 < minDelay <= maxDelay.
+func WithRetryBackoff(minDelay, maxDelay time.Duration) Option {
 	return func(c *config) error {
-		if base <= 0 || max < base {
-			return invalid("retry backoff base %v, max %v: want 0 < base <= max", base, max)
+		if minDelay <= 0 || maxDelay < minDelay {
+			return invalid("retry backoff %v..%v: want 0 < min <= max", minDelay, maxDelay)
 		}
-		c.retry, c.noRetry = backoff.Policy{Base: base, Max: max}, false
+		c.retry, c.noRetry = backoff.Policy{Base: minDelay, Max: maxDelay}, false
 		return nil
 	}
 }

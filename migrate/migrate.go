@@ -50,7 +50,11 @@ const (
 // name is "table" or "schema.table", each part non-empty, at most 63 bytes and quoted (so
 // case-sensitive); an outbox table name must also be a lower-case identifier of at most
 // 48 bytes per part (see outbox.WithTable).
-var ErrInvalidTable = errors.New("migrate: invalid table name")
+var ErrInvalidTable = fmt.Errorf("%w: table name", ErrInvalidConfig)
+
+// ErrInvalidConfig is returned (wrapped) by Up and SQL for an option that cannot work;
+// ErrInvalidTable wraps it.
+var ErrInvalidConfig = errors.New("migrate: invalid configuration")
 
 // Beginner begins transactions; *pgxpool.Pool, *pgx.Conn and pgx.Tx (a savepoint)
 // satisfy it. It is the one such interface of the library: every package that takes a
@@ -65,7 +69,8 @@ type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// Option sets a table name. An invalid name is an error from Up or SQL.
+// Option sets a table name. An invalid name makes Up and SQL return an error wrapping
+// ErrInvalidTable.
 type Option func(*config) error
 
 type config struct {
@@ -75,19 +80,31 @@ type config struct {
 // WithIdempotencyTable sets the idempotency table's name, as given to
 // idempotency.WithTable. Default: DefaultIdempotencyTable.
 func WithIdempotencyTable(name string) Option {
-	return func(c *config) error { c.idempotency = name; return nil }
+	return func(c *config) error {
+		_, err := parseTable("idempotency", name)
+		c.idempotency = name
+		return err
+	}
 }
 
 // WithOutboxTable sets the outbox table's name, as given to outbox.WithTable; its
 // dead-letter table is the name plus "_dead". Default: DefaultOutboxTable.
 func WithOutboxTable(name string) Option {
-	return func(c *config) error { c.outbox = name; return nil }
+	return func(c *config) error {
+		_, err := parseOutboxTable(name)
+		c.outbox = name
+		return err
+	}
 }
 
 // WithDeadLetterTable sets the dead-letter archive's table name, as given to
 // consumer.NewDeadLetterArchive. Default: DefaultDeadLetterTable.
 func WithDeadLetterTable(name string) Option {
-	return func(c *config) error { c.deadLetters = name; return nil }
+	return func(c *config) error {
+		_, err := parseTable("dead letters", name)
+		c.deadLetters = name
+		return err
+	}
 }
 
 // components returns the library's tables in the order Up migrates them.
@@ -98,29 +115,29 @@ func components(opts []Option) ([]imigrate.Component, error) {
 			return nil, err
 		}
 	}
-	parse := func(what, name string) (sqlname.Name, error) {
-		n, err := sqlname.Parse(name)
-		if err != nil {
-			return n, fmt.Errorf("%w: %s: %w", ErrInvalidTable, what, err)
-		}
-		return n, nil
-	}
-	idem, err := parse("idempotency", c.idempotency)
-	if err != nil {
-		return nil, err
-	}
-	ob, err := parse("outbox", c.outbox)
-	if err != nil {
-		return nil, err
-	}
-	if !ob.Plain(imigrate.OutboxMaxPartLen) {
-		return nil, fmt.Errorf("%w: outbox: %q (want a lower-case identifier, optionally schema-qualified)", ErrInvalidTable, c.outbox)
-	}
-	dl, err := parse("dead letters", c.deadLetters)
-	if err != nil {
-		return nil, err
-	}
+	// The options checked the names; the defaults are valid.
+	idem, _ := parseTable("idempotency", c.idempotency)
+	ob, _ := parseOutboxTable(c.outbox)
+	dl, _ := parseTable("dead letters", c.deadLetters)
 	return []imigrate.Component{imigrate.Idempotency(idem), imigrate.Fences(), imigrate.Outbox(ob), imigrate.DeadLetters(dl)}, nil
+}
+
+// parseTable parses the name of the what table.
+func parseTable(what, name string) (sqlname.Name, error) {
+	n, err := sqlname.Parse(name)
+	if err != nil {
+		return n, fmt.Errorf("%w: %s: %w", ErrInvalidTable, what, err)
+	}
+	return n, nil
+}
+
+// parseOutboxTable parses an outbox table's name: also a lower-case identifier.
+func parseOutboxTable(name string) (sqlname.Name, error) {
+	n, err := parseTable("outbox", name)
+	if err == nil && !n.Plain(imigrate.OutboxMaxPartLen) {
+		err = fmt.Errorf("%w: outbox: %q (want a lower-case identifier, optionally schema-qualified)", ErrInvalidTable, name)
+	}
+	return n, err
 }
 
 // Up applies every migration of the library's tables that db has not recorded yet (see

@@ -86,7 +86,7 @@
 // acks=all (franz-go's defaults; Run returns [ErrUnsafeClient] otherwise).
 // Retryable broker errors are retried by franz-go; those it gives up on
 // (with RecordRetries or RecordDeliveryTimeout set) are retried by the relay
-// from the oldest row, with exponential backoff and full jitter ([WithBackoff]),
+// from the oldest row, with exponential backoff and full jitter ([WithRetryBackoff]),
 // forever: a row is never dropped. A record the broker can never accept
 // (MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_RECORD,
 // INVALID_TOPIC_EXCEPTION) is produced once more on its own — a broker

@@ -37,8 +37,16 @@ type Outbox struct {
 	ownWake time.Time
 }
 
-// Option configures an Outbox (New). An invalid value makes New return its error.
-type Option func(*Outbox) error
+// Option configures an Outbox (New). An invalid value makes New return an error
+// wrapping [ErrInvalidConfig].
+type Option func(*config) error
+
+// config is what the options of New set.
+type config struct {
+	names    names
+	notifier migrate.Execer
+	signer   *event.Signer
+}
 
 // WithTable sets the outbox table name: a lower-case identifier, optionally
 // schema-qualified ("billing.outbox"). The dead-letter table is the same name
@@ -46,9 +54,9 @@ type Option func(*Outbox) error
 // [DefaultTable] ("choreo_outbox"). An invalid name makes [New] return an
 // error wrapping [ErrInvalidTable].
 func WithTable(name string) Option {
-	return func(o *Outbox) error {
+	return func(c *config) error {
 		n, err := newNames(name)
-		o.names = n
+		c.names = n
 		return err
 	}
 }
@@ -66,20 +74,27 @@ func WithTable(name string) Option {
 // Default: none, so without an in-process leader the relay finds the rows at its
 // next poll.
 func WithNotifier(db migrate.Execer) Option {
-	return func(o *Outbox) error { o.notifier = db; return nil }
+	return func(c *config) error {
+		if db == nil {
+			return fmt.Errorf("%w: nil notifier", ErrInvalidConfig)
+		}
+		c.notifier = db
+		return nil
+	}
 }
 
-// New returns an Outbox for the default table, changed by opts. It returns an
-// error wrapping [ErrInvalidTable] for an invalid [WithTable] name.
+// New returns an Outbox for the default table, changed by opts, applied in order.
+// It returns the first option's error: one wrapping [ErrInvalidTable] for an
+// invalid [WithTable] name, [ErrInvalidConfig] for another invalid value.
 func New(opts ...Option) (*Outbox, error) {
 	n, _ := newNames(DefaultTable)
-	o := &Outbox{names: n}
+	c := config{names: n}
 	for _, opt := range opts {
-		if err := opt(o); err != nil {
+		if err := opt(&c); err != nil {
 			return nil, err
 		}
 	}
-	return o, nil
+	return &Outbox{names: c.names, notifier: c.notifier, signer: c.signer}, nil
 }
 
 // TableName returns the outbox table's name.

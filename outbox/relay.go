@@ -73,8 +73,8 @@ const (
 	DefaultBatchLinger      = 3 * time.Millisecond   // WithBatchLinger
 	DefaultPollInterval     = 500 * time.Millisecond // WithPollInterval
 	DefaultTakeoverInterval = time.Second            // WithTakeoverInterval
-	DefaultBackoffMin       = 100 * time.Millisecond // WithBackoff
-	DefaultBackoffMax       = time.Second            // WithBackoff: a relay reconnects within 1 s of its database returning
+	DefaultBackoffMin       = 100 * time.Millisecond // WithRetryBackoff
+	DefaultBackoffMax       = time.Second            // WithRetryBackoff: a relay reconnects within 1 s of its database returning
 	DefaultShutdownTimeout  = 10 * time.Second       // WithShutdownTimeout
 )
 
@@ -88,11 +88,24 @@ const smallBatch = 64
 
 // RelayOption configures a Relay. An invalid value makes [NewRelay] return an
 // error wrapping [ErrInvalidConfig].
-type RelayOption func(*relayConfig)
+type RelayOption func(*relayConfig) error
+
+// invalid returns an error wrapping ErrInvalidConfig.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+}
 
 // WithBatchSize sets the most rows claimed, produced and deleted per round
 // (at least 1). Default [DefaultBatchSize].
-func WithBatchSize(n int) RelayOption { return func(c *relayConfig) { c.batchSize = n } }
+func WithBatchSize(n int) RelayOption {
+	return func(c *relayConfig) error {
+		if n < 1 {
+			return invalid("batch size %d, want at least 1", n)
+		}
+		c.batchSize = n
+		return nil
+	}
+}
 
 // WithBatchLinger sets the shortest time between the start of a small batch (under 64 rows,
 // and under the batch size) and the read of the next one: under a steady stream of
@@ -100,29 +113,55 @@ func WithBatchSize(n int) RelayOption { return func(c *relayConfig) { c.batchSiz
 // fuller rounds instead of one round per commit. A row waits at most this long more; a
 // row committed longer than this after the last batch, as at low load, is read at once.
 // 0 disables it. Default [DefaultBatchLinger].
-func WithBatchLinger(d time.Duration) RelayOption { return func(c *relayConfig) { c.batchLinger = d } }
+func WithBatchLinger(d time.Duration) RelayOption {
+	return func(c *relayConfig) error {
+		if d < 0 {
+			return invalid("negative batch linger %v", d)
+		}
+		c.batchLinger = d
+		return nil
+	}
+}
 
 // WithPollInterval sets how long the leader waits for a wake-up (in-process signal
 // or NOTIFY) before it looks at the table anyway. It bounds the delay caused by
 // a lost NOTIFY or a dropped listen connection, and how quickly a leader notices
 // that its database session ended. Default [DefaultPollInterval].
 func WithPollInterval(d time.Duration) RelayOption {
-	return func(c *relayConfig) { c.pollInterval = d }
+	return func(c *relayConfig) error {
+		if d <= 0 {
+			return invalid("poll interval %v, want > 0", d)
+		}
+		c.pollInterval = d
+		return nil
+	}
 }
 
 // WithTakeoverInterval sets how often a standby tries to take the leader lock.
 // A standby takes over at most this long after the leader's session ends.
 // Default [DefaultTakeoverInterval].
 func WithTakeoverInterval(d time.Duration) RelayOption {
-	return func(c *relayConfig) { c.takeover = d }
+	return func(c *relayConfig) error {
+		if d <= 0 {
+			return invalid("takeover interval %v, want > 0", d)
+		}
+		c.takeover = d
+		return nil
+	}
 }
 
-// WithBackoff sets the bounds of the exponential backoff with full jitter used
+// WithRetryBackoff sets the bounds of the exponential backoff with full jitter used
 // after broker and database errors: the n-th retry (from 0) waits a random
 // duration in (0, min(max, min·2ⁿ)]. 0 < minDelay <= maxDelay. Defaults
 // [DefaultBackoffMin] and [DefaultBackoffMax].
-func WithBackoff(minDelay, maxDelay time.Duration) RelayOption {
-	return func(c *relayConfig) { c.backoffMin, c.backoffMax = minDelay, maxDelay }
+func WithRetryBackoff(minDelay, maxDelay time.Duration) RelayOption {
+	return func(c *relayConfig) error {
+		if minDelay <= 0 || maxDelay < minDelay {
+			return invalid("backoff %v..%v, want 0 < min <= max", minDelay, maxDelay)
+		}
+		c.backoffMin, c.backoffMax = minDelay, maxDelay
+		return nil
+	}
 }
 
 // WithShutdownTimeout sets how long Run, once its context is cancelled, still works:
@@ -132,29 +171,62 @@ func WithBackoff(minDelay, maxDelay time.Duration) RelayOption {
 // the final drain.
 // Default [DefaultShutdownTimeout].
 func WithShutdownTimeout(d time.Duration) RelayOption {
-	return func(c *relayConfig) { c.shutdownTimeout = d }
+	return func(c *relayConfig) error {
+		if d < 0 {
+			return invalid("negative shutdown timeout %v", d)
+		}
+		c.shutdownTimeout = d
+		return nil
+	}
 }
 
 // WithMeterProvider sets where the relay's metrics go. Default otel.GetMeterProvider().
 func WithMeterProvider(mp metric.MeterProvider) RelayOption {
-	return func(c *relayConfig) { c.meterProvider = mp }
+	return func(c *relayConfig) error {
+		if mp == nil {
+			return invalid("nil meter provider")
+		}
+		c.meterProvider = mp
+		return nil
+	}
 }
 
 // WithTracerProvider sets where the relay's produce spans go. Default otel.GetTracerProvider().
 func WithTracerProvider(tp trace.TracerProvider) RelayOption {
-	return func(c *relayConfig) { c.tracerProvider = tp }
+	return func(c *relayConfig) error {
+		if tp == nil {
+			return invalid("nil tracer provider")
+		}
+		c.tracerProvider = tp
+		return nil
+	}
 }
 
 // WithEntityAttribute names the span attribute that carries the record key on
 // produce spans, e.g. "order.id", so a search by entity id finds the relay's
 // span too (saga.correlation_id is always set from the ce_correlationid
-// header). Default: none.
+// header). Use it only when every topic this relay produces to is keyed by
+// that entity. Default: none.
 func WithEntityAttribute(name string) RelayOption {
-	return func(c *relayConfig) { c.entityAttr = name }
+	return func(c *relayConfig) error {
+		if name == "" {
+			return invalid("empty entity attribute name")
+		}
+		c.entityAttr = name
+		return nil
+	}
 }
 
 // WithLogger sets the logger for leadership changes and retried errors. Default slog.Default().
-func WithLogger(l *slog.Logger) RelayOption { return func(c *relayConfig) { c.logger = l } }
+func WithLogger(l *slog.Logger) RelayOption {
+	return func(c *relayConfig) error {
+		if l == nil {
+			return invalid("nil logger")
+		}
+		c.logger = l
+		return nil
+	}
+}
 
 // WithAfterAck sets a hook called with every batch of rows the broker acknowledged,
 // before those rows are deleted. If it returns an error, Run stops and returns
@@ -163,27 +235,13 @@ func WithLogger(l *slog.Logger) RelayOption { return func(c *relayConfig) { c.lo
 // benchmarks) and for fault injection in tests (a crash between ack and
 // delete); it must not block. Default: none.
 func WithAfterAck(fn func(ctx context.Context, batch []Published) error) RelayOption {
-	return func(c *relayConfig) { c.afterAck = fn }
-}
-
-func (c *relayConfig) validate() error {
-	switch {
-	case c.batchSize < 1:
-		return fmt.Errorf("%w: batch size %d, want at least 1", ErrInvalidConfig, c.batchSize)
-	case c.batchLinger < 0:
-		return fmt.Errorf("%w: negative batch linger %v", ErrInvalidConfig, c.batchLinger)
-	case c.pollInterval <= 0:
-		return fmt.Errorf("%w: poll interval %v, want > 0", ErrInvalidConfig, c.pollInterval)
-	case c.takeover <= 0:
-		return fmt.Errorf("%w: takeover interval %v, want > 0", ErrInvalidConfig, c.takeover)
-	case c.backoffMin <= 0 || c.backoffMax < c.backoffMin:
-		return fmt.Errorf("%w: backoff %v..%v, want 0 < min <= max", ErrInvalidConfig, c.backoffMin, c.backoffMax)
-	case c.shutdownTimeout < 0:
-		return fmt.Errorf("%w: negative shutdown timeout %v", ErrInvalidConfig, c.shutdownTimeout)
-	case c.meterProvider == nil || c.tracerProvider == nil || c.logger == nil:
-		return fmt.Errorf("%w: nil meter provider, tracer provider or logger", ErrInvalidConfig)
+	return func(c *relayConfig) error {
+		if fn == nil {
+			return invalid("nil after-ack hook")
+		}
+		c.afterAck = fn
+		return nil
 	}
-	return nil
 }
 
 // NewRelay returns a relay that publishes the rows of ob's table, reading them
@@ -219,10 +277,9 @@ func NewRelay(pool *pgxpool.Pool, client *kgo.Client, ob *Outbox, opts ...RelayO
 		logger:          slog.Default(),
 	}
 	for _, opt := range opts {
-		opt(&cfg)
-	}
-	if err := cfg.validate(); err != nil {
-		return nil, err
+		if err := opt(&cfg); err != nil {
+			return nil, err
+		}
 	}
 	r := &Relay{
 		pool:   pool,

@@ -363,7 +363,7 @@ func TestBrokerOutage(t *testing.T) {
 
 			reader := sdkmetric.NewManualReader()
 			start(t, pool, producer(t, brokers, tc.opts...), ob,
-				outbox.WithBatchSize(40), outbox.WithBackoff(10*time.Millisecond, 100*time.Millisecond),
+				outbox.WithBatchSize(40), outbox.WithRetryBackoff(10*time.Millisecond, 100*time.Millisecond),
 				outbox.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
 			want := map[string]int{}
 			for i := range 200 {
@@ -441,7 +441,7 @@ func TestListenConnectionKilled(t *testing.T) {
 		topic := testenv.Topic(t, brokers, 2)
 		pool := db(t)
 		// Polling is effectively off: only NOTIFY can wake the relay.
-		start(t, pool, producer(t, brokers), newOutbox(t), outbox.WithPollInterval(time.Hour), outbox.WithBackoff(10*time.Millisecond, 50*time.Millisecond))
+		start(t, pool, producer(t, brokers), newOutbox(t), outbox.WithPollInterval(time.Hour), outbox.WithRetryBackoff(10*time.Millisecond, 50*time.Millisecond))
 		testenv.Eventually(t, deadline, "the relay to listen", func() bool { return listenPID(t, pool) != 0 })
 		old := listenPID(t, pool)
 		terminate(t, pool, old)

@@ -1,6 +1,10 @@
 package outbox
 
-import "github.com/choreo-saga/choreo/event"
+import (
+	"fmt"
+
+	"github.com/choreo-saga/choreo/event"
+)
 
 // WithSigner signs every event the Outbox stores (Enqueue, Queue and so every relay
 // publish) with s: the row keeps the event.HeaderSignature header over its topic, key,
@@ -11,5 +15,11 @@ import "github.com/choreo-saga/choreo/event"
 // the old key once the outbox and the topics hold no record signed with it.
 // Default: no signature.
 func WithSigner(s *event.Signer) Option {
-	return func(o *Outbox) error { o.signer = s; return nil }
+	return func(c *config) error {
+		if s == nil {
+			return fmt.Errorf("%w: nil signer", ErrInvalidConfig)
+		}
+		c.signer = s
+		return nil
+	}
 }

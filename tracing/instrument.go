@@ -21,9 +21,10 @@ import (
 )
 
 // InstrumentOption configures [InstrumentPostgres], [RecordPoolStats], [InstrumentRedis],
-// [NewKafka] and [KafkaClientMetrics]. Every value is valid (nil means the default), so
-// these functions have no configuration error to return.
-type InstrumentOption func(*instrumentConfig)
+// [NewKafka] and [KafkaClientMetrics]. It has the shape of every option of the library,
+// but every value is valid (nil means the default): it never returns an error, so these
+// functions have no configuration error to return.
+type InstrumentOption func(*instrumentConfig) error
 
 type instrumentConfig struct {
 	tp               trace.TracerProvider
@@ -36,7 +37,7 @@ type instrumentConfig struct {
 func newInstrumentConfig(opts []InstrumentOption) instrumentConfig {
 	var c instrumentConfig
 	for _, o := range opts {
-		o(&c)
+		_ = o(&c) // never fails: every value is valid
 	}
 	if c.tp == nil {
 		c.tp = otel.GetTracerProvider()
@@ -52,12 +53,12 @@ func newInstrumentConfig(opts []InstrumentOption) instrumentConfig {
 
 // WithTracerProvider sets the tracer provider. Default: otel.GetTracerProvider().
 func WithTracerProvider(tp trace.TracerProvider) InstrumentOption {
-	return func(c *instrumentConfig) { c.tp = tp }
+	return func(c *instrumentConfig) error { c.tp = tp; return nil }
 }
 
 // WithMeterProvider sets the meter provider. Default: otel.GetMeterProvider().
 func WithMeterProvider(mp metric.MeterProvider) InstrumentOption {
-	return func(c *instrumentConfig) { c.mp = mp }
+	return func(c *instrumentConfig) error { c.mp = mp; return nil }
 }
 
 // WithPropagator sets the propagator [NewKafka] injects and extracts with
@@ -65,7 +66,7 @@ func WithMeterProvider(mp metric.MeterProvider) InstrumentOption {
 // at the time of each call, or W3C trace context + baggage while the global
 // propagator is otel's no-op default.
 func WithPropagator(p propagation.TextMapPropagator) InstrumentOption {
-	return func(c *instrumentConfig) { c.prop = p }
+	return func(c *instrumentConfig) error { c.prop = p; return nil }
 }
 
 // WithRootSpans lets Redis calls made without a span in their context start
@@ -75,7 +76,7 @@ func WithPropagator(p propagation.TextMapPropagator) InstrumentOption {
 // backend with one-span traces; calls inside a recorded trace always get
 // their client span.
 func WithRootSpans() InstrumentOption {
-	return func(c *instrumentConfig) { c.rootSpans = true }
+	return func(c *instrumentConfig) error { c.rootSpans = true; return nil }
 }
 
 // WithStatementMetrics makes [InstrumentPostgres] record otelpgx's per-statement metrics
@@ -87,7 +88,7 @@ func WithRootSpans() InstrumentOption {
 // transaction, the statement spans time each statement of a sampled trace,
 // and the pool's own statistics (pgxpool.*) are recorded either way.
 func WithStatementMetrics() InstrumentOption {
-	return func(c *instrumentConfig) { c.statementMetrics = true }
+	return func(c *instrumentConfig) error { c.statementMetrics = true; return nil }
 }
 
 // InstrumentPostgres sets an otelpgx tracer on cfg (next to a tracer already in
@@ -193,7 +194,7 @@ func (t childOnlyTracer) Start(ctx context.Context, name string, opts ...trace.S
 func KafkaClientMetrics(opts ...InstrumentOption) kgo.Opt {
 	var c instrumentConfig
 	for _, o := range opts {
-		o(&c)
+		_ = o(&c) // never fails: every value is valid
 	}
 	mopts := []kotel.MeterOpt{kotel.WithMergedConnectsMeter()}
 	if c.mp != nil {

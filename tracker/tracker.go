@@ -38,8 +38,17 @@ type DB interface {
 // Tracker indexes saga events by correlation id and answers which sagas are in flight,
 // stuck or completed. Create it with New; it is safe for concurrent use.
 type Tracker struct {
-	db        DB
-	cfg       Config
+	db  DB
+	cfg Config
+	options
+
+	inst instruments
+	mu   sync.Mutex
+	snap snapshot
+}
+
+// options is what the options of New set.
+type options struct {
 	table     string
 	group     string
 	now       func() time.Time
@@ -48,18 +57,15 @@ type Tracker struct {
 	refresh   time.Duration
 	log       *slog.Logger
 	meter     metric.Meter
-
-	inst instruments
-	mu   sync.Mutex
-	snap snapshot
 }
 
-// Option configures a Tracker.
-type Option func(*Tracker) error
+// Option configures a Tracker. An invalid value makes New return an error wrapping
+// [ErrInvalidConfig].
+type Option func(*options) error
 
 // WithTable sets the index table's name (default DefaultTable), optionally schema-qualified.
 func WithTable(name string) Option {
-	return func(t *Tracker) error {
+	return func(t *options) error {
 		if err := validTable(name); err != nil {
 			return err
 		}
@@ -71,7 +77,7 @@ func WithTable(name string) Option {
 // WithGroup sets the consumer group Run joins (default DefaultGroup). Use a group of its
 // own: the tracker must not share offsets with the services.
 func WithGroup(group string) Option {
-	return func(t *Tracker) error {
+	return func(t *options) error {
 		if group == "" {
 			return fmt.Errorf("%w: empty consumer group", ErrInvalidConfig)
 		}
@@ -82,7 +88,7 @@ func WithGroup(group string) Option {
 
 // WithNow sets the clock the tracker judges expectations and retention by (default time.Now).
 func WithNow(now func() time.Time) Option {
-	return func(t *Tracker) error {
+	return func(t *options) error {
 		if now == nil {
 			return fmt.Errorf("%w: nil clock", ErrInvalidConfig)
 		}
@@ -94,7 +100,7 @@ func WithNow(now func() time.Time) Option {
 // WithRetention sets how long indexed events are kept, by event time (default 7 days);
 // Retain and Run delete older ones.
 func WithRetention(age time.Duration) Option {
-	return func(t *Tracker) error {
+	return func(t *options) error {
 		if age <= 0 {
 			return fmt.Errorf("%w: retention must be positive, got %s", ErrInvalidConfig, age)
 		}
@@ -105,7 +111,7 @@ func WithRetention(age time.Duration) Option {
 
 // WithRetentionBatch sets how many rows one retention DELETE removes at most (default 1000).
 func WithRetentionBatch(n int) Option {
-	return func(t *Tracker) error {
+	return func(t *options) error {
 		if n <= 0 {
 			return fmt.Errorf("%w: retention batch must be positive, got %d", ErrInvalidConfig, n)
 		}
@@ -117,7 +123,7 @@ func WithRetentionBatch(n int) Option {
 // WithRefresh sets how often Run recomputes the in-flight and stuck gauges and applies
 // retention (default 15s).
 func WithRefresh(d time.Duration) Option {
-	return func(t *Tracker) error {
+	return func(t *options) error {
 		if d <= 0 {
 			return fmt.Errorf("%w: refresh interval must be positive, got %s", ErrInvalidConfig, d)
 		}
@@ -128,7 +134,7 @@ func WithRefresh(d time.Duration) Option {
 
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option {
-	return func(t *Tracker) error {
+	return func(t *options) error {
 		if l == nil {
 			return fmt.Errorf("%w: nil logger", ErrInvalidConfig)
 		}
@@ -140,7 +146,7 @@ func WithLogger(l *slog.Logger) Option {
 // WithMeter sets the meter of the tracker's metrics (default: the OTel global meter
 // provider's meter "github.com/choreo-saga/choreo/tracker").
 func WithMeter(m metric.Meter) Option {
-	return func(t *Tracker) error {
+	return func(t *options) error {
 		if m == nil {
 			return fmt.Errorf("%w: nil meter", ErrInvalidConfig)
 		}
@@ -158,13 +164,13 @@ func New(db DB, cfg Config, opts ...Option) (*Tracker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	t := &Tracker{
-		db: db, cfg: cfg, table: DefaultTable, group: DefaultGroup, now: time.Now,
+	t := &Tracker{db: db, cfg: cfg, options: options{
+		table: DefaultTable, group: DefaultGroup, now: time.Now,
 		retention: 7 * 24 * time.Hour, batch: 1000, refresh: 15 * time.Second,
 		log: slog.Default(),
-	}
+	}}
 	for _, o := range opts {
-		if err := o(t); err != nil {
+		if err := o(&t.options); err != nil {
 			return nil, err
 		}
 	}

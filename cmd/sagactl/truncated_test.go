@@ -8,10 +8,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/choreo-saga/choreo/consumer"
+	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/migrate"
 )
@@ -43,16 +45,27 @@ func TestDLQTruncatedCopy(t *testing.T) {
 	if err := migrate.Up(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	value := make([]byte, 64<<10)
-	rand.Read(value)
-	rec := &kgo.Record{Topic: source, Key: []byte("order-1"), Value: value}
+	ev, err := event.New("test", "payment.requested", "order-1", map[string]string{"pad": rand.Text() + strings.Repeat("x", 64<<10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := event.ToRecord(source, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	value := rec.Value
 	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	h := consumer.DeadLetter(cl, consumer.DeadLetterArchiveTo(archive), consumer.DeadLetterValueBytes(1024))(
-		func(context.Context, *consumer.Message) error {
+	h, err := consumer.Standard(consumer.StandardConfig{
+		DB: pool, DeadLetter: cl, DeadLetterArchive: archive, DeadLetterValueBytes: 1024,
+		Handler: func(context.Context, pgx.Tx, event.Event) error {
 			return consumer.Permanent(errors.New("too big to handle"))
-		})
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := h(ctx, &consumer.Message{Record: rec, Group: "payment", Attempt: 1}); err != nil {
 		t.Fatalf("DeadLetter: %v", err)
 	}

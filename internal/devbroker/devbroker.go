@@ -92,38 +92,79 @@ type config struct {
 	saslMax    time.Duration
 }
 
-// Option configures a Guard.
-type Option func(*config)
+// Option configures a Guard. An invalid value makes New return an error wrapping
+// ErrInvalidConfig.
+type Option func(*config) error
 
 // WithGrace sets how long all of a dynamic member's connections must have been closed
 // before it is removed (default DefaultGrace). Static members wait for their session
 // timeout if it is longer.
-func WithGrace(d time.Duration) Option { return func(c *config) { c.grace = d } }
+func WithGrace(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: grace %s must be positive", ErrInvalidConfig, d)
+		}
+		c.grace = d
+		return nil
+	}
+}
 
 // WithInterval sets how often the Guard checks (default DefaultInterval).
-func WithInterval(d time.Duration) Option { return func(c *config) { c.interval = d } }
+func WithInterval(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: interval %s must be positive", ErrInvalidConfig, d)
+		}
+		c.interval = d
+		return nil
+	}
+}
 
 // WithLogger sets the logger of removals (default slog.Default()).
-func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return fmt.Errorf("%w: nil logger", ErrInvalidConfig)
+		}
+		c.logger = l
+		return nil
+	}
+}
 
 // WithTLS makes the Guard's listener serve TLS with cfg (which may require client
 // certificates), below the Guard's reading of requests. Use it instead of kfake.TLS.
 // Default: plaintext.
-func WithTLS(cfg *tls.Config) Option { return func(c *config) { c.tls = cfg } }
+func WithTLS(cfg *tls.Config) Option {
+	return func(c *config) error {
+		if cfg == nil {
+			return fmt.Errorf("%w: nil TLS configuration", ErrInvalidConfig)
+		}
+		c.tls = cfg
+		return nil
+	}
+}
 
 // WithClientOptions adds options to the client the Guard sends LeaveGroup requests with,
 // e.g. kgo.SASL with the credentials of one of the broker's users when it requires SASL.
 // The client dials in process (kgo.Dialer is taken), so TLS options do not apply.
 // Default: none.
 func WithClientOptions(opts ...kgo.Opt) Option {
-	return func(c *config) { c.clientOpts = append(c.clientOpts, opts...) }
+	return func(c *config) error { c.clientOpts = append(c.clientOpts, opts...); return nil }
 }
 
 // WithAdvertise makes the listener report addr (host:port) as its address, which kfake
 // advertises to clients as the broker's, e.g. a fault proxy in front of the broker.
 // It applies to every listener of the Guard, so use it with a single-broker cluster.
 // Default: the address listened on.
-func WithAdvertise(addr string) Option { return func(c *config) { c.advertise = addr } }
+func WithAdvertise(addr string) Option {
+	return func(c *config) error {
+		if err := CheckAdvertise(addr); err != nil {
+			return fmt.Errorf("%w: advertise: %w", ErrInvalidConfig, err)
+		}
+		c.advertise = addr
+		return nil
+	}
+}
 
 // WithSASLDelay sets the spacing of a client address's SASL attempts after a failed one:
 // base after the first failure, doubling with each further failure up to max, across
@@ -131,7 +172,13 @@ func WithAdvertise(addr string) Option { return func(c *config) { c.advertise = 
 // attempt whose turn is more than four times DefaultSASLMaxDelay away has its connection
 // closed. An address starts again at no delay ten minutes after its last failure.
 func WithSASLDelay(base, max time.Duration) Option {
-	return func(c *config) { c.saslDelay, c.saslMax = base, max }
+	return func(c *config) error {
+		if base <= 0 || max < base {
+			return fmt.Errorf("%w: SASL delay %s up to %s: want a positive delay up to a maximum at least as long", ErrInvalidConfig, base, max)
+		}
+		c.saslDelay, c.saslMax = base, max
+		return nil
+	}
 }
 
 // memberKey names a member by id, or a static member by instance id.
@@ -171,21 +218,8 @@ func New(opts ...Option) (*Guard, error) {
 	cfg := config{grace: DefaultGrace, interval: DefaultInterval, logger: slog.Default(),
 		saslDelay: DefaultSASLDelay, saslMax: DefaultSASLMaxDelay}
 	for _, o := range opts {
-		o(&cfg)
-	}
-	switch {
-	case cfg.grace <= 0:
-		return nil, fmt.Errorf("%w: grace %s must be positive", ErrInvalidConfig, cfg.grace)
-	case cfg.interval <= 0:
-		return nil, fmt.Errorf("%w: interval %s must be positive", ErrInvalidConfig, cfg.interval)
-	case cfg.logger == nil:
-		return nil, fmt.Errorf("%w: nil logger", ErrInvalidConfig)
-	case cfg.saslDelay <= 0 || cfg.saslMax < cfg.saslDelay:
-		return nil, fmt.Errorf("%w: SASL delay %s up to %s: want a positive delay up to a maximum at least as long", ErrInvalidConfig, cfg.saslDelay, cfg.saslMax)
-	}
-	if cfg.advertise != "" {
-		if err := CheckAdvertise(cfg.advertise); err != nil {
-			return nil, fmt.Errorf("%w: advertise: %w", ErrInvalidConfig, err)
+		if err := o(&cfg); err != nil {
+			return nil, err
 		}
 	}
 	return &Guard{cfg: cfg, records: make(map[memberKey]*record), listeners: make(map[string]*listener),

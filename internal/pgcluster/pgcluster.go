@@ -46,13 +46,23 @@ type config struct {
 	tlsCert, tlsKey []byte
 }
 
-// Option configures Create.
-type Option func(*config)
+// ErrInvalidConfig is returned (wrapped) by Create for an invalid option.
+var ErrInvalidConfig = errors.New("pgcluster: invalid configuration")
+
+// Option configures Create. An invalid value makes Create return an error wrapping
+// ErrInvalidConfig.
+type Option func(*config) error
 
 // WithSetting sets a server parameter in the cluster's postgresql.conf (pg_createcluster
 // -o name=value), e.g. WithSetting("ssl", "on").
 func WithSetting(name, value string) Option {
-	return func(c *config) { c.settings = append(c.settings, [2]string{name, value}) }
+	return func(c *config) error {
+		if name == "" {
+			return fmt.Errorf("%w: empty setting name", ErrInvalidConfig)
+		}
+		c.settings = append(c.settings, [2]string{name, value})
+		return nil
+	}
 }
 
 // WithConfigFile writes a file into the cluster's configuration directory (see
@@ -60,11 +70,15 @@ func WithSetting(name, value string) Option {
 // by it alone (mode 0600, as Postgres requires of a private key), e.g. a certificate that
 // a WithSetting names by its path.
 func WithConfigFile(name string, content []byte) Option {
-	return func(c *config) {
+	return func(c *config) error {
+		if name == "" || filepath.Base(name) != name {
+			return fmt.Errorf("%w: configuration file name %q", ErrInvalidConfig, name)
+		}
 		if c.files == nil {
 			c.files = map[string][]byte{}
 		}
 		c.files[name] = content
+		return nil
 	}
 }
 
@@ -72,7 +86,13 @@ func WithConfigFile(name string, content []byte) Option {
 // written as server.crt and server.key into the configuration directory. Clients may
 // still connect without TLS unless a pg_hba.conf (WithConfigFile) says hostssl.
 func WithTLS(certPEM, keyPEM []byte) Option {
-	return func(c *config) { c.tlsCert, c.tlsKey = certPEM, keyPEM }
+	return func(c *config) error {
+		if len(certPEM) == 0 || len(keyPEM) == 0 {
+			return fmt.Errorf("%w: empty TLS certificate or key", ErrInvalidConfig)
+		}
+		c.tlsCert, c.tlsKey = certPEM, keyPEM
+		return nil
+	}
 }
 
 // ConfigDir returns where Debian keeps the configuration of cluster name of version.
@@ -85,7 +105,9 @@ func ConfigDir(version, name string) string { return filepath.Join("/etc/postgre
 func Create(ctx context.Context, name string, opts ...Option) (*Cluster, error) {
 	cfg := config{}
 	for _, o := range opts {
-		o(&cfg)
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
 	}
 	out, err := exec.CommandContext(ctx, "pg_lsclusters", "-h").Output()
 	if err != nil {
