@@ -50,8 +50,8 @@ var (
 	// duplicate, a reuse or an expired record to take over.
 	ErrKeyExists = errors.New("idempotency: key already has a record")
 
-	// ErrInvalidConfig is returned by NewStore, NewSweeper and Migrate for an
-	// invalid option value.
+	// ErrInvalidConfig is returned by NewStore and NewSweeper for an invalid
+	// option value, or an option of the other constructor. Not retryable.
 	ErrInvalidConfig = errors.New("idempotency: invalid configuration")
 )
 
@@ -226,7 +226,8 @@ WHERE scope = $1 AND key = $2 AND expires_at <= now()`,
 }
 
 // TableName returns the name of the store's table as given to WithTable
-// (DefaultTable by default). Migrate and NewSweeper take it with WithTable.
+// (DefaultTable by default): give it to migrate.Up with migrate.WithIdempotencyTable
+// and to NewSweeper with WithTable.
 func (s *Store) TableName() string { return s.table.String() }
 
 // Retention returns the configured record retention.

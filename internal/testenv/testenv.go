@@ -25,7 +25,8 @@ func Name(t testing.TB, prefix string) string {
 	return strings.Trim(prefix+"_"+base, "_") + "_" + hex.EncodeToString(b)
 }
 
-// need fails the test with the one clear message DESIGN.md promises when a service is missing.
+// need fails the test with one clear message when a service is missing: what is missing,
+// how to start it, and the environment variable that points the tests at another one.
 func need(t testing.TB, service string, err error, howto string) {
 	t.Helper()
 	t.Fatalf("testenv: no %s for tests: %v\n  start one with: %s\n  or point the tests at one with the environment variable shown above", service, err, howto)
