@@ -39,7 +39,7 @@ mkdir -p "$LOGS" bin
 echo "demo: building binaries (about 2 minutes the first time, seconds after that)"
 go build -o bin/ ./cmd/devkafka ./cmd/sagactl ./services/order ./services/payment ./services/inventory
 if [ -n "${TRACES:-}" ]; then
-  go build -o bin/ ./internal/jaegercheck
+  go build -o bin/ ./tools/jaegercheck
   scripts/jaeger.sh build
 fi
 

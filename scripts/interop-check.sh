@@ -2,12 +2,12 @@
 # make interop-check: stock clients of other languages read and write choreo's records on a
 # real Apache Kafka broker (scripts/kafka.sh, one node on loopback).
 #
-#  1. internal/interop produces signed saga events with the service kit's producer settings
+#  1. tools/interop produces signed saga events with the service kit's producer settings
 #     (KAFKA_COMPRESSION as set, else the kit's default).
 #  2. Java: kafka-clients with the CloudEvents Java SDK's Kafka binding
 #     (tools/interop-java, built with Maven) reads them all.
 #  3. kafkajs 2.2.4 (no codec plugins) with the CloudEvents JavaScript SDK reads them all
-#     (internal/interop/kafkajs-check.cjs).
+#     (tools/interop/kafkajs-check.cjs).
 #  4. Java writes order.confirmed events in binary and in structured content mode, which
 #     examples/shipping (started here on Postgres and Redis) must handle: each must be
 #     answered by a shipment.scheduled that it caused.
@@ -41,7 +41,7 @@ npm install --prefix "$tmp" --no-audit --no-fund --no-save --silent kafkajs@2.2.
 java=tools/interop-java
 mvn -B -q -Dstyle.color=never --strict-checksums -f "$java/pom.xml" compile dependency:copy-dependencies \
   -DincludeScope=runtime -DoutputDirectory=target/libs >"$tmp/mvn.log" 2>&1 || { cat "$tmp/mvn.log" >&2; exit 1; }
-go build -o "$tmp/" ./internal/interop ./examples/shipping
+go build -o "$tmp/" ./tools/interop ./examples/shipping
 until grep -q '"Addr"' "$tmp/kafka.out"; do
   kill -0 "$broker" 2>/dev/null || { cat "$tmp/kafka.log" >&2; exit 1; }
   sleep 0.2
@@ -53,7 +53,7 @@ jrun() { java -cp "$java/target/classes:$java/target/libs/*" choreo.interop.Chec
 # Java first: its consumer waits while the broker creates __consumer_offsets for the first
 # group; kafkajs runs with no retries (a batch it cannot decompress must fail the check).
 jrun read "$BROKERS" "$TOPIC" $((ORDERS * 3)) "$tmp/pub.pem"
-cp internal/interop/kafkajs-check.cjs "$tmp/"
+cp tools/interop/kafkajs-check.cjs "$tmp/"
 BROKERS=$BROKERS TOPIC=$TOPIC EXPECT=$((ORDERS * 3)) PUBKEY=$tmp/pub.pem node "$tmp/kafkajs-check.cjs"
 
 # Java writes, examples/shipping handles.
