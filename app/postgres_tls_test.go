@@ -11,8 +11,8 @@ import (
 
 	"github.com/choreo-saga/choreo/app"
 	"github.com/choreo-saga/choreo/app/apptest"
-	"github.com/choreo-saga/choreo/internal/pgcluster"
 	"github.com/choreo-saga/choreo/internal/testenv"
+	"github.com/choreo-saga/choreo/internal/testenv/pgcluster"
 )
 
 // hbaTLSOnly lets clients in over TLS only (trust: the test is about the channel, and a
@@ -24,7 +24,7 @@ hostnossl all all 0.0.0.0/0 reject
 hostnossl all all ::/0 reject
 `
 
-// TestPostgresTLS starts a Postgres cluster of its own (internal/pgcluster) that serves a
+// TestPostgresTLS starts a Postgres cluster of its own (internal/testenv/pgcluster) that serves a
 // certificate of a CA generated for the test and accepts TLS connections only, and runs
 // New, whose pool takes DATABASE_URL as it is: sslmode=require and sslmode=verify-full
 // (with sslrootcert the test CA) connect, and every session of the pool is encrypted

@@ -20,7 +20,7 @@
 // Redis stopped and started empty, devkafka killed and restarted on its data dir, every
 // event delivered twice and whole topics replayed from offset 0, poison records produced
 // with a plain franz-go client, a lock holder paused (SIGSTOP) past the lock TTL,
-// network faults through internal/faultproxy (latency with jitter, hung connections,
+// network faults through internal/testenv/faultproxy (latency with jitter, hung connections,
 // resets, a bandwidth cap, partitions) between the payment instances and their Postgres
 // and Redis, or between every client and devkafka (which then advertises the proxy's
 // address, so that no connection bypasses it), and overload at twice the measured

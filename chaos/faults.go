@@ -15,8 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/choreo-saga/choreo/internal/faultproxy"
-	"github.com/choreo-saga/choreo/internal/pgcluster"
+	"github.com/choreo-saga/choreo/internal/testenv/faultproxy"
+	"github.com/choreo-saga/choreo/internal/testenv/pgcluster"
 	"github.com/choreo-saga/choreo/services/events"
 )
 

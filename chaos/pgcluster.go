@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/choreo-saga/choreo/internal/pgcluster"
+	"github.com/choreo-saga/choreo/internal/testenv/pgcluster"
 )
 
 // createCluster creates and starts a Postgres cluster of the suite's own (package
-// internal/pgcluster), with trust authentication on a free port, so that a scenario can
+// internal/testenv/pgcluster), with trust authentication on a free port, so that a scenario can
 // crash and restart a whole Postgres server without touching the shared one. fsync is
 // off: a crash of the server's processes (not of the machine) loses nothing that the
 // page cache holds, and the shared machine is spared the flushes.

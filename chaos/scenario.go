@@ -19,8 +19,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/choreo-saga/choreo/internal/faultproxy"
-	"github.com/choreo-saga/choreo/internal/pgcluster"
+	"github.com/choreo-saga/choreo/internal/testenv/faultproxy"
+	"github.com/choreo-saga/choreo/internal/testenv/pgcluster"
 	"github.com/choreo-saga/choreo/services/events"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/choreo-saga/choreo/internal/faultproxy"
+	"github.com/choreo-saga/choreo/internal/testenv/faultproxy"
 	"github.com/choreo-saga/choreo/services/events"
 )
 

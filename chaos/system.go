@@ -26,8 +26,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/choreo-saga/choreo/consumer"
-	"github.com/choreo-saga/choreo/internal/faultproxy"
-	"github.com/choreo-saga/choreo/internal/pgcluster"
+	"github.com/choreo-saga/choreo/internal/testenv/faultproxy"
+	"github.com/choreo-saga/choreo/internal/testenv/pgcluster"
 	"github.com/choreo-saga/choreo/services/events"
 )
 
@@ -36,7 +36,7 @@ var services = []string{"payment", "inventory", "order"}
 
 // Options configure the system a scenario runs against.
 type Options struct {
-	// ProxyPayment puts a fault proxy (internal/faultproxy) between the payment instances
+	// ProxyPayment puts a fault proxy (internal/testenv/faultproxy) between the payment instances
 	// and their Postgres and Redis, for the network scenario's faults.
 	ProxyPayment bool
 	// ProxyBroker puts a fault proxy between every client and devkafka, which advertises

@@ -15,8 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/choreo-saga/choreo/event"
-	"github.com/choreo-saga/choreo/internal/faultproxy"
 	"github.com/choreo-saga/choreo/internal/testenv"
+	"github.com/choreo-saga/choreo/internal/testenv/faultproxy"
 )
 
 // slowKey is the entity whose handling always times out in the confirmation tests.

@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/choreo-saga/choreo/internal/faultproxy"
 	"github.com/choreo-saga/choreo/internal/testenv"
+	"github.com/choreo-saga/choreo/internal/testenv/faultproxy"
 	"github.com/choreo-saga/choreo/outbox"
 )
 

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/choreo-saga/choreo/internal/pgcluster"
+	"github.com/choreo-saga/choreo/internal/testenv/pgcluster"
 )
 
 // statementsCluster creates a private Postgres cluster that loads pg_stat_statements

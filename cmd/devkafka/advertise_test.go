@@ -13,7 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/choreo-saga/choreo/internal/faultproxy"
+	"github.com/choreo-saga/choreo/internal/testenv/faultproxy"
 )
 
 // connRecorder records the remote address of every connection a client opens.

@@ -12,7 +12,7 @@
 //	-port N          listen port on 127.0.0.1 (default 9092; 0 picks a free port)
 //	-advertise H:P   the broker address given to clients in metadata (default: the
 //	                 address listened on); point it at a proxy in front of the broker
-//	                 (e.g. internal/faultproxy) and every connection of a client
+//	                 (e.g. internal/testenv/faultproxy) and every connection of a client
 //	                 bootstrapped through the proxy goes through it, not only the first
 //	-data-dir DIR    persistence directory (default ~/.cache/choreo-devkafka, i.e.
 //	                 filepath.Join(os.UserCacheDir(), "choreo-devkafka"), or under the

@@ -1,5 +1,7 @@
 // Package testenv gives tests real Postgres, Redis and Kafka-protocol brokers, each test its
-// own isolated slice of them.
+// own isolated slice of them. It and the packages under it are the repository's test
+// infrastructure: faultproxy (a TCP proxy that injects network faults) and pgcluster (a
+// private Postgres cluster with settings of its own). No library code imports them.
 //
 // Every service is resolved once per test binary, in this order:
 //
