@@ -217,7 +217,7 @@ func DeadLetter(p Producer) Middleware {
 func newDeadLetter(p Producer, opts ...deadLetterOption) (Middleware, error) {
 	cfg := deadLetterConfig{
 		now:        time.Now,
-		lookback:   DefaultDeadLetterLookback,
+		lookback:   deadLetterLookback,
 		valueBytes: DefaultDeadLetterValueBytes,
 		logger:     slog.Default(),
 	}

@@ -15,9 +15,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// DefaultDeadLetterLookback is how far before a partition's assignment DeadLetter looks
-// in the dead-letter topic for copies a previous owner wrote (see DeadLetterLookback).
-const DefaultDeadLetterLookback = 5 * time.Minute
+// deadLetterLookback is how far before a partition's assignment DeadLetter looks
+// in the dead-letter topic for copies a previous owner wrote: the previous owner's last
+// commit interval plus the time the group took to hand the partition over.
+const deadLetterLookback = 5 * time.Minute
 
 // deadLetterScanTimeout bounds the one read of the dead-letter topic per assignment.
 const deadLetterScanTimeout = 15 * time.Second

@@ -94,7 +94,7 @@ func TestDeadLetterOnceAfterCrash(t *testing.T) {
 // any record outside the runtime or with a Producer that is not a *kgo.Client.
 func TestDeadLetterCheckSkipsNewRecords(t *testing.T) {
 	ctx := withPartitionRun(context.Background())
-	c := deadLetterConfig{lookback: DefaultDeadLetterLookback}
+	c := deadLetterConfig{lookback: deadLetterLookback}
 	fresh := &Message{Record: &kgo.Record{Topic: "t", Timestamp: time.Now().Add(2 * deadLetterClockSkew)}, Group: "g"}
 	// An unreachable broker: a read would fail or block; the answer must come at once.
 	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"))

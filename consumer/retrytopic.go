@@ -5,9 +5,9 @@ import (
 	"strings"
 )
 
-// RetryTopicInfix joins a topic and a consumer group into the name of the group's retry
-// topic for that topic: topic + RetryTopicInfix + group (see RetryTopic).
-const RetryTopicInfix = ".retry."
+// retryTopicInfix joins a topic and a consumer group into the name of the group's retry
+// topic for that topic: topic + retryTopicInfix + group (see RetryTopic).
+const retryTopicInfix = ".retry."
 
 // maxTopicName is the longest topic name Kafka accepts.
 const maxTopicName = 249
@@ -15,7 +15,7 @@ const maxTopicName = 249
 // RetryTopic returns the retry topic of group for topic, "<topic>.retry.<group>": the
 // topic a replay of a record that group dead-lettered goes to, so that only that group
 // handles it again (see WithRetryTopics).
-func RetryTopic(topic, group string) string { return topic + RetryTopicInfix + group }
+func RetryTopic(topic, group string) string { return topic + retryTopicInfix + group }
 
 // WithRetryTopics makes the consumer also consume, for each of its topics t, the topic
 // RetryTopic(t, group), which only this group reads. `sagactl dlq replay` and the
@@ -60,7 +60,7 @@ func retryTopicsOf(group string, topics []string) ([]string, error) {
 // and the dead-letter topic follow it; Record.Topic still names where the record sits.
 func (m *Message) Topic() string {
 	if m.Group != "" {
-		if base, ok := strings.CutSuffix(m.Record.Topic, RetryTopicInfix+m.Group); ok && base != "" {
+		if base, ok := strings.CutSuffix(m.Record.Topic, retryTopicInfix+m.Group); ok && base != "" {
 			return base
 		}
 	}

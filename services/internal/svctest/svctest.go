@@ -23,36 +23,20 @@ import (
 	"github.com/choreo-saga/choreo/app/apptest"
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
-	"github.com/choreo-saga/choreo/internal/txhook"
 	"github.com/choreo-saga/choreo/migrate"
 	"github.com/choreo-saga/choreo/services/events"
 )
 
-// InBatch runs h for evs in one transaction on db with before-commit hooks, as the
-// consumer's batch mode does, commits, and runs the effects the handlers registered with
-// consumer.AfterCommit. before, when not nil, runs after the handlers
-// and before the hooks (the deferred stock or balance changes), so a test can slip a
+// InBatch runs h for evs in one transaction on db as the consumer's batch mode does
+// (apptest.Batch). before, when not nil, runs after the handlers and before the
+// commit-time writes (the deferred stock or balance changes), so a test can slip a
 // concurrent transaction in between.
 func InBatch(db migrate.Beginner, h consumer.TxHandler, before func(), evs ...event.Event) error {
-	ctx := context.Background()
-	var hooks *txhook.Hooks
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		hooks = txhook.New(tx)
-		hctx := txhook.With(ctx, hooks)
-		for _, ev := range evs {
-			if err := h(hctx, tx, ev); err != nil {
-				return err
-			}
-		}
-		if before != nil {
-			before()
-		}
-		return hooks.Run(ctx)
-	})
-	if err == nil {
-		hooks.Committed()
+	b := apptest.Batch{}
+	if before != nil {
+		b.Before = func(context.Context, pgx.Tx) { before() }
 	}
-	return err
+	return b.Run(db, h, evs...)
 }
 
 // Outcome returns the order service's announcement of an order's outcome: typ is
@@ -152,26 +136,13 @@ func (c *CountingTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResul
 }
 
 // InCountedBatch is InBatch with the handlers given a CountingTx: it returns the round
-// trips the handlers made before the transaction's hooks ran.
+// trips the handlers made before the commit-time writes ran.
 func InCountedBatch(db migrate.Beginner, h consumer.TxHandler, evs ...event.Event) (int, error) {
-	ctx := context.Background()
 	n := 0
-	var hooks *txhook.Hooks
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		ctr := &CountingTx{Tx: tx}
-		hooks = txhook.New(ctr)
-		hctx := txhook.With(context.Background(), hooks)
-		for _, ev := range evs {
-			if err := h(hctx, ctr, ev); err != nil {
-				return err
-			}
-		}
-		n = ctr.RoundTrips
-		return hooks.Run(hctx)
-	})
-	if err == nil {
-		hooks.Committed()
-	}
+	err := apptest.Batch{
+		Wrap:   func(tx pgx.Tx) pgx.Tx { return &CountingTx{Tx: tx} },
+		Before: func(_ context.Context, tx pgx.Tx) { n = tx.(*CountingTx).RoundTrips },
+	}.Run(db, h, evs...)
 	return n, err
 }
 

@@ -12,19 +12,19 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/choreo-saga/choreo/app/apptest"
+	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/internal/testenv"
-	"github.com/choreo-saga/choreo/internal/txhook"
 	"github.com/choreo-saga/choreo/services/events"
 	"github.com/choreo-saga/choreo/services/internal/svctest"
 )
 
-// flusher writes "<name>:flushed" into the log table when the hooks run.
-type flusher struct{ name string }
-
-func (f flusher) Flush(ctx context.Context, tx pgx.Tx) error {
-	_, err := tx.Exec(ctx, `INSERT INTO log (entry) VALUES ($1)`, f.name+":flushed")
-	return err
+// flushAtCommit makes the transaction write "<name>:flushed" into the log table with its
+// COMMIT (consumer.AtCommitFunc, once per name).
+func flushAtCommit(ctx context.Context, tx pgx.Tx, name string) error {
+	return consumer.AtCommitFunc(ctx, tx, name, func(b *pgx.Batch) {
+		b.Queue(`INSERT INTO log (entry) VALUES ($1)`, name+":flushed")
+	})
 }
 
 // logDB returns a database with an empty log table and a function that reads its
@@ -57,8 +57,8 @@ func TestInBatch(t *testing.T) {
 		if ev.Subject == "fail" {
 			return errors.New("handler failed")
 		}
-		if hooks := txhook.For(ctx, tx); hooks != nil {
-			hooks.Hook("log", func() any { return flusher{"batch"} })
+		if err := flushAtCommit(ctx, tx, "batch"); err != nil {
+			return err
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO log (entry) VALUES ($1)`, ev.Subject)
 		return err
@@ -134,12 +134,10 @@ func TestInCountedBatch(t *testing.T) {
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
-		if hooks := txhook.For(ctx, tx); hooks != nil {
-			hooks.Hook(ev.Subject, func() any { return flusher{ev.Subject} })
-		} else {
-			return errors.New("no hooks for the counting transaction")
+		if _, ok := consumer.TxValue(ctx, tx, "probe", func() any { return true }); !ok {
+			return errors.New("no consumer transaction for the counting transaction")
 		}
-		return nil
+		return flushAtCommit(ctx, tx, ev.Subject)
 	}
 	n, err := svctest.InCountedBatch(pool, h,
 		apptest.NewEvent(t, events.SourceOrder, events.OrderCreated, "a", events.OrderOutcomeV1{OrderID: "a"}),

@@ -477,7 +477,9 @@ func (h *Handlers) OrderConfirmed(ctx context.Context, tx pgx.Tx, ev event.Event
 				slog.String("reason", reason))
 			return nil
 		}
-		deferApply(ctx, tx, pending(ctx, tx))
+		if err := deferApply(ctx, tx, pending(ctx, tx)); err != nil {
+			return err
+		}
 		h.count(ctx, tx, "commit")
 		return setStatus(ctx, tx, p.OrderID, StatusCommitted, "re-reserved after expiry")
 	default:
@@ -663,8 +665,7 @@ func (h *Handlers) emit(ctx context.Context, tx pgx.Tx, cause event.Event, typ s
 	if err := h.pub.Publish(ctx, tx, events.TopicInventory, ev); err != nil {
 		return err
 	}
-	deferApply(ctx, tx, pending(ctx, tx)) // stock last, after the outbox rows
-	return nil
+	return deferApply(ctx, tx, pending(ctx, tx)) // stock last, after the outbox rows
 }
 
 func nonNil(items []events.Item) []events.Item {

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/choreo-saga/choreo/internal/txhook"
+	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/migrate"
 	"github.com/choreo-saga/choreo/services/events"
 )
@@ -39,7 +39,7 @@ var ErrStockChanged = errors.New("inventorysvc: stock changed concurrently")
 // has too little, from the next ones; a release goes back to it. Two transactions of
 // different partitions therefore rarely touch the same row.
 //
-// And in a transaction run by the consumer (txhook in the context), stock is never
+// And in a transaction run by the consumer (consumer.TxValue finds it), stock is never
 // locked while the handlers run: take reads the shards without a lock, decides with them
 // less what the transaction has already taken, and records the change; the changes of
 // every handler of the transaction are summed per shard and applied once, by one
@@ -61,10 +61,10 @@ type shardKey struct {
 }
 
 type stockKey struct{}   // the transaction's pending changes
-type stockApply struct{} // their flush, added after the first outbox row
+type stockApply struct{} // their AtCommitFunc, added after the first outbox row
 
-// pendingStock is a transaction's stock changes not yet applied. Its own Flush does
-// nothing: stockFlush, added after the outbox's hook, applies them, so the stock rows
+// pendingStock is a transaction's stock changes not yet applied (a consumer.TxValue):
+// deferApply's AtCommitFunc, added after the outbox rows, applies them, so the stock rows
 // are locked by the very last statements of the transaction.
 type pendingStock struct {
 	shard int32              // the preferred shard; -1 until the first order
@@ -77,30 +77,23 @@ func newPending() *pendingStock {
 	return &pendingStock{shard: -1, read: map[shardKey]int64{}, known: map[string]bool{}, delta: map[shardKey]int64{}}
 }
 
-type stockFlush struct{ p *pendingStock }
-
-// Queue queues the changes into the batch that carries the COMMIT (txhook.Queuer).
-func (f stockFlush) Queue(b *pgx.Batch) { queueDeltas(b, f.p.delta) }
-
 // pending returns the pending changes of the consumer's transaction tx, or nil when ctx
 // carries no hooks for tx.
 func pending(ctx context.Context, tx pgx.Tx) *pendingStock {
-	hooks := txhook.For(ctx, tx)
-	if hooks == nil {
+	p, ok := consumer.TxValue(ctx, tx, stockKey{}, func() any { return newPending() })
+	if !ok {
 		return nil
 	}
-	return hooks.Hook(stockKey{}, func() any { return newPending() }).(*pendingStock)
+	return p.(*pendingStock)
 }
 
 // deferApply makes sure the pending changes are applied before the commit; call it after
 // the handler enqueued its event, so that they come after the outbox rows.
-func deferApply(ctx context.Context, tx pgx.Tx, p *pendingStock) {
+func deferApply(ctx context.Context, tx pgx.Tx, p *pendingStock) error {
 	if p == nil {
-		return
+		return nil
 	}
-	if hooks := txhook.For(ctx, tx); hooks != nil {
-		hooks.Hook(stockApply{}, func() any { return stockFlush{p} })
-	}
+	return consumer.AtCommitFunc(ctx, tx, stockApply{}, func(b *pgx.Batch) { queueDeltas(b, p.delta) })
 }
 
 // prefer fixes the transaction's preferred shard from orderID, if it is not fixed yet.

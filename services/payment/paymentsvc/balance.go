@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/choreo-saga/choreo/internal/txhook"
+	"github.com/choreo-saga/choreo/consumer"
 )
 
 // ErrBalanceChanged is returned (wrapped with a serialization failure, SQLSTATE 40001, so
@@ -23,7 +23,7 @@ var ErrBalanceChanged = errors.New("paymentsvc: balance changed concurrently")
 // serialises the customer's transactions, and a batch that locked its customers one
 // order after the other locked them in no global order, so two batches could deadlock.
 //
-// In a transaction run by the consumer (txhook in the context) a charge therefore reads
+// In a transaction run by the consumer (consumer.TxValue finds it) a charge therefore reads
 // the balance without a lock and decides with it less what the transaction already
 // charged; every handler's debits and credits are summed per customer and applied once,
 // by one conditional UPDATE (balance + change >= 0) after the rows are locked in id
@@ -33,39 +33,35 @@ var ErrBalanceChanged = errors.New("paymentsvc: balance changed concurrently")
 // tests calling a handler directly) the row is locked and changed at once.
 
 type balanceKey struct{}   // the transaction's pending changes
-type balanceApply struct{} // their flush, added after the first outbox row
+type balanceApply struct{} // their AtCommitFunc, added after the first outbox row
 
 type customerRow struct{ balance, limit int64 }
 
-// pendingBalances is a transaction's balance changes not yet applied (a hook of state);
-// balanceFlush, added after the outbox's hook, applies them.
+// pendingBalances is a transaction's balance changes not yet applied (a TxValue);
+// deferBalances' AtCommitFunc, added after the outbox rows, applies them.
 type pendingBalances struct {
 	read  map[string]customerRow // as first read in the transaction
 	delta map[string]int64
 }
 
-type balanceFlush struct{ p *pendingBalances }
-
-// Queue queues the changes into the batch that carries the COMMIT (txhook.Queuer).
-func (f balanceFlush) Queue(b *pgx.Batch) { queueBalances(b, f.p.delta) }
-
 func pendingFor(ctx context.Context, tx pgx.Tx) *pendingBalances {
-	hooks := txhook.For(ctx, tx)
-	if hooks == nil {
+	p, ok := consumer.TxValue(ctx, tx, balanceKey{}, func() any {
+		return &pendingBalances{read: map[string]customerRow{}, delta: map[string]int64{}}
+	})
+	if !ok {
 		return nil
 	}
-	return hooks.Hook(balanceKey{}, func() any {
-		return &pendingBalances{read: map[string]customerRow{}, delta: map[string]int64{}}
-	}).(*pendingBalances)
+	return p.(*pendingBalances)
 }
 
-// deferBalances makes sure the pending changes are applied before the commit; called
+// deferBalances makes sure the pending changes are applied with the commit; called
 // after the handler enqueued its event, so that they come after the outbox rows.
-func deferBalances(ctx context.Context, tx pgx.Tx) {
-	if hooks := txhook.For(ctx, tx); hooks != nil {
-		p := pendingFor(ctx, tx)
-		hooks.Hook(balanceApply{}, func() any { return balanceFlush{p} })
+func deferBalances(ctx context.Context, tx pgx.Tx) error {
+	p := pendingFor(ctx, tx)
+	if p == nil {
+		return nil
 	}
+	return consumer.AtCommitFunc(ctx, tx, balanceApply{}, func(b *pgx.Batch) { queueBalances(b, p.delta) })
 }
 
 // readCustomer returns the customer's balance (as this transaction will leave it) and

@@ -431,8 +431,7 @@ func (h *Handlers) emit(ctx context.Context, tx pgx.Tx, cause event.Event, typ s
 	if err := h.pub.Publish(ctx, tx, events.TopicPayments, ev.CausedBy(cause)); err != nil {
 		return err
 	}
-	deferBalances(ctx, tx) // balances last, after the outbox rows
-	return nil
+	return deferBalances(ctx, tx) // balances last, after the outbox rows
 }
 
 // Seed inserts customers that do not exist yet; existing rows (and their balances) are
