@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"slices"
 	"strconv"
@@ -49,12 +50,12 @@ Flags:`
 
 // cmdTrack runs the saga tracker (package tracker) or queries its index.
 func cmdTrack(ctx context.Context, args []string, std stdio) error {
-	sub := "run"
+	sub := ""
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		sub, args = args[0], args[1:]
 	}
 	var f trackFlags
-	fs := newFlagSet("track "+sub, std, &f.c)
+	fs := newFlagSet("track", std, &f.c)
 	dbDefault := envOr(std.getenv, "TRACKER_DATABASE_URL", std.getenv("DATABASE_URL"))
 	fs.StringVar(&f.dsn, "db", dbDefault, "Postgres connection `URL` of the index (env TRACKER_DATABASE_URL, else DATABASE_URL)")
 	fs.StringVar(&f.dsn, "database-url", dbDefault, "same as -db")
@@ -64,16 +65,15 @@ func cmdTrack(ctx context.Context, args []string, std stdio) error {
 	fs.DurationVar(&f.retention, "retention", 7*24*time.Hour, "delete indexed events older than this (by event time)")
 	fs.DurationVar(&f.refresh, "refresh", 15*time.Second, "how often run recomputes its gauges and applies retention")
 	fs.StringVar(&f.status, "status", "", "list only sagas with this `status`: in_flight, stuck or completed")
-	if sub == "flow" {
-		fs.StringVar(&f.svg, "svg", "", "flow: also write the graph as SVG to this `file`")
-		fs.IntVar(&f.last, "last", 0, "flow: compute it from the latest `n` indexed events only (0: all)")
-		fs.StringVar(&f.asyncapi, "asyncapi", "", "flow: also write an AsyncAPI 3.0.0 document (JSON) of the observed flow to this `file`")
-	}
-	if sub == "usage" {
-		durationVar(fs, &f.usage.window, "window", 24*time.Hour, "usage: count the events published within this window")
-		fs.StringVar(&f.usage.catalogue, "catalogue", "", "usage: contracts catalogue `file` (JSON) naming what each service produces, consumes and accepts")
-		fs.StringVar(&f.usage.retire, "retire", "", "usage: answer whether `type@version` can be retired, e.g. payment.authorized@1")
-	}
+	// The flags of one subcommand are defined for all, so that flags may come before the
+	// subcommand; using one with another subcommand is a usage error (below).
+	subFlags := map[string]string{"svg": "flow", "last": "flow", "asyncapi": "flow", "window": "usage", "catalogue": "usage", "retire": "usage"}
+	fs.StringVar(&f.svg, "svg", "", "flow: also write the graph as SVG to this `file`")
+	fs.IntVar(&f.last, "last", 0, "flow: compute it from the latest `n` indexed events only (0: all)")
+	fs.StringVar(&f.asyncapi, "asyncapi", "", "flow: also write an AsyncAPI 3.0.0 document (JSON) of the observed flow to this `file`")
+	durationVar(fs, &f.usage.window, "window", 24*time.Hour, "usage: count the events published within this window")
+	fs.StringVar(&f.usage.catalogue, "catalogue", "", "usage: contracts catalogue `file` (JSON) naming what each service produces, consumes and accepts")
+	fs.StringVar(&f.usage.retire, "retire", "", "usage: answer whether `type@version` can be retired, e.g. payment.authorized@1")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), trackUsage)
 		fs.PrintDefaults()
@@ -81,6 +81,22 @@ func cmdTrack(ctx context.Context, args []string, std stdio) error {
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
+	}
+	// Flags may come before the subcommand too: "track -db URL list".
+	if sub == "" && len(pos) > 0 {
+		sub, pos = pos[0], pos[1:]
+	}
+	if sub == "" {
+		sub = "run"
+	}
+	var misplaced error
+	fs.Visit(func(fl *flag.Flag) {
+		if only := subFlags[fl.Name]; only != "" && only != sub && misplaced == nil {
+			misplaced = fmt.Errorf("%w: -%s only applies to track %s", errUsage, fl.Name, only)
+		}
+	})
+	if misplaced != nil {
+		return misplaced
 	}
 	switch sub {
 	case "run", "stuck", "list", "flow", "usage":

@@ -122,6 +122,14 @@ func TestTrack(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "o-shipped") || strings.Contains(out, "o-waiting") {
 		t.Fatalf("track list -status completed: exit %d: %s%s", code, out, errs)
 	}
+	// Flags before the subcommand, as go doc ./cmd/sagactl allows.
+	code, out, errs = query("-db", dsn, "-status", "completed", "list")
+	if code != exitOK || !strings.Contains(out, "o-shipped") || strings.Contains(out, "o-waiting") {
+		t.Fatalf("track -db … -status completed list: exit %d: %s%s", code, out, errs)
+	}
+	if code, _, errs := query("-svg", "x.svg", "list"); code != exitUsage || !strings.Contains(errs, "-svg only applies to track flow") {
+		t.Fatalf("track -svg … list: exit %d: %s", code, errs)
+	}
 	code, out, errs = query("saga", "o-waiting")
 	if code != exitOK || !strings.Contains(out, "shipping saga o-waiting: stuck, waiting for shipping to answer order.confirmed") {
 		t.Fatalf("track saga: exit %d: %s%s", code, out, errs)
