@@ -22,12 +22,12 @@ var ErrUndeclared = errors.New("app: event not declared (App.Produces)")
 
 // kit holds the registrations of On and Produces until Run builds their consumer group.
 type kit struct {
-	topics   []string                               // consumed, in registration order
-	on       map[string]string                      // event type → its topic
-	versions map[string]map[int]consumer.TxHandler  // event type → version → handler
-	lockOn   map[string]func(ev event.Event) string // event type → the entity it locks
-	produces map[produced]bool                      // see Produces
-	decls    []contract.Declaration                 // what On and Produces declared
+	topics   []string                                                             // consumed, in registration order
+	on       map[string]string                                                    // event type → its topic
+	versions map[string]map[int]consumer.TxHandler                                // event type → version → handler
+	lockOn   map[string]func(ctx context.Context, ev event.Event) (string, error) // event type → the entity it locks
+	produces map[produced]bool                                                    // see Produces
+	decls    []contract.Declaration                                               // what On and Produces declared
 }
 
 // produced identifies what Produces declares: an event type and version on a topic.
@@ -38,7 +38,7 @@ type produced struct {
 
 func newKit() kit {
 	return kit{on: map[string]string{}, versions: map[string]map[int]consumer.TxHandler{},
-		lockOn: map[string]func(event.Event) string{}, produces: map[produced]bool{}}
+		lockOn: map[string]func(context.Context, event.Event) (string, error){}, produces: map[produced]bool{}}
 }
 
 // HandlerOption configures one handler of [On]. An invalid value is an error wrapping
@@ -46,17 +46,25 @@ func newKit() kit {
 type HandlerOption func(*handlerOptions) error
 
 type handlerOptions struct {
-	lockOn func(ev event.Event) string
+	lockOn func(ctx context.Context, ev event.Event) (string, error)
 }
 
-// LockOn makes the handler lock the entity entity(ev) names instead of the event's
+// LockOn makes the handler lock the entity entity(ctx, ev) names instead of the event's
 // subject (the record key), e.g. the customer of an order event when handlers of several
 // topics change the same customer's balance. The lock serialises work on the entity
 // across partitions and instances, and its fencing token guards the transaction; the
 // Postgres transaction stays the correctness guard. An empty entity runs the handler
-// without a lock. Default: the subject. The lock is per event type: every version of the
-// type takes the entity of the last On that set it.
-func LockOn(entity func(ev event.Event) string) HandlerOption {
+// without a lock. The lock is per event type: every version of the type takes the
+// entity of the last On that set it.
+//
+// The lock is taken before the handler's transaction opens (in batch mode, the locks of
+// all the batch's records before the batch's one transaction), so entity runs outside any
+// transaction: ctx is the record's (its span, its deadline, the worker's stop), and a
+// lookup it needs (the customer of an order) reads through a pool with ctx, say
+// [App.Pool]. Its error fails the record as a handler's does: retried, then
+// dead-lettered; wrap it with consumer.Permanent (a malformed payload) to dead-letter at
+// once. Default: the subject.
+func LockOn(entity func(ctx context.Context, ev event.Event) (string, error)) HandlerOption {
 	return func(o *handlerOptions) error {
 		if entity == nil {
 			return invalid("LockOn: nil function")
@@ -246,11 +254,11 @@ func (a *App) startKit() error {
 		Configure: func(sc *consumer.StandardConfig) {
 			sc.Upcasters = ups
 			if len(lockOn) > 0 {
-				sc.LockEntity = func(m *consumer.Message) string {
+				sc.LockEntity = func(ctx context.Context, m *consumer.Message) (string, error) {
 					if f := lockOn[m.Event.Type]; f != nil {
-						return f(m.Event)
+						return f(ctx, m.Event)
 					}
-					return m.Subject()
+					return m.Subject(), nil
 				}
 			}
 			for _, f := range a.opts.chain {

@@ -57,7 +57,7 @@ func TestHandleAndPublish(t *testing.T) {
 			return err
 		}
 		return a.Publish(ctx, tx, "widgets.out", out)
-	}, app.LockOn(func(ev event.Event) string { return "owner-" + ev.Subject }))
+	}, app.LockOn(func(_ context.Context, ev event.Event) (string, error) { return "owner-" + ev.Subject, nil }))
 	app.On(a.App, "widgets.other", "widget.other", 1, func(context.Context, pgx.Tx, event.Event, widget) error { return nil })
 
 	runCtx, cancel := context.WithCancel(ctx)

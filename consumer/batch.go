@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -81,7 +82,9 @@ func (c *chain) batch(ctx context.Context, ms []*Message) (err error) {
 	if c.locker != nil && len(work) > 0 {
 		entities := make([]string, len(work))
 		for i, m := range work {
-			entities[i] = c.lockEntity(m)
+			if entities[i], err = c.lockEntity(ctx, m); err != nil {
+				return fmt.Errorf("consumer: the entity to lock: %w", err)
+			}
 		}
 		var cancel context.CancelFunc
 		lctx, cancel = context.WithCancel(ctx)

@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"context"
 	"log/slog"
 
 	"go.opentelemetry.io/otel"
@@ -34,7 +35,7 @@ type chain struct {
 	keys       map[string]*event.KeySet // StandardConfig.TrustedKeys
 	upcasters  *Upcasters               // nil: none
 	locker     Locker                   // nil: no lock
-	lockEntity func(m *Message) string
+	lockEntity func(ctx context.Context, m *Message) (string, error)
 	tx         *transactor
 }
 
@@ -75,7 +76,7 @@ func (cfg *StandardConfig) resolve() (*chain, error) {
 		c.decode = validated(cfg.Decoder)
 	}
 	if c.lockEntity == nil {
-		c.lockEntity = (*Message).Subject
+		c.lockEntity = subjectEntity
 	}
 	h := cfg.Handler
 	if cfg.Router != nil {

@@ -31,17 +31,23 @@ type Locker interface {
 // correctness: the transaction (Idempotent, with Fence) is the guard.
 //
 // entity chooses the entity to lock for a message; nil means Message.Subject (the event's
-// subject, i.e. the record key). Returning "" skips locking for that message.
+// subject, i.e. the record key). Returning "" skips locking for that message; an error
+// fails the handling (Retry and DeadLetter classify it as any handler error).
 //
 // The lease is acquired on the goroutine that handles the message, before the inner
-// handlers run: no goroutine per record, and nothing else ever touches the message.
-func Lock(l Locker, entity func(m *Message) string) Middleware {
+// handlers run and before the transaction opens: entity runs outside any transaction,
+// with the record's context. No goroutine per record, and nothing else ever touches the
+// message.
+func Lock(l Locker, entity func(ctx context.Context, m *Message) (string, error)) Middleware {
 	if entity == nil {
-		entity = (*Message).Subject
+		entity = subjectEntity
 	}
 	return func(next Handler) Handler {
 		return func(ctx context.Context, m *Message) error {
-			entity := entity(m)
+			entity, err := entity(ctx, m)
+			if err != nil {
+				return fmt.Errorf("consumer: the entity to lock: %w", err)
+			}
 			if entity == "" {
 				return next(ctx, m)
 			}
@@ -64,6 +70,9 @@ func Lock(l Locker, entity func(m *Message) string) Middleware {
 		}
 	}
 }
+
+// subjectEntity is the default entity to lock: the message's subject (its record key).
+func subjectEntity(_ context.Context, m *Message) (string, error) { return m.Subject(), nil }
 
 // leases are the leases a batch holds: one per distinct entity of its records (an entity
 // may repeat within a batch).

@@ -85,7 +85,7 @@ func TestLockEntityOption(t *testing.T) {
 	rdb, ns := testenv.Redis(t)
 	locker := newLocker(t, rdb, lock.WithNamespace(ns))
 	var got string
-	h := Lock(locker, func(m *Message) string { return m.Header("tenant") })(
+	h := Lock(locker, func(_ context.Context, m *Message) (string, error) { return m.Header("tenant"), nil })(
 		func(_ context.Context, m *Message) error {
 			if m.lease != nil {
 				got = m.lease.Entity()
@@ -99,6 +99,21 @@ func TestLockEntityOption(t *testing.T) {
 	got = "unset"
 	if err := h(context.Background(), &Message{Record: &kgo.Record{Key: []byte("o-1")}}); err != nil || got != "unset" {
 		t.Fatalf("empty entity: err %v, lease %q; want no lock", err, got)
+	}
+	// The function gets the record's context; its error fails the handling before the
+	// handler runs.
+	type ctxKey struct{}
+	errLookup := errors.New("lookup failed")
+	ran := false
+	failing := Lock(locker, func(ctx context.Context, _ *Message) (string, error) {
+		if ctx.Value(ctxKey{}) != "record" {
+			t.Error("the entity function did not get the record's context")
+		}
+		return "", errLookup
+	})(func(context.Context, *Message) error { ran = true; return nil })
+	ctx := context.WithValue(context.Background(), ctxKey{}, "record")
+	if err := failing(ctx, &Message{Record: rec}); !errors.Is(err, errLookup) || ran {
+		t.Fatalf("entity error: err %v, handler ran %v; want errLookup and no run", err, ran)
 	}
 }
 

@@ -43,8 +43,10 @@ type StandardConfig struct {
 	Upcasters *Upcasters
 	// Locker, if set, serialises handling per entity (a *lock.Locker).
 	Locker Locker
-	// LockEntity chooses the entity to lock (default Message.Subject).
-	LockEntity func(m *Message) string
+	// LockEntity chooses the entity to lock (default Message.Subject), with the record's
+	// context, before the transaction opens (a batch takes the locks of all its records
+	// before its transaction); "" locks nothing, an error fails the record (see Lock).
+	LockEntity func(ctx context.Context, m *Message) (string, error)
 	// Fence checks the lease's fencing token in the transaction (see IdempotentConfig).
 	Fence bool
 	// Store records idempotency keys (default idempotency.NewStore()).

@@ -88,12 +88,14 @@ func reserveCredit(context.Context, pgx.Tx, event.Event, created) error { return
 // lockOnCustomer registers reserveCredit locking the order's customer.
 func lockOnCustomer(svc *app.App) {
 	// snippet:start lock-on
-	customerOf := func(ev event.Event) string {
+	customerOf := func(ctx context.Context, ev event.Event) (string, error) {
 		var order struct {
 			CustomerID string `json:"customer_id"`
 		}
-		_ = ev.DecodeData(&order) // a malformed payload fails in the handler
-		return order.CustomerID
+		if err := ev.DecodeData(&order); err != nil {
+			return "", consumer.Permanent(err) // dead-lettered at once
+		}
+		return order.CustomerID, nil
 	}
 	app.On(svc, "orders.events", "order.created", 1, reserveCredit, app.LockOn(customerOf))
 	// snippet:end lock-on
