@@ -31,8 +31,13 @@ type DeadLetterArchive struct {
 	valueBytes int    // ArchiveValueBytes
 }
 
-// ArchiveOption configures a DeadLetterArchive.
-type ArchiveOption func(*DeadLetterArchive) error
+// ArchiveOption configures a DeadLetterArchive; an invalid value makes
+// NewDeadLetterArchive return an error wrapping ErrInvalidConfig.
+type ArchiveOption func(*archiveConfig) error
+
+type archiveConfig struct {
+	valueBytes int
+}
 
 // Bounds of an archive row besides its value (see ArchiveValueBytes).
 const (
@@ -47,11 +52,11 @@ const (
 // HeaderDLQTruncated and HeaderDLQOriginalSize headers after the original headers it
 // kept; value_size and value_sha256 describe the whole original value.
 func ArchiveValueBytes(n int) ArchiveOption {
-	return func(a *DeadLetterArchive) error {
+	return func(c *archiveConfig) error {
 		if n < 1<<10 {
 			return fmt.Errorf("%w: dead-letter archive: value bytes %d: want at least 1024", ErrInvalidConfig, n)
 		}
-		a.valueBytes = n
+		c.valueBytes = n
 		return nil
 	}
 }
@@ -72,13 +77,13 @@ func NewDeadLetterArchive(db migrate.Beginner, table string, opts ...ArchiveOpti
 	if err != nil {
 		return nil, fmt.Errorf("%w: dead-letter archive: %w", ErrInvalidConfig, err)
 	}
-	a := &DeadLetterArchive{db: db, table: t, name: table, quoted: t.Quoted(), valueBytes: DefaultArchiveValueBytes}
+	cfg := archiveConfig{valueBytes: DefaultArchiveValueBytes}
 	for _, o := range opts {
-		if err := o(a); err != nil {
+		if err := o(&cfg); err != nil {
 			return nil, err
 		}
 	}
-	return a, nil
+	return &DeadLetterArchive{db: db, table: t, name: table, quoted: t.Quoted(), valueBytes: cfg.valueBytes}, nil
 }
 
 // TableName returns the archive's table name as given (DefaultDeadLetterTable if "").

@@ -16,6 +16,7 @@ const module = "github.com/choreo-saga/choreo"
 // longest prefix that names it.
 var layers = [][]string{
 	{"event"},
+	{"contract"},
 	{"tracing"},
 	{"internal"},
 	{"migrate"},
@@ -73,7 +74,7 @@ func modulePackages(t *testing.T) []listed {
 	return pkgs
 }
 
-// TestLayering: no package imports one of a higher floor (event at the ground, then
+// TestLayering: no package imports one of a higher floor (event at the ground, contract,
 // tracing, internal, migrate, the building blocks, consumer, the kit and the tracker,
 // the reference services, the tools), and no package under services/ imports one of the
 // library's internal packages: the services use what an embedder can.

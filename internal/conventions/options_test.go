@@ -13,7 +13,7 @@ import (
 // libraryDirs are the directories of the library's packages, relative to the module
 // root: every package an embedder imports, and the internal packages under them.
 var libraryDirs = []string{
-	"event", "tracing", "migrate", "idempotency", "lock", "outbox", "consumer",
+	"event", "contract", "tracing", "migrate", "idempotency", "lock", "outbox", "consumer",
 	"app", "app/apptest", "tracker", "internal/*",
 }
 
