@@ -56,6 +56,10 @@ test-slow: services ## the slowest scenarios make test leaves out (SLOW_TESTS in
 kafka: ## Apache Kafka 4.4.0 in KRaft mode as Java processes: 127.0.0.1:9092 (KAFKA_NODES=3: also :9094, :9096) until Ctrl-C, which stops it and deletes its data
 	@scripts/kafka.sh run -n $${KAFKA_NODES:-1} -p $${KAFKA_PORT:-9092}
 
+.PHONY: group-protocols
+group-protocols: services ## on Apache Kafka: how long a partition stalls when an instance joins, leaves or restarts, per consumer-group protocol (about 4 min; bench/rebalance)
+	CHOREO_TEST_KAFKA=apache $(GO) test -count=1 -run '^$$' -bench GroupProtocols -benchtime 1x -timeout 15m ./bench/rebalance
+
 .PHONY: lint
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

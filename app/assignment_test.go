@@ -71,30 +71,12 @@ func TestAssignmentCheck(t *testing.T) {
 	}
 }
 
-func TestDefaultInstanceID(t *testing.T) {
-	for _, tc := range []struct{ service, host, addr, want string }{
-		{"order", "web-1", ":8081", "order-web-1-8081"},
-		{"order", "web-1", "0.0.0.0:8081", "order-web-1-8081"},
-		{"order", "web-1", "[::]:8081", "order-web-1-8081"},
-		{"order", "web-1", "127.0.0.2:8081", "order-web-1-127.0.0.2-8081"},
-		{"order", "web 1.example", "[::1]:8081", "order-web-1.example---1-8081"},
-		{"order", "web-1", "127.0.0.1:0", ""}, // a random port identifies nothing across restarts
-		{"order", "", ":8081", ""},
-		{"order", "web-1", "nonsense", ""},
-		{"order", strings.Repeat("h", 300), ":1", ("order-" + strings.Repeat("h", 300))[:maxInstanceIDLen]},
-	} {
-		if got := defaultInstanceID(tc.service, tc.host, tc.addr); got != tc.want {
-			t.Errorf("defaultInstanceID(%q, %q, %q) = %q, want %q", tc.service, tc.host, tc.addr, got, tc.want)
-		}
-	}
-}
-
 func TestKafkaMembershipConfig(t *testing.T) {
 	env := MapEnv(nil)
-	c := LoadConfig(env, "order", "127.0.0.1:0")
+	c := LoadConfig(env, "order", ":8081")
 	if env.Err() != nil || c.KafkaInstanceID != "" || c.KafkaSessionTimeout != DefaultKafkaSessionTimeout ||
 		c.KafkaRebalanceTimeout != DefaultKafkaRebalanceTimeout {
-		t.Fatalf("defaults with a random HTTP port: %+v %v", c, env.Err())
+		t.Fatalf("defaults (dynamic membership): %+v %v", c, env.Err())
 	}
 	env = MapEnv(map[string]string{EnvKafkaInstanceID: "order-a", EnvKafkaSessionTimeout: "20s", EnvKafkaRebalanceTimeout: "1m"})
 	c = LoadConfig(env, "order", ":8081")
