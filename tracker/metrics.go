@@ -15,7 +15,7 @@ const MeterName = "github.com/choreo-saga/choreo/tracker"
 
 type instruments struct {
 	indexed, skipped metric.Int64Counter
-	escaped          metric.Int64Counter
+	escaped, refused metric.Int64Counter
 	latency          metric.Float64Histogram
 	reg              metric.Registration
 }
@@ -45,6 +45,10 @@ func (t *Tracker) initMetrics() error {
 	}
 	if t.inst.escaped, err = m.Int64Counter("choreo.tracker.events.escaped",
 		metric.WithDescription("Records indexed with fields escaped or cut: NUL, invalid UTF-8, or too long")); err != nil {
+		return wrap(err)
+	}
+	if t.inst.refused, err = m.Int64Counter("choreo.tracker.events.refused",
+		metric.WithDescription("Records not indexed because the services refuse them (WithTrust), by reason: bad_signature, untrusted, malformed")); err != nil {
 		return wrap(err)
 	}
 	if t.inst.latency, err = m.Float64Histogram("choreo.tracker.saga.duration", metric.WithUnit("s"),

@@ -24,6 +24,10 @@ const (
 	ActionEscaped = "escaped"
 	// ActionSkipped: the record is not indexed; Rejection.Detail says why.
 	ActionSkipped = "skipped"
+	// ActionRefused: the record is not indexed because the services refuse it (see
+	// WithTrust); Rejection.Detail starts with the reason (bad_signature, untrusted,
+	// malformed).
+	ActionRefused = "refused"
 )
 
 // Rejection is a record the tracker did not index as it was. Its offset was committed
@@ -32,7 +36,7 @@ type Rejection struct {
 	Topic     string
 	Partition int32
 	Offset    int64
-	Action    string // ActionEscaped or ActionSkipped
+	Action    string // ActionEscaped, ActionSkipped or ActionRefused
 	Detail    string // the fields escaped, or why the record was skipped
 	At        time.Time
 }
@@ -40,8 +44,8 @@ type Rejection struct {
 // Rejections are the tracker's rejected records: how many of each action are kept
 // (retention deletes them with the events) and the latest ones.
 type Rejections struct {
-	Escaped, Skipped int64
-	Latest           []Rejection // newest first
+	Escaped, Skipped, Refused int64
+	Latest                    []Rejection // newest first
 }
 
 func (t *Tracker) rejectedTable() string { return t.table + "_rejected" }
@@ -49,10 +53,10 @@ func (t *Tracker) rejectedTable() string { return t.table + "_rejected" }
 // Rejected returns the counts of rejected records and the latest limit of them.
 func (t *Tracker) Rejected(ctx context.Context, limit int) (Rejections, error) {
 	var out Rejections
-	rows, err := t.db.Query(ctx, `SELECT count(*) FILTER (WHERE action = $1), count(*) FILTER (WHERE action = $2) FROM `+
-		t.rejectedTable(), ActionEscaped, ActionSkipped)
+	rows, err := t.db.Query(ctx, `SELECT count(*) FILTER (WHERE action = $1), count(*) FILTER (WHERE action = $2),
+		count(*) FILTER (WHERE action = $3) FROM `+t.rejectedTable(), ActionEscaped, ActionSkipped, ActionRefused)
 	if err == nil {
-		_, err = pgx.ForEachRow(rows, []any{&out.Escaped, &out.Skipped}, func() error { return nil })
+		_, err = pgx.ForEachRow(rows, []any{&out.Escaped, &out.Skipped, &out.Refused}, func() error { return nil })
 	}
 	if err != nil {
 		return out, fmt.Errorf("tracker: rejected: %w", err)
@@ -105,9 +109,13 @@ func (t *Tracker) reject(ctx context.Context, rs []Rejection) error {
 		return fmt.Errorf("tracker: record %d rejected records: %w", len(rs), err)
 	}
 	for _, r := range added {
-		if r.Action == ActionEscaped {
+		switch r.Action {
+		case ActionEscaped:
 			t.inst.escaped.Add(ctx, 1)
-		} else {
+		case ActionRefused:
+			reason, _, _ := strings.Cut(r.Detail, ":")
+			t.inst.refused.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", reason)))
+		default:
 			t.inst.skipped.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", "unstorable")))
 		}
 		t.log.LogAttrs(ctx, slog.LevelWarn, "tracker: record not indexed as it is",

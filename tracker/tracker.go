@@ -57,6 +57,8 @@ type options struct {
 	refresh   time.Duration
 	log       *slog.Logger
 	meter     metric.Meter
+	// admit applies the trust rules of WithTrust to a decoded record; nil without them.
+	admit consumer.Handler
 }
 
 // Option configures a Tracker. An invalid value makes New return an error wrapping
@@ -283,7 +285,8 @@ func (e *entry) set(dst *string, name, v string, max int) {
 
 // Ingest indexes records in one INSERT. A record already indexed (same topic, partition
 // and offset) is left as it is, so redelivery does not duplicate. Records that carry no
-// correlation id or event type are skipped and counted. No record makes it fail: a field
+// correlation id or event type are skipped and counted; with WithTrust, records the
+// services would refuse are recorded as refused and not indexed. No record makes it fail: a field
 // Postgres could not store, or too long for an index, is stored escaped or cut (see
 // MaxFieldBytes), and a record whose row Postgres still refuses is skipped; both are
 // recorded (Rejected), counted and logged. It returns how many records were newly
@@ -300,16 +303,22 @@ func (t *Tracker) Ingest(ctx context.Context, recs ...*kgo.Record) (int, error) 
 			t.inst.skipped.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", "no_saga_headers")))
 			continue
 		}
+		if !e.dead {
+			if rej := t.refusal(ctx, r); rej != nil {
+				rejects = append(rejects, *rej)
+				continue
+			}
+		}
 		if len(e.escaped) > 0 {
 			rejects = append(rejects, escapedRejection(e))
 		}
 		entries = append(entries, e)
 	}
-	if len(entries) == 0 {
-		return 0, nil
-	}
 	if err := t.reject(ctx, rejects); err != nil {
 		return 0, err
+	}
+	if len(entries) == 0 {
+		return 0, nil
 	}
 	fresh, stored, skipped, err := t.insertEach(ctx, entries)
 	if err != nil {

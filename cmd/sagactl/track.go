@@ -13,6 +13,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/consumer"
+	"github.com/choreo-saga/choreo/services/events"
 	"github.com/choreo-saga/choreo/tracker"
 )
 
@@ -30,13 +33,14 @@ type trackFlags struct {
 	asyncapi  string // flow: write the AsyncAPI document here
 	last      int    // flow: the latest events only
 	usage     usageFlags
+	trusted   string // run: CHOREO_TRUSTED_KEYS, the keys the services require
 }
 
 const trackUsage = `usage: sagactl track [run] [flags]           index the saga topics (its own consumer group) until interrupted
        sagactl track stuck [flags]           stuck sagas, the earliest missed deadline first
        sagactl track list [-status S] [flags] sagas (in_flight, stuck, completed; default all), oldest first
        sagactl track saga <correlation-id>   one correlation id's sagas, events and dead letters
-       sagactl track rejected [flags]        records indexed escaped or cut, or skipped, newest first
+       sagactl track rejected [flags]        records indexed escaped or cut, skipped, or refused as the services refuse them, newest first
        sagactl flow [-last N] [-svg F] [-asyncapi F]  the observed flow: which event types followed which
        sagactl contracts usage [-window 24h] [-catalogue F] [-retire type@version]
                                              per event type and schema version: producers seen, first and
@@ -65,9 +69,10 @@ func cmdTrack(ctx context.Context, args []string, std stdio) error {
 	fs.DurationVar(&f.retention, "retention", 7*24*time.Hour, "delete indexed events older than this (by event time)")
 	fs.DurationVar(&f.refresh, "refresh", 15*time.Second, "how often run recomputes its gauges and applies retention")
 	fs.StringVar(&f.status, "status", "", "list only sagas with this `status`: in_flight, stuck or completed")
+	fs.StringVar(&f.trusted, "trusted-keys", std.getenv(app.EnvTrustedKeys), "run: the services' `source=key,...` list (env "+app.EnvTrustedKeys+"); when set, records the services refuse (bad signature, untrusted source, malformed) are recorded as refused, not indexed")
 	// The flags of one subcommand are defined for all, so that flags may come before the
 	// subcommand; using one with another subcommand is a usage error (below).
-	subFlags := map[string]string{"svg": "flow", "last": "flow", "asyncapi": "flow", "window": "usage", "catalogue": "usage", "retire": "usage"}
+	subFlags := map[string]string{"svg": "flow", "last": "flow", "asyncapi": "flow", "window": "usage", "catalogue": "usage", "retire": "usage", "trusted-keys": "run"}
 	fs.StringVar(&f.svg, "svg", "", "flow: also write the graph as SVG to this `file`")
 	fs.IntVar(&f.last, "last", 0, "flow: compute it from the latest `n` indexed events only (0: all)")
 	fs.StringVar(&f.asyncapi, "asyncapi", "", "flow: also write an AsyncAPI 3.0.0 document (JSON) of the observed flow to this `file`")
@@ -130,8 +135,16 @@ func cmdTrack(ctx context.Context, args []string, std stdio) error {
 		return err
 	}
 	defer pool.Close()
-	tr, err := tracker.New(pool, cfg, tracker.WithGroup(f.group), tracker.WithTable(f.table),
-		tracker.WithRetention(f.retention), tracker.WithRefresh(f.refresh))
+	opts := []tracker.Option{tracker.WithGroup(f.group), tracker.WithTable(f.table),
+		tracker.WithRetention(f.retention), tracker.WithRefresh(f.refresh)}
+	if f.trusted != "" {
+		rules, err := trustRules(f.trusted)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, tracker.WithTrust(rules))
+	}
+	tr, err := tracker.New(pool, cfg, opts...)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -336,6 +349,20 @@ func printTimeline(tl tracker.Timeline, asJSON bool, std stdio) error {
 	return d.render(std.out)
 }
 
+// trustRules are the rules the reference services refuse records by: the saga's sources
+// per event type (events.Trust) and the signature keys of list (CHOREO_TRUSTED_KEYS).
+func trustRules(list string) (*consumer.Router, error) {
+	keys, err := app.LoadTrustedKeys(list)
+	if err != nil {
+		return nil, fmt.Errorf("%w: -trusted-keys: %w", errUsage, err)
+	}
+	r := events.Trust(consumer.NewRouter().IgnoreUnknown())
+	for source, set := range keys {
+		r.TrustKeys(source, set)
+	}
+	return r, nil
+}
+
 // trackRejectedLimit bounds the rejected records `track rejected` lists.
 const trackRejectedLimit = 100
 
@@ -343,7 +370,7 @@ func printRejected(rj tracker.Rejections, asJSON bool, std stdio) error {
 	if asJSON {
 		return printJSON(rj, std)
 	}
-	if _, err := fmt.Fprintf(std.out, "%d escaped, %d skipped (kept for the retention age)\n", rj.Escaped, rj.Skipped); err != nil {
+	if _, err := fmt.Fprintf(std.out, "%d escaped, %d skipped, %d refused (kept for the retention age)\n", rj.Escaped, rj.Skipped, rj.Refused); err != nil {
 		return err
 	}
 	if len(rj.Latest) == 0 {
