@@ -182,6 +182,13 @@ func dialKafka(ctx context.Context, c conn) (*kafka, error) {
 	if err != nil {
 		return nil, err
 	}
+	// What a record may cost sagactl, as it may cost a service with the default
+	// MAX_RECORD_BYTES: a compression bomb in a topic is refused, not decompressed whole.
+	limits, err := consumer.FetchLimits(consumer.DefaultMaxRecordBytes)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, limits...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("sagactl: kafka client: %w", err)
@@ -202,8 +209,18 @@ func dialKafka(ctx context.Context, c conn) (*kafka, error) {
 
 func (k *kafka) close() { k.cl.Close() }
 
+// offsetBounds are each partition's [start, end) offsets of a topic.
+type offsetBounds map[int32][2]int64
+
+// wasWritten reports whether offset of partition was ever written: the partition exists
+// and offset is below its end offset (below its start, retention deleted it).
+func (b offsetBounds) wasWritten(partition int32, offset int64) bool {
+	pb, ok := b[partition]
+	return ok && offset < pb[1]
+}
+
 // bounds returns each partition's [start, end) offsets of topic.
-func (k *kafka) bounds(ctx context.Context, topic string) (map[int32][2]int64, error) {
+func (k *kafka) bounds(ctx context.Context, topic string) (offsetBounds, error) {
 	starts, err := k.adm.ListStartOffsets(ctx, topic)
 	if err == nil {
 		err = starts.Error()
@@ -618,7 +635,13 @@ func (k *kafka) plan(ctx context.Context, sel replaySelection, skipped func(r dl
 		return nil, refused(topic, refusals)
 	}
 	originals := make(map[dlqIdentity]*kgo.Record)
+	originBounds := make(map[string]offsetBounds)
 	for ot, parts := range origins {
+		b, err := k.bounds(ctx, ot)
+		if err != nil && !errors.Is(err, errNotFound) {
+			return nil, err
+		}
+		originBounds[ot] = b
 		got, err := k.readAt(ctx, ot, parts)
 		if err != nil {
 			return nil, err
@@ -634,7 +657,12 @@ func (k *kafka) plan(ctx context.Context, sel replaySelection, skipped func(r dl
 	for _, r := range valid {
 		orig := originals[dlqIdentity{topic: r.OriginTopic, partition: r.OriginPartition, offset: r.OriginOffset}]
 		if orig == nil {
-			why := fmt.Sprintf("its origin %s %d:%d is not in that topic (deleted by retention, or never written there): it cannot be checked",
+			if !originBounds[r.OriginTopic].wasWritten(r.OriginPartition, r.OriginOffset) {
+				refuse(r, "its origin %s %d:%d was never written (past the partition's end, or no such partition): a forged dead letter",
+					r.OriginTopic, r.OriginPartition, r.OriginOffset)
+				continue
+			}
+			why := fmt.Sprintf("its origin %s %d:%d is no longer in that topic (deleted by retention): it cannot be checked",
 				r.OriginTopic, r.OriginPartition, r.OriginOffset)
 			if sel.All {
 				if skipped != nil {

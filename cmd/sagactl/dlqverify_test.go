@@ -115,7 +115,7 @@ func TestDLQReplayRefusesForgery(t *testing.T) {
 			Headers: append(append(append([]kgo.RecordHeader(nil), orig.Headers...), kgo.RecordHeader{Key: "ce_source", Value: []byte("payment")}),
 				dlqHeadersFor(f.source, orig.Partition, orig.Offset, "payment")...)}, `header "ce_source" is not in the original`},
 		{"an offset past the end", &kgo.Record{Topic: f.dlq, Key: forgedRec.Key, Value: forgedRec.Value,
-			Headers: append(forgedRec.Headers, dlqHeadersFor(f.source, 0, 999, "payment")...)}, "not in that topic"},
+			Headers: append(forgedRec.Headers, dlqHeadersFor(f.source, 0, 999, "payment")...)}, "was never written"},
 		{"no dead-letter headers", &kgo.Record{Topic: f.dlq, Key: forgedRec.Key, Value: forgedRec.Value, Headers: forgedRec.Headers},
 			"not a dead letter consumer.DeadLetter wrote"},
 		{"another group's retry topic", &kgo.Record{Topic: f.dlq, Key: orig.Key, Value: orig.Value,
@@ -134,18 +134,18 @@ func TestDLQReplayRefusesForgery(t *testing.T) {
 			}
 		}
 	}
-	// A dry run of -all, with and without a filter, names each forgery it selects but the
-	// one whose origin offset is past the end, which it skips (as after retention).
+	// A dry run of -all, with and without a filter, names each forgery it selects, the one
+	// whose origin offset is past the end too (never written: not retention).
 	for _, c := range []struct {
 		args    []string
 		refused []int // indexes in attacks
 	}{
-		{[]string{"-all", "-dry-run"}, []int{0, 1, 2, 3, 5, 6}},
-		{[]string{"-all", "-group", "payment", "-dry-run"}, []int{1, 2, 3, 6}},
-		{[]string{"-all", "-source", "-dry-run"}, []int{0, 1, 2, 3, 5, 6}},
+		{[]string{"-all", "-dry-run"}, []int{0, 1, 2, 3, 4, 5, 6}},
+		{[]string{"-all", "-group", "payment", "-dry-run"}, []int{1, 2, 3, 4, 6}},
+		{[]string{"-all", "-source", "-dry-run"}, []int{0, 1, 2, 3, 4, 5, 6}},
 	} {
 		code, _, errs := sagactl(t, f.brokers, append([]string{"dlq", "replay", f.dlq}, c.args...)...)
-		if code != exitFailure || !strings.Contains(errs, "replay refused") || !strings.Contains(errs, "skipping "+f.dlq+" "+forgedPos[4]) {
+		if code != exitFailure || !strings.Contains(errs, "replay refused") || strings.Contains(errs, "skipping "+f.dlq+" "+forgedPos[4]) {
 			t.Errorf("replay %v: exit %d: %s", c.args, code, errs)
 		}
 		for _, i := range c.refused {
@@ -454,6 +454,9 @@ func TestDLQReplayAllRefusesForgeriesOnly(t *testing.T) {
 				dlqHeadersFor(f.source, orig.Partition, orig.Offset, "payment"))}): `header "ce_source" is not in the original`,
 		produceDLQ(t, cl, &kgo.Record{Topic: f.dlq, Key: orig.Key, Value: orig.Value,
 			Headers: withHeaders(orig.Headers, dlqHeadersFor("payments.events", 0, 0, "payment"))}): "is not " + f.source,
+		// An origin past the partition's end was never written: a forgery, not retention.
+		produceDLQ(t, cl, &kgo.Record{Topic: f.dlq, Key: orig.Key, Value: orig.Value,
+			Headers: withHeaders(orig.Headers, dlqHeadersFor(f.source, orig.Partition, 1<<40, "payment"))}): "was never written",
 	}
 
 	// The console's dry run of all: the genuine ones to confirm, the forged ones listed.
