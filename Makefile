@@ -61,11 +61,15 @@ group-protocols: services ## on Apache Kafka: how long a partition stalls when a
 	CHOREO_TEST_KAFKA=apache $(GO) test -count=1 -run '^$$' -bench GroupProtocols -benchtime 1x -timeout 15m ./bench/rebalance
 
 .PHONY: lint
-lint: ## gofmt and go vet
+lint: contracts-check ## gofmt, go vet and the contracts gate
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	cd internal/testenv/containers && $(GO) vet ./...
 	cd cmd/sagactl/browsertest && $(GO) vet ./...
+
+.PHONY: contracts-check
+contracts-check: ## the reference saga's declarations against the committed baseline: fails on a change that breaks a consumer (docs/contracts.md)
+	$(GO) run ./cmd/sagactl contracts check -baseline services/saga/baseline.json
 
 .PHONY: fuzz
 fuzz: ## explore the event decoder (binary and structured mode) and the order API's body decoding with the fuzzer, 30s each

@@ -67,6 +67,9 @@ type Finding struct {
 	ConsumerService string `json:"consumer_service,omitempty"`
 }
 
+// Key returns the event f is about.
+func (f Finding) Key() Key { return Key{f.Type, f.Version} }
+
 // Report is the outcome of Check.
 type Report struct {
 	Findings []Finding `json:"findings"`
@@ -144,7 +147,13 @@ func Check(baseline, current Catalogue) (Report, error) {
 					ConsumerService: c.Service, Detail: "no producer of the new tree declares it; the consumer still reads it"})
 			}
 		}
-		if err := producerChanges(k, baseline, current, add); err != nil {
+		broken := map[string]bool{}
+		for _, f := range r.Findings {
+			if f.Breaking && f.Key() == k {
+				broken[f.Field] = true
+			}
+		}
+		if err := producerChanges(k, baseline, current, broken, add); err != nil {
 			return Report{}, err
 		}
 	}
@@ -152,8 +161,8 @@ func Check(baseline, current Catalogue) (Report, error) {
 }
 
 // producerChanges reports the fields each producer added or dropped since the baseline
-// that no rule above found breaking.
-func producerChanges(k Key, baseline, current Catalogue, add func(Finding)) error {
+// that no rule above found breaking (broken holds the fields it did).
+func producerChanges(k Key, baseline, current Catalogue, broken map[string]bool, add func(Finding)) error {
 	for _, np := range current.Producers(k) {
 		for _, op := range baseline.Producers(k) {
 			if op.Service != np.Service {
@@ -168,13 +177,13 @@ func producerChanges(k Key, baseline, current Catalogue, add func(Finding)) erro
 				return err
 			}
 			for _, f := range fieldPaths("", o) {
-				if !slices.Contains(fieldPaths("", n), f) {
+				if !broken[f] && !slices.Contains(fieldPaths("", n), f) {
 					add(Finding{Rule: RuleFieldUnread, Type: k.Type, Version: k.Version, Producer: SideCurrent + " " + np.Service,
 						Field: f, Detail: "no longer written; no consumer requires it"})
 				}
 			}
 			for _, f := range fieldPaths("", n) {
-				if !slices.Contains(fieldPaths("", o), f) {
+				if !broken[f] && !slices.Contains(fieldPaths("", o), f) {
 					add(Finding{Rule: RuleFieldAdded, Type: k.Type, Version: k.Version, Producer: SideCurrent + " " + np.Service,
 						Field: f, Detail: "new field; readers ignore unknown fields"})
 				}

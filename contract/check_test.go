@@ -290,3 +290,14 @@ func TestDeclare(t *testing.T) {
 		t.Fatalf("version 0: %v", err)
 	}
 }
+
+// TestCheckBrokenFieldNotReportedUnread: a field whose removal breaks a consumer is not
+// also reported as dropped unread.
+func TestCheckBrokenFieldNotReportedUnread(t *testing.T) {
+	r := check(t, amountRequired, consumerOfAmount, amountRenamed, amountRenamed)
+	for _, f := range r.Findings {
+		if !f.Breaking {
+			t.Errorf("non-breaking finding %+v beside the breaking ones", f)
+		}
+	}
+}

@@ -29,6 +29,14 @@
 //	                                     the observed flow from that index: which event types
 //	                                     followed which, produced by whom, how often and how
 //	                                     soon; as SVG; as an AsyncAPI 3.0.0 document
+//	sagactl contracts [-catalogue file] [-o file]
+//	                                     the declared contracts (package contract): per service
+//	                                     the events it produces and consumes with their payload
+//	                                     schemas, as a catalogue (JSON, the baseline's form)
+//	sagactl contracts check -baseline file [-catalogue file] [-format table|json|github]
+//	                                     compare them with a committed baseline, judged against
+//	                                     what consumers declare they read; exit 1 on a breaking
+//	                                     change (docs/contracts.md)
 //	sagactl contracts usage [-window 24h] [-catalogue file] [-retire type@version]
 //	                                     from that index: per event type and schema version,
 //	                                     the producers seen, first and last seen, events in the
@@ -70,9 +78,10 @@
 // # Exit codes
 //
 //	0  success
-//	1  failure: an order or record not found, a replay refused or failed, a load run with
-//	   orders that could not be placed or did not settle within -wait, a
-//	   retry-compensation of an order that is not CANCELLING or COMPENSATION_FAILED
+//	1  failure: a contracts check that finds a breaking change, an order or record not
+//	   found, a replay refused or failed, a load run with orders that could not be placed
+//	   or did not settle within -wait, a retry-compensation of an order that is not
+//	   CANCELLING or COMPENSATION_FAILED
 //	2  usage error: unknown command, bad flag or argument (an unknown -reason too)
 //	3  unreachable: the order service, the Kafka broker or Postgres did not answer
 //

@@ -178,8 +178,13 @@ func contractsUsage(ctx context.Context, tr *tracker.Tracker, f trackFlags, std 
 // cmdContracts runs a contracts subcommand: usage (the tracker's index, see
 // contractsUsage).
 func cmdContracts(ctx context.Context, args []string, std stdio) error {
-	if len(args) == 0 || args[0] != "usage" {
-		return fmt.Errorf("%w: contracts takes a subcommand: usage", errUsage)
+	if len(args) > 0 {
+		switch args[0] {
+		case "usage":
+			return cmdTrack(ctx, append([]string{"usage"}, args[1:]...), std)
+		case "check":
+			return contractsCheck(args[1:], std)
+		}
 	}
-	return cmdTrack(ctx, append([]string{"usage"}, args[1:]...), std)
+	return contractsWrite(args, std)
 }
