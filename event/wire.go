@@ -110,8 +110,9 @@ func FromRecord(r *kgo.Record) (Event, error) { return defaultDecoder.Decode(r) 
 // attributes are ce_* headers. Required: ce_specversion ("1.0"), ce_id (any non-empty
 // string up to MaxFieldBytes, the longest idempotency key), ce_type and ce_source.
 // Optional, with their defaults: ce_subject (the record key), ce_correlationid (the
-// subject, as event.New sets it: an event that names no saga belongs to its entity's), ce_causationid (none), ce_time
-// (RFC 3339; the record timestamp) and ce_dataschemaversion (1). A content-type header,
+// subject, as event.New sets it: an event that names no saga belongs to its entity's),
+// ce_causationid (none), ce_time (RFC 3339; the record timestamp) and
+// ce_dataschemaversion (1). A content-type header,
 // when present, must name JSON (application/json, text/json or any +json type);
 // media-type parameters such as charset are accepted.
 //
