@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/choreo-saga/choreo/internal/asyncapi"
 )
 
 const referenceBaseline = "../../services/saga/baseline.json"
@@ -115,4 +117,30 @@ func TestContractsCheck(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestContractsGenerated: docs/events.md and docs/events.asyncapi.json are what
+// `sagactl contracts` writes from the reference saga's declarations, and the AsyncAPI
+// document is valid AsyncAPI 3.0.0.
+func TestContractsGenerated(t *testing.T) {
+	dir := t.TempDir()
+	md, aa := filepath.Join(dir, "events.md"), filepath.Join(dir, "events.asyncapi.json")
+	if code, _, errs := runSagactl(t, "contracts", "-markdown", md, "-asyncapi", aa); code != exitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for gen, committed := range map[string]string{md: "../../docs/events.md", aa: "../../docs/events.asyncapi.json"} {
+		want, err := os.ReadFile(gen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(committed)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s differs from the declarations (%v); regenerate it: go run ./cmd/sagactl contracts -asyncapi docs/events.asyncapi.json -markdown docs/events.md", committed, err)
+		}
+		if gen == aa {
+			if err := asyncapi.Validate(want); err != nil {
+				t.Error(err)
+			}
+		}
+	}
 }

@@ -29,10 +29,11 @@
 //	                                     the observed flow from that index: which event types
 //	                                     followed which, produced by whom, how often and how
 //	                                     soon; as SVG; as an AsyncAPI 3.0.0 document
-//	sagactl contracts [-catalogue file] [-o file]
+//	sagactl contracts [-catalogue file] [-o file] [-asyncapi file] [-markdown file]
 //	                                     the declared contracts (package contract): per service
 //	                                     the events it produces and consumes with their payload
-//	                                     schemas, as a catalogue (JSON, the baseline's form)
+//	                                     schemas, as a catalogue (JSON, the baseline's form), as
+//	                                     an AsyncAPI 3.0.0 document and as Markdown (docs/events.md)
 //	sagactl contracts check -baseline file [-catalogue file] [-format table|json|github]
 //	                                     compare them with a committed baseline, judged against
 //	                                     what consumers declare they read; exit 1 on a breaking
