@@ -16,6 +16,7 @@ const MeterName = "github.com/choreo-saga/choreo/tracker"
 type instruments struct {
 	indexed, skipped metric.Int64Counter
 	escaped, refused metric.Int64Counter
+	violations       metric.Int64Counter
 	latency          metric.Float64Histogram
 	reg              metric.Registration
 }
@@ -49,6 +50,10 @@ func (t *Tracker) initMetrics() error {
 	}
 	if t.inst.refused, err = m.Int64Counter("choreo.tracker.events.refused",
 		metric.WithDescription("Records not indexed because the services refuse them (WithTrust), by reason: bad_signature, untrusted, malformed")); err != nil {
+		return wrap(err)
+	}
+	if t.inst.violations, err = m.Int64Counter("choreo.tracker.contract.violations",
+		metric.WithDescription("Observed payloads that break a declared schema (WithContracts), by source (undeclared when no service of the catalogue), type, version, consumer (the declaring service) and role (consumes, or produces: the producer broke its own promise)")); err != nil {
 		return wrap(err)
 	}
 	if t.inst.latency, err = m.Float64Histogram("choreo.tracker.saga.duration", metric.WithUnit("s"),

@@ -73,6 +73,7 @@ type Timeline struct {
 	Sagas         []Summary    // one per declared saga the events started
 	Events        []Event      // every event, in time order
 	DeadLetters   []DeadLetter // its dead letters, in time order
+	Violations    []Violation  // its events' contract violations (WithContracts), in time order
 }
 
 const selectCols = `topic, partition, "offset", correlation_id, event_id, type, source, subject,
@@ -365,6 +366,9 @@ func (t *Tracker) Saga(ctx context.Context, correlationID string) (Timeline, err
 		} else {
 			tl.Events = append(tl.Events, e.event())
 		}
+	}
+	if tl.Violations, err = t.sagaViolations(ctx, correlationID); err != nil {
+		return Timeline{}, err
 	}
 	return tl, nil
 }

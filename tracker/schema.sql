@@ -78,3 +78,21 @@ CREATE TABLE IF NOT EXISTS {{.Table}}_rejected (
 	PRIMARY KEY (topic, partition, "offset")
 );
 CREATE INDEX IF NOT EXISTS {{.Index}}_rejected_at ON {{.Table}}_rejected (at);
+-- Observed payloads that break the schema a service declares for their (type, version)
+-- (WithContracts): one row per record and declaring service. Retention deletes them by at.
+CREATE TABLE IF NOT EXISTS {{.Table}}_violations (
+	topic          text        NOT NULL,
+	partition      integer     NOT NULL,
+	"offset"       bigint      NOT NULL,
+	service        text        NOT NULL,
+	role           text        NOT NULL,
+	source         text        NOT NULL,
+	type           text        NOT NULL,
+	version        integer     NOT NULL,
+	correlation_id text        NOT NULL,
+	detail         text        NOT NULL,
+	at             timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (topic, partition, "offset", service, role)
+);
+CREATE INDEX IF NOT EXISTS {{.Index}}_violations_at ON {{.Table}}_violations (at);
+CREATE INDEX IF NOT EXISTS {{.Index}}_violations_corr ON {{.Table}}_violations (correlation_id);

@@ -59,6 +59,8 @@ type options struct {
 	meter     metric.Meter
 	// admit applies the trust rules of WithTrust to a decoded record; nil without them.
 	admit consumer.Handler
+	// contracts checks payloads against the declared contracts (WithContracts); nil without.
+	contracts *checker
 }
 
 // Option configures a Tracker. An invalid value makes New return an error wrapping
@@ -294,8 +296,9 @@ func (e *entry) set(dst *string, name, v string, max int) {
 func (t *Tracker) Ingest(ctx context.Context, recs ...*kgo.Record) (int, error) {
 	now := t.now()
 	var (
-		entries []entry
-		rejects []Rejection
+		entries    []entry
+		rejects    []Rejection
+		violations []Violation
 	)
 	for _, r := range recs {
 		e, ok := toEntry(r, now)
@@ -312,9 +315,15 @@ func (t *Tracker) Ingest(ctx context.Context, recs ...*kgo.Record) (int, error) 
 		if len(e.escaped) > 0 {
 			rejects = append(rejects, escapedRejection(e))
 		}
+		if t.contracts != nil && !e.dead {
+			violations = append(violations, t.contracts.check(e, r.Value, now)...)
+		}
 		entries = append(entries, e)
 	}
 	if err := t.reject(ctx, rejects); err != nil {
+		return 0, err
+	}
+	if err := t.recordViolations(ctx, violations); err != nil {
 		return 0, err
 	}
 	if len(entries) == 0 {
@@ -427,7 +436,7 @@ func (t *Tracker) poll(ctx context.Context, cl *kgo.Client) error {
 }
 
 // Retain deletes indexed events older than the retention age, the summaries of sagas
-// whose every record is older, and the rejected records (Rejected) recorded before then, in batches of at most the retention batch size. It returns
+// whose every record is older, and the rejected records (Rejected) and contract violations recorded before then, in batches of at most the retention batch size. It returns
 // how many events it deleted.
 func (t *Tracker) Retain(ctx context.Context) (int64, error) {
 	cutoff := t.now().Add(-t.retention)
@@ -438,7 +447,10 @@ func (t *Tracker) Retain(ctx context.Context) (int64, error) {
 	if _, err = t.deleteBatches(ctx, t.sagasTable(), "last_at", cutoff); err != nil {
 		return total, err
 	}
-	_, err = t.deleteBatches(ctx, t.rejectedTable(), "at", cutoff)
+	if _, err = t.deleteBatches(ctx, t.rejectedTable(), "at", cutoff); err != nil {
+		return total, err
+	}
+	_, err = t.deleteBatches(ctx, t.violationsTable(), "at", cutoff)
 	return total, err
 }
 
