@@ -191,8 +191,8 @@ func (t *Tracker) recordViolations(ctx context.Context, vs []Violation) error {
 	}
 	var (
 		topics, services, roles, sources, types, corrs, details []string
-		parts, versions                                          []int32
-		offsets                                                  []int64
+		parts, versions                                         []int32
+		offsets                                                 []int64
 	)
 	for _, v := range vs {
 		detail, _ := storable(v.Detail, MaxErrorBytes)
