@@ -89,6 +89,7 @@ Usage:
   sagactl contracts [-o F] [-asyncapi F] [-markdown F] the declared contracts: catalogue JSON, AsyncAPI 3.0, docs/events.md
   sagactl contracts check -baseline F [-format table|json|github] exit 1 when a change breaks a consumer of the baseline
   sagactl contracts usage [-retire type@version] per event type and version: producers, last seen, consumers; can it be retired?
+  sagactl contracts observed               observed payloads that break a declared schema, per source, type, version and consumer (tracker index)
 
 Connection flags (every command; before or after its name): -order-url (env ORDER_URL, default ` + defaultOrderURL + `),
 -brokers (env KAFKA_BROKERS, default ` + defaultBrokers + `), -timeout, -json, and Kafka security:

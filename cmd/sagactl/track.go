@@ -34,6 +34,7 @@ type trackFlags struct {
 	last      int    // flow: the latest events only
 	usage     usageFlags
 	trusted   string // run: CHOREO_TRUSTED_KEYS, the keys the services require
+	contracts string // run: the catalogue observed payloads are checked against (see observedCatalogue)
 }
 
 const trackUsage = `usage: sagactl track [run] [flags]           index the saga topics (its own consumer group) until interrupted
@@ -41,6 +42,7 @@ const trackUsage = `usage: sagactl track [run] [flags]           index the saga 
        sagactl track list [-status S] [flags] sagas (in_flight, stuck, completed; default all), oldest first
        sagactl track saga <correlation-id>   one correlation id's sagas, events and dead letters
        sagactl track rejected [flags]        records indexed escaped or cut, skipped, or refused as the services refuse them, newest first
+       sagactl track observed [flags]        observed payloads that break a declared schema, per source, type, version and consumer
        sagactl flow [-last N] [-svg F] [-asyncapi F]  the observed flow: which event types followed which
        sagactl contracts usage [-window 24h] [-catalogue F] [-retire type@version]
                                              per event type and schema version: producers seen, first and
@@ -70,9 +72,10 @@ func cmdTrack(ctx context.Context, args []string, std stdio) error {
 	fs.DurationVar(&f.refresh, "refresh", 15*time.Second, "how often run recomputes its gauges and applies retention")
 	fs.StringVar(&f.status, "status", "", "list only sagas with this `status`: in_flight, stuck or completed")
 	fs.StringVar(&f.trusted, "trusted-keys", std.getenv(app.EnvTrustedKeys), "run: the services' `source=key,...` list (env "+app.EnvTrustedKeys+"); when set, records the services refuse (bad signature, untrusted source, malformed) are recorded as refused, not indexed")
+	fs.StringVar(&f.contracts, "contracts", contractsReference, "run: check observed payloads against the contracts of this catalogue `file` (JSON, as sagactl contracts writes it), \""+contractsReference+"\" (the reference saga's) or \"off\"")
 	// The flags of one subcommand are defined for all, so that flags may come before the
 	// subcommand; using one with another subcommand is a usage error (below).
-	subFlags := map[string]string{"svg": "flow", "last": "flow", "asyncapi": "flow", "window": "usage", "catalogue": "usage", "retire": "usage", "trusted-keys": "run"}
+	subFlags := map[string]string{"svg": "flow", "last": "flow", "asyncapi": "flow", "window": "usage", "catalogue": "usage", "retire": "usage", "trusted-keys": "run", "contracts": "run"}
 	fs.StringVar(&f.svg, "svg", "", "flow: also write the graph as SVG to this `file`")
 	fs.IntVar(&f.last, "last", 0, "flow: compute it from the latest `n` indexed events only (0: all)")
 	fs.StringVar(&f.asyncapi, "asyncapi", "", "flow: also write an AsyncAPI 3.0.0 document (JSON) of the observed flow to this `file`")
@@ -104,7 +107,7 @@ func cmdTrack(ctx context.Context, args []string, std stdio) error {
 		return misplaced
 	}
 	switch sub {
-	case "run", "stuck", "list", "flow", "usage":
+	case "run", "stuck", "list", "flow", "usage", "rejected", "observed":
 		if len(pos) != 0 {
 			return fmt.Errorf("%w: track %s takes no arguments, got %q", errUsage, sub, pos)
 		}
@@ -113,7 +116,7 @@ func cmdTrack(ctx context.Context, args []string, std stdio) error {
 			return fmt.Errorf("%w: track saga takes one correlation id", errUsage)
 		}
 	default:
-		return fmt.Errorf("%w: unknown track subcommand %q (run, stuck, list, saga, flow, rejected)", errUsage, sub)
+		return fmt.Errorf("%w: unknown track subcommand %q (run, stuck, list, saga, flow, rejected, observed)", errUsage, sub)
 	}
 	switch f.status {
 	case "", string(tracker.StatusInFlight), string(tracker.StatusStuck), string(tracker.StatusCompleted):
@@ -144,6 +147,11 @@ func cmdTrack(ctx context.Context, args []string, std stdio) error {
 		}
 		opts = append(opts, tracker.WithTrust(rules))
 	}
+	if sub == "run" {
+		if opts, err = withObservedContracts(opts, f.contracts); err != nil {
+			return err
+		}
+	}
 	tr, err := tracker.New(pool, cfg, opts...)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
@@ -172,6 +180,18 @@ func cmdTrack(ctx context.Context, args []string, std stdio) error {
 		return printSagas(s, f.c.json, std)
 	case "flow":
 		return trackFlow(ctx, tr, f, std)
+	case "rejected":
+		rj, err := tr.Rejected(ctx, trackRejectedLimit)
+		if err != nil {
+			return err
+		}
+		return printRejected(rj, f.c.json, std)
+	case "observed":
+		vs, err := tr.ObservedViolations(ctx)
+		if err != nil {
+			return err
+		}
+		return printObserved(vs, f.c.json, std)
 	case "usage":
 		if f.usage.window <= 0 {
 			return fmt.Errorf("%w: -window must be positive", errUsage)

@@ -175,13 +175,13 @@ func contractsUsage(ctx context.Context, tr *tracker.Tracker, f trackFlags, std 
 	return nil
 }
 
-// cmdContracts runs a contracts subcommand: usage (the tracker's index, see
-// contractsUsage).
+// cmdContracts runs a contracts subcommand: usage and observed (the tracker's index, see
+// contractsUsage and printObserved), check, or writes the catalogue.
 func cmdContracts(ctx context.Context, args []string, std stdio) error {
 	if len(args) > 0 {
 		switch args[0] {
-		case "usage":
-			return cmdTrack(ctx, append([]string{"usage"}, args[1:]...), std)
+		case "usage", "observed":
+			return cmdTrack(ctx, args, std)
 		case "check":
 			return contractsCheck(args[1:], std)
 		}
