@@ -2,6 +2,8 @@ package app
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/choreo-saga/choreo/consumer"
 )
@@ -11,10 +13,11 @@ import (
 // of another version than its handler declares is upcast, through a chain of
 // upcasters, before the lock and the transaction (consumer.Upcast), on the one-record
 // path, in batch mode and when a dead letter is replayed. The signature is verified
-// and the idempotency claim hashed on the event as received. Without a declared
-// version, the handler of a type with upcasters is given the highest version they
-// reach. A version with no path is dead-lettered ("unsupported_version"), as is one an
-// upcaster refuses ("upcast_failed"). New refuses an invalid registration with an
+// and the idempotency claim hashed on the event as received. The handler of a type
+// declares the versions registered with [On] for it: with handlers of v1 and v2 and an
+// upcaster 1 → 2, a v1 event is handled at v1. A version with no path to one of them
+// is dead-lettered ("unsupported_version"), as is one an upcaster refuses
+// ("upcast_failed"). New refuses an invalid registration with an
 // error matching ErrInvalidConfig. See docs/contracts.md. Default: none.
 func WithUpcaster(eventType string, from, to int, fn consumer.Upcaster) Option {
 	return func(o *options) error {
@@ -28,9 +31,16 @@ func WithUpcaster(eventType string, from, to int, fn consumer.Upcaster) Option {
 }
 
 // kitUpcasters returns the upcasters of the kit's consumer group, or nil without any.
+// Every type registered with On declares the versions registered for it
+// (consumer.WithDeclaredVersions), so an event is upcast only to a version the service
+// has a handler of, and left as it is at one it has.
 func (a *App) kitUpcasters() (*consumer.Upcasters, error) {
 	if len(a.opts.upcasters) == 0 {
 		return nil, nil
 	}
-	return consumer.NewUpcasters(a.opts.upcasters...)
+	opts := slices.Clone(a.opts.upcasters)
+	for _, typ := range slices.Sorted(maps.Keys(a.kit.versions)) {
+		opts = append(opts, consumer.WithDeclaredVersions(typ, slices.Sorted(maps.Keys(a.kit.versions[typ]))...))
+	}
+	return consumer.NewUpcasters(opts...)
 }

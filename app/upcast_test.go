@@ -90,3 +90,57 @@ func TestWithUpcasterInvalid(t *testing.T) {
 		t.Errorf("New = %v; want ErrInvalidConfig", err)
 	}
 }
+
+// The kit declares the versions registered with On: with handlers of widget.ping v1 and
+// v2 and upcasters 1 → 2 → 3 (a chain shared with a newer service), v1 and v2 events
+// are each given to the handler of their version, never upcast to v3, which this
+// service has no handler of; a v3 event is dead-lettered as unsupported_version.
+func TestWithUpcasterDeclaresOnVersions(t *testing.T) {
+	ctx := context.Background()
+	rename := func(data json.RawMessage) (json.RawMessage, error) { return data, nil }
+	a := newTestApp(t, app.WithUpcaster("widget.ping", 1, 2, rename), app.WithUpcaster("widget.ping", 2, 3, rename))
+	var (
+		mu   sync.Mutex
+		seen = map[string]string{} // subject → "handler v<registered> got v<version>;"
+	)
+	type ping struct {
+		Label string `json:"label"`
+	}
+	for _, v := range []int{1, 2} {
+		app.On(a.App, "widgets.in", "widget.ping", v, func(ctx context.Context, tx pgx.Tx, ev event.Event, p ping) error {
+			mu.Lock()
+			defer mu.Unlock()
+			seen[ev.Subject] += fmt.Sprintf("handler v%d got v%d;", v, ev.SchemaVersion)
+			return nil
+		})
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	apptest.WaitReady(t, a.base)
+	k := apptest.NewKafka(t, a.brokers)
+	at := func(v int, subject string) event.Event {
+		ev := apptest.NewEvent(t, "test", "widget.ping", subject, ping{Label: subject})
+		ev.SchemaVersion = v
+		return ev
+	}
+	k.Produce("widgets.in", at(1, "w-1"), at(2, "w-2"), at(3, "w-3"))
+	k.WaitSettled(a.Pool, "", map[string][]string{"widget": {"widgets.in"}})
+
+	mu.Lock()
+	if len(seen) != 2 || seen["w-1"] != "handler v1 got v1;" || seen["w-2"] != "handler v2 got v2;" {
+		t.Errorf("handled %v; want w-1 by the v1 handler and w-2 by the v2 one, at their versions, once each", seen)
+	}
+	mu.Unlock()
+	reasons := map[string]string{}
+	for _, r := range k.ReadAll("widgets.in.dlq") {
+		reasons[string(r.Key)] = header(r, consumer.HeaderDLQReason)
+	}
+	if len(reasons) != 1 || reasons["w-3"] != consumer.ReasonUnsupported {
+		t.Errorf("dead letters %v; want only w-3, unsupported_version", reasons)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
