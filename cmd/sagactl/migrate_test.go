@@ -69,7 +69,7 @@ func TestMigrateErrors(t *testing.T) {
 		msg  string
 	}{
 		{nil, exitUsage, "needs -database-url"},
-		{[]string{"-database-url", "postgres://u:secret@127.0.0.1:5432/x", "-outbox-table", "Bad"}, exitUsage, "invalid table name"},
+		{[]string{"-database-url", "postgres://u:secret@127.0.0.1:5432/x", "-outbox-table", "Bad"}, exitUsage, "invalid configuration: table name"},
 		{[]string{"-database-url", "::not a url secret"}, exitUsage, "not a Postgres connection string"},
 		{[]string{"-database-url", "postgres://u:secret@127.0.0.1:1/x?connect_timeout=2"}, exitUnreachable, "postgres"},
 		{[]string{"extra"}, exitUsage, "no arguments"},
