@@ -38,6 +38,14 @@ func TestForgedPaymentIsRefused(t *testing.T) {
 		n := s.count(t, "payment", fmt.Sprintf(`SELECT count(*) FROM payment_orders WHERE order_id = '%s' AND status = 'held'`, o.ID))
 		return n == 1, "not held yet"
 	})
+	// Inventory must know the order before the forged answer reaches it: a payment for an
+	// order not announced yet is held, and when the announced order differs it is counted
+	// and logged as a mismatch instead of dead-lettered (its record was consumed long
+	// before), so the dead-letter assertions below need the announced path.
+	waitFor(t, "inventory to record the announced order", func() (bool, string) {
+		n := s.count(t, "inventory", fmt.Sprintf(`SELECT count(*) FROM inventory_orders WHERE order_id = '%s' AND announced`, o.ID))
+		return n == 1, "order.created not consumed yet"
+	})
 
 	forged, err := event.New(events.SourcePayment, events.PaymentAuthorized, o.ID, events.PaymentV1{
 		OrderID: o.ID, CustomerID: "c-hang", Amount: 1, Items: []events.Item{{SKU: "sku-9", Qty: 1_000}}})
