@@ -23,14 +23,14 @@ func TestAdminPprofBeyondLoopbackConfig(t *testing.T) {
 		env     map[string]string
 		refused bool
 	}{
-		{map[string]string{app.EnvPprof: "1", app.EnvAdminAddr: "0.0.0.0:9080"}, true},
-		{map[string]string{app.EnvPprof: "1", app.EnvAdminAddr: ":9080"}, true},
-		{map[string]string{app.EnvPprof: "1", app.EnvAdminAddr: "10.1.2.3:9080"}, true},
-		{map[string]string{app.EnvPprof: "1", app.EnvAdminAddr: "0.0.0.0:9080", app.EnvAdminToken: "s3cret"}, false},
-		{map[string]string{app.EnvPprof: "1", app.EnvAdminAddr: "127.0.0.1:9080"}, false},
-		{map[string]string{app.EnvPprof: "1", app.EnvAdminAddr: "[::1]:9080"}, false},
-		{map[string]string{app.EnvPprof: "1"}, false}, // the default ADMIN_ADDR is loopback
-		{map[string]string{app.EnvAdminAddr: "0.0.0.0:9080"}, false},
+		{map[string]string{"PPROF": "1", "ADMIN_ADDR": "0.0.0.0:9080"}, true},
+		{map[string]string{"PPROF": "1", "ADMIN_ADDR": ":9080"}, true},
+		{map[string]string{"PPROF": "1", "ADMIN_ADDR": "10.1.2.3:9080"}, true},
+		{map[string]string{"PPROF": "1", "ADMIN_ADDR": "0.0.0.0:9080", "ADMIN_TOKEN": "s3cret"}, false},
+		{map[string]string{"PPROF": "1", "ADMIN_ADDR": "127.0.0.1:9080"}, false},
+		{map[string]string{"PPROF": "1", "ADMIN_ADDR": "[::1]:9080"}, false},
+		{map[string]string{"PPROF": "1"}, false}, // the default ADMIN_ADDR is loopback
+		{map[string]string{"ADMIN_ADDR": "0.0.0.0:9080"}, false},
 	} {
 		env := app.MapEnv(tc.env)
 		cfg := app.LoadConfig(env, "widget", ":8080")
@@ -39,9 +39,9 @@ func TestAdminPprofBeyondLoopbackConfig(t *testing.T) {
 			t.Errorf("%v: error %v, want refused %v", tc.env, err, tc.refused)
 			continue
 		}
-		if tc.refused && (!strings.Contains(err.Error(), app.EnvPprof) || !strings.Contains(err.Error(), app.EnvAdminToken) ||
+		if tc.refused && (!strings.Contains(err.Error(), "PPROF") || !strings.Contains(err.Error(), "ADMIN_TOKEN") ||
 			!errors.Is(cfg.Validate(), app.ErrInvalidConfig)) {
-			t.Errorf("%v: %v; want an invalid-config error naming %s and %s", tc.env, err, app.EnvPprof, app.EnvAdminToken)
+			t.Errorf("%v: %v; want an invalid-config error naming %s and %s", tc.env, err, "PPROF", "ADMIN_TOKEN")
 		}
 	}
 }
@@ -52,9 +52,9 @@ func newAdminApp(t *testing.T, env map[string]string, logs io.Writer, opts ...ap
 	t.Helper()
 	_, ns := testenv.Redis(t)
 	vars := map[string]string{
-		app.EnvDatabaseURL: freshDSN(t), app.EnvRedisAddr: testenv.RedisAddr(t),
-		app.EnvKafkaBrokers: strings.Join(testenv.KafkaCluster(t).ListenAddrs(), ","),
-		app.EnvHTTPAddr:     "127.0.0.1:0",
+		"DATABASE_URL": freshDSN(t), "REDIS_ADDR": testenv.RedisAddr(t),
+		"KAFKA_BROKERS": strings.Join(testenv.KafkaCluster(t).ListenAddrs(), ","),
+		"HTTP_ADDR":     "127.0.0.1:0",
 	}
 	for k, v := range env {
 		vars[k] = v
@@ -107,7 +107,7 @@ func TestAdminTokenBeyondLoopback(t *testing.T) {
 	const token = "admin-test-token"
 	logs := &apptest.LogBuffer{}
 	admin := runAdminApp(t, newAdminApp(t, map[string]string{
-		app.EnvAdminAddr: "0.0.0.0:0", app.EnvPprof: "1", app.EnvAdminToken: token,
+		"ADMIN_ADDR": "0.0.0.0:0", "PPROF": "1", "ADMIN_TOKEN": token,
 	}, logs))
 	for _, path := range []string{"/metrics", "/debug/pprof/", "/debug/pprof/cmdline", "/debug/pprof/goroutine?debug=1"} {
 		if code := getBearer(t, admin+path, ""); code != http.StatusUnauthorized {
@@ -134,13 +134,13 @@ func TestAdminTokenBeyondLoopback(t *testing.T) {
 // served, with one warning at start naming ADMIN_TOKEN; on loopback there is none.
 func TestAdminMetricsBeyondLoopbackWarns(t *testing.T) {
 	logs := &apptest.LogBuffer{}
-	admin := runAdminApp(t, newAdminApp(t, map[string]string{app.EnvAdminAddr: "0.0.0.0:0"}, logs))
+	admin := runAdminApp(t, newAdminApp(t, map[string]string{"ADMIN_ADDR": "0.0.0.0:0"}, logs))
 	if code := getBearer(t, admin+"/metrics", ""); code != http.StatusOK {
 		t.Errorf("/metrics: %d, want 200", code)
 	}
 	warned := 0
 	for _, r := range logs.Records() {
-		if msg, _ := r["msg"].(string); strings.Contains(msg, metricsWarning) && strings.Contains(msg, app.EnvAdminToken) && r["level"] == "WARN" {
+		if msg, _ := r["msg"].(string); strings.Contains(msg, metricsWarning) && strings.Contains(msg, "ADMIN_TOKEN") && r["level"] == "WARN" {
 			warned++
 		}
 	}
@@ -164,10 +164,10 @@ func TestAdminPprofBeyondLoopbackRefusedAtRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	a := newAdminApp(t, map[string]string{app.EnvPprof: "1"}, io.Discard, app.WithAdminListener(ln))
+	a := newAdminApp(t, map[string]string{"PPROF": "1"}, io.Discard, app.WithAdminListener(ln))
 	err = a.Run(context.Background())
-	if !errors.Is(err, app.ErrInvalidConfig) || !strings.Contains(err.Error(), app.EnvAdminToken) {
-		t.Fatalf("Run: %v; want an invalid-config error naming %s", err, app.EnvAdminToken)
+	if !errors.Is(err, app.ErrInvalidConfig) || !strings.Contains(err.Error(), "ADMIN_TOKEN") {
+		t.Fatalf("Run: %v; want an invalid-config error naming %s", err, "ADMIN_TOKEN")
 	}
 	if c, err := net.Dial("tcp", "127.0.0.1:"+port); err == nil {
 		c.Close()

@@ -26,16 +26,28 @@ import (
 
 // Sentinel errors.
 var (
-	// ErrRunning is returned by Run when the App already ran.
+	// ErrInvalidConfig is matched (errors.Is) by every configuration error: one reported
+	// by [Env.Err] for a variable that is malformed or out of range, one returned by
+	// [Config.Validate], [New] or an option. Retrying does not help: fix the configuration.
+	ErrInvalidConfig = errors.New("app: invalid configuration")
+	// ErrRunning is returned by Run when the App already ran. A programming error:
+	// retrying does not help.
 	ErrRunning = errors.New("app: already running or stopped")
 	// ErrComponent wraps the error of a component (consumer, relay, background function,
 	// HTTP server) that stopped on its own before shutdown began; Run then shuts the
-	// service down and returns it.
+	// service down and returns it. Restarting the service is the retry.
 	ErrComponent = errors.New("app: component failed")
+	// ErrNotReady is reported by /readyz before the service has started all its
+	// components and once shutdown has begun. Transient before start: ask again.
+	ErrNotReady = errors.New("app: not ready")
+	// ErrUndeclared is returned by [App.Publish] for an event whose (topic, type, schema
+	// version) the service did not declare with [App.Produces]. A programming error:
+	// retrying does not help.
+	ErrUndeclared = errors.New("app: event not declared (App.Produces)")
 )
 
-// ReadyTimeout bounds each /readyz check.
-const ReadyTimeout = 2 * time.Second
+// readyTimeout bounds each /readyz check.
+const readyTimeout = 2 * time.Second
 
 // ensureTopicsTimeout bounds the creation of the consumers' dead-letter topics in Run.
 const ensureTopicsTimeout = 30 * time.Second
@@ -90,7 +102,7 @@ type App struct {
 	kafkaOpts []kgo.Opt // security and WithKafkaOptions, for every client
 	ownTel    bool
 	mux       *http.ServeMux
-	checks    []NamedCheck
+	checks    []namedCheck
 	relay     *outbox.Relay
 	archive   *consumer.DeadLetterArchive // the default dead-letter archive, migrated by New
 	topics    []string                    // to create in Run: consumed, their .dlq, declared
@@ -112,11 +124,11 @@ const (
 	stateStopping
 )
 
-// DefaultHTTPAddr is HTTP_ADDR when New reads the environment and it is unset.
-const DefaultHTTPAddr = ":8080"
+// defaultHTTPAddr is HTTP_ADDR when New reads the environment and it is unset.
+const defaultHTTPAddr = ":8080"
 
 // New builds the service named service and connects it. The configuration comes from the
-// environment ([LoadConfig] with [DefaultHTTPAddr]; [WithEnv] names another source,
+// environment ([LoadConfig] with defaultHTTPAddr; [WithEnv] names another source,
 // [WithConfig] gives it in code); every problem of it is returned at once, each
 // matching [ErrInvalidConfig]. Then: telemetry (tracing.Setup, installed as the otel
 // globals), the logger, the database (created if missing, then the library's migrations
@@ -149,10 +161,7 @@ func New(ctx context.Context, service string, opts ...Option) (a *App, err error
 		}
 	}()
 
-	a.Logger = o.logger
-	if a.Logger == nil {
-		a.Logger = NewLogger(o.logOutput, cfg.LogLevel, cfg.Service)
-	}
+	a.Logger = newLogger(o.logOutput, cfg.LogLevel, cfg.Service)
 	a.Telemetry = o.telemetry
 	if a.Telemetry == nil {
 		if a.Telemetry, err = tracing.Setup(ctx, cfg.Service, o.tracingOpts...); err != nil {
@@ -167,13 +176,13 @@ func New(ctx context.Context, service string, opts ...Option) (a *App, err error
 	}
 
 	if o.ensureDB {
-		if err := EnsureDatabase(ctx, cfg.DatabaseURL); err != nil {
+		if err := ensureDatabase(ctx, cfg.DatabaseURL); err != nil {
 			return nil, err
 		}
 	}
 	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: not a Postgres connection string", ErrInvalidConfig, EnvDatabaseURL)
+		return nil, fmt.Errorf("%w: %s: not a Postgres connection string", ErrInvalidConfig, envDatabaseURL)
 	}
 	if cfg.DatabaseMaxConns > 0 && !strings.Contains(cfg.DatabaseURL, "pool_max_conns") {
 		pcfg.MaxConns = cfg.DatabaseMaxConns
@@ -230,7 +239,7 @@ func New(ctx context.Context, service string, opts ...Option) (a *App, err error
 			return nil, err
 		}
 	}
-	a.checks = append(a.checks, NamedCheck{"postgres", PostgresCheck(a.Pool)})
+	a.checks = append(a.checks, namedCheck{"postgres", postgresCheck(a.Pool)})
 
 	ro, err := cfg.redisOptions()
 	if err != nil {
@@ -251,14 +260,14 @@ func New(ctx context.Context, service string, opts ...Option) (a *App, err error
 		if a.Locker, err = lock.New(a.Redis, lo...); err != nil {
 			return nil, fmt.Errorf("app: %w", err)
 		}
-		a.checks = append(a.checks, NamedCheck{"redis", RedisCheck(a.Redis)})
+		a.checks = append(a.checks, namedCheck{"redis", redisCheck(a.Redis)})
 	}
 
 	secOpts, err := cfg.KafkaSecurity.Options()
 	if err != nil {
 		return nil, err
 	}
-	if cfg.KafkaSecurity.SASLMechanism == SASLPlain && !cfg.KafkaSecurity.TLS {
+	if cfg.KafkaSecurity.SASLMechanism == saslPlain && !cfg.KafkaSecurity.TLS {
 		a.Logger.Warn("app: SASL PLAIN without TLS sends the Kafka password in clear text; set KAFKA_TLS=on")
 	}
 	a.kafkaOpts = append(secOpts, o.kafkaOpts...)
@@ -281,7 +290,7 @@ func New(ctx context.Context, service string, opts ...Option) (a *App, err error
 				strings.Join(cfg.KafkaBrokers, ","), cfg.KafkaSecurity, kafkaAuthHint(cfg.KafkaSecurity, err), err)
 		}
 	}
-	a.checks = append(a.checks, NamedCheck{"kafka", KafkaCheck(a.Kafka)})
+	a.checks = append(a.checks, namedCheck{"kafka", kafkaCheck(a.Kafka)})
 
 	a.relay, err = outbox.NewRelay(a.Pool, a.Kafka, a.Outbox, append([]outbox.RelayOption{
 		outbox.WithTracerProvider(a.Telemetry.TracerProvider),

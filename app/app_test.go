@@ -205,8 +205,8 @@ func newTestAppSignals(t *testing.T, opts ...app.Option) *testApp {
 		t.Fatal(err)
 	}
 	env := app.MapEnv(map[string]string{
-		app.EnvDatabaseURL: freshDSN(t), app.EnvRedisAddr: testenv.RedisAddr(t),
-		app.EnvKafkaBrokers: strings.Join(brokers, ","), app.EnvKafkaPartitions: "2", app.EnvLogLevel: "debug",
+		"DATABASE_URL": freshDSN(t), "REDIS_ADDR": testenv.RedisAddr(t),
+		"KAFKA_BROKERS": strings.Join(brokers, ","), "KAFKA_PARTITIONS": "2", "LOG_LEVEL": "debug",
 	})
 	cfg := app.LoadConfig(env, "widget", ln.Addr().String())
 	if err := env.Err(); err != nil {
@@ -438,8 +438,8 @@ func TestComponentFailureStopsTheService(t *testing.T) {
 
 func TestNewFailsCleanly(t *testing.T) {
 	env := app.MapEnv(map[string]string{
-		app.EnvDatabaseURL: freshDSN(t), app.EnvRedisAddr: "127.0.0.1:1",
-		app.EnvKafkaBrokers: strings.Join(testenv.KafkaCluster(t).ListenAddrs(), ","),
+		"DATABASE_URL": freshDSN(t), "REDIS_ADDR": "127.0.0.1:1",
+		"KAFKA_BROKERS": strings.Join(testenv.KafkaCluster(t).ListenAddrs(), ","),
 	})
 	cfg := app.LoadConfig(env, "widget", "127.0.0.1:0")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -462,7 +462,7 @@ func TestWithoutRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := app.MapEnv(map[string]string{
-		app.EnvDatabaseURL: freshDSN(t), app.EnvRedisAddr: "none", app.EnvKafkaBrokers: strings.Join(brokers, ","),
+		"DATABASE_URL": freshDSN(t), "REDIS_ADDR": "none", "KAFKA_BROKERS": strings.Join(brokers, ","),
 	})
 	cfg := app.LoadConfig(env, "widget", ln.Addr().String())
 	a, err := app.New(context.Background(), cfg.Service, app.WithConfig(cfg), app.WithListener(ln), app.WithoutSignals(), app.WithLogOutput(io.Discard))
@@ -503,9 +503,9 @@ func TestWithoutRedis(t *testing.T) {
 func TestNewFromEnv(t *testing.T) {
 	ctx := context.Background()
 	_, err := app.New(ctx, "widget", app.WithEnv(app.MapEnv(map[string]string{
-		app.EnvKafkaPartitions: "zero", app.EnvShutdownTimeout: "-1s", app.EnvRedisAddr: "redis",
+		"KAFKA_PARTITIONS": "zero", "SHUTDOWN_TIMEOUT": "-1s", "REDIS_ADDR": "redis",
 	})), app.WithSchema("widget", " "))
-	for _, want := range []string{app.EnvKafkaPartitions, app.EnvShutdownTimeout, app.EnvRedisAddr, `WithSchema("widget")`} {
+	for _, want := range []string{"KAFKA_PARTITIONS", "SHUTDOWN_TIMEOUT", "REDIS_ADDR", `WithSchema("widget")`} {
 		if !errors.Is(err, app.ErrInvalidConfig) || !strings.Contains(fmt.Sprint(err), want) {
 			t.Errorf("New = %v; want ErrInvalidConfig naming %s", err, want)
 		}
@@ -513,8 +513,8 @@ func TestNewFromEnv(t *testing.T) {
 
 	ns := func(t *testing.T) string { _, ns := testenv.Redis(t); return ns }(t)
 	env := app.MapEnv(map[string]string{
-		app.EnvDatabaseURL: freshDSN(t), app.EnvRedisAddr: testenv.RedisAddr(t), app.EnvHTTPAddr: "127.0.0.1:0",
-		app.EnvAdminAddr: "none", app.EnvKafkaBrokers: strings.Join(testenv.KafkaCluster(t).ListenAddrs(), ","),
+		"DATABASE_URL": freshDSN(t), "REDIS_ADDR": testenv.RedisAddr(t), "HTTP_ADDR": "127.0.0.1:0",
+		"ADMIN_ADDR": "none", "KAFKA_BROKERS": strings.Join(testenv.KafkaCluster(t).ListenAddrs(), ","),
 	})
 	a, err := app.New(ctx, "widget", app.WithEnv(env), app.WithoutSignals(), app.WithLogOutput(io.Discard),
 		app.WithLockOptions(lock.WithNamespace(ns)), app.WithSchema("widget", `CREATE TABLE IF NOT EXISTS widgets (id text PRIMARY KEY)`))
@@ -611,8 +611,8 @@ func TestShutdownTimeoutReachesConsumers(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := app.MapEnv(map[string]string{
-		app.EnvDatabaseURL: freshDSN(t), app.EnvRedisAddr: "none", app.EnvKafkaBrokers: strings.Join(brokers, ","),
-		app.EnvShutdownTimeout: "2s",
+		"DATABASE_URL": freshDSN(t), "REDIS_ADDR": "none", "KAFKA_BROKERS": strings.Join(brokers, ","),
+		"SHUTDOWN_TIMEOUT": "2s",
 	})
 	cfg := app.LoadConfig(env, "widget", ln.Addr().String())
 	if err := env.Err(); err != nil {
@@ -691,10 +691,10 @@ func TestWarmPool(t *testing.T) {
 		t.Errorf("no warm-up log line:\n%s", logs.String())
 	}
 
-	bad := app.MapEnv(map[string]string{app.EnvDatabaseMinConns: "-1"})
+	bad := app.MapEnv(map[string]string{"DATABASE_MIN_CONNS": "-1"})
 	app.LoadConfig(bad, "widget", ":0")
-	if err := bad.Err(); err == nil || !strings.Contains(err.Error(), app.EnvDatabaseMinConns) {
-		t.Errorf("negative %s: err = %v", app.EnvDatabaseMinConns, err)
+	if err := bad.Err(); err == nil || !strings.Contains(err.Error(), "DATABASE_MIN_CONNS") {
+		t.Errorf("negative %s: err = %v", "DATABASE_MIN_CONNS", err)
 	}
 }
 
@@ -748,8 +748,8 @@ func newPoolApp(t *testing.T, dsn, maxConns, minConns string) (*app.App, *apptes
 		t.Fatal(err)
 	}
 	env := app.MapEnv(map[string]string{
-		app.EnvDatabaseURL: dsn, app.EnvRedisAddr: "none", app.EnvKafkaBrokers: strings.Join(testenv.KafkaCluster(t).ListenAddrs(), ","),
-		app.EnvDatabaseConns: maxConns, app.EnvDatabaseMinConns: minConns,
+		"DATABASE_URL": dsn, "REDIS_ADDR": "none", "KAFKA_BROKERS": strings.Join(testenv.KafkaCluster(t).ListenAddrs(), ","),
+		"DATABASE_MAX_CONNS": maxConns, "DATABASE_MIN_CONNS": minConns,
 	})
 	cfg := app.LoadConfig(env, "widget", ln.Addr().String())
 	if err := env.Err(); err != nil {

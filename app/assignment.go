@@ -8,7 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 )
 
-// assignmentCheck is the readiness check App.Consume adds for each consumer: it fails
+// assignmentCheck is the readiness check consume adds for each consumer group: it fails
 // when the consumer has held no partition for longer than grace while its group has
 // lag. That is what a wedged group looks like from a live member: the partitions are
 // held by a member that does not consume them (one the broker failed to remove after a
@@ -19,7 +19,7 @@ import (
 //
 // assigned is consumer.Consumer.Assigned; the lag (committed offsets against end
 // offsets, kadm.Client.Lag) is asked only once the consumer has been idle past grace.
-func assignmentCheck(group string, assigned func() (int, time.Time), adm *kadm.Client, grace time.Duration) Check {
+func assignmentCheck(group string, assigned func() (int, time.Time), adm *kadm.Client, grace time.Duration) check {
 	return func(ctx context.Context) error {
 		n, since := assigned()
 		if n > 0 || since.IsZero() {

@@ -74,24 +74,24 @@ func TestAssignmentCheck(t *testing.T) {
 func TestKafkaMembershipConfig(t *testing.T) {
 	env := MapEnv(nil)
 	c := LoadConfig(env, "order", ":8081")
-	if env.Err() != nil || c.KafkaInstanceID != "" || c.KafkaSessionTimeout != DefaultKafkaSessionTimeout ||
-		c.KafkaRebalanceTimeout != DefaultKafkaRebalanceTimeout {
+	if env.Err() != nil || c.KafkaInstanceID != "" || c.KafkaSessionTimeout != defaultKafkaSessionTimeout ||
+		c.KafkaRebalanceTimeout != defaultKafkaRebalanceTimeout {
 		t.Fatalf("defaults (dynamic membership): %+v %v", c, env.Err())
 	}
-	env = MapEnv(map[string]string{EnvKafkaInstanceID: "order-a", EnvKafkaSessionTimeout: "20s", EnvKafkaRebalanceTimeout: "1m"})
+	env = MapEnv(map[string]string{envKafkaInstanceID: "order-a", envKafkaSessionTimeout: "20s", envKafkaRebalanceTimeout: "1m"})
 	c = LoadConfig(env, "order", ":8081")
 	if env.Err() != nil || c.KafkaInstanceID != "order-a" || c.KafkaSessionTimeout != 20*time.Second ||
 		c.KafkaRebalanceTimeout != time.Minute {
 		t.Fatalf("overrides: %+v %v", c, env.Err())
 	}
-	env = MapEnv(map[string]string{EnvKafkaInstanceID: "None"})
+	env = MapEnv(map[string]string{envKafkaInstanceID: "None"})
 	if c = LoadConfig(env, "order", ":8081"); env.Err() != nil || c.KafkaInstanceID != "" {
 		t.Fatalf("none: %q %v", c.KafkaInstanceID, env.Err())
 	}
 	for key, value := range map[string]string{
-		EnvKafkaInstanceID:       "order/a",
-		EnvKafkaSessionTimeout:   "5s",
-		EnvKafkaRebalanceTimeout: "-1s",
+		envKafkaInstanceID:       "order/a",
+		envKafkaSessionTimeout:   "5s",
+		envKafkaRebalanceTimeout: "-1s",
 	} {
 		env := MapEnv(map[string]string{key: value})
 		LoadConfig(env, "order", ":8081")

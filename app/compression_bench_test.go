@@ -34,7 +34,7 @@ func (c *batchBytes) OnProduceBatchWritten(_ kgo.BrokerMetadata, _ string, _ int
 func BenchmarkKafkaCompression(b *testing.B) {
 	brokers := testenv.Kafka(b)
 	for _, batch := range []int{1, 32} {
-		for _, codec := range KafkaCompressions {
+		for _, codec := range kafkaCompressions {
 			b.Run(fmt.Sprintf("batch=%d/%s", batch, codec), func(b *testing.B) {
 				topic := testenv.Topic(b, brokers, 1)
 				opt, err := KafkaCompressionOption(codec)

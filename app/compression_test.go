@@ -22,18 +22,18 @@ func TestKafkaCompressionConfig(t *testing.T) {
 	if err := env.Err(); err != nil || cfg.KafkaCompression != app.DefaultKafkaCompression || app.DefaultKafkaCompression != "gzip" {
 		t.Fatalf("default: %q, %v; want gzip", cfg.KafkaCompression, err)
 	}
-	env = app.MapEnv(map[string]string{app.EnvKafkaCompression: " ZSTD "})
+	env = app.MapEnv(map[string]string{"KAFKA_COMPRESSION": " ZSTD "})
 	if cfg := app.LoadConfig(env, "svc", ":8080"); env.Err() != nil || cfg.KafkaCompression != "zstd" {
 		t.Fatalf("ZSTD: %q, %v", cfg.KafkaCompression, env.Err())
 	}
 
-	env = app.MapEnv(map[string]string{app.EnvKafkaCompression: "brotli"})
+	env = app.MapEnv(map[string]string{"KAFKA_COMPRESSION": "brotli"})
 	bad := app.LoadConfig(env, "svc", ":8080")
 	err := env.Err()
 	if !errors.Is(err, app.ErrInvalidConfig) || !strings.Contains(err.Error(), `KAFKA_COMPRESSION="brotli": want one of none, gzip, snappy, lz4, zstd`) {
 		t.Fatalf("brotli: %v", err)
 	}
-	if err := bad.Validate(); !errors.Is(err, app.ErrInvalidConfig) || !strings.Contains(err.Error(), app.EnvKafkaCompression) {
+	if err := bad.Validate(); !errors.Is(err, app.ErrInvalidConfig) || !strings.Contains(err.Error(), "KAFKA_COMPRESSION") {
 		t.Fatalf("Validate: %v", err)
 	}
 	if _, err := app.New(context.Background(), bad.Service, app.WithConfig(bad)); !errors.Is(err, app.ErrInvalidConfig) {
@@ -42,7 +42,7 @@ func TestKafkaCompressionConfig(t *testing.T) {
 	if _, err := app.KafkaCompressionOption("brotli"); !errors.Is(err, app.ErrInvalidConfig) {
 		t.Fatalf("KafkaCompressionOption: %v", err)
 	}
-	if !strings.Contains(strings.Join(app.EnvVars(), " "), app.EnvKafkaCompression) {
+	if !strings.Contains(strings.Join(app.EnvVars(), " "), "KAFKA_COMPRESSION") {
 		t.Error("EnvVars lacks KAFKA_COMPRESSION")
 	}
 }

@@ -13,49 +13,78 @@ import (
 
 // Names of the environment variables [LoadConfig] reads.
 const (
-	EnvDatabaseURL      = "DATABASE_URL"
-	EnvDatabaseConns    = "DATABASE_MAX_CONNS"
-	EnvDatabaseMinConns = "DATABASE_MIN_CONNS"
-	EnvRedisAddr        = "REDIS_ADDR"
-	EnvKafkaBrokers     = "KAFKA_BROKERS"
-	EnvKafkaPartitions  = "KAFKA_PARTITIONS"
-	EnvHTTPAddr         = "HTTP_ADDR"
-	EnvLogLevel         = "LOG_LEVEL"
-	EnvShutdownTimeout  = "SHUTDOWN_TIMEOUT"
-	EnvConsumerBatch    = "CONSUMER_BATCH"
-	EnvPprof            = "PPROF"
+	envDatabaseURL      = "DATABASE_URL"
+	envDatabaseConns    = "DATABASE_MAX_CONNS"
+	envDatabaseMinConns = "DATABASE_MIN_CONNS"
+	envRedisAddr        = "REDIS_ADDR"
+	envKafkaBrokers     = "KAFKA_BROKERS"
+	envKafkaPartitions  = "KAFKA_PARTITIONS"
+	envHTTPAddr         = "HTTP_ADDR"
+	envLogLevel         = "LOG_LEVEL"
+	envShutdownTimeout  = "SHUTDOWN_TIMEOUT"
+	envConsumerBatch    = "CONSUMER_BATCH"
+	envPprof            = "PPROF"
 
-	EnvKafkaInstanceID       = "KAFKA_INSTANCE_ID"
-	EnvKafkaSessionTimeout   = "KAFKA_SESSION_TIMEOUT"
-	EnvKafkaRebalanceTimeout = "KAFKA_REBALANCE_TIMEOUT"
+	envKafkaInstanceID       = "KAFKA_INSTANCE_ID"
+	envKafkaSessionTimeout   = "KAFKA_SESSION_TIMEOUT"
+	envKafkaRebalanceTimeout = "KAFKA_REBALANCE_TIMEOUT"
 )
 
 // EnvVars lists the variables [LoadConfig] reads (OTEL_* aside: see tracing.Setup), for
 // deployment manifests and their tests.
 func EnvVars() []string {
-	return append([]string{EnvDatabaseURL, EnvDatabaseConns, EnvDatabaseMinConns, EnvRedisAddr, EnvRedisURL, EnvRedisTLSCAFile, EnvKafkaBrokers, EnvKafkaPartitions,
-		EnvHTTPAddr, EnvHTTPAllowedHosts, EnvAdminAddr, EnvAdminToken, EnvLogLevel, EnvShutdownTimeout, EnvConsumerBatch, EnvPprof,
-		EnvKafkaInstanceID, EnvKafkaSessionTimeout, EnvKafkaRebalanceTimeout, EnvKafkaCompression,
-		EnvIdempotencyRetention, EnvDeadLetterRetention, EnvMaxRecordBytes, EnvDeadLetterArchiveBytes, EnvSigningKeyFile, EnvSigningKey, EnvTrustedKeys}, kafkaSecurityVars()...)
+	return append([]string{envDatabaseURL, envDatabaseConns, envDatabaseMinConns, envRedisAddr, envRedisURL, envRedisTLSCAFile, envKafkaBrokers, envKafkaPartitions,
+		envHTTPAddr, envHTTPAllowedHosts, envAdminAddr, envAdminToken, envLogLevel, envShutdownTimeout, envConsumerBatch, envPprof,
+		envKafkaInstanceID, envKafkaSessionTimeout, envKafkaRebalanceTimeout, envKafkaCompression,
+		envIdempotencyRetention, envDeadLetterRetention, envMaxRecordBytes, envDeadLetterArchiveBytes, envSigningKeyFile, envSigningKey, envTrustedKeys}, kafkaSecurityVars()...)
 }
 
-// Defaults of [LoadConfig].
+// Defaults of the configuration (the others are in the package documentation).
 const (
-	DefaultRedisAddr       = "127.0.0.1:6379"
-	DefaultKafkaBrokers    = "127.0.0.1:9092"
-	DefaultKafkaPartitions = 6
-	DefaultShutdownTimeout = 30 * time.Second
-	DefaultConsumerBatch   = 64
-	// DefaultKafkaSessionTimeout is how long the group coordinator waits for a member's
+	// DefaultConsumerBatch is CONSUMER_BATCH when it is not set.
+	DefaultConsumerBatch = 64
+	// DefaultKafkaCompression is KAFKA_COMPRESSION when it is not set: gzip.
+	//
+	// A consumer must decode the codec of every batch it reads, and only none and gzip are
+	// decoded by the stock consumers of all the mainstream clients: the Java client,
+	// librdkafka and its wrappers (confluent-kafka-go, -python, -dotnet), Sarama,
+	// franz-go, and kafkajs, which reads gzip natively but needs a codec plugin for snappy,
+	// lz4 and zstd (it fails with "Snappy compression not implemented" on franz-go's own
+	// default, snappy). Between the two, gzip, measured with BenchmarkKafkaCompression
+	// (producer, in-process broker and consumer together, per choreo event of 460 bytes
+	// of headers and payload): in batches of 32 events gzip sends 61 bytes per event
+	// instead of 460 (7.5 times fewer bytes to store, replicate and fetch) for about 2 µs
+	// more CPU per event (7.8 against 5.5 µs, minimum of 5 runs); a batch of one event
+	// shrinks to 344 bytes, and the compressor's per-batch set-up costs 10 to 25 µs more
+	// CPU, but batches stay that small only while the producer keeps up, that is, while
+	// there is CPU to spare. Beside a handled event's Postgres transaction (a round trip
+	// alone is 120 to 220 µs) either cost is small. docs/benchmarks.md ("Kafka
+	// compression") has every codec's figures and docs/interop.md what each client needs.
+	// Choose snappy, lz4 or zstd when every consumer of the topics reads it, none when CPU
+	// matters more than bytes.
+	DefaultKafkaCompression = "gzip"
+	// DefaultMaxHeaderBytes is HTTPLimits.MaxHeaderBytes when it is 0.
+	DefaultMaxHeaderBytes = 64 << 10
+	// DefaultMaxConnsPerClient is HTTPLimits.MaxConnsPerClient when it is 0.
+	DefaultMaxConnsPerClient = 256
+)
+
+// Other defaults of [LoadConfig].
+const (
+	defaultRedisAddr       = "127.0.0.1:6379"
+	defaultKafkaBrokers    = "127.0.0.1:9092"
+	defaultKafkaPartitions = 6
+	defaultShutdownTimeout = 30 * time.Second
+	// defaultKafkaSessionTimeout is how long the group coordinator waits for a member's
 	// heartbeat (sent every 3s) before it gives the member's partitions to the others.
 	// It bounds how long the partitions of a killed instance stay unconsumed, and is the
 	// time a restarted instance has to take them back under the same instance id without
 	// a rebalance. Kafka's default is 45s; a service restarts in seconds.
-	DefaultKafkaSessionTimeout = 15 * time.Second
-	// DefaultKafkaRebalanceTimeout is how long a rebalance waits for every member to
+	defaultKafkaSessionTimeout = 15 * time.Second
+	// defaultKafkaRebalanceTimeout is how long a rebalance waits for every member to
 	// rejoin, which includes finishing in-flight handlers and committing on revocation
 	// (bounded by consumer.DefaultDrainTimeout, 10s). Kafka clients default to 60s.
-	DefaultKafkaRebalanceTimeout = 30 * time.Second
+	defaultKafkaRebalanceTimeout = 30 * time.Second
 )
 
 // minSessionTimeout is the brokers' default group.min.session.timeout.ms: shorter
@@ -73,10 +102,10 @@ type Config struct {
 	Service string
 	// DatabaseURL is the service's own Postgres database (DATABASE_URL; default
 	// postgres://postgres@127.0.0.1:5432/choreo_<service>?sslmode=disable). The database
-	// is created at start if it does not exist (see [EnsureDatabase]).
+	// is created at start if it does not exist (see ensureDatabase).
 	DatabaseURL string
 	// DatabaseMaxConns caps the service's Postgres pool (DATABASE_MAX_CONNS; default
-	// DefaultDatabaseMaxConns, 4×KafkaPartitions+4, enough for one transaction per partition of a consumer group
+	// defaultDatabaseMaxConns, 4×KafkaPartitions+4, enough for one transaction per partition of a consumer group
 	// reading two topics, plus HTTP). A pool_max_conns parameter in DatabaseURL wins.
 	// Each consumer worker holds a connection for its transaction, so a pool smaller than
 	// the partitions assigned to the instance makes workers queue.
@@ -89,7 +118,7 @@ type Config struct {
 	// Capped at the pool size; a pool_min_conns parameter in DatabaseURL wins.
 	DatabaseMinConns int32
 	// RedisAddr is the Redis address used for per-entity locks (REDIS_ADDR; default
-	// DefaultRedisAddr). Empty (REDIS_ADDR=none) runs without Redis and without locks:
+	// defaultRedisAddr). Empty (REDIS_ADDR=none) runs without Redis and without locks:
 	// the Postgres transaction alone guards correctness.
 	RedisAddr string
 	// RedisURL is the Redis server as a URL (REDIS_URL):
@@ -101,10 +130,10 @@ type Config struct {
 	// with a rediss:// RedisURL (REDIS_TLS_CA_FILE; default the system's roots).
 	RedisTLSCAFile string
 	// KafkaBrokers are the seed brokers (KAFKA_BROKERS, comma-separated; default
-	// DefaultKafkaBrokers).
+	// defaultKafkaBrokers).
 	KafkaBrokers []string
 	// KafkaPartitions is the partition count of topics created at start
-	// (KAFKA_PARTITIONS; default DefaultKafkaPartitions). Existing topics are left alone.
+	// (KAFKA_PARTITIONS; default defaultKafkaPartitions). Existing topics are left alone.
 	KafkaPartitions int32
 	// KafkaSecurity is the SASL and TLS setting of every Kafka client of the service
 	// (KAFKA_SASL_*, KAFKA_TLS*; see [LoadKafkaSecurity]; default plaintext, no SASL).
@@ -119,13 +148,13 @@ type Config struct {
 	HTTPAddr string
 	// AllowedHosts are the host names the HTTP listeners (public and admin) answer to
 	// besides loopback names and IP addresses (HTTP_ALLOWED_HOSTS, comma-separated;
-	// default none): a request for another name is answered 421 (see [RequireHost]).
+	// default none): a request for another name is answered 421 (see requireHost).
 	// Set it to the names clients use to reach the service (a load balancer's, a
 	// Kubernetes Service's), or "*" to turn the check off.
 	AllowedHosts []string
 	// AdminAddr is the listen address of the admin endpoints /healthz, /readyz (with
 	// each check's error) and /metrics (ADMIN_ADDR; default loopback, HTTP_ADDR's port +
-	// DefaultAdminPortOffset, e.g. 127.0.0.1:9080; none or empty: they stay on HTTPAddr).
+	// defaultAdminPortOffset, e.g. 127.0.0.1:9080; none or empty: they stay on HTTPAddr).
 	// With an admin listener, HTTPAddr serves /healthz, a /readyz without details and the
 	// service's routes, never /metrics.
 	AdminAddr string
@@ -140,7 +169,7 @@ type Config struct {
 	// LogLevel is the minimum level logged (LOG_LEVEL; default info).
 	LogLevel slog.Level
 	// ShutdownTimeout bounds the whole graceful shutdown (SHUTDOWN_TIMEOUT; default
-	// DefaultShutdownTimeout).
+	// defaultShutdownTimeout).
 	ShutdownTimeout time.Duration
 	// ConsumerBatch is the most records of one partition a consumer handles in one
 	// transaction when they are waiting (CONSUMER_BATCH; default DefaultConsumerBatch; 0
@@ -166,22 +195,22 @@ type Config struct {
 	// digits, '.', '_' and '-' only, at most 249 characters; "none" means the default.
 	KafkaInstanceID string
 	// KafkaSessionTimeout is the consumers' session timeout (KAFKA_SESSION_TIMEOUT;
-	// default DefaultKafkaSessionTimeout; at least 6s, the brokers' default minimum; 0 in
+	// default defaultKafkaSessionTimeout; at least 6s, the brokers' default minimum; 0 in
 	// a Config built in code means the default).
 	KafkaSessionTimeout time.Duration
 	// KafkaRebalanceTimeout is the consumers' rebalance timeout
-	// (KAFKA_REBALANCE_TIMEOUT; default DefaultKafkaRebalanceTimeout; 0 means the
+	// (KAFKA_REBALANCE_TIMEOUT; default defaultKafkaRebalanceTimeout; 0 means the
 	// default). Keep it above the consumers' drain timeout (consumer.WithDrainTimeout).
 	KafkaRebalanceTimeout time.Duration
 	// IdempotencyRetention is how long an idempotency record of the App's default store
-	// guards its key (IDEMPOTENCY_RETENTION; default DefaultIdempotencyRetention; 0 in a
+	// guards its key (IDEMPOTENCY_RETENTION; default defaultIdempotencyRetention; 0 in a
 	// Config built in code means the default). The sweeper deletes records past it. Keep
 	// it above the broker's log retention of the consumed topics.
 	IdempotencyRetention time.Duration
 	// DeadLetterRetention is how long rows of the dead-letter archive are kept
-	// (DEAD_LETTER_RETENTION; default DefaultDeadLetterRetention; 0 in code means the
-	// default). They are deleted every DefaultDeadLetterPruneInterval (see
-	// [PruneDeadLetters]).
+	// (DEAD_LETTER_RETENTION; default defaultDeadLetterRetention; 0 in code means the
+	// default). They are deleted every defaultDeadLetterPruneInterval (see
+	// pruneDeadLetters).
 	DeadLetterRetention time.Duration
 	// MaxRecordBytes is the largest record value the service's consumers decode, and
 	// what their fetch limits are set from (MAX_RECORD_BYTES; default
@@ -204,9 +233,9 @@ func validInstanceRune(r rune) bool {
 	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-'
 }
 
-// DefaultDatabaseURL returns the database URL used when DATABASE_URL is unset: database
+// defaultDatabaseURL returns the database URL used when DATABASE_URL is unset: database
 // choreo_<service> on the local Postgres as user postgres.
-func DefaultDatabaseURL(service string) string {
+func defaultDatabaseURL(service string) string {
 	db := "choreo_" + strings.NewReplacer("-", "_", ".", "_").Replace(service)
 	return "postgres://postgres@127.0.0.1:5432/" + db + "?sslmode=disable"
 }
@@ -217,34 +246,34 @@ func DefaultDatabaseURL(service string) string {
 func LoadConfig(env *Env, service, defaultHTTPAddr string) Config {
 	c := Config{
 		Service:          service,
-		DatabaseURL:      env.String(EnvDatabaseURL, DefaultDatabaseURL(service)),
-		RedisAddr:        env.String(EnvRedisAddr, DefaultRedisAddr),
-		RedisURL:         env.String(EnvRedisURL, ""),
-		RedisTLSCAFile:   env.String(EnvRedisTLSCAFile, ""),
-		KafkaBrokers:     env.List(EnvKafkaBrokers, []string{DefaultKafkaBrokers}),
-		KafkaPartitions:  int32(env.Int(EnvKafkaPartitions, DefaultKafkaPartitions)),
+		DatabaseURL:      env.String(envDatabaseURL, defaultDatabaseURL(service)),
+		RedisAddr:        env.String(envRedisAddr, defaultRedisAddr),
+		RedisURL:         env.String(envRedisURL, ""),
+		RedisTLSCAFile:   env.String(envRedisTLSCAFile, ""),
+		KafkaBrokers:     env.List(envKafkaBrokers, []string{defaultKafkaBrokers}),
+		KafkaPartitions:  int32(env.Int(envKafkaPartitions, defaultKafkaPartitions)),
 		KafkaSecurity:    readKafkaSecurity(env),
-		KafkaCompression: strings.ToLower(strings.TrimSpace(env.String(EnvKafkaCompression, DefaultKafkaCompression))),
-		HTTPAddr:         env.String(EnvHTTPAddr, defaultHTTPAddr),
-		AllowedHosts:     env.List(EnvHTTPAllowedHosts, nil),
-		AdminAddr:        env.String(EnvAdminAddr, defaultAdminAddr(env.String(EnvHTTPAddr, defaultHTTPAddr))),
-		LogLevel:         env.Level(EnvLogLevel, slog.LevelInfo),
-		ShutdownTimeout:  env.Duration(EnvShutdownTimeout, DefaultShutdownTimeout),
-		ConsumerBatch:    env.Int(EnvConsumerBatch, DefaultConsumerBatch),
-		Pprof:            env.Bool(EnvPprof, false),
-		AdminToken:       env.String(EnvAdminToken, ""),
+		KafkaCompression: strings.ToLower(strings.TrimSpace(env.String(envKafkaCompression, DefaultKafkaCompression))),
+		HTTPAddr:         env.String(envHTTPAddr, defaultHTTPAddr),
+		AllowedHosts:     env.List(envHTTPAllowedHosts, nil),
+		AdminAddr:        env.String(envAdminAddr, defaultAdminAddr(env.String(envHTTPAddr, defaultHTTPAddr))),
+		LogLevel:         env.Level(envLogLevel, slog.LevelInfo),
+		ShutdownTimeout:  env.Duration(envShutdownTimeout, defaultShutdownTimeout),
+		ConsumerBatch:    env.Int(envConsumerBatch, DefaultConsumerBatch),
+		Pprof:            env.Bool(envPprof, false),
+		AdminToken:       env.String(envAdminToken, ""),
 	}
-	c.DatabaseMaxConns = int32(env.Int(EnvDatabaseConns, DefaultDatabaseMaxConns(int(c.KafkaPartitions))))
-	c.DatabaseMinConns = int32(env.Int(EnvDatabaseMinConns, 0))
+	c.DatabaseMaxConns = int32(env.Int(envDatabaseConns, defaultDatabaseMaxConns(int(c.KafkaPartitions))))
+	c.DatabaseMinConns = int32(env.Int(envDatabaseMinConns, 0))
 	if strings.EqualFold(c.AdminAddr, "none") {
 		c.AdminAddr = ""
 	}
-	c.KafkaInstanceID = env.String(EnvKafkaInstanceID, "")
+	c.KafkaInstanceID = env.String(envKafkaInstanceID, "")
 	if strings.EqualFold(c.KafkaInstanceID, "none") {
 		c.KafkaInstanceID = ""
 	}
-	c.KafkaSessionTimeout = env.Duration(EnvKafkaSessionTimeout, DefaultKafkaSessionTimeout)
-	c.KafkaRebalanceTimeout = env.Duration(EnvKafkaRebalanceTimeout, DefaultKafkaRebalanceTimeout)
+	c.KafkaSessionTimeout = env.Duration(envKafkaSessionTimeout, defaultKafkaSessionTimeout)
+	c.KafkaRebalanceTimeout = env.Duration(envKafkaRebalanceTimeout, defaultKafkaRebalanceTimeout)
 	c.readRetention(env)
 	c.readLimits(env)
 	c.readSigning(env)
@@ -252,8 +281,8 @@ func LoadConfig(env *Env, service, defaultHTTPAddr string) Config {
 		c.RedisAddr = ""
 	}
 	if c.RedisURL != "" {
-		if _, set := env.raw(EnvRedisAddr); set {
-			env.Fail(EnvRedisAddr, "set only one of "+EnvRedisURL+" and "+EnvRedisAddr)
+		if _, set := env.raw(envRedisAddr); set {
+			env.Fail(envRedisAddr, "set only one of "+envRedisURL+" and "+envRedisAddr)
 		}
 		c.RedisAddr = ""
 	}
@@ -271,65 +300,65 @@ func (c Config) problems() []problem {
 		ps = append(ps, problem{"service", "empty service name"})
 	}
 	if cfg, err := pgx.ParseConfig(c.DatabaseURL); err != nil {
-		ps = append(ps, problem{EnvDatabaseURL, "not a Postgres connection string"})
+		ps = append(ps, problem{envDatabaseURL, "not a Postgres connection string"})
 	} else if cfg.Database == "" {
-		ps = append(ps, problem{EnvDatabaseURL, "names no database"})
+		ps = append(ps, problem{envDatabaseURL, "names no database"})
 	}
 	if c.DatabaseMaxConns < 0 {
-		ps = append(ps, problem{EnvDatabaseConns, "must not be negative (0 keeps the pgx default)"})
+		ps = append(ps, problem{envDatabaseConns, "must not be negative (0 keeps the pgx default)"})
 	}
 	if c.DatabaseMinConns < 0 {
-		ps = append(ps, problem{EnvDatabaseMinConns, "must not be negative"})
+		ps = append(ps, problem{envDatabaseMinConns, "must not be negative"})
 	}
 	if c.RedisAddr != "" && c.RedisURL == "" {
 		if _, _, err := net.SplitHostPort(c.RedisAddr); err != nil {
-			ps = append(ps, problem{EnvRedisAddr, "not host:port (use none to run without Redis, or " + EnvRedisURL + ")"})
+			ps = append(ps, problem{envRedisAddr, "not host:port (use none to run without Redis, or " + envRedisURL + ")"})
 		}
 	}
 	ps = append(ps, c.redisProblems()...)
 	if len(c.KafkaBrokers) == 0 {
-		ps = append(ps, problem{EnvKafkaBrokers, "no seed brokers"})
+		ps = append(ps, problem{envKafkaBrokers, "no seed brokers"})
 	}
 	for _, b := range c.KafkaBrokers {
 		if _, _, err := net.SplitHostPort(b); err != nil {
-			ps = append(ps, problem{EnvKafkaBrokers, fmt.Sprintf("%q is not host:port", b)})
+			ps = append(ps, problem{envKafkaBrokers, fmt.Sprintf("%q is not host:port", b)})
 		}
 	}
 	if c.KafkaPartitions < 1 {
-		ps = append(ps, problem{EnvKafkaPartitions, "must be at least 1"})
+		ps = append(ps, problem{envKafkaPartitions, "must be at least 1"})
 	}
 	ps = append(ps, c.KafkaSecurity.problems()...)
 	if _, err := kafkaCodec(c.KafkaCompression); err != nil {
-		ps = append(ps, problem{EnvKafkaCompression, compressionReason})
+		ps = append(ps, problem{envKafkaCompression, compressionReason})
 	}
 	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
-		ps = append(ps, problem{EnvHTTPAddr, "not [host]:port"})
+		ps = append(ps, problem{envHTTPAddr, "not [host]:port"})
 	}
 	if p := allowedHostsProblem(c.AllowedHosts); p != "" {
-		ps = append(ps, problem{EnvHTTPAllowedHosts, p})
+		ps = append(ps, problem{envHTTPAllowedHosts, p})
 	}
 	if _, _, err := net.SplitHostPort(c.AdminAddr); c.AdminAddr != "" && err != nil {
-		ps = append(ps, problem{EnvAdminAddr, "not [host]:port (or none)"})
+		ps = append(ps, problem{envAdminAddr, "not [host]:port (or none)"})
 	} else if c.Pprof && c.AdminAddr != "" && !Loopback(c.AdminAddr) && c.AdminToken == "" {
-		ps = append(ps, problem{EnvPprof, "serves profiles and the command line on " + EnvAdminAddr + " " + c.AdminAddr +
-			", beyond loopback: set " + EnvAdminToken + " (a bearer token) or bind " + EnvAdminAddr + " to loopback"})
+		ps = append(ps, problem{envPprof, "serves profiles and the command line on " + envAdminAddr + " " + c.AdminAddr +
+			", beyond loopback: set " + envAdminToken + " (a bearer token) or bind " + envAdminAddr + " to loopback"})
 	}
 	if c.ShutdownTimeout <= 0 {
-		ps = append(ps, problem{EnvShutdownTimeout, "must be positive"})
+		ps = append(ps, problem{envShutdownTimeout, "must be positive"})
 	}
 	if id := c.KafkaInstanceID; id != "" && (len(id) > maxInstanceIDLen || strings.IndexFunc(id, func(r rune) bool { return !validInstanceRune(r) }) >= 0) {
-		ps = append(ps, problem{EnvKafkaInstanceID, "letters, digits, '.', '_' and '-' only, at most 249 characters (none for dynamic membership)"})
+		ps = append(ps, problem{envKafkaInstanceID, "letters, digits, '.', '_' and '-' only, at most 249 characters (none for dynamic membership)"})
 	}
 	if c.KafkaSessionTimeout != 0 && c.KafkaSessionTimeout < minSessionTimeout {
-		ps = append(ps, problem{EnvKafkaSessionTimeout, "must be at least 6s (the brokers' default group.min.session.timeout.ms)"})
+		ps = append(ps, problem{envKafkaSessionTimeout, "must be at least 6s (the brokers' default group.min.session.timeout.ms)"})
 	}
 	if c.KafkaRebalanceTimeout < 0 {
-		ps = append(ps, problem{EnvKafkaRebalanceTimeout, "must not be negative"})
+		ps = append(ps, problem{envKafkaRebalanceTimeout, "must not be negative"})
 	}
 	ps = append(ps, c.retentionProblems()...)
 	ps = append(ps, c.limitsProblems()...)
 	if c.ConsumerBatch < 0 {
-		ps = append(ps, problem{EnvConsumerBatch, "must not be negative (0 or 1 turns batch mode off)"})
+		ps = append(ps, problem{envConsumerBatch, "must not be negative (0 or 1 turns batch mode off)"})
 	}
 	return ps
 }
@@ -353,7 +382,7 @@ func (c Config) DatabaseName() string {
 	return cfg.Database
 }
 
-// DefaultDatabaseMaxConns is DATABASE_MAX_CONNS when it is not set (see
+// defaultDatabaseMaxConns is DATABASE_MAX_CONNS when it is not set (see
 // Config.DatabaseMaxConns): 4×partitions+4. Several instances of several services on one
 // Postgres add up: keep instances × services × pool below its max_connections.
-func DefaultDatabaseMaxConns(partitions int) int { return 4*partitions + 4 }
+func defaultDatabaseMaxConns(partitions int) int { return 4*partitions + 4 }

@@ -50,7 +50,7 @@ type consumerSpec struct {
 // shutting down; then their context is cancelled. The group member uses
 // Config.KafkaInstanceID (static membership),
 // Config.KafkaSessionTimeout and Config.KafkaRebalanceTimeout; spec.Options may override
-// them. /readyz reports its Health under "consumer <group>" ([ConsumerCheck]: outage or
+// them. /readyz reports its Health under "consumer <group>" (consumerCheck: outage or
 // stalled partitions) and its assignment under "consumer <group> partitions": not ready
 // when it has held no partition for longer than the session plus the rebalance timeout
 // while the group has lag.
@@ -110,10 +110,10 @@ func (a *App) consume(spec consumerSpec) error {
 	}
 	session, rebalance := a.Config.KafkaSessionTimeout, a.Config.KafkaRebalanceTimeout
 	if session == 0 {
-		session = DefaultKafkaSessionTimeout
+		session = defaultKafkaSessionTimeout
 	}
 	if rebalance == 0 {
-		rebalance = DefaultKafkaRebalanceTimeout
+		rebalance = defaultKafkaRebalanceTimeout
 	}
 	kopts := []kgo.Opt{kgo.SessionTimeout(session), kgo.RebalanceTimeout(rebalance)}
 	if a.Config.KafkaInstanceID != "" {
@@ -129,10 +129,10 @@ func (a *App) consume(spec consumerSpec) error {
 		return fmt.Errorf("app: consumer %s: %w", spec.Group, err)
 	}
 	a.consumers = append(a.consumers, component{name: "consumer " + spec.Group, run: c.Run, mustRun: true})
-	a.checks = append(a.checks, NamedCheck{"consumer " + spec.Group, ConsumerCheck(c)})
+	a.checks = append(a.checks, namedCheck{"consumer " + spec.Group, consumerCheck(c)})
 	// A healthy group hands a member partitions within a session timeout (a dead member
 	// expires) plus a rebalance timeout (the others rejoin).
-	a.checks = append(a.checks, NamedCheck{"consumer " + spec.Group + " partitions",
+	a.checks = append(a.checks, namedCheck{"consumer " + spec.Group + " partitions",
 		assignmentCheck(spec.Group, c.Assigned, kadm.NewClient(a.Kafka), session+rebalance)})
 	return nil
 }

@@ -40,8 +40,8 @@ func BenchmarkRequestDeadline(b *testing.B) {
 		name    string
 		handler http.Handler
 	}{
-		{"inline", withRequestTimeout(serverSpan(tel, pattern, h), DefaultRequestTimeout)},
-		{"http.TimeoutHandler", http.TimeoutHandler(serverSpan(tel, pattern, h), DefaultRequestTimeout, "timeout")},
+		{"inline", withRequestTimeout(serverSpan(tel, pattern, h), defaultRequestTimeout)},
+		{"http.TimeoutHandler", http.TimeoutHandler(serverSpan(tel, pattern, h), defaultRequestTimeout, "timeout")},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			srv := httptest.NewServer(bc.handler)

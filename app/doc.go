@@ -34,17 +34,18 @@
 // carry trace_id, span_id and correlation_id, the database (created if missing, then
 // migrated with the idempotency, lock-fence and outbox schemas), Redis and a
 // [lock.Locker], and the Kafka producer shared by the outbox relay and dead-lettering.
-// The service then registers a handler per event type ([App.Handle]: one consumer group
-// running the standard middleware chain; the handler publishes its next event with
-// [App.Publish] in its transaction, and that event continues the handled event's saga),
-// HTTP routes ([App.HandleHTTP]: a server span and a request deadline per request, and
-// optionally admission control in front of both, [WithRouteAdmission]), further consumer
-// groups ([App.Consume]) and background functions ([App.Go]), and calls [App.Run].
+// The service then registers a handler per event type and version ([On]: one consumer
+// group running the standard middleware chain; the handler publishes its next event
+// with a [Producer] or [App.Publish] in its transaction, and that event continues the
+// handled event's saga), the events it publishes ([App.Produces]), HTTP routes
+// ([App.HandleHTTP]: a server span and a request deadline per request, and optionally
+// admission control in front of both, [WithRouteAdmission]) and background functions
+// ([App.Go]), and calls [App.Run].
 // docs/embedding.md is the guide.
 //
 // Run serves /healthz (liveness: the process answers), /readyz (Postgres, Redis, Kafka,
-// every consumer group's Health (a partition in an outage or stalled fails it, see
-// [ConsumerCheck]) and any [App.AddCheck], each bounded by [ReadyTimeout]; 503 before
+// every consumer group's Health (a partition in an outage or stalled fails it) and any
+// [App.AddCheck], each bounded by 2 s; 503 before
 // start and during shutdown) and /metrics (Prometheus exposition of the OTel meter provider and the Go
 // runtime). On SIGTERM, SIGINT or cancellation of its context it shuts down in an order
 // that loses nothing:
@@ -64,8 +65,7 @@
 //
 // # Helpers without the App
 //
-// [EnsureDatabase], [MigrateSQL], [EnsureTopics], [NewLogger],
-// [ReadyHandler] and [HealthHandler] work on their own, for services that keep their own
+// [MigrateSQL] and [EnsureTopics] work on their own, for services that keep their own
 // main loop. Package apptest drives a service through Kafka in tests.
 //
 // # Why hand-written

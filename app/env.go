@@ -10,10 +10,6 @@ import (
 	"time"
 )
 
-// ErrInvalidConfig is matched (errors.Is) by every configuration error: one reported by [Env.Err]
-// for a variable that is malformed or out of range, and one returned by [Config.Validate].
-var ErrInvalidConfig = errors.New("app: invalid configuration")
-
 // Env reads configuration from environment variables. Each getter returns the variable's
 // value, or the default when the variable is unset or empty; a value that does not parse
 // is reported, the default is returned, and reading goes on, so that [Env.Err] can list

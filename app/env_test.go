@@ -92,16 +92,16 @@ func TestLoadConfig(t *testing.T) {
 	if err := env.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if c.DatabaseName() != "choreo_shop_api" || c.RedisAddr != DefaultRedisAddr || c.HTTPAddr != ":9000" ||
-		!slices.Equal(c.KafkaBrokers, []string{DefaultKafkaBrokers}) || c.KafkaPartitions != DefaultKafkaPartitions ||
-		c.ShutdownTimeout != DefaultShutdownTimeout || c.LogLevel != slog.LevelInfo || c.ConsumerBatch != DefaultConsumerBatch {
+	if c.DatabaseName() != "choreo_shop_api" || c.RedisAddr != defaultRedisAddr || c.HTTPAddr != ":9000" ||
+		!slices.Equal(c.KafkaBrokers, []string{defaultKafkaBrokers}) || c.KafkaPartitions != defaultKafkaPartitions ||
+		c.ShutdownTimeout != defaultShutdownTimeout || c.LogLevel != slog.LevelInfo || c.ConsumerBatch != DefaultConsumerBatch {
 		t.Fatalf("defaults: %+v", c)
 	}
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
 
-	env = MapEnv(map[string]string{EnvRedisAddr: "none", EnvKafkaBrokers: "k1:9092,k2:9092", EnvLogLevel: "debug"})
+	env = MapEnv(map[string]string{envRedisAddr: "none", envKafkaBrokers: "k1:9092,k2:9092", envLogLevel: "debug"})
 	c = LoadConfig(env, "svc", ":1")
 	if env.Err() != nil || c.RedisAddr != "" || len(c.KafkaBrokers) != 2 || c.LogLevel != slog.LevelDebug {
 		t.Fatalf("overrides: %+v %v", c, env.Err())
@@ -110,13 +110,13 @@ func TestLoadConfig(t *testing.T) {
 	tests := []struct {
 		key, value, want string
 	}{
-		{EnvDatabaseURL, "postgres://127.0.0.1:5432/", "names no database"},
-		{EnvRedisAddr, "localhost", "not host:port"},
-		{EnvKafkaBrokers, "broker", "is not host:port"},
-		{EnvKafkaPartitions, "0", "at least 1"},
-		{EnvHTTPAddr, "8080", "not [host]:port"},
-		{EnvShutdownTimeout, "0s", "must be positive"},
-		{EnvConsumerBatch, "-1", "must not be negative"},
+		{envDatabaseURL, "postgres://127.0.0.1:5432/", "names no database"},
+		{envRedisAddr, "localhost", "not host:port"},
+		{envKafkaBrokers, "broker", "is not host:port"},
+		{envKafkaPartitions, "0", "at least 1"},
+		{envHTTPAddr, "8080", "not [host]:port"},
+		{envShutdownTimeout, "0s", "must be positive"},
+		{envConsumerBatch, "-1", "must not be negative"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.key, func(t *testing.T) {

@@ -5,3 +5,18 @@ package app
 type ConsumerSpec = consumerSpec
 
 func (a *App) Consume(spec ConsumerSpec) error { return a.consume(spec) }
+
+// Defaults the external tests compare with.
+var KafkaCompressions = kafkaCompressions
+
+const (
+	DefaultIdleTimeout = defaultIdleTimeout
+	DefaultMaxConns    = defaultMaxConns
+)
+
+// Steps of New and Run the external tests drive one at a time.
+var (
+	EnsureDatabase   = ensureDatabase
+	PruneDeadLetters = pruneDeadLetters
+	RequireHost      = requireHost
+)

@@ -2,23 +2,18 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/choreo-saga/choreo/app/internal/handled"
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/contract"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/outbox"
 )
-
-// ErrUndeclared is returned by [App.Publish] for an event whose (topic, type, schema
-// version) the service did not declare with [App.Produces]. A programming error:
-// retrying does not help.
-var ErrUndeclared = errors.New("app: event not declared (App.Produces)")
 
 // kit holds the registrations of On and Produces until Run builds their consumer group.
 type kit struct {
@@ -91,7 +86,7 @@ func LockOn(entity func(ctx context.Context, ev event.Event) (string, error)) Ha
 // tracing, correlation, metrics and logs, dead letters, retries with backoff, a
 // per-entity Redis lock with fencing, and h in a Postgres transaction that also claims
 // the event's id, so that a redelivered event is skipped. h runs in a context carrying
-// the event (see [WithHandled]): publish the next event with [App.Publish] or a
+// the event: publish the next event with [App.Publish] or a
 // [Producer] in the same tx, and it continues the event's saga.
 //
 // h's error decides what happens to the event: nil commits; an error matching
@@ -148,8 +143,7 @@ func On[T any](a *App, topic, eventType string, version int, h func(ctx context.
 	}
 }
 
-// dispatch routes the events of one type to the handler of their schema version, in a
-// context carrying the event (WithHandled).
+// dispatch routes the events of one type to the handler of their schema version.
 func dispatch(eventType string, versions map[int]consumer.TxHandler) consumer.TxHandler {
 	return func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
 		h := versions[ev.SchemaVersion]
@@ -157,20 +151,21 @@ func dispatch(eventType string, versions map[int]consumer.TxHandler) consumer.Tx
 			return fmt.Errorf("%w: %q version %d (handled: %v)", consumer.ErrUnknownType, eventType, ev.SchemaVersion,
 				slices.Sorted(maps.Keys(versions)))
 		}
-		return h(WithHandled(ctx, ev), tx, ev)
+		return h(ctx, tx, ev)
 	}
 }
 
 // Decoded returns h as a consumer.TxHandler that decodes the payload as [On] does
-// (contract.Decode) before calling h: for a handler's unit test (apptest.Handle) or a
-// consumer built without the kit.
+// (contract.Decode) and calls h in a context carrying ev, so that what h publishes
+// continues ev's saga (see [App.Publish]): for a handler's unit test (apptest.Handle)
+// or a consumer built without the kit.
 func Decoded[T any](h func(ctx context.Context, tx pgx.Tx, ev event.Event, p T) error) consumer.TxHandler {
 	return func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
 		p, err := contract.Decode[T](ev)
 		if err != nil {
 			return err
 		}
-		return h(ctx, tx, ev, p)
+		return h(handled.With(ctx, ev), tx, ev, p)
 	}
 }
 
@@ -181,8 +176,8 @@ func Decoded[T any](h func(ctx context.Context, tx pgx.Tx, ev event.Event, p T) 
 // [App.Produces]; otherwise Publish returns an error matching [ErrUndeclared]. A
 // [Producer] builds such events.
 //
-// In a handler of [On], ev continues the saga of the event being handled (see
-// [WithHandled]): an ev without a causation id gets that event's id as its causation id
+// In a handler of [On] (or one wrapped with [Decoded]), whose context carries the event
+// being handled, ev continues that event's saga: an ev without a causation id gets that event's id as its causation id
 // and, if its correlation id is empty or event.New's default (the subject), that event's
 // correlation id. An ev whose causation id is set (ev.CausedBy) is published as it is.
 func (a *App) Publish(ctx context.Context, tx pgx.Tx, topic string, ev event.Event) error {
@@ -209,30 +204,13 @@ type OutboxPublisher struct {
 
 // Publish enqueues ev for topic in tx (see [App.Publish]).
 func (p OutboxPublisher) Publish(ctx context.Context, tx pgx.Tx, topic string, ev event.Event) error {
-	if cause, ok := Handled(ctx); ok && ev.CausationID == "" {
+	if cause, ok := handled.From(ctx); ok && ev.CausationID == "" {
 		ev.CausationID = cause.ID
 		if ev.CorrelationID == "" || ev.CorrelationID == ev.Subject {
 			ev.CorrelationID = cause.CorrelationID
 		}
 	}
 	return p.Outbox.Enqueue(ctx, tx, topic, ev)
-}
-
-// handledKey is the context key of the event being handled.
-type handledKey struct{}
-
-// WithHandled returns ctx carrying ev as the event being handled, so that a [Publisher]
-// in ctx continues ev's saga. The kit runs every handler of [On] in such a context; a
-// handler run by other means (a consumer of its own, a unit test) gets the same defaults
-// with it.
-func WithHandled(ctx context.Context, ev event.Event) context.Context {
-	return context.WithValue(ctx, handledKey{}, ev)
-}
-
-// Handled returns the event being handled in ctx (see [WithHandled]).
-func Handled(ctx context.Context) (event.Event, bool) {
-	ev, ok := ctx.Value(handledKey{}).(event.Event)
-	return ev, ok
 }
 
 // startKit registers the consumer group of On's registrations, if any (Run).

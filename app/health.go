@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"sync"
 	"time"
@@ -15,52 +14,48 @@ import (
 	"github.com/choreo-saga/choreo/consumer"
 )
 
-// Check reports whether one dependency is usable; nil means healthy.
-type Check func(ctx context.Context) error
+// check reports whether one dependency is usable; nil means healthy.
+type check func(ctx context.Context) error
 
-// NamedCheck is a Check with the name it is reported under by [ReadyHandler].
-type NamedCheck struct {
+// namedCheck is a check with the name it is reported under by readyHandler.
+type namedCheck struct {
 	Name  string
-	Check Check
+	Check check
 }
 
-// PostgresCheck pings pool.
-func PostgresCheck(pool *pgxpool.Pool) Check {
+// postgresCheck pings pool.
+func postgresCheck(pool *pgxpool.Pool) check {
 	return func(ctx context.Context) error { return pool.Ping(ctx) }
 }
 
-// RedisCheck pings rdb.
-func RedisCheck(rdb redis.UniversalClient) Check {
+// redisCheck pings rdb.
+func redisCheck(rdb redis.UniversalClient) check {
 	return func(ctx context.Context) error { return rdb.Ping(ctx).Err() }
 }
 
-// KafkaCheck asks a broker of cl for cluster metadata (kgo.Client.Ping).
-func KafkaCheck(cl *kgo.Client) Check {
+// kafkaCheck asks a broker of cl for cluster metadata (kgo.Client.Ping).
+func kafkaCheck(cl *kgo.Client) check {
 	return func(ctx context.Context) error { return cl.Ping(ctx) }
 }
 
-// ConsumerCheck reports c's Health: it fails while a partition of c is in an outage (a
+// consumerCheck reports c's Health: it fails while a partition of c is in an outage (a
 // dependency of its handler chain is unavailable; the consumer resumes by itself) or
 // stalled (lag and no progress for the stall timeout), naming the partitions.
-func ConsumerCheck(c *consumer.Consumer) Check {
+func consumerCheck(c *consumer.Consumer) check {
 	return func(context.Context) error { return c.Health() }
 }
-
-// ErrNotReady is reported by /readyz before the service has started all its components
-// and once shutdown has begun.
-var ErrNotReady = errors.New("app: not ready")
 
 type readyResponse struct {
 	Status string            `json:"status"`
 	Checks map[string]string `json:"checks"`
 }
 
-// ReadyHandler returns a /readyz handler: it runs every check concurrently, each bounded
+// readyHandler returns a /readyz handler: it runs every check concurrently, each bounded
 // by timeout, and answers 200 {"status":"ok","checks":{"postgres":"ok",...}} when all pass
 // and 503 with "status":"unavailable" and each failing check's error otherwise. gate, if
 // not nil, is consulted first: a non-nil error (e.g. [ErrNotReady] during shutdown) makes
 // the answer 503 without running the checks.
-func ReadyHandler(timeout time.Duration, gate func() error, checks ...NamedCheck) http.Handler {
+func readyHandler(timeout time.Duration, gate func() error, checks ...namedCheck) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		resp := readyResponse{Status: "ok", Checks: make(map[string]string, len(checks))}
 		if gate != nil {
@@ -100,10 +95,10 @@ func ReadyHandler(timeout time.Duration, gate func() error, checks ...NamedCheck
 	})
 }
 
-// HealthHandler returns a /healthz (liveness) handler: 200 {"status":"ok"} as long as the
+// healthHandler returns a /healthz (liveness) handler: 200 {"status":"ok"} as long as the
 // process serves HTTP. It checks no dependency, so an outage of Postgres or Kafka makes
 // the service unready, never restarted.
-func HealthHandler() http.Handler {
+func healthHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})

@@ -6,11 +6,11 @@ import (
 	"strings"
 )
 
-// EnvHTTPAllowedHosts lists the host names the HTTP listeners answer to besides
-// loopback names and IP addresses (see [RequireHost]).
-const EnvHTTPAllowedHosts = "HTTP_ALLOWED_HOSTS"
+// envHTTPAllowedHosts lists the host names the HTTP listeners answer to besides
+// loopback names and IP addresses (see requireHost).
+const envHTTPAllowedHosts = "HTTP_ALLOWED_HOSTS"
 
-// RequireHost returns h behind a check of the request's Host header: a request for a
+// requireHost returns h behind a check of the request's Host header: a request for a
 // host name other than a loopback name ("localhost", "*.localhost"), an IP address or
 // one of allowed is answered 421 Misdirected Request and never reaches h. An entry of
 // allowed is a host name without port ("orders.example.com"), a suffix starting with a
@@ -21,7 +21,7 @@ const EnvHTTPAllowedHosts = "HTTP_ALLOWED_HOSTS"
 // network by pointing a name of its own at the service's address (DNS rebinding); the
 // browser then sends that name as Host, which the check refuses. IP addresses pass:
 // rebinding needs a name.
-func RequireHost(allowed []string, h http.Handler) http.Handler {
+func requireHost(allowed []string, h http.Handler) http.Handler {
 	names := make(map[string]bool, len(allowed))
 	var suffixes []string
 	for _, a := range allowed {
@@ -41,7 +41,7 @@ func RequireHost(allowed []string, h http.Handler) http.Handler {
 			w.Header().Set("Cache-Control", "no-store")
 			w.WriteHeader(http.StatusMisdirectedRequest)
 			_, _ = w.Write([]byte(`{"error":{"code":"misdirected","message":"this service answers only to loopback names, IP addresses and the names of ` +
-				EnvHTTPAllowedHosts + `"}}` + "\n"))
+				envHTTPAllowedHosts + `"}}` + "\n"))
 			return
 		}
 		h.ServeHTTP(w, r)

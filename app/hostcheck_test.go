@@ -24,7 +24,7 @@ func TestRequireHost(t *testing.T) {
 		req := httptest.NewRequest("GET", "/orders", nil)
 		req.Host = host
 		h.ServeHTTP(rec, req)
-		if rec.Code != want || (want == 421 && !strings.Contains(rec.Body.String(), app.EnvHTTPAllowedHosts)) {
+		if rec.Code != want || (want == 421 && !strings.Contains(rec.Body.String(), "HTTP_ALLOWED_HOSTS")) {
 			t.Errorf("Host %q: %d %s, want %d", host, rec.Code, rec.Body, want)
 		}
 	}
@@ -65,7 +65,7 @@ func TestHTTPHostCheck(t *testing.T) {
 }
 
 func TestAllowedHostsConfig(t *testing.T) {
-	env := app.MapEnv(map[string]string{app.EnvHTTPAllowedHosts: "orders.example.com, .svc.cluster.local"})
+	env := app.MapEnv(map[string]string{"HTTP_ALLOWED_HOSTS": "orders.example.com, .svc.cluster.local"})
 	if c := app.LoadConfig(env, "widget", ":8080"); env.Err() != nil || len(c.AllowedHosts) != 2 || c.AllowedHosts[1] != ".svc.cluster.local" {
 		t.Fatalf("allowed hosts %q, %v", c.AllowedHosts, env.Err())
 	}
@@ -73,8 +73,8 @@ func TestAllowedHostsConfig(t *testing.T) {
 		t.Fatalf("default allowed hosts %q, want none", c.AllowedHosts)
 	}
 	for _, bad := range []string{"orders.example.com:8080", "http://orders.example.com", "."} {
-		env := app.MapEnv(map[string]string{app.EnvHTTPAllowedHosts: bad})
+		env := app.MapEnv(map[string]string{"HTTP_ALLOWED_HOSTS": bad})
 		app.LoadConfig(env, "widget", ":8080")
-		apptest.WantConfigError(t, env, app.EnvHTTPAllowedHosts)
+		apptest.WantConfigError(t, env, "HTTP_ALLOWED_HOSTS")
 	}
 }

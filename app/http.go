@@ -1,12 +1,14 @@
 package app
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
+	"github.com/choreo-saga/choreo/app/admission"
 	"github.com/choreo-saga/choreo/tracing"
 )
 
@@ -32,7 +34,7 @@ func (a *App) HandleHTTP(pattern string, h http.Handler, opts ...RouteOption) {
 
 // route returns the handler of the route pattern: admission control by adm (none if
 // nil), then the request deadline timeout, then otelhttp's server span, then h.
-func route(tel *tracing.Telemetry, pattern string, h http.Handler, timeout time.Duration, adm *Admission) http.Handler {
+func route(tel *tracing.Telemetry, pattern string, h http.Handler, timeout time.Duration, adm *admission.Limiter) http.Handler {
 	h = withRequestTimeout(serverSpan(tel, pattern, h), timeout)
 	if adm != nil {
 		h = adm.Wrap(h)
@@ -61,12 +63,12 @@ func serverSpan(tel *tracing.Telemetry, pattern string, h http.Handler) http.Han
 type RouteOption func(*routeOptions) error
 
 type routeOptions struct {
-	admission *Admission
+	admission *admission.Limiter
 }
 
-// WithRouteAdmission puts the route under adm (see [Admission]), outside its span and
+// WithRouteAdmission puts the route under adm (see admission.Limiter), outside its span and
 // request deadline. One Admission may cover several routes: they share its cap.
-func WithRouteAdmission(adm *Admission) RouteOption {
+func WithRouteAdmission(adm *admission.Limiter) RouteOption {
 	return func(o *routeOptions) error {
 		if adm == nil {
 			return invalid("WithRouteAdmission: nil admission")
@@ -83,8 +85,8 @@ func (a *App) HandleHTTPFunc(pattern string, h func(http.ResponseWriter, *http.R
 
 // AddCheck adds a readiness check, reported under name by /readyz next to "postgres",
 // "redis" and "kafka".
-func (a *App) AddCheck(name string, c Check) {
-	a.checks = append(a.checks, NamedCheck{name, c})
+func (a *App) AddCheck(name string, c func(ctx context.Context) error) {
+	a.checks = append(a.checks, namedCheck{name, c})
 }
 
 // Addr returns the HTTP server's listen address once Run is listening (useful with
@@ -114,8 +116,8 @@ func (a *App) Handler() http.Handler {
 // /healthz, /readyz with details, /metrics (behind Config.AdminToken).
 func (a *App) adminMux(timeout time.Duration) *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.Handle("GET /healthz", withRequestTimeout(HealthHandler(), timeout))
-	mux.Handle("GET /readyz", withRequestTimeout(ReadyHandler(ReadyTimeout, a.gate, a.checks...), timeout))
+	mux.Handle("GET /healthz", withRequestTimeout(healthHandler(), timeout))
+	mux.Handle("GET /readyz", withRequestTimeout(readyHandler(readyTimeout, a.gate, a.checks...), timeout))
 	mux.Handle("GET /metrics", RequireBearer(a.Config.AdminToken, withRequestTimeout(a.Telemetry.MetricsHandler(), timeout)))
 	return mux
 }
@@ -125,8 +127,8 @@ func (a *App) adminMux(timeout time.Duration) *http.ServeMux {
 func (a *App) publicHandler() http.Handler {
 	timeout := a.opts.httpLimits.withDefaults().RequestTimeout
 	mux := http.NewServeMux()
-	mux.Handle("GET /healthz", withRequestTimeout(HealthHandler(), timeout))
-	mux.Handle("GET /readyz", withRequestTimeout(publicReady(ReadyHandler(ReadyTimeout, a.gate, a.checks...)), timeout))
+	mux.Handle("GET /healthz", withRequestTimeout(healthHandler(), timeout))
+	mux.Handle("GET /readyz", withRequestTimeout(publicReady(readyHandler(readyTimeout, a.gate, a.checks...)), timeout))
 	mux.Handle("/", a.mux)
 	return mux
 }

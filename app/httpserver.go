@@ -12,49 +12,47 @@ import (
 
 // Names of the admin listener's variables of [LoadConfig].
 const (
-	EnvAdminAddr  = "ADMIN_ADDR"
-	EnvAdminToken = "ADMIN_TOKEN"
+	envAdminAddr  = "ADMIN_ADDR"
+	envAdminToken = "ADMIN_TOKEN"
 )
 
 // Defaults of [HTTPLimits], the bounds of the public HTTP server.
 const (
-	DefaultReadHeaderTimeout = 10 * time.Second
-	DefaultReadTimeout       = 30 * time.Second
-	DefaultRequestTimeout    = 30 * time.Second
-	DefaultWriteTimeout      = 45 * time.Second
-	DefaultIdleTimeout       = 2 * time.Minute
-	DefaultMaxHeaderBytes    = 64 << 10
-	DefaultMaxConns          = 1024
-	DefaultMaxConnsPerClient = 256
-	// DefaultAdminPortOffset is added to HTTP_ADDR's port to make the default
+	defaultReadHeaderTimeout = 10 * time.Second
+	defaultReadTimeout       = 30 * time.Second
+	defaultRequestTimeout    = 30 * time.Second
+	defaultWriteTimeout      = 45 * time.Second
+	defaultIdleTimeout       = 2 * time.Minute
+	defaultMaxConns          = 1024
+	// defaultAdminPortOffset is added to HTTP_ADDR's port to make the default
 	// ADMIN_ADDR: 127.0.0.1:9080 for HTTP_ADDR :8080.
-	DefaultAdminPortOffset = 1000
+	defaultAdminPortOffset = 1000
 )
 
 // HTTPLimits bound what one client can hold of the public HTTP server. A zero field
 // takes its default.
 type HTTPLimits struct {
 	// ReadHeaderTimeout bounds reading a request's headers (default
-	// DefaultReadHeaderTimeout).
+	// defaultReadHeaderTimeout).
 	ReadHeaderTimeout time.Duration
 	// ReadTimeout bounds reading a whole request, body included (default
-	// DefaultReadTimeout): a client that sends its body slowly is cut off.
+	// defaultReadTimeout): a client that sends its body slowly is cut off.
 	ReadTimeout time.Duration
 	// RequestTimeout is each request's deadline: its context is cancelled then and, if
 	// the handler had not started its answer, the client gets 503 {"error":{"code":
-	// "timeout"}} (default DefaultRequestTimeout). The handler runs on the connection's
+	// "timeout"}} (default defaultRequestTimeout). The handler runs on the connection's
 	// goroutine and must return when its context ends (one that ignores it is bounded
 	// by WriteTimeout only).
 	RequestTimeout time.Duration
 	// WriteTimeout bounds writing a response, from the end of the request's headers
-	// (default DefaultWriteTimeout).
+	// (default defaultWriteTimeout).
 	WriteTimeout time.Duration
-	// IdleTimeout closes idle keep-alive connections (default DefaultIdleTimeout).
+	// IdleTimeout closes idle keep-alive connections (default defaultIdleTimeout).
 	IdleTimeout time.Duration
 	// MaxHeaderBytes bounds a request's headers; larger ones get 431 (default
 	// DefaultMaxHeaderBytes).
 	MaxHeaderBytes int
-	// MaxConns caps the open connections (default DefaultMaxConns). When they are all
+	// MaxConns caps the open connections (default defaultMaxConns). When they are all
 	// open, a new connection closes the one that has been idle longest (between two
 	// requests), so idle keep-alive connections cannot keep others out; with none idle,
 	// it closes the oldest unfinished connection (accepted, its first request not read
@@ -79,16 +77,16 @@ func (l HTTPLimits) withDefaults() HTTPLimits {
 			*d = v
 		}
 	}
-	def(&l.ReadHeaderTimeout, DefaultReadHeaderTimeout)
-	def(&l.ReadTimeout, DefaultReadTimeout)
-	def(&l.RequestTimeout, DefaultRequestTimeout)
-	def(&l.WriteTimeout, DefaultWriteTimeout)
-	def(&l.IdleTimeout, DefaultIdleTimeout)
+	def(&l.ReadHeaderTimeout, defaultReadHeaderTimeout)
+	def(&l.ReadTimeout, defaultReadTimeout)
+	def(&l.RequestTimeout, defaultRequestTimeout)
+	def(&l.WriteTimeout, defaultWriteTimeout)
+	def(&l.IdleTimeout, defaultIdleTimeout)
 	if l.MaxHeaderBytes <= 0 {
 		l.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
 	if l.MaxConns <= 0 {
-		l.MaxConns = DefaultMaxConns
+		l.MaxConns = defaultMaxConns
 	}
 	if l.MaxConnsPerClient == 0 {
 		l.MaxConnsPerClient = min(DefaultMaxConnsPerClient, l.MaxConns)
@@ -116,7 +114,7 @@ func WithAdminListener(ln net.Listener) Option {
 	}
 }
 
-// defaultAdminAddr returns the loopback address DefaultAdminPortOffset above httpAddr's
+// defaultAdminAddr returns the loopback address defaultAdminPortOffset above httpAddr's
 // port, or 127.0.0.1:0 (any free port, see App.AdminAddr) when httpAddr asks for any
 // free port or the sum is not a port.
 func defaultAdminAddr(httpAddr string) string {
@@ -125,10 +123,10 @@ func defaultAdminAddr(httpAddr string) string {
 		return ""
 	}
 	p, err := strconv.Atoi(port)
-	if err != nil || p == 0 || p+DefaultAdminPortOffset > 65535 {
+	if err != nil || p == 0 || p+defaultAdminPortOffset > 65535 {
 		return "127.0.0.1:0"
 	}
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p+DefaultAdminPortOffset))
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(p+defaultAdminPortOffset))
 }
 
 // newServer returns an HTTP server for h with the limits l but the request deadline,

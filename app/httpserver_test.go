@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/app/admission"
 	"github.com/choreo-saga/choreo/app/apptest"
 	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/lock"
@@ -28,9 +29,9 @@ func runHTTPApp(t *testing.T, limits app.HTTPLimits, opts []app.Option, register
 	t.Helper()
 	_, ns := testenv.Redis(t)
 	env := app.MapEnv(map[string]string{
-		app.EnvDatabaseURL: freshDSN(t), app.EnvRedisAddr: testenv.RedisAddr(t),
-		app.EnvKafkaBrokers: strings.Join(testenv.KafkaCluster(t).ListenAddrs(), ","),
-		app.EnvHTTPAddr:     "127.0.0.1:0",
+		"DATABASE_URL": freshDSN(t), "REDIS_ADDR": testenv.RedisAddr(t),
+		"KAFKA_BROKERS": strings.Join(testenv.KafkaCluster(t).ListenAddrs(), ","),
+		"HTTP_ADDR":     "127.0.0.1:0",
 	})
 	cfg := app.LoadConfig(env, "widget", ":8080")
 	if err := env.Err(); err != nil {
@@ -235,12 +236,12 @@ func TestRouteAdmission(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	hold := make(chan struct{})
 	entered := make(chan struct{}, 1)
-	var adm *app.Admission
+	var adm *admission.Limiter
 	base, admin := runHTTPApp(t, app.HTTPLimits{RequestTimeout: 400 * time.Millisecond},
 		[]app.Option{app.WithTracingOptions(tracing.WithSpanProcessor(rec))},
 		func(a *app.App) {
 			var err error
-			if adm, err = app.NewAdmission(1, app.WithAdmissionMeterProvider(a.Telemetry.MeterProvider)); err != nil {
+			if adm, err = admission.New(1, admission.WithMeterProvider(a.Telemetry.MeterProvider)); err != nil {
 				t.Fatal(err)
 			}
 			a.HandleHTTPFunc("GET /held", func(w http.ResponseWriter, r *http.Request) {

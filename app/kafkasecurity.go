@@ -17,21 +17,21 @@ import (
 // Names of the environment variables of [LoadKafkaSecurity]: one set for every Kafka
 // client of a service (consumers, relay, dead-lettering) and for sagactl.
 const (
-	EnvKafkaSASLMechanism = "KAFKA_SASL_MECHANISM"
-	EnvKafkaSASLUsername  = "KAFKA_SASL_USERNAME"
-	EnvKafkaSASLPassword  = "KAFKA_SASL_PASSWORD"
-	EnvKafkaTLS           = "KAFKA_TLS"
-	EnvKafkaTLSCAFile     = "KAFKA_TLS_CA_FILE"
-	EnvKafkaTLSCertFile   = "KAFKA_TLS_CERT_FILE"
-	EnvKafkaTLSKeyFile    = "KAFKA_TLS_KEY_FILE"
-	EnvKafkaTLSServerName = "KAFKA_TLS_SERVER_NAME"
+	envKafkaSASLMechanism = "KAFKA_SASL_MECHANISM"
+	envKafkaSASLUsername  = "KAFKA_SASL_USERNAME"
+	envKafkaSASLPassword  = "KAFKA_SASL_PASSWORD"
+	envKafkaTLS           = "KAFKA_TLS"
+	envKafkaTLSCAFile     = "KAFKA_TLS_CA_FILE"
+	envKafkaTLSCertFile   = "KAFKA_TLS_CERT_FILE"
+	envKafkaTLSKeyFile    = "KAFKA_TLS_KEY_FILE"
+	envKafkaTLSServerName = "KAFKA_TLS_SERVER_NAME"
 )
 
 // SASL mechanisms of [KafkaSecurity].
 const (
-	SASLPlain       = "PLAIN"
-	SASLScramSHA256 = "SCRAM-SHA-256"
-	SASLScramSHA512 = "SCRAM-SHA-512"
+	saslPlain       = "PLAIN"
+	saslScramSHA256 = "SCRAM-SHA-256"
+	saslScramSHA512 = "SCRAM-SHA-512"
 )
 
 // KafkaSecurity is how a Kafka client authenticates and encrypts its connections. The
@@ -59,8 +59,8 @@ type KafkaSecurity struct {
 
 // kafkaSecurityVars lists the variables of [LoadKafkaSecurity], for [EnvVars].
 func kafkaSecurityVars() []string {
-	return []string{EnvKafkaSASLMechanism, EnvKafkaSASLUsername, EnvKafkaSASLPassword, EnvKafkaTLS,
-		EnvKafkaTLSCAFile, EnvKafkaTLSCertFile, EnvKafkaTLSKeyFile, EnvKafkaTLSServerName}
+	return []string{envKafkaSASLMechanism, envKafkaSASLUsername, envKafkaSASLPassword, envKafkaTLS,
+		envKafkaTLSCAFile, envKafkaTLSCertFile, envKafkaTLSKeyFile, envKafkaTLSServerName}
 }
 
 // LoadKafkaSecurity reads the KAFKA_SASL_* and KAFKA_TLS* variables from env and records
@@ -76,14 +76,14 @@ func LoadKafkaSecurity(env *Env) KafkaSecurity {
 // readKafkaSecurity reads the variables; [Config.problems] checks them.
 func readKafkaSecurity(env *Env) KafkaSecurity {
 	return KafkaSecurity{
-		SASLMechanism: strings.ToUpper(env.String(EnvKafkaSASLMechanism, "")),
-		SASLUsername:  env.String(EnvKafkaSASLUsername, ""),
-		SASLPassword:  env.String(EnvKafkaSASLPassword, ""),
-		TLS:           env.Bool(EnvKafkaTLS, false),
-		TLSCAFile:     env.String(EnvKafkaTLSCAFile, ""),
-		TLSCertFile:   env.String(EnvKafkaTLSCertFile, ""),
-		TLSKeyFile:    env.String(EnvKafkaTLSKeyFile, ""),
-		TLSServerName: env.String(EnvKafkaTLSServerName, ""),
+		SASLMechanism: strings.ToUpper(env.String(envKafkaSASLMechanism, "")),
+		SASLUsername:  env.String(envKafkaSASLUsername, ""),
+		SASLPassword:  env.String(envKafkaSASLPassword, ""),
+		TLS:           env.Bool(envKafkaTLS, false),
+		TLSCAFile:     env.String(envKafkaTLSCAFile, ""),
+		TLSCertFile:   env.String(envKafkaTLSCertFile, ""),
+		TLSKeyFile:    env.String(envKafkaTLSKeyFile, ""),
+		TLSServerName: env.String(envKafkaTLSServerName, ""),
 	}
 }
 
@@ -115,30 +115,30 @@ func (s KafkaSecurity) problems() []problem {
 	switch strings.ToUpper(s.SASLMechanism) {
 	case "":
 		if s.SASLUsername != "" || s.SASLPassword != "" {
-			ps = append(ps, problem{EnvKafkaSASLMechanism, "required when a SASL username or password is set (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)"})
+			ps = append(ps, problem{envKafkaSASLMechanism, "required when a SASL username or password is set (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)"})
 		}
-	case SASLPlain, SASLScramSHA256, SASLScramSHA512:
+	case saslPlain, saslScramSHA256, saslScramSHA512:
 		if s.SASLUsername == "" {
-			ps = append(ps, problem{EnvKafkaSASLUsername, "required with " + EnvKafkaSASLMechanism})
+			ps = append(ps, problem{envKafkaSASLUsername, "required with " + envKafkaSASLMechanism})
 		}
 		if s.SASLPassword == "" {
-			ps = append(ps, problem{EnvKafkaSASLPassword, "required with " + EnvKafkaSASLMechanism})
+			ps = append(ps, problem{envKafkaSASLPassword, "required with " + envKafkaSASLMechanism})
 		}
 	default:
-		ps = append(ps, problem{EnvKafkaSASLMechanism, "not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"})
+		ps = append(ps, problem{envKafkaSASLMechanism, "not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"})
 	}
 	if !s.TLS {
 		for _, v := range []struct{ key, val string }{
-			{EnvKafkaTLSCAFile, s.TLSCAFile}, {EnvKafkaTLSCertFile, s.TLSCertFile},
-			{EnvKafkaTLSKeyFile, s.TLSKeyFile}, {EnvKafkaTLSServerName, s.TLSServerName},
+			{envKafkaTLSCAFile, s.TLSCAFile}, {envKafkaTLSCertFile, s.TLSCertFile},
+			{envKafkaTLSKeyFile, s.TLSKeyFile}, {envKafkaTLSServerName, s.TLSServerName},
 		} {
 			if v.val != "" {
-				ps = append(ps, problem{v.key, "set but " + EnvKafkaTLS + " is off (set " + EnvKafkaTLS + "=on)"})
+				ps = append(ps, problem{v.key, "set but " + envKafkaTLS + " is off (set " + envKafkaTLS + "=on)"})
 			}
 		}
 	}
 	if (s.TLSCertFile == "") != (s.TLSKeyFile == "") {
-		ps = append(ps, problem{EnvKafkaTLSCertFile, EnvKafkaTLSCertFile + " and " + EnvKafkaTLSKeyFile + " go together (mutual TLS)"})
+		ps = append(ps, problem{envKafkaTLSCertFile, envKafkaTLSCertFile + " and " + envKafkaTLSKeyFile + " go together (mutual TLS)"})
 	}
 	return ps
 }
@@ -163,11 +163,11 @@ func (s KafkaSecurity) Options() ([]kgo.Opt, error) {
 		opts = append(opts, kgo.DialTLSConfig(tc))
 	}
 	switch strings.ToUpper(s.SASLMechanism) {
-	case SASLPlain:
+	case saslPlain:
 		opts = append(opts, kgo.SASL(plain.Auth{User: s.SASLUsername, Pass: s.SASLPassword}.AsMechanism()))
-	case SASLScramSHA256:
+	case saslScramSHA256:
 		opts = append(opts, kgo.SASL(scram.Auth{User: s.SASLUsername, Pass: s.SASLPassword}.AsSha256Mechanism()))
-	case SASLScramSHA512:
+	case saslScramSHA512:
 		opts = append(opts, kgo.SASL(scram.Auth{User: s.SASLUsername, Pass: s.SASLPassword}.AsSha512Mechanism()))
 	}
 	return opts, nil
@@ -178,18 +178,18 @@ func (s KafkaSecurity) tlsConfig() (*tls.Config, error) {
 	if s.TLSCAFile != "" {
 		pem, err := os.ReadFile(s.TLSCAFile)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", ErrInvalidConfig, EnvKafkaTLSCAFile, err)
+			return nil, fmt.Errorf("%w: %s: %w", ErrInvalidConfig, envKafkaTLSCAFile, err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%w: %s: %s holds no PEM certificate", ErrInvalidConfig, EnvKafkaTLSCAFile, s.TLSCAFile)
+			return nil, fmt.Errorf("%w: %s: %s holds no PEM certificate", ErrInvalidConfig, envKafkaTLSCAFile, s.TLSCAFile)
 		}
 		tc.RootCAs = pool
 	}
 	if s.TLSCertFile != "" {
 		cert, err := tls.LoadX509KeyPair(s.TLSCertFile, s.TLSKeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s/%s: %w", ErrInvalidConfig, EnvKafkaTLSCertFile, EnvKafkaTLSKeyFile, err)
+			return nil, fmt.Errorf("%w: %s/%s: %w", ErrInvalidConfig, envKafkaTLSCertFile, envKafkaTLSKeyFile, err)
 		}
 		tc.Certificates = []tls.Certificate{cert}
 	}
@@ -201,11 +201,11 @@ func (s KafkaSecurity) tlsConfig() (*tls.Config, error) {
 func kafkaAuthHint(s KafkaSecurity, err error) string {
 	switch {
 	case s.SASLMechanism != "" && (errors.Is(err, io.EOF) || strings.Contains(err.Error(), "EOF")):
-		return " (the broker closed the connection during authentication: check " + EnvKafkaSASLMechanism + ", " +
-			EnvKafkaSASLUsername + " and " + EnvKafkaSASLPassword + ")"
+		return " (the broker closed the connection during authentication: check " + envKafkaSASLMechanism + ", " +
+			envKafkaSASLUsername + " and " + envKafkaSASLPassword + ")"
 	case strings.Contains(err.Error(), "x509:") || strings.Contains(err.Error(), "tls:"):
-		return " (TLS failed: check " + EnvKafkaTLSCAFile + ", " + EnvKafkaTLSCertFile + ", " + EnvKafkaTLSKeyFile +
-			" and " + EnvKafkaTLSServerName + ")"
+		return " (TLS failed: check " + envKafkaTLSCAFile + ", " + envKafkaTLSCertFile + ", " + envKafkaTLSKeyFile +
+			" and " + envKafkaTLSServerName + ")"
 	}
-	return " (is the broker up? check " + EnvKafkaBrokers + " and the KAFKA_SASL_* and KAFKA_TLS* variables)"
+	return " (is the broker up? check " + envKafkaBrokers + " and the KAFKA_SASL_* and KAFKA_TLS* variables)"
 }

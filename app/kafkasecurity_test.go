@@ -30,18 +30,18 @@ func TestKafkaSecurityConfig(t *testing.T) {
 		want []string // each in the error; none: valid
 	}{
 		{"none", map[string]string{}, nil},
-		{"scram", map[string]string{app.EnvKafkaSASLMechanism: "scram-sha-512", app.EnvKafkaSASLUsername: "u", app.EnvKafkaSASLPassword: kafkaSecret}, nil},
-		{"unknown mechanism", map[string]string{app.EnvKafkaSASLMechanism: "GSSAPI", app.EnvKafkaSASLUsername: "u", app.EnvKafkaSASLPassword: kafkaSecret},
-			[]string{app.EnvKafkaSASLMechanism, "SCRAM-SHA-256"}},
-		{"no password", map[string]string{app.EnvKafkaSASLMechanism: "PLAIN", app.EnvKafkaSASLUsername: "u"},
-			[]string{app.EnvKafkaSASLPassword + ": required"}},
-		{"password without mechanism", map[string]string{app.EnvKafkaSASLPassword: kafkaSecret},
-			[]string{app.EnvKafkaSASLMechanism + ": required"}},
-		{"tls file with tls off", map[string]string{app.EnvKafkaTLSCAFile: "/ca.pem"},
-			[]string{app.EnvKafkaTLSCAFile, "KAFKA_TLS=on"}},
-		{"cert without key", map[string]string{app.EnvKafkaTLS: "on", app.EnvKafkaTLSCertFile: "/c.pem"},
-			[]string{app.EnvKafkaTLSKeyFile + " go together"}},
-		{"tls not a boolean", map[string]string{app.EnvKafkaTLS: "maybe"}, []string{app.EnvKafkaTLS}},
+		{"scram", map[string]string{"KAFKA_SASL_MECHANISM": "scram-sha-512", "KAFKA_SASL_USERNAME": "u", "KAFKA_SASL_PASSWORD": kafkaSecret}, nil},
+		{"unknown mechanism", map[string]string{"KAFKA_SASL_MECHANISM": "GSSAPI", "KAFKA_SASL_USERNAME": "u", "KAFKA_SASL_PASSWORD": kafkaSecret},
+			[]string{"KAFKA_SASL_MECHANISM", "SCRAM-SHA-256"}},
+		{"no password", map[string]string{"KAFKA_SASL_MECHANISM": "PLAIN", "KAFKA_SASL_USERNAME": "u"},
+			[]string{"KAFKA_SASL_PASSWORD" + ": required"}},
+		{"password without mechanism", map[string]string{"KAFKA_SASL_PASSWORD": kafkaSecret},
+			[]string{"KAFKA_SASL_MECHANISM" + ": required"}},
+		{"tls file with tls off", map[string]string{"KAFKA_TLS_CA_FILE": "/ca.pem"},
+			[]string{"KAFKA_TLS_CA_FILE", "KAFKA_TLS=on"}},
+		{"cert without key", map[string]string{"KAFKA_TLS": "on", "KAFKA_TLS_CERT_FILE": "/c.pem"},
+			[]string{"KAFKA_TLS_KEY_FILE" + " go together"}},
+		{"tls not a boolean", map[string]string{"KAFKA_TLS": "maybe"}, []string{"KAFKA_TLS"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -71,7 +71,7 @@ func TestKafkaSecurityConfig(t *testing.T) {
 			}
 		})
 	}
-	for _, v := range []string{app.EnvKafkaSASLMechanism, app.EnvKafkaSASLPassword, app.EnvKafkaTLSServerName} {
+	for _, v := range []string{"KAFKA_SASL_MECHANISM", "KAFKA_SASL_PASSWORD", "KAFKA_TLS_SERVER_NAME"} {
 		if !strings.Contains(strings.Join(app.EnvVars(), " "), v) {
 			t.Errorf("EnvVars lacks %s", v)
 		}
@@ -95,10 +95,10 @@ func TestKafkaSecurityConfig(t *testing.T) {
 func secureBroker(t *testing.T) ([]string, app.KafkaSecurity) {
 	t.Helper()
 	f := testenv.TestTLS(t)
-	c := testenv.KafkaCluster(t, kfake.EnableSASL(), kfake.Superuser(app.SASLScramSHA256, "widget", kafkaSecret),
+	c := testenv.KafkaCluster(t, kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-256", "widget", kafkaSecret),
 		kfake.TLS(f.ServerConfig(true)))
 	return c.ListenAddrs(), app.KafkaSecurity{
-		SASLMechanism: app.SASLScramSHA256, SASLUsername: "widget", SASLPassword: kafkaSecret,
+		SASLMechanism: "SCRAM-SHA-256", SASLUsername: "widget", SASLPassword: kafkaSecret,
 		TLS: true, TLSCAFile: f.CAFile, TLSCertFile: f.ClientCertFile, TLSKeyFile: f.ClientKeyFile,
 		TLSServerName: "localhost",
 	}
@@ -127,7 +127,7 @@ func TestKafkaSecurityOptions(t *testing.T) {
 	if err := ping(t, brokers, good); err != nil {
 		t.Fatalf("right settings refused: %v", err)
 	}
-	for _, m := range []string{app.SASLPlain, app.SASLScramSHA512} {
+	for _, m := range []string{"PLAIN", "SCRAM-SHA-512"} {
 		f := testenv.TestTLS(t)
 		c := testenv.KafkaCluster(t, kfake.EnableSASL(), kfake.Superuser(m, "u", kafkaSecret), kfake.TLS(f.ServerConfig(false)))
 		s := app.KafkaSecurity{SASLMechanism: m, SASLUsername: "u", SASLPassword: kafkaSecret, TLS: true, TLSCAFile: f.CAFile}
@@ -138,7 +138,7 @@ func TestKafkaSecurityOptions(t *testing.T) {
 	bad := map[string]func(s *app.KafkaSecurity){
 		"wrong password":   func(s *app.KafkaSecurity) { s.SASLPassword = "wrong" },
 		"wrong user":       func(s *app.KafkaSecurity) { s.SASLUsername = "mallory" },
-		"wrong mechanism":  func(s *app.KafkaSecurity) { s.SASLMechanism = app.SASLScramSHA512 },
+		"wrong mechanism":  func(s *app.KafkaSecurity) { s.SASLMechanism = "SCRAM-SHA-512" },
 		"no client cert":   func(s *app.KafkaSecurity) { s.TLSCertFile, s.TLSKeyFile = "", "" },
 		"unknown CA":       func(s *app.KafkaSecurity) { s.TLSCAFile = "" },
 		"wrong ServerName": func(s *app.KafkaSecurity) { s.TLSServerName = "kafka.example.com" },
@@ -162,11 +162,11 @@ func TestAppKafkaSecurity(t *testing.T) {
 	ctx := context.Background()
 	brokers, sec := secureBroker(t)
 	vars := map[string]string{
-		app.EnvDatabaseURL: freshDSN(t), app.EnvRedisAddr: testenv.RedisAddr(t),
-		app.EnvKafkaBrokers: strings.Join(brokers, ","), app.EnvKafkaPartitions: "1",
-		app.EnvKafkaSASLMechanism: "scram-sha-256", app.EnvKafkaSASLUsername: sec.SASLUsername,
-		app.EnvKafkaSASLPassword: "wrong-" + kafkaSecret, app.EnvKafkaTLS: "on",
-		app.EnvKafkaTLSCAFile: sec.TLSCAFile, app.EnvKafkaTLSCertFile: sec.TLSCertFile, app.EnvKafkaTLSKeyFile: sec.TLSKeyFile,
+		"DATABASE_URL": freshDSN(t), "REDIS_ADDR": testenv.RedisAddr(t),
+		"KAFKA_BROKERS": strings.Join(brokers, ","), "KAFKA_PARTITIONS": "1",
+		"KAFKA_SASL_MECHANISM": "scram-sha-256", "KAFKA_SASL_USERNAME": sec.SASLUsername,
+		"KAFKA_SASL_PASSWORD": "wrong-" + kafkaSecret, "KAFKA_TLS": "on",
+		"KAFKA_TLS_CA_FILE": sec.TLSCAFile, "KAFKA_TLS_CERT_FILE": sec.TLSCertFile, "KAFKA_TLS_KEY_FILE": sec.TLSKeyFile,
 	}
 	load := func() app.Config {
 		env := app.MapEnv(vars)
@@ -182,7 +182,7 @@ func TestAppKafkaSecurity(t *testing.T) {
 	if err == nil {
 		t.Fatal("New accepted a wrong Kafka password")
 	}
-	for _, want := range []string{"SASL SCRAM-SHA-256", `"widget"`, app.EnvKafkaSASLPassword} {
+	for _, want := range []string{"SASL SCRAM-SHA-256", `"widget"`, "KAFKA_SASL_PASSWORD"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %s: %v", want, err)
 		}
@@ -191,7 +191,7 @@ func TestAppKafkaSecurity(t *testing.T) {
 		t.Errorf("password in error or logs: %v\n%s", err, logs)
 	}
 
-	vars[app.EnvKafkaSASLPassword] = kafkaSecret
+	vars["KAFKA_SASL_PASSWORD"] = kafkaSecret
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -273,11 +273,11 @@ func TestBrokerACLsAreTheBoundary(t *testing.T) {
 			Operation: op, Allow: true}
 	}
 	c := testenv.KafkaCluster(t, kfake.EnableSASL(), kfake.EnableACLs(), kfake.SeedTopics(1, topic),
-		kfake.Superuser(app.SASLScramSHA256, "admin", kafkaSecret),
-		kfake.User(app.SASLScramSHA256, "payment", kafkaSecret, write(kmsg.ACLOperationWrite), write(kmsg.ACLOperationDescribe)),
-		kfake.User(app.SASLScramSHA256, "inventory", kafkaSecret))
+		kfake.Superuser("SCRAM-SHA-256", "admin", kafkaSecret),
+		kfake.User("SCRAM-SHA-256", "payment", kafkaSecret, write(kmsg.ACLOperationWrite), write(kmsg.ACLOperationDescribe)),
+		kfake.User("SCRAM-SHA-256", "inventory", kafkaSecret))
 	produce := func(user string) error {
-		s := app.KafkaSecurity{SASLMechanism: app.SASLScramSHA256, SASLUsername: user, SASLPassword: kafkaSecret}
+		s := app.KafkaSecurity{SASLMechanism: "SCRAM-SHA-256", SASLUsername: user, SASLPassword: kafkaSecret}
 		opts, err := s.Options()
 		if err != nil {
 			t.Fatal(err)

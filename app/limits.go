@@ -8,23 +8,23 @@ import (
 
 // Names of the record-size variables of [LoadConfig].
 const (
-	EnvMaxRecordBytes         = "MAX_RECORD_BYTES"
-	EnvDeadLetterArchiveBytes = "DEAD_LETTER_ARCHIVE_BYTES"
+	envMaxRecordBytes         = "MAX_RECORD_BYTES"
+	envDeadLetterArchiveBytes = "DEAD_LETTER_ARCHIVE_BYTES"
 )
 
 // readLimits reads the record-size variables into c.
 func (c *Config) readLimits(env *Env) {
-	c.MaxRecordBytes = env.Int(EnvMaxRecordBytes, consumer.DefaultMaxRecordBytes)
-	c.DeadLetterArchiveBytes = env.Int(EnvDeadLetterArchiveBytes, consumer.DefaultArchiveValueBytes)
+	c.MaxRecordBytes = env.Int(envMaxRecordBytes, consumer.DefaultMaxRecordBytes)
+	c.DeadLetterArchiveBytes = env.Int(envDeadLetterArchiveBytes, consumer.DefaultArchiveValueBytes)
 }
 
 func (c Config) limitsProblems() []problem {
 	var ps []problem
 	if n := c.MaxRecordBytes; n != 0 && (n < consumer.MinMaxRecordBytes || n > consumer.MaxMaxRecordBytes) {
-		ps = append(ps, problem{EnvMaxRecordBytes, fmt.Sprintf("must be from %d to %d bytes", consumer.MinMaxRecordBytes, consumer.MaxMaxRecordBytes)})
+		ps = append(ps, problem{envMaxRecordBytes, fmt.Sprintf("must be from %d to %d bytes", consumer.MinMaxRecordBytes, consumer.MaxMaxRecordBytes)})
 	}
 	if n := c.DeadLetterArchiveBytes; n != 0 && n < 1<<10 {
-		ps = append(ps, problem{EnvDeadLetterArchiveBytes, "must be at least 1024 bytes"})
+		ps = append(ps, problem{envDeadLetterArchiveBytes, "must be at least 1024 bytes"})
 	}
 	return ps
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"strings"
 
@@ -34,7 +33,6 @@ type options struct {
 	upcasters   []consumer.UpcasterOption // upcast.go
 	consumerOps []consumer.Option
 
-	logger       *slog.Logger
 	logOutput    io.Writer
 	telemetry    *tracing.Telemetry
 	tracingOpts  []tracing.Option
@@ -85,7 +83,7 @@ func WithEnv(env *Env) Option {
 	}
 }
 
-// WithGroup sets the consumer group of the handlers registered with [App.Handle].
+// WithGroup sets the consumer group of the handlers registered with [On].
 // Default: the service name.
 func WithGroup(group string) Option {
 	return func(o *options) error {
@@ -98,7 +96,7 @@ func WithGroup(group string) Option {
 }
 
 // WithHandlerName sets the name in the idempotency scope "<group>/<name>" under which the
-// handlers registered with [App.Handle] claim each event id. One consumer group has one
+// handlers registered with [On] claim each event id. One consumer group has one
 // scope: each event type has one handler, so the event id alone names the work. Change
 // it only with care: events already claimed under the old scope would be handled again.
 // Default "handler".
@@ -114,7 +112,7 @@ func WithHandlerName(name string) Option {
 
 // WithTopics declares the topics the service publishes to ([App.Publish]); Run creates
 // the missing ones with Config.KafkaPartitions partitions. Topics consumed by
-// [App.Handle] and their dead-letter topics are created without being declared.
+// [On] and their dead-letter topics are created without being declared.
 func WithTopics(topics ...string) Option {
 	return func(o *options) error {
 		for _, t := range topics {
@@ -143,20 +141,20 @@ func WithSchema(name, script string) Option {
 }
 
 // WithDeadLetterUnknownTypes dead-letters (reason "unknown_type") events of types that no
-// [App.Handle] registered for the topic they arrived on. Default: they are settled as
+// [On] registered for the topic they arrived on. Default: they are settled as
 // ignored, counted (choreo_consumer_outcomes_total{choreo_outcome="ignored"}) and logged
 // at debug, as a service reading a topic shared with other event types needs.
 func WithDeadLetterUnknownTypes() Option {
 	return func(o *options) error { o.deadUnknown = true; return nil }
 }
 
-// WithRetry sets the in-place retry policy of the handlers registered with [App.Handle].
+// WithRetry sets the in-place retry policy of the handlers registered with [On].
 // Default: the consumer.RetryConfig defaults.
 func WithRetry(r consumer.RetryConfig) Option {
 	return func(o *options) error { o.retry = &r; return nil }
 }
 
-// WithChain adjusts the standard chain's configuration of [App.Handle]'s consumer group
+// WithChain adjusts the standard chain's configuration of [On]'s consumer group
 // last (decode options, dead-letter value bound, ...). Default: none.
 func WithChain(f func(*consumer.StandardConfig)) Option {
 	return func(o *options) error {
@@ -168,25 +166,15 @@ func WithChain(f func(*consumer.StandardConfig)) Option {
 	}
 }
 
-// WithConsumerOptions adds runtime options of [App.Handle]'s consumer group (buffering,
+// WithConsumerOptions adds runtime options of [On]'s consumer group (buffering,
 // timeouts, client options), after the kit's. Default: none.
 func WithConsumerOptions(opts ...consumer.Option) Option {
 	return func(o *options) error { o.consumerOps = append(o.consumerOps, opts...); return nil }
 }
 
-// WithLogger sets the logger. Default: [NewLogger] writing to the log output (see
-// [WithLogOutput]) at Config.LogLevel.
-func WithLogger(l *slog.Logger) Option {
-	return func(o *options) error {
-		if l == nil {
-			return invalid("WithLogger: nil logger")
-		}
-		o.logger = l
-		return nil
-	}
-}
-
-// WithLogOutput sets where the default logger writes. Default os.Stderr.
+// WithLogOutput sets where the App's logger writes: JSON lines at Config.LogLevel
+// (LOG_LEVEL), each with the service name and the trace, span and correlation ids of its
+// context. Default os.Stderr.
 func WithLogOutput(w io.Writer) Option {
 	return func(o *options) error {
 		if w == nil {
@@ -339,7 +327,7 @@ func (o *options) resolve(service string) (Config, error) {
 		if env == nil {
 			env = NewEnv(nil)
 		}
-		cfg = LoadConfig(env, service, DefaultHTTPAddr)
+		cfg = LoadConfig(env, service, defaultHTTPAddr)
 		errs = append(errs, env.Err())
 	}
 	if o.group == "" {

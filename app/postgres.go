@@ -13,20 +13,20 @@ import (
 	"github.com/choreo-saga/choreo/migrate"
 )
 
-// EnsureDatabase creates the database named in dsn if it does not exist, connecting to
+// ensureDatabase creates the database named in dsn if it does not exist, connecting to
 // the server's "postgres" maintenance database to do so (the dsn's user needs the
 // CREATEDB privilege then). It is safe to run from several processes at once. Errors
 // never contain the dsn, which may carry a password. The dsn may carry pgxpool's
 // pool_* settings (pool_max_conns, pool_min_conns, ...), as DATABASE_URL may.
-func EnsureDatabase(ctx context.Context, dsn string) error {
+func ensureDatabase(ctx context.Context, dsn string) error {
 	pcfg, err := pgxpool.ParseConfig(dsn) // strips the pool_* settings a server would reject
 	if err != nil {
-		return fmt.Errorf("%w: %s: not a Postgres connection string", ErrInvalidConfig, EnvDatabaseURL)
+		return fmt.Errorf("%w: %s: not a Postgres connection string", ErrInvalidConfig, envDatabaseURL)
 	}
 	cfg := pcfg.ConnConfig
 	name := cfg.Database
 	if name == "" {
-		return fmt.Errorf("%w: %s: names no database", ErrInvalidConfig, EnvDatabaseURL)
+		return fmt.Errorf("%w: %s: names no database", ErrInvalidConfig, envDatabaseURL)
 	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err == nil {

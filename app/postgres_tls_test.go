@@ -55,8 +55,8 @@ func TestPostgresTLS(t *testing.T) {
 	brokers := testenv.KafkaCluster(t).ListenAddrs()
 
 	newApp := func(dsn string) (*app.App, *apptest.LogBuffer, error) {
-		env := app.MapEnv(map[string]string{app.EnvDatabaseURL: dsn, app.EnvRedisAddr: "none",
-			app.EnvKafkaBrokers: strings.Join(brokers, ",")})
+		env := app.MapEnv(map[string]string{"DATABASE_URL": dsn, "REDIS_ADDR": "none",
+			"KAFKA_BROKERS": strings.Join(brokers, ",")})
 		cfg := app.LoadConfig(env, "widget", "127.0.0.1:0")
 		if err := env.Err(); err != nil {
 			t.Fatal(err)

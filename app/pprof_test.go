@@ -15,8 +15,8 @@ func TestPprofConfig(t *testing.T) {
 		want bool
 	}{
 		{map[string]string{}, false},
-		{map[string]string{EnvPprof: "1"}, true},
-		{map[string]string{EnvPprof: "false"}, false},
+		{map[string]string{envPprof: "1"}, true},
+		{map[string]string{envPprof: "false"}, false},
 	} {
 		env := MapEnv(tc.env)
 		if got := LoadConfig(env, "widget", ":8080").Pprof; got != tc.want || env.Err() != nil {
@@ -28,7 +28,7 @@ func TestPprofConfig(t *testing.T) {
 // TestHandlePprof: the index and a named profile answer on the mux they are added to.
 func TestHandlePprof(t *testing.T) {
 	mux := http.NewServeMux()
-	handlePprof(mux, DefaultRequestTimeout, "")
+	handlePprof(mux, defaultRequestTimeout, "")
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	for path, want := range map[string]string{"/debug/pprof/": "goroutine", "/debug/pprof/goroutine?debug=1": "goroutine profile"} {

@@ -13,8 +13,8 @@ import (
 
 // Names of the Redis variables of [LoadConfig] besides REDIS_ADDR.
 const (
-	EnvRedisURL       = "REDIS_URL"
-	EnvRedisTLSCAFile = "REDIS_TLS_CA_FILE"
+	envRedisURL       = "REDIS_URL"
+	envRedisTLSCAFile = "REDIS_TLS_CA_FILE"
 )
 
 // redisProblems checks the Redis settings of c.
@@ -22,17 +22,17 @@ func (c Config) redisProblems() []problem {
 	var ps []problem
 	if c.RedisURL == "" {
 		if c.RedisTLSCAFile != "" {
-			ps = append(ps, problem{EnvRedisTLSCAFile, "needs a rediss:// " + EnvRedisURL})
+			ps = append(ps, problem{envRedisTLSCAFile, "needs a rediss:// " + envRedisURL})
 		}
 		return ps
 	}
 	o, err := redis.ParseURL(c.RedisURL)
 	if err != nil {
 		// go-redis quotes parts of the URL in its errors: never repeat them.
-		return append(ps, problem{EnvRedisURL, "not a redis://[user:password@]host[:port][/db] or rediss:// URL"})
+		return append(ps, problem{envRedisURL, "not a redis://[user:password@]host[:port][/db] or rediss:// URL"})
 	}
 	if c.RedisTLSCAFile != "" && o.TLSConfig == nil {
-		ps = append(ps, problem{EnvRedisTLSCAFile, "needs a rediss:// " + EnvRedisURL})
+		ps = append(ps, problem{envRedisTLSCAFile, "needs a rediss:// " + envRedisURL})
 	}
 	return ps
 }
@@ -47,16 +47,16 @@ func (c Config) redisOptions() (*redis.Options, error) {
 	}
 	o, err := redis.ParseURL(c.RedisURL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: not a redis:// or rediss:// URL", ErrInvalidConfig, EnvRedisURL)
+		return nil, fmt.Errorf("%w: %s: not a redis:// or rediss:// URL", ErrInvalidConfig, envRedisURL)
 	}
 	if c.RedisTLSCAFile != "" && o.TLSConfig != nil {
 		pem, err := os.ReadFile(c.RedisTLSCAFile)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", ErrInvalidConfig, EnvRedisTLSCAFile, err)
+			return nil, fmt.Errorf("%w: %s: %w", ErrInvalidConfig, envRedisTLSCAFile, err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%w: %s: %s holds no PEM certificate", ErrInvalidConfig, EnvRedisTLSCAFile, c.RedisTLSCAFile)
+			return nil, fmt.Errorf("%w: %s: %s holds no PEM certificate", ErrInvalidConfig, envRedisTLSCAFile, c.RedisTLSCAFile)
 		}
 		o.TLSConfig.RootCAs = pool
 	}
@@ -100,7 +100,7 @@ func redactURL(u string) string {
 func redisAuthHint(err error) string {
 	msg := err.Error()
 	if strings.Contains(msg, "WRONGPASS") || strings.Contains(msg, "NOAUTH") || strings.Contains(msg, "invalid password") {
-		return " (Redis refused the credentials: check the user and password in " + EnvRedisURL + ")"
+		return " (Redis refused the credentials: check the user and password in " + envRedisURL + ")"
 	}
 	return ""
 }

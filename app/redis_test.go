@@ -29,12 +29,12 @@ func TestRedisURLConfig(t *testing.T) {
 		env  map[string]string
 		want []string
 	}{
-		{"bad url", map[string]string{app.EnvRedisURL: "rediss://:" + redisSecret + "@host:notaport/x"}, []string{app.EnvRedisURL}},
-		{"bad scheme", map[string]string{app.EnvRedisURL: "http://:" + redisSecret + "@host:1"}, []string{app.EnvRedisURL}},
-		{"both", map[string]string{app.EnvRedisURL: "redis://:" + redisSecret + "@host:1", app.EnvRedisAddr: "host:2"},
+		{"bad url", map[string]string{"REDIS_URL": "rediss://:" + redisSecret + "@host:notaport/x"}, []string{"REDIS_URL"}},
+		{"bad scheme", map[string]string{"REDIS_URL": "http://:" + redisSecret + "@host:1"}, []string{"REDIS_URL"}},
+		{"both", map[string]string{"REDIS_URL": "redis://:" + redisSecret + "@host:1", "REDIS_ADDR": "host:2"},
 			[]string{"set only one of"}},
-		{"ca without tls", map[string]string{app.EnvRedisURL: "redis://host:1", app.EnvRedisTLSCAFile: "/ca.pem"},
-			[]string{app.EnvRedisTLSCAFile, "rediss://"}},
+		{"ca without tls", map[string]string{"REDIS_URL": "redis://host:1", "REDIS_TLS_CA_FILE": "/ca.pem"},
+			[]string{"REDIS_TLS_CA_FILE", "rediss://"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := app.MapEnv(tc.env)
@@ -45,7 +45,7 @@ func TestRedisURLConfig(t *testing.T) {
 			}
 		})
 	}
-	env := app.MapEnv(map[string]string{app.EnvRedisURL: "redis://u:" + redisSecret + "@127.0.0.1:1/5"})
+	env := app.MapEnv(map[string]string{"REDIS_URL": "redis://u:" + redisSecret + "@127.0.0.1:1/5"})
 	cfg := app.LoadConfig(env, "widget", ":8080")
 	if err := env.Err(); err != nil || cfg.RedisAddr != "" {
 		t.Fatalf("valid REDIS_URL: %v, RedisAddr %q", err, cfg.RedisAddr)
@@ -64,7 +64,7 @@ func TestRedisURL(t *testing.T) {
 	brokers := testenv.KafkaCluster(t).ListenAddrs()
 	dsn := freshDSN(t)
 	newApp := func(vars map[string]string) (*app.App, *apptest.LogBuffer, error) {
-		vars[app.EnvDatabaseURL], vars[app.EnvKafkaBrokers] = dsn, strings.Join(brokers, ",")
+		vars["DATABASE_URL"], vars["KAFKA_BROKERS"] = dsn, strings.Join(brokers, ",")
 		env := app.MapEnv(vars)
 		cfg := app.LoadConfig(env, "widget", "127.0.0.1:0")
 		if err := env.Err(); err != nil {
@@ -82,12 +82,12 @@ func TestRedisURL(t *testing.T) {
 		"wrong user":     "redis://nobody:" + redisSecret + "@" + addr + "/0",
 		"no password":    "redis://" + addr + "/0",
 	} {
-		_, logs, err := newApp(map[string]string{app.EnvRedisURL: url})
+		_, logs, err := newApp(map[string]string{"REDIS_URL": url})
 		if err == nil {
 			t.Fatalf("%s: New accepted it", name)
 		}
 		msg := err.Error()
-		if !strings.Contains(msg, "app: redis redis://"+addr+"/0") || !strings.Contains(msg, app.EnvRedisURL) {
+		if !strings.Contains(msg, "app: redis redis://"+addr+"/0") || !strings.Contains(msg, "REDIS_URL") {
 			t.Errorf("%s: unclear error: %v", name, err)
 		}
 		if strings.Contains(msg+logs.String(), redisSecret) || strings.Contains(msg, "nobody") {
@@ -96,8 +96,8 @@ func TestRedisURL(t *testing.T) {
 	}
 
 	for name, vars := range map[string]map[string]string{
-		"redis":  {app.EnvRedisURL: fmt.Sprintf("redis://default:%s@%s/3", redisSecret, addr)},
-		"rediss": {app.EnvRedisURL: fmt.Sprintf("rediss://:%s@localhost:%s/4", redisSecret, strings.Split(tlsAddr, ":")[1]), app.EnvRedisTLSCAFile: f.CAFile},
+		"redis":  {"REDIS_URL": fmt.Sprintf("redis://default:%s@%s/3", redisSecret, addr)},
+		"rediss": {"REDIS_URL": fmt.Sprintf("rediss://:%s@localhost:%s/4", redisSecret, strings.Split(tlsAddr, ":")[1]), "REDIS_TLS_CA_FILE": f.CAFile},
 	} {
 		a, logs, err := newApp(vars)
 		if err != nil {
@@ -113,7 +113,7 @@ func TestRedisURL(t *testing.T) {
 		}
 		_ = l.Release(ctx)
 		// The key landed in the database the URL names.
-		o, _ := redis.ParseURL(vars[app.EnvRedisURL])
+		o, _ := redis.ParseURL(vars["REDIS_URL"])
 		if o.TLSConfig != nil {
 			o.TLSConfig.InsecureSkipVerify = true // this test's own server, checked above
 		}
@@ -128,7 +128,7 @@ func TestRedisURL(t *testing.T) {
 		}
 	}
 	// rediss:// without the CA: the server's certificate is refused.
-	_, _, err := newApp(map[string]string{app.EnvRedisURL: fmt.Sprintf("rediss://:%s@localhost:%s/4", redisSecret, strings.Split(tlsAddr, ":")[1])})
+	_, _, err := newApp(map[string]string{"REDIS_URL": fmt.Sprintf("rediss://:%s@localhost:%s/4", redisSecret, strings.Split(tlsAddr, ":")[1])})
 	if err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Errorf("rediss without the CA: %v", err)
 	}

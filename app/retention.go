@@ -14,39 +14,39 @@ import (
 
 // Names of the retention variables of [LoadConfig].
 const (
-	EnvIdempotencyRetention = "IDEMPOTENCY_RETENTION"
-	EnvDeadLetterRetention  = "DEAD_LETTER_RETENTION"
+	envIdempotencyRetention = "IDEMPOTENCY_RETENTION"
+	envDeadLetterRetention  = "DEAD_LETTER_RETENTION"
 )
 
 // Defaults of the retention settings.
 const (
-	// DefaultIdempotencyRetention is how long an idempotency record guards its key
+	// defaultIdempotencyRetention is how long an idempotency record guards its key
 	// (idempotency.DefaultRetention, 7 days: Kafka's default log retention, so a
 	// redelivery or a dead-letter replay of any record the broker still holds is a
 	// dedupe hit).
-	DefaultIdempotencyRetention = idempotency.DefaultRetention
-	// DefaultDeadLetterRetention is how long a row of the dead-letter archive (a record
+	defaultIdempotencyRetention = idempotency.DefaultRetention
+	// defaultDeadLetterRetention is how long a row of the dead-letter archive (a record
 	// the dead-letter topic refused whole) is kept: 30 days, for an operator to replay it.
-	DefaultDeadLetterRetention = 30 * 24 * time.Hour
-	// DefaultDeadLetterPruneInterval is how often the App deletes expired archive rows.
-	DefaultDeadLetterPruneInterval = time.Hour
+	defaultDeadLetterRetention = 30 * 24 * time.Hour
+	// defaultDeadLetterPruneInterval is how often the App deletes expired archive rows.
+	defaultDeadLetterPruneInterval = time.Hour
 	// deadLetterPruneBatch bounds the rows one DELETE removes.
 	deadLetterPruneBatch = 1000
 )
 
 // readRetention reads the retention variables into c.
 func (c *Config) readRetention(env *Env) {
-	c.IdempotencyRetention = env.Duration(EnvIdempotencyRetention, DefaultIdempotencyRetention)
-	c.DeadLetterRetention = env.Duration(EnvDeadLetterRetention, DefaultDeadLetterRetention)
+	c.IdempotencyRetention = env.Duration(envIdempotencyRetention, defaultIdempotencyRetention)
+	c.DeadLetterRetention = env.Duration(envDeadLetterRetention, defaultDeadLetterRetention)
 }
 
 func (c Config) retentionProblems() []problem {
 	var ps []problem
 	if c.IdempotencyRetention < 0 {
-		ps = append(ps, problem{EnvIdempotencyRetention, "must not be negative"})
+		ps = append(ps, problem{envIdempotencyRetention, "must not be negative"})
 	}
 	if c.DeadLetterRetention < 0 {
-		ps = append(ps, problem{EnvDeadLetterRetention, "must not be negative"})
+		ps = append(ps, problem{envDeadLetterRetention, "must not be negative"})
 	}
 	return ps
 }
@@ -54,15 +54,15 @@ func (c Config) retentionProblems() []problem {
 // idempotencyRetention returns the configured retention, or the default for 0.
 func (c Config) idempotencyRetention() time.Duration {
 	if c.IdempotencyRetention == 0 {
-		return DefaultIdempotencyRetention
+		return defaultIdempotencyRetention
 	}
 	return c.IdempotencyRetention
 }
 
-// PruneDeadLetters deletes the rows of the dead-letter archive table created more than
+// pruneDeadLetters deletes the rows of the dead-letter archive table created more than
 // retention ago, in batches, and returns how many it deleted. The App runs it every
-// DefaultDeadLetterPruneInterval with Config.DeadLetterRetention.
-func PruneDeadLetters(ctx context.Context, db migrate.Execer, table string, retention time.Duration) (int64, error) {
+// defaultDeadLetterPruneInterval with Config.DeadLetterRetention.
+func pruneDeadLetters(ctx context.Context, db migrate.Execer, table string, retention time.Duration) (int64, error) {
 	t := pgx.Identifier{table}.Sanitize()
 	var total int64
 	for {
@@ -83,12 +83,12 @@ func PruneDeadLetters(ctx context.Context, db migrate.Execer, table string, rete
 func (a *App) deadLetterPruner(ctx context.Context) error {
 	retention := a.Config.DeadLetterRetention
 	if retention == 0 {
-		retention = DefaultDeadLetterRetention
+		retention = defaultDeadLetterRetention
 	}
-	t := time.NewTicker(DefaultDeadLetterPruneInterval)
+	t := time.NewTicker(defaultDeadLetterPruneInterval)
 	defer t.Stop()
 	for {
-		n, err := PruneDeadLetters(ctx, a.Pool, a.archive.TableName(), retention)
+		n, err := pruneDeadLetters(ctx, a.Pool, a.archive.TableName(), retention)
 		if err != nil && ctx.Err() == nil {
 			a.Logger.Warn("app: pruning the dead-letter archive failed", slog.Any("error", err))
 		} else if n > 0 {

@@ -20,9 +20,9 @@ import (
 func TestRetention(t *testing.T) {
 	ctx := context.Background()
 	vars := map[string]string{
-		app.EnvDatabaseURL: freshDSN(t), app.EnvRedisAddr: "none",
-		app.EnvKafkaBrokers:         strings.Join(testenv.KafkaCluster(t).ListenAddrs(), ","),
-		app.EnvIdempotencyRetention: "90m", app.EnvDeadLetterRetention: "48h",
+		"DATABASE_URL": freshDSN(t), "REDIS_ADDR": "none",
+		"KAFKA_BROKERS":         strings.Join(testenv.KafkaCluster(t).ListenAddrs(), ","),
+		"IDEMPOTENCY_RETENTION": "90m", "DEAD_LETTER_RETENTION": "48h",
 	}
 	env := app.MapEnv(vars)
 	cfg := app.LoadConfig(env, "widget", "127.0.0.1:0")
@@ -86,7 +86,7 @@ func TestRetention(t *testing.T) {
 		t.Fatalf("%d young rows left (%v), want 2", left, err)
 	}
 
-	for _, bad := range []map[string]string{{app.EnvIdempotencyRetention: "-1h"}, {app.EnvDeadLetterRetention: "soon"}} {
+	for _, bad := range []map[string]string{{"IDEMPOTENCY_RETENTION": "-1h"}, {"DEAD_LETTER_RETENTION": "soon"}} {
 		env := app.MapEnv(bad)
 		app.LoadConfig(env, "widget", "127.0.0.1:0")
 		if err := env.Err(); err == nil {

@@ -123,7 +123,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 			ln.Close()
 			a.state.Store(stateStopping)
 			a.closeResources(context.Background())
-			return fmt.Errorf("app: listen on %s (%s): %w", a.Config.AdminAddr, EnvAdminAddr, err)
+			return fmt.Errorf("app: listen on %s (%s): %w", a.Config.AdminAddr, envAdminAddr, err)
 		}
 	}
 	var admin *http.Server
@@ -135,22 +135,22 @@ func (a *App) Run(ctx context.Context) (err error) {
 		a.state.Store(stateStopping)
 		a.closeResources(context.Background())
 		return fmt.Errorf("%w: %s: serves profiles and the command line on %s, beyond loopback: set %s or listen on loopback",
-			ErrInvalidConfig, EnvPprof, adminLn.Addr(), EnvAdminToken)
+			ErrInvalidConfig, envPprof, adminLn.Addr(), envAdminToken)
 	}
 	if adminLn != nil {
 		handler = a.publicHandler()
-		amux := a.adminMux(DefaultRequestTimeout)
+		amux := a.adminMux(defaultRequestTimeout)
 		if a.Config.Pprof {
-			handlePprof(amux, DefaultRequestTimeout, a.Config.AdminToken)
+			handlePprof(amux, defaultRequestTimeout, a.Config.AdminToken)
 		}
-		admin = newServer(RequireHost(a.Config.AllowedHosts, amux), adminLimits)
+		admin = newServer(requireHost(a.Config.AllowedHosts, amux), adminLimits)
 		admin.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 		aaddr := adminLn.Addr().String()
 		a.adminAddr.Store(&aaddr)
 	}
 	if metricsAddr := cmp.Or(a.AdminAddr(), addr); a.Config.AdminToken == "" && !Loopback(metricsAddr) {
-		log.Warn("app: /metrics is served beyond loopback without "+EnvAdminToken+": every peer that reaches "+
-			metricsAddr+" reads the service's metrics; set "+EnvAdminToken+" or bind "+EnvAdminAddr+" to loopback",
+		log.Warn("app: /metrics is served beyond loopback without "+envAdminToken+": every peer that reaches "+
+			metricsAddr+" reads the service's metrics; set "+envAdminToken+" or bind "+envAdminAddr+" to loopback",
 			slog.String("addr", metricsAddr))
 	}
 
@@ -170,7 +170,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 	relay := a.start(base, []component{{name: "outbox relay", run: a.relay.Run, mustRun: true}}, exits, &stopping)
 	consumers := a.start(base, append(append([]component(nil), a.consumers...), a.workers...), exits, &stopping)
 
-	srv := newServer(RequireHost(a.Config.AllowedHosts, handler), limits)
+	srv := newServer(requireHost(a.Config.AllowedHosts, handler), limits)
 	srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
 	httpDone := make(chan struct{})
 	go func() {

@@ -12,21 +12,21 @@ import (
 
 // Names of the event-signing variables of [LoadConfig].
 const (
-	// EnvSigningKeyFile names a PEM file with the Ed25519 private key (PKCS #8, as
+	// envSigningKeyFile names a PEM file with the Ed25519 private key (PKCS #8, as
 	// `openssl genpkey -algorithm ed25519` writes it) the service signs every event of
 	// its outbox with. Unset: events are not signed.
-	EnvSigningKeyFile = "CHOREO_SIGNING_KEY_FILE"
-	// EnvSigningKey is the same key inline, "ed25519:" and the standard base64 of its
+	envSigningKeyFile = "CHOREO_SIGNING_KEY_FILE"
+	// envSigningKey is the same key inline, "ed25519:" and the standard base64 of its
 	// 32-byte seed, for deployments that pass secrets as variables (set only one of
 	// the two).
-	EnvSigningKey = "CHOREO_SIGNING_KEY"
-	// EnvTrustedKeys lists the sources whose events must be signed, and their keys:
+	envSigningKey = "CHOREO_SIGNING_KEY"
+	// envTrustedKeys lists the sources whose events must be signed, and their keys:
 	// comma-separated "source=key" entries, each key a file holding one or more PEM
 	// "PUBLIC KEY" blocks (Ed25519, as `openssl pkey -pubout` writes them) or inline
 	// "ed25519:" and the standard base64 of the 32-byte public key. A source may
 	// appear several times; all its keys are accepted, which is how a key rotates.
 	// Unset: no signature is required.
-	EnvTrustedKeys = "CHOREO_TRUSTED_KEYS"
+	envTrustedKeys = "CHOREO_TRUSTED_KEYS"
 )
 
 // Signing is what a service signs its events with and whose signatures it requires
@@ -48,14 +48,14 @@ func (s Signing) Enabled() bool { return s.Signer != nil || len(s.TrustedKeys) >
 
 // readSigning reads the signing variables into c.Signing.
 func (c *Config) readSigning(env *Env) {
-	path, inline := env.String(EnvSigningKeyFile, ""), env.String(EnvSigningKey, "")
+	path, inline := env.String(envSigningKeyFile, ""), env.String(envSigningKey, "")
 	switch {
 	case path != "" && inline != "":
-		env.Fail(EnvSigningKey, "set only one of "+EnvSigningKey+" and "+EnvSigningKeyFile)
+		env.Fail(envSigningKey, "set only one of "+envSigningKey+" and "+envSigningKeyFile)
 	case path != "":
-		s, err := LoadSigner(path)
+		s, err := loadSigner(path)
 		if err != nil {
-			env.Fail(EnvSigningKeyFile, err.Error())
+			env.Fail(envSigningKeyFile, err.Error())
 		}
 		c.Signing.Signer = s
 	case inline != "":
@@ -64,21 +64,21 @@ func (c *Config) readSigning(env *Env) {
 			c.Signing.Signer, err = event.NewEd25519Signer(ed25519.NewKeyFromSeed(seed))
 		}
 		if err != nil {
-			env.Fail(EnvSigningKey, err.Error())
+			env.Fail(envSigningKey, err.Error())
 		}
 	}
-	if list := env.String(EnvTrustedKeys, ""); list != "" {
+	if list := env.String(envTrustedKeys, ""); list != "" {
 		keys, err := LoadTrustedKeys(list)
 		if err != nil {
-			env.Fail(EnvTrustedKeys, err.Error())
+			env.Fail(envTrustedKeys, err.Error())
 		}
 		c.Signing.TrustedKeys = keys
 	}
 }
 
-// LoadSigner reads the Ed25519 private key of a PEM file (see EnvSigningKeyFile).
+// loadSigner reads the Ed25519 private key of a PEM file (see envSigningKeyFile).
 // The file must not be readable by other users than its owner's group.
-func LoadSigner(path string) (*event.Signer, error) {
+func loadSigner(path string) (*event.Signer, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, err
@@ -110,16 +110,16 @@ func inlineKey(v string, n int) ([]byte, error) {
 	return b, nil
 }
 
-// InlineKeys returns the inline forms of s's key: the value of CHOREO_SIGNING_KEY and
-// of a CHOREO_TRUSTED_KEYS entry's key (see EnvSigningKey, EnvTrustedKeys). It is
+// inlineKeys returns the inline forms of s's key: the value of CHOREO_SIGNING_KEY and
+// of a CHOREO_TRUSTED_KEYS entry's key (see envSigningKey, envTrustedKeys). It is
 // for tools that generate keys.
-func InlineKeys(priv ed25519.PrivateKey) (signing, trusted string) {
+func inlineKeys(priv ed25519.PrivateKey) (signing, trusted string) {
 	enc := base64.StdEncoding.EncodeToString
 	return event.AlgEd25519 + ":" + enc(priv.Seed()), event.AlgEd25519 + ":" + enc(priv.Public().(ed25519.PublicKey))
 }
 
 // LoadTrustedKeys reads a CHOREO_TRUSTED_KEYS list ("source=key,source=key", see
-// EnvTrustedKeys) into a key set per source.
+// envTrustedKeys) into a key set per source.
 func LoadTrustedKeys(list string) (map[string]*event.KeySet, error) {
 	bySource := map[string][]event.VerifyKey{}
 	for _, entry := range strings.Split(list, ",") {

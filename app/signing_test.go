@@ -47,8 +47,8 @@ func TestLoadConfigSigning(t *testing.T) {
 	_, payNext, payNew := writeKey(t, dir, "payment-next")
 
 	env := MapEnv(map[string]string{
-		EnvSigningKeyFile: orderKey,
-		EnvTrustedKeys:    "order=" + orderPub + ", payment=" + payPub + ",payment=" + payNext,
+		envSigningKeyFile: orderKey,
+		envTrustedKeys:    "order=" + orderPub + ", payment=" + payPub + ",payment=" + payNext,
 	})
 	c := LoadConfig(env, "order", ":8080")
 	if err := env.Err(); err != nil {
@@ -69,16 +69,16 @@ func TestLoadConfigSigning(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, tc := range map[string]struct{ key, value, want string }{
-		"world-readable key":  {EnvSigningKeyFile, orderKey, "chmod 600"},
-		"private key trusted": {EnvTrustedKeys, "order=" + orderKey, "private key"},
-		"missing file":        {EnvTrustedKeys, "order=" + filepath.Join(dir, "nope.pub"), "no such file"},
-		"no source":           {EnvTrustedKeys, orderPub, "not source=key"},
-		"both forms":          {EnvSigningKey, "ed25519:AAAA", "set only one"},
-		"short inline key":    {EnvTrustedKeys, "order=ed25519:AAAA", "must hold 32 bytes"},
+		"world-readable key":  {envSigningKeyFile, orderKey, "chmod 600"},
+		"private key trusted": {envTrustedKeys, "order=" + orderKey, "private key"},
+		"missing file":        {envTrustedKeys, "order=" + filepath.Join(dir, "nope.pub"), "no such file"},
+		"no source":           {envTrustedKeys, orderPub, "not source=key"},
+		"both forms":          {envSigningKey, "ed25519:AAAA", "set only one"},
+		"short inline key":    {envTrustedKeys, "order=ed25519:AAAA", "must hold 32 bytes"},
 	} {
 		vars := map[string]string{tc.key: tc.value}
-		if tc.key == EnvSigningKey {
-			vars[EnvSigningKeyFile] = orderKey
+		if tc.key == envSigningKey {
+			vars[envSigningKeyFile] = orderKey
 		}
 		env := MapEnv(vars)
 		LoadConfig(env, "order", ":8080")
@@ -95,8 +95,8 @@ func TestLoadConfigInlineKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	signing, trusted := InlineKeys(priv)
-	env := MapEnv(map[string]string{EnvSigningKey: signing, EnvTrustedKeys: "payment=" + trusted})
+	signing, trusted := inlineKeys(priv)
+	env := MapEnv(map[string]string{envSigningKey: signing, envTrustedKeys: "payment=" + trusted})
 	c := LoadConfig(env, "payment", ":8081")
 	if err := env.Err(); err != nil {
 		t.Fatal(err)
@@ -106,7 +106,7 @@ func TestLoadConfigInlineKeys(t *testing.T) {
 		t.Fatalf("signer %v, trusted %v", c.Signing.Signer, ids)
 	}
 	// The inline private key is a secret: errors never quote it.
-	env = MapEnv(map[string]string{EnvSigningKey: "ed25519:c2VjcmV0"})
+	env = MapEnv(map[string]string{envSigningKey: "ed25519:c2VjcmV0"})
 	LoadConfig(env, "payment", ":8081")
 	if err := env.Err(); err == nil || strings.Contains(err.Error(), "c2VjcmV0") {
 		t.Errorf("error %v quotes the key", err)

@@ -9,7 +9,7 @@ import (
 )
 
 // WithUpcaster registers fn to bring the payload of eventType from schema version from
-// to version to in the consumer group of [App.Handle] (consumer.WithUpcaster): an event
+// to version to in the consumer group of [On] (consumer.WithUpcaster): an event
 // of another version than its handler declares is upcast, through a chain of
 // upcasters, before the lock and the transaction (consumer.Upcast), on the one-record
 // path, in batch mode and when a dead letter is replayed. The signature is verified

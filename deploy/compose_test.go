@@ -58,7 +58,7 @@ var otelVars = []string{
 // requiredVars must be set on every service: their defaults point at 127.0.0.1 or at no
 // exporter, which is wrong inside a container.
 var requiredVars = []string{
-	app.EnvDatabaseURL, app.EnvRedisURL, app.EnvKafkaBrokers, app.EnvHTTPAddr,
+	"DATABASE_URL", "REDIS_URL", "KAFKA_BROKERS", "HTTP_ADDR",
 	"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME",
 }
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/app/internal/handled"
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/migrate"
@@ -16,9 +16,9 @@ import (
 
 // Handle runs h for ev in a transaction of its own, as the Idempotent middleware would,
 // and commits when h returns nil. Like the kit's handlers, h runs in a context carrying
-// ev (app.WithHandled), so that what it publishes continues ev's saga.
+// ev, so that what it publishes continues ev's saga.
 func Handle(db migrate.Beginner, h consumer.TxHandler, ev event.Event) error {
-	ctx := app.WithHandled(context.Background(), ev)
+	ctx := handled.With(context.Background(), ev)
 	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return h(ctx, tx, ev) })
 }
 

@@ -23,7 +23,7 @@ const (
 	quiet = 3 * time.Second
 	// settleTimeout bounds one change: longer than any session time-out involved.
 	settleTimeout = 2 * time.Minute
-	// The kit's group time-outs (app.DefaultKafkaSessionTimeout, DefaultKafkaRebalanceTimeout).
+	// The kit's group time-outs (KAFKA_SESSION_TIMEOUT and KAFKA_REBALANCE_TIMEOUT at their defaults, see go doc ../../app).
 	sessionTimeout   = 15 * time.Second
 	rebalanceTimeout = 30 * time.Second
 )

@@ -48,7 +48,7 @@ func startSession(ctx context.Context, cfg config, pgURL string, instances, part
 	}
 	env = append(env, cfg.env...)
 	// DATABASE_MAX_CONNS at the services' default, as make demo.
-	maxConns := app.DefaultDatabaseMaxConns(partitions)
+	maxConns := int(app.LoadConfig(app.MapEnv(map[string]string{"KAFKA_PARTITIONS": strconv.Itoa(partitions)}), "order", "").DatabaseMaxConns)
 	if msg := checkConnections(ctx, pgURL, cfg, instances, maxConns); msg != "" {
 		logf("warning: %s", msg)
 	}

@@ -69,13 +69,13 @@ func TestSecurityFlags(t *testing.T) {
 		t.Fatalf("seed: %v %v", created, err)
 	}
 	addr := c.ListenAddrs()[0]
-	good := app.KafkaSecurity{SASLMechanism: app.SASLScramSHA256, SASLUsername: "order", SASLPassword: devSecret,
+	good := app.KafkaSecurity{SASLMechanism: "SCRAM-SHA-256", SASLUsername: "order", SASLPassword: devSecret,
 		TLS: true, TLSCAFile: f.CAFile, TLSCertFile: f.ClientCertFile, TLSKeyFile: f.ClientKeyFile}
 	if err := pingWith(t, addr, good); err != nil {
 		t.Fatalf("right password refused: %v", err)
 	}
 	ops := good
-	ops.SASLMechanism, ops.SASLUsername, ops.SASLPassword = app.SASLPlain, "ops", devSecret+"2"
+	ops.SASLMechanism, ops.SASLUsername, ops.SASLPassword = "PLAIN", "ops", devSecret+"2"
 	if err := pingWith(t, addr, ops); err != nil {
 		t.Fatalf("second user refused: %v", err)
 	}
@@ -83,7 +83,7 @@ func TestSecurityFlags(t *testing.T) {
 		"wrong password": func() app.KafkaSecurity { s := good; s.SASLPassword = "nope"; return s }(),
 		"unknown user":   func() app.KafkaSecurity { s := good; s.SASLUsername = "mallory"; return s }(),
 		"no client cert": func() app.KafkaSecurity { s := good; s.TLSCertFile, s.TLSKeyFile = "", ""; return s }(),
-		"plaintext":      {SASLMechanism: app.SASLScramSHA256, SASLUsername: "order", SASLPassword: devSecret},
+		"plaintext":      {SASLMechanism: "SCRAM-SHA-256", SASLUsername: "order", SASLPassword: devSecret},
 	} {
 		if err := pingWith(t, addr, s); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -173,7 +173,7 @@ func TestSecureBinary(t *testing.T) {
 	if !strings.Contains(string(cmdline), "SCRAM-SHA-512:payment") || strings.Contains(string(cmdline), devSecret) {
 		t.Errorf("command line %q: want the user, not the password", cmdline)
 	}
-	s := app.KafkaSecurity{SASLMechanism: app.SASLScramSHA512, SASLUsername: "payment", SASLPassword: devSecret,
+	s := app.KafkaSecurity{SASLMechanism: "SCRAM-SHA-512", SASLUsername: "payment", SASLPassword: devSecret,
 		TLS: true, TLSCAFile: f.CAFile}
 	opts, err := s.Options()
 	if err != nil {

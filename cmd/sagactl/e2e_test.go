@@ -42,11 +42,11 @@ func startSaga(t *testing.T) saga {
 	var wg sync.WaitGroup
 	common := func(extra map[string]string) *app.Env {
 		env := map[string]string{
-			app.EnvDatabaseURL:  testenv.PostgresDSN(t),
-			app.EnvRedisAddr:    redisAddr,
-			app.EnvKafkaBrokers: strings.Join(brokers, ","),
-			app.EnvHTTPAddr:     "127.0.0.1:0",
-			app.EnvLogLevel:     "warn",
+			"DATABASE_URL":  testenv.PostgresDSN(t),
+			"REDIS_ADDR":    redisAddr,
+			"KAFKA_BROKERS": strings.Join(brokers, ","),
+			"HTTP_ADDR":     "127.0.0.1:0",
+			"LOG_LEVEL":     "warn",
 		}
 		for k, v := range extra {
 			env[k] = v

@@ -11,20 +11,20 @@ import (
 
 // kafkaSecFlags are the -kafka-sasl-*, -kafka-tls* and -kafka-compression flags. Each
 // defaults to the environment variable the services read (app.LoadKafkaSecurity,
-// app.EnvKafkaCompression), so sagactl and the services share one configuration.
+// "KAFKA_COMPRESSION"), so sagactl and the services share one configuration.
 type kafkaSecFlags map[string]*string
 
 // kafkaSecFlagNames maps each flag to its environment variable.
 var kafkaSecFlagNames = []struct{ flag, env, usage string }{
-	{"kafka-sasl-mechanism", app.EnvKafkaSASLMechanism, "Kafka SASL `mechanism`: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"},
-	{"kafka-sasl-username", app.EnvKafkaSASLUsername, "Kafka SASL `user`"},
-	{"kafka-sasl-password", app.EnvKafkaSASLPassword, "Kafka SASL `password` (prefer the environment: flags show in ps)"},
-	{"kafka-tls", app.EnvKafkaTLS, "dial Kafka with TLS: `on` or off"},
-	{"kafka-tls-ca-file", app.EnvKafkaTLSCAFile, "PEM `file` of the CAs of the brokers' certificates"},
-	{"kafka-tls-cert-file", app.EnvKafkaTLSCertFile, "PEM client certificate `file` (mutual TLS)"},
-	{"kafka-tls-key-file", app.EnvKafkaTLSKeyFile, "PEM client key `file` (mutual TLS)"},
-	{"kafka-tls-server-name", app.EnvKafkaTLSServerName, "`name` expected in the brokers' certificates"},
-	{"kafka-compression", app.EnvKafkaCompression, "batch `codec` of the records sagactl produces (dlq replay): none, gzip, snappy, lz4 or zstd; empty: " + app.DefaultKafkaCompression},
+	{"kafka-sasl-mechanism", "KAFKA_SASL_MECHANISM", "Kafka SASL `mechanism`: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"},
+	{"kafka-sasl-username", "KAFKA_SASL_USERNAME", "Kafka SASL `user`"},
+	{"kafka-sasl-password", "KAFKA_SASL_PASSWORD", "Kafka SASL `password` (prefer the environment: flags show in ps)"},
+	{"kafka-tls", "KAFKA_TLS", "dial Kafka with TLS: `on` or off"},
+	{"kafka-tls-ca-file", "KAFKA_TLS_CA_FILE", "PEM `file` of the CAs of the brokers' certificates"},
+	{"kafka-tls-cert-file", "KAFKA_TLS_CERT_FILE", "PEM client certificate `file` (mutual TLS)"},
+	{"kafka-tls-key-file", "KAFKA_TLS_KEY_FILE", "PEM client key `file` (mutual TLS)"},
+	{"kafka-tls-server-name", "KAFKA_TLS_SERVER_NAME", "`name` expected in the brokers' certificates"},
+	{"kafka-compression", "KAFKA_COMPRESSION", "batch `codec` of the records sagactl produces (dlq replay): none, gzip, snappy, lz4 or zstd; empty: " + app.DefaultKafkaCompression},
 }
 
 func addKafkaSecFlags(fs *flag.FlagSet, getenv func(string) string) kafkaSecFlags {
@@ -60,7 +60,7 @@ func (c conn) clientOptions(brokers []string) ([]kgo.Opt, app.KafkaSecurity, err
 		return nil, s, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	var codec string // the default when the command has no -kafka-compression flag
-	if f := c.kafkaSec[app.EnvKafkaCompression]; f != nil {
+	if f := c.kafkaSec["KAFKA_COMPRESSION"]; f != nil {
 		codec = *f
 	}
 	compression, err := app.KafkaCompressionOption(codec)

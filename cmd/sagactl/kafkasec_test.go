@@ -22,13 +22,13 @@ import (
 func TestKafkaSecurity(t *testing.T) {
 	const secret = "dlq-S3cret"
 	f := testenv.TestTLS(t)
-	c := testenv.KafkaCluster(t, kfake.EnableSASL(), kfake.Superuser(app.SASLScramSHA512, "operator", secret),
+	c := testenv.KafkaCluster(t, kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-512", "operator", secret),
 		kfake.TLS(f.ServerConfig(true)), kfake.SeedTopics(1, "orders.events.dlq"))
 	env := map[string]string{
-		"KAFKA_BROKERS":           strings.Join(c.ListenAddrs(), ","),
-		app.EnvKafkaSASLMechanism: "SCRAM-SHA-512", app.EnvKafkaSASLUsername: "operator", app.EnvKafkaSASLPassword: secret,
-		app.EnvKafkaTLS: "on", app.EnvKafkaTLSCAFile: f.CAFile,
-		app.EnvKafkaTLSCertFile: f.ClientCertFile, app.EnvKafkaTLSKeyFile: f.ClientKeyFile,
+		"KAFKA_BROKERS":        strings.Join(c.ListenAddrs(), ","),
+		"KAFKA_SASL_MECHANISM": "SCRAM-SHA-512", "KAFKA_SASL_USERNAME": "operator", "KAFKA_SASL_PASSWORD": secret,
+		"KAFKA_TLS": "on", "KAFKA_TLS_CA_FILE": f.CAFile,
+		"KAFKA_TLS_CERT_FILE": f.ClientCertFile, "KAFKA_TLS_KEY_FILE": f.ClientKeyFile,
 	}
 	sec := app.LoadKafkaSecurity(app.MapEnv(env))
 	opts, err := sec.Options()
@@ -72,7 +72,7 @@ func TestKafkaSecurity(t *testing.T) {
 	for k, v := range env {
 		wrong[k] = v
 	}
-	wrong[app.EnvKafkaSASLPassword] = "not-" + secret
+	wrong["KAFKA_SASL_PASSWORD"] = "not-" + secret
 	code, out, errs := run1(wrong, "dlq", "list")
 	if code != exitUnreachable || !strings.Contains(errs, `SASL SCRAM-SHA-512 as "operator"`) || !strings.Contains(errs, "-kafka-sasl") {
 		t.Errorf("wrong password: exit %d, want %d and the SASL settings named\n%s%s", code, exitUnreachable, out, errs)
@@ -82,7 +82,7 @@ func TestKafkaSecurity(t *testing.T) {
 	}
 
 	code, _, errs = run1(env, "dlq", "list", "-kafka-sasl-mechanism", "GSSAPI")
-	if code != exitUsage || !strings.Contains(errs, app.EnvKafkaSASLMechanism) {
+	if code != exitUsage || !strings.Contains(errs, "KAFKA_SASL_MECHANISM") {
 		t.Errorf("bad mechanism: exit %d: %s", code, errs)
 	}
 	plain := map[string]string{"KAFKA_BROKERS": env["KAFKA_BROKERS"]}

@@ -71,7 +71,7 @@ func cmdTrack(ctx context.Context, args []string, std stdio) error {
 	fs.DurationVar(&f.retention, "retention", 7*24*time.Hour, "delete indexed events older than this (by event time)")
 	fs.DurationVar(&f.refresh, "refresh", 15*time.Second, "how often run recomputes its gauges and applies retention")
 	fs.StringVar(&f.status, "status", "", "list only sagas with this `status`: in_flight, stuck or completed")
-	fs.StringVar(&f.trusted, "trusted-keys", std.getenv(app.EnvTrustedKeys), "run: the services' `source=key,...` list (env "+app.EnvTrustedKeys+"); when set, records the services refuse (bad signature, untrusted source, malformed) are recorded as refused, not indexed")
+	fs.StringVar(&f.trusted, "trusted-keys", std.getenv("CHOREO_TRUSTED_KEYS"), "run: the services' `source=key,...` list (env CHOREO_TRUSTED_KEYS); when set, records the services refuse (bad signature, untrusted source, malformed) are recorded as refused, not indexed")
 	fs.StringVar(&f.contracts, "contracts", contractsReference, "run: check observed payloads against the contracts of this catalogue `file` (JSON, as sagactl contracts writes it), \""+contractsReference+"\" (the reference saga's) or \"off\"")
 	// The flags of one subcommand are defined for all, so that flags may come before the
 	// subcommand; using one with another subcommand is a usage error (below).

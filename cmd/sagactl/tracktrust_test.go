@@ -4,10 +4,10 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"testing"
 
-	"github.com/choreo-saga/choreo/app"
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/services/events"
@@ -25,7 +25,7 @@ func TestTrustRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, pub := app.InlineKeys(priv)
+	pub := event.AlgEd25519 + ":" + base64.StdEncoding.EncodeToString(priv.Public().(ed25519.PublicKey))
 	rules, err := trustRules("order=" + pub)
 	if err != nil {
 		t.Fatal(err)

@@ -326,7 +326,7 @@ func TestSecuredDeployment(t *testing.T) {
 	// payment.authorized from source "evil", and the inventory's stock.reserved on the
 	// payments topic. Both are dead-lettered as untrusted; the order does not move.
 	heldID := create("c-hang")
-	sec := app.KafkaSecurity{SASLMechanism: app.SASLScramSHA256, SASLUsername: "choreo", SASLPassword: kafkaPW,
+	sec := app.KafkaSecurity{SASLMechanism: "SCRAM-SHA-256", SASLUsername: "choreo", SASLPassword: kafkaPW,
 		TLS: true, TLSCAFile: f.CAFile}
 	kopts, err := sec.Options()
 	if err != nil {

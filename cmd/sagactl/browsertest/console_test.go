@@ -64,10 +64,10 @@ func startStack(t *testing.T) stack {
 	}
 	env := func(extra map[string]string) *app.Env {
 		m := map[string]string{
-			app.EnvDatabaseURL:      testenv.PostgresDSN(t),
-			app.EnvRedisAddr:        redisAddr,
-			app.EnvKafkaBrokers:     brokers,
-			app.EnvLogLevel:         "warn",
+			"DATABASE_URL":          testenv.PostgresDSN(t),
+			"REDIS_ADDR":            redisAddr,
+			"KAFKA_BROKERS":         brokers,
+			"LOG_LEVEL":             "warn",
 			ordersvc.EnvJaegerUIURL: "http://localhost:16686",
 		}
 		for k, v := range extra {

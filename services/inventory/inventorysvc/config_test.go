@@ -28,9 +28,9 @@ func TestLoadConfig(t *testing.T) {
 	if len(c.Stock) != 21 || c.ReservationTTL != DefaultReservationTTL || c.App.HTTPAddr != DefaultHTTPAddr || c.Validate() != nil {
 		t.Fatalf("defaults: %+v", c)
 	}
-	env = app.MapEnv(map[string]string{EnvReservationTTL: "0s", EnvSweepInterval: "fast", EnvSeed: "x", app.EnvKafkaBrokers: "nohost"})
+	env = app.MapEnv(map[string]string{EnvReservationTTL: "0s", EnvSweepInterval: "fast", EnvSeed: "x", "KAFKA_BROKERS": "nohost"})
 	LoadConfig(env)
-	apptest.WantConfigError(t, env, EnvReservationTTL, EnvSweepInterval, EnvSeed, app.EnvKafkaBrokers)
+	apptest.WantConfigError(t, env, EnvReservationTTL, EnvSweepInterval, EnvSeed, "KAFKA_BROKERS")
 	env = app.MapEnv(map[string]string{EnvReservationTTL: "2m"})
 	if c := LoadConfig(env); c.ReservationTTL != 2*time.Minute {
 		t.Fatalf("ttl %v", c.ReservationTTL)

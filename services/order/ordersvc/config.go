@@ -56,7 +56,7 @@ const (
 	DefaultHTTPAddr = "127.0.0.1:8080"
 	// DefaultGroup is the default consumer group.
 	DefaultGroup = "order"
-	// DefaultAPIConns is added to the shared default pool size (app.EnvDatabaseConns) for
+	// DefaultAPIConns is added to the shared default pool size ("DATABASE_MAX_CONNS") for
 	// the order API's requests, when DATABASE_MAX_CONNS is not set.
 	DefaultAPIConns = 32
 	// MaxCompensationRetries bounds EnvCompensationRetries.
@@ -84,8 +84,8 @@ type Config struct {
 	Group string
 	// APIToken, if set, is the bearer token the order API requires (ORDER_API_TOKEN).
 	APIToken string
-	// MaxInFlight caps the order API's requests served at once (app.EnvHTTPMaxInFlight,
-	// see app.Admission); the excess is answered 503 with Retry-After. 0 turns it off.
+	// MaxInFlight caps the order API's requests served at once ("HTTP_MAX_IN_FLIGHT",
+	// see admission.Limiter); the excess is answered 503 with Retry-After. 0 turns it off.
 	// Default: the Postgres pool size, since every request holds a connection and more
 	// would only queue for the pool.
 	MaxInFlight int
@@ -124,13 +124,13 @@ func LoadConfig(env *app.Env) Config {
 		Group:    env.String(EnvGroup, DefaultGroup),
 		APIToken: env.String(EnvAPIToken, ""),
 	}
-	if env.String(app.EnvDatabaseConns, "") == "" && c.App.DatabaseMaxConns > 0 {
+	if env.String("DATABASE_MAX_CONNS", "") == "" && c.App.DatabaseMaxConns > 0 {
 		// The shared default sizes the pool for the consumers; the order API's POSTs each
 		// hold a connection too (measured: at 300 POST/s they queued for the pool).
 		c.App.DatabaseMaxConns += DefaultAPIConns
 	}
-	c.MaxInFlight = env.Int(app.EnvHTTPMaxInFlight, int(c.App.DatabaseMaxConns))
-	env.Check(app.EnvHTTPMaxInFlight, c.MaxInFlight >= 0, "must be 0 (off) or positive")
+	c.MaxInFlight = env.Int("HTTP_MAX_IN_FLIGHT", int(c.App.DatabaseMaxConns))
+	env.Check("HTTP_MAX_IN_FLIGHT", c.MaxInFlight >= 0, "must be 0 (off) or positive")
 	c.MaxPending = env.Int(EnvMaxPending, DefaultMaxPending)
 	for _, p := range c.problems() {
 		env.Fail(p.key, p.reason)

@@ -21,15 +21,15 @@ func TestRunWarnsOfAnOpenAPIBeyondLoopback(t *testing.T) {
 		env   map[string]string
 		warns int
 	}{
-		{"every interface, no token", map[string]string{app.EnvHTTPAddr: "0.0.0.0:8080"}, 1},
-		{"every interface, token", map[string]string{app.EnvHTTPAddr: "0.0.0.0:8080", ordersvc.EnvAPIToken: "s3cret"}, 0},
-		{"loopback, no token", map[string]string{app.EnvHTTPAddr: "127.0.0.1:8080"}, 0},
+		{"every interface, no token", map[string]string{"HTTP_ADDR": "0.0.0.0:8080"}, 1},
+		{"every interface, token", map[string]string{"HTTP_ADDR": "0.0.0.0:8080", ordersvc.EnvAPIToken: "s3cret"}, 0},
+		{"loopback, no token", map[string]string{"HTTP_ADDR": "127.0.0.1:8080"}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ns := testenv.Redis(t)
 			vars := map[string]string{
-				app.EnvDatabaseURL: testenv.PostgresDSN(t), app.EnvRedisAddr: testenv.RedisAddr(t),
-				app.EnvKafkaBrokers: strings.Join(brokers, ","), app.EnvKafkaPartitions: "2",
+				"DATABASE_URL": testenv.PostgresDSN(t), "REDIS_ADDR": testenv.RedisAddr(t),
+				"KAFKA_BROKERS": strings.Join(brokers, ","), "KAFKA_PARTITIONS": "2",
 			}
 			for k, v := range tc.env {
 				vars[k] = v

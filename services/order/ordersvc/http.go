@@ -14,7 +14,7 @@ import (
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
-	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/app/admission"
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/idempotency"
 	"github.com/choreo-saga/choreo/services/events"
@@ -37,7 +37,7 @@ const (
 	CodePayloadTooLarge   = "payload_too_large"      // 413
 	CodeKeyReused         = "idempotency_key_reused" // 422: same Idempotency-Key, other body
 	CodeInternal          = "internal"               // 500: details are logged, never returned
-	CodeOverloaded        = "overloaded"             // 503 with Retry-After: shed (app.Admission, WithMaxPending)
+	CodeOverloaded        = "overloaded"             // 503 with Retry-After: shed (admission.Limiter, WithMaxPending)
 	CodeUnavailable       = "unavailable"            // 503 with Retry-After: Postgres or Redis down or out of connections
 )
 
@@ -213,7 +213,7 @@ func (s *Service) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, ErrNotFound):
 		writeError(w, http.StatusNotFound, CodeNotFound, "order not found")
 	case errors.Is(err, ErrOverloaded):
-		app.WriteOverloaded(w, PendingRetryAfter)
+		admission.WriteOverloaded(w, PendingRetryAfter)
 	case errors.Is(err, idempotency.ErrKeyReused):
 		writeError(w, http.StatusUnprocessableEntity, CodeKeyReused,
 			"this Idempotency-Key was already used with a different request body")

@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/app/admission"
 	"github.com/choreo-saga/choreo/services/internal/sagasvc"
 )
 
@@ -38,9 +39,9 @@ func setup(ctx context.Context, a *app.App, cfg Config) error {
 	// /healthz, /readyz or /metrics, which are registered by app. It runs before the
 	// route's span and request deadline (app.WithRouteAdmission), so that the requests
 	// it sheds above saturation (most POSTs at 2-3x the peak) cost as little as possible.
-	adm, err := app.NewAdmission(cfg.MaxInFlight,
-		app.WithAdmissionLogger(a.Logger, 0),
-		app.WithAdmissionMeterProvider(a.Telemetry.MeterProvider))
+	adm, err := admission.New(cfg.MaxInFlight,
+		admission.WithLogger(a.Logger, 0),
+		admission.WithMeterProvider(a.Telemetry.MeterProvider))
 	if err != nil {
 		return fmt.Errorf("ordersvc: %w", err)
 	}

@@ -46,7 +46,7 @@ func TestLoadConfig(t *testing.T) {
 	if c.MaxInFlight != int(c.App.DatabaseMaxConns) || c.MaxInFlight == 0 {
 		t.Fatalf("max in flight %d, want the pool size %d", c.MaxInFlight, c.App.DatabaseMaxConns)
 	}
-	off := app.MapEnv(map[string]string{app.EnvHTTPMaxInFlight: "0"})
+	off := app.MapEnv(map[string]string{"HTTP_MAX_IN_FLIGHT": "0"})
 	if c := ordersvc.LoadConfig(off); off.Err() != nil || c.MaxInFlight != 0 {
 		t.Fatalf("HTTP_MAX_IN_FLIGHT=0: %d, %v", c.MaxInFlight, off.Err())
 	}

@@ -1,4 +1,4 @@
-package app_test
+package admission_test
 
 import (
 	"context"
@@ -10,18 +10,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/app/admission"
 	"github.com/choreo-saga/choreo/internal/testenv"
 )
 
 func TestNewAdmissionRejectsInvalidConfig(t *testing.T) {
-	if _, err := app.NewAdmission(-1); !errors.Is(err, app.ErrAdmission) {
-		t.Fatalf("max -1: err = %v, want ErrAdmission", err)
+	if _, err := admission.New(-1); !errors.Is(err, admission.ErrInvalidConfig) {
+		t.Fatalf("max -1: err = %v, want ErrInvalidConfig", err)
 	}
-	if _, err := app.NewAdmission(1, app.WithAdmissionRetryAfter(0)); !errors.Is(err, app.ErrAdmission) {
-		t.Fatalf("Retry-After 0: err = %v, want ErrAdmission", err)
+	if _, err := admission.New(1, admission.WithRetryAfter(0)); !errors.Is(err, admission.ErrInvalidConfig) {
+		t.Fatalf("Retry-After 0: err = %v, want ErrInvalidConfig", err)
 	}
-	adm, err := app.NewAdmission(0)
+	adm, err := admission.New(0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestAdmissionShedsAtCapAndWritesNothing(t *testing.T) {
 	if _, err := pool.Exec(ctx, `CREATE TABLE adm_orders (key text PRIMARY KEY)`); err != nil {
 		t.Fatal(err)
 	}
-	adm, err := app.NewAdmission(1)
+	adm, err := admission.New(1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,11 @@
-package app
+// Package admission is load shedding for an HTTP API: a cap on the requests served at
+// once, the excess answered at once with 503 and Retry-After. app.WithRouteAdmission puts
+// a route of the kit under a Limiter.
+package admission
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -13,24 +17,19 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 )
 
-// EnvHTTPMaxInFlight caps the requests an API serves at once (see [Admission]); 0 turns
-// admission control off. A service documents its default (the order service: its
-// Postgres pool size).
-const EnvHTTPMaxInFlight = "HTTP_MAX_IN_FLIGHT"
+// ErrInvalidConfig is matched (errors.Is) by New's configuration errors. Retrying does
+// not help: fix the configuration.
+var ErrInvalidConfig = errors.New("admission: invalid configuration")
 
-// Defaults of [NewAdmission].
+// Defaults of [New].
 const (
-	// DefaultRetryAfter is the Retry-After a shed request is answered with.
-	DefaultRetryAfter = time.Second
-	// DefaultShedLogInterval is the least time between two "shedding" log lines.
-	DefaultShedLogInterval = 10 * time.Second
+	// defaultRetryAfter is the Retry-After a shed request is answered with.
+	defaultRetryAfter = time.Second
+	// defaultShedLogInterval is the least time between two "shedding" log lines.
+	defaultShedLogInterval = 10 * time.Second
 )
 
-// ErrAdmission is matched (errors.Is) by NewAdmission's configuration errors. It wraps
-// [ErrInvalidConfig].
-var ErrAdmission = fmt.Errorf("%w: admission control", ErrInvalidConfig)
-
-// Admission is load shedding for an HTTP API: at most max requests are served at once,
+// Limiter is load shedding for an HTTP API: at most max requests are served at once,
 // and one that arrives when all are taken is answered at once with 503 Service
 // Unavailable, a Retry-After header and {"error":{"code":"overloaded",...}}, without
 // reaching the handler (so it did nothing: a POST may be retried with the same
@@ -38,22 +37,22 @@ var ErrAdmission = fmt.Errorf("%w: admission control", ErrInvalidConfig)
 // say) only makes every request late; shedding the excess keeps the admitted ones
 // at capacity.
 //
-//	adm, err := app.NewAdmission(64, app.WithAdmissionMeterProvider(a.Telemetry.MeterProvider))
+//	adm, err := admission.New(64, admission.WithMeterProvider(a.Telemetry.MeterProvider))
 //	a.HandleHTTP("POST /orders", h, app.WithRouteAdmission(adm))
 //
 // It records the counter http.server.shed_requests and the gauge
 // http.server.in_flight_requests, and logs at most one warning per
-// DefaultShedLogInterval while it sheds. Safe for concurrent use.
+// defaultShedLogInterval while it sheds. Safe for concurrent use.
 //
-// Under [App.Handle] with [WithRouteAdmission] it is the route's outermost layer: a shed
+// Under app.App.HandleHTTP with app.WithRouteAdmission it is the route's outermost layer: a shed
 // request is refused before the request deadline (a timer and a context) and otelhttp's
 // server span and metrics exist, because
 // above saturation most requests are shed (~1,100 of 1,600 POSTs/s in bench/saga) and
 // each refusal should cost as little as possible. So a shed request has no span and is
 // not in http.server.request.duration; it is counted by http.server.shed_requests only,
 // and the admitted ones are traced and measured as without admission control.
-// BenchmarkShedRequest measures the difference (docs/benchmarks.md).
-type Admission struct {
+// app's BenchmarkShedRequest measures the difference (docs/benchmarks.md).
+type Limiter struct {
 	max        int64
 	inFlight   atomic.Int64
 	shed       atomic.Int64
@@ -64,64 +63,64 @@ type Admission struct {
 	shedCount  metric.Int64Counter
 }
 
-// AdmissionOption configures [NewAdmission].
-// An invalid value makes NewAdmission return an error matching [ErrAdmission].
-type AdmissionOption func(*admissionOptions) error
+// Option configures [New].
+// An invalid value makes New return an error matching [ErrInvalidConfig].
+type Option func(*config) error
 
-type admissionOptions struct {
+type config struct {
 	retryAfter time.Duration
 	logEvery   time.Duration
 	logger     *slog.Logger
 	mp         metric.MeterProvider
 }
 
-// WithAdmissionRetryAfter sets the Retry-After of a shed request (rounded up to whole
-// seconds). Default: DefaultRetryAfter.
-func WithAdmissionRetryAfter(d time.Duration) AdmissionOption {
-	return func(o *admissionOptions) error {
+// WithRetryAfter sets the Retry-After of a shed request (rounded up to whole
+// seconds). Default: defaultRetryAfter.
+func WithRetryAfter(d time.Duration) Option {
+	return func(o *config) error {
 		if d <= 0 {
-			return fmt.Errorf("%w: Retry-After %s is not positive", ErrAdmission, d)
+			return fmt.Errorf("%w: Retry-After %s is not positive", ErrInvalidConfig, d)
 		}
 		o.retryAfter = d
 		return nil
 	}
 }
 
-// WithAdmissionLogger sets the logger of the rate-limited shedding warning, and its
-// interval (0 means DefaultShedLogInterval). Default: no log.
-func WithAdmissionLogger(l *slog.Logger, every time.Duration) AdmissionOption {
-	return func(o *admissionOptions) error {
+// WithLogger sets the logger of the rate-limited shedding warning, and its
+// interval (0 means defaultShedLogInterval). Default: no log.
+func WithLogger(l *slog.Logger, every time.Duration) Option {
+	return func(o *config) error {
 		switch {
 		case l == nil:
-			return fmt.Errorf("%w: nil logger", ErrAdmission)
+			return fmt.Errorf("%w: nil logger", ErrInvalidConfig)
 		case every < 0:
-			return fmt.Errorf("%w: log interval %s is negative", ErrAdmission, every)
+			return fmt.Errorf("%w: log interval %s is negative", ErrInvalidConfig, every)
 		case every == 0:
-			every = DefaultShedLogInterval
+			every = defaultShedLogInterval
 		}
 		o.logger, o.logEvery = l, every
 		return nil
 	}
 }
 
-// WithAdmissionMeterProvider sets the meter provider of the metrics. Default: none.
-func WithAdmissionMeterProvider(mp metric.MeterProvider) AdmissionOption {
-	return func(o *admissionOptions) error {
+// WithMeterProvider sets the meter provider of the metrics. Default: none.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(o *config) error {
 		if mp == nil {
-			return fmt.Errorf("%w: nil meter provider", ErrAdmission)
+			return fmt.Errorf("%w: nil meter provider", ErrInvalidConfig)
 		}
 		o.mp = mp
 		return nil
 	}
 }
 
-// NewAdmission returns admission control admitting at most max requests at once;
+// New returns admission control admitting at most max requests at once;
 // max 0 means unlimited (Wrap returns its handler unchanged). A negative max or a
-// non-positive Retry-After is an error matching ErrAdmission.
-func NewAdmission(max int, opts ...AdmissionOption) (*Admission, error) {
-	o := admissionOptions{retryAfter: DefaultRetryAfter, logEvery: DefaultShedLogInterval}
+// non-positive Retry-After is an error matching ErrInvalidConfig.
+func New(max int, opts ...Option) (*Limiter, error) {
+	o := config{retryAfter: defaultRetryAfter, logEvery: defaultShedLogInterval}
 	if max < 0 {
-		return nil, fmt.Errorf("%w: max in flight %d is negative", ErrAdmission, max)
+		return nil, fmt.Errorf("%w: max in flight %d is negative", ErrInvalidConfig, max)
 	}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
@@ -131,7 +130,7 @@ func NewAdmission(max int, opts ...AdmissionOption) (*Admission, error) {
 	if o.mp == nil {
 		o.mp = noop.NewMeterProvider()
 	}
-	a := &Admission{
+	a := &Limiter{
 		max:        int64(max),
 		retryAfter: strconv.Itoa(int((o.retryAfter + time.Second - 1) / time.Second)),
 		logEvery:   o.logEvery,
@@ -141,7 +140,7 @@ func NewAdmission(max int, opts ...AdmissionOption) (*Admission, error) {
 	var err error
 	if a.shedCount, err = meter.Int64Counter("http.server.shed_requests",
 		metric.WithDescription("Requests answered 503 by admission control because the in-flight cap was reached.")); err != nil {
-		return nil, fmt.Errorf("app: admission metrics: %w", err)
+		return nil, fmt.Errorf("admission: metrics: %w", err)
 	}
 	if _, err = meter.Int64ObservableGauge("http.server.in_flight_requests",
 		metric.WithDescription("Requests being served under admission control."),
@@ -149,22 +148,22 @@ func NewAdmission(max int, opts ...AdmissionOption) (*Admission, error) {
 			obs.Observe(a.inFlight.Load())
 			return nil
 		})); err != nil {
-		return nil, fmt.Errorf("app: admission metrics: %w", err)
+		return nil, fmt.Errorf("admission: metrics: %w", err)
 	}
 	return a, nil
 }
 
 // Max returns the cap (0: unlimited).
-func (a *Admission) Max() int { return int(a.max) }
+func (a *Limiter) Max() int { return int(a.max) }
 
 // InFlight returns the number of requests being served.
-func (a *Admission) InFlight() int { return int(a.inFlight.Load()) }
+func (a *Limiter) InFlight() int { return int(a.inFlight.Load()) }
 
-// Shed returns how many requests have been shed since the Admission was created.
-func (a *Admission) Shed() int64 { return a.shed.Load() }
+// Shed returns how many requests have been shed since the Limiter was created.
+func (a *Limiter) Shed() int64 { return a.shed.Load() }
 
 // Wrap returns h under admission control.
-func (a *Admission) Wrap(h http.Handler) http.Handler {
+func (a *Limiter) Wrap(h http.Handler) http.Handler {
 	if a.max == 0 {
 		return h
 	}
@@ -179,7 +178,7 @@ func (a *Admission) Wrap(h http.Handler) http.Handler {
 	})
 }
 
-func (a *Admission) reject(w http.ResponseWriter, r *http.Request) {
+func (a *Limiter) reject(w http.ResponseWriter, r *http.Request) {
 	n := a.shed.Add(1)
 	a.shedCount.Add(r.Context(), 1)
 	if a.logger != nil {
@@ -194,7 +193,7 @@ func (a *Admission) reject(w http.ResponseWriter, r *http.Request) {
 }
 
 // WriteOverloaded answers a request that is shed by a check of its own (a service's
-// domain-level limit, say) exactly as [Admission] does: 503 Service Unavailable, a
+// domain-level limit, say) exactly as a [Limiter] does: 503 Service Unavailable, a
 // Retry-After of retryAfter rounded up to whole seconds (at least 1), and
 // {"error":{"code":"overloaded",...}}.
 func WriteOverloaded(w http.ResponseWriter, retryAfter time.Duration) {

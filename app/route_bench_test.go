@@ -4,9 +4,11 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"syscall"
 	"testing"
 
+	"github.com/choreo-saga/choreo/app/admission"
 	"github.com/choreo-saga/choreo/tracing"
 )
 
@@ -20,19 +22,26 @@ import (
 //	go test -run '^$' -bench ShedRequest -benchmem ./app/
 func BenchmarkShedRequest(b *testing.B) {
 	tel := benchTelemetry(b)
-	adm, err := NewAdmission(1, WithAdmissionMeterProvider(tel.MeterProvider))
+	adm, err := admission.New(1, admission.WithMeterProvider(tel.MeterProvider))
 	if err != nil {
 		b.Fatal(err)
 	}
-	adm.inFlight.Store(1) // at the cap: every request is shed
+	// At the cap: one request held in flight, so that every other is shed.
+	release := make(chan struct{})
+	defer close(release)
+	go adm.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-release })).
+		ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
+	for adm.InFlight() < 1 {
+		runtime.Gosched()
+	}
 	h := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { b.Fatal("a shed request reached the handler") })
 	const pattern = "POST /orders"
 	for _, bc := range []struct {
 		name    string
 		handler http.Handler
 	}{
-		{"admission-first", route(tel, pattern, h, DefaultRequestTimeout, adm)},
-		{"behind-deadline-and-span", withRequestTimeout(serverSpan(tel, pattern, adm.Wrap(h)), DefaultRequestTimeout)},
+		{"admission-first", route(tel, pattern, h, defaultRequestTimeout, adm)},
+		{"behind-deadline-and-span", withRequestTimeout(serverSpan(tel, pattern, adm.Wrap(h)), defaultRequestTimeout)},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
