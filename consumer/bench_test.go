@@ -22,20 +22,20 @@ import (
 func BenchmarkChainOverhead(b *testing.B) {
 	rec := eventRecord(b, "orders", "order.created", "o-1", map[string]int{"amount": 42})
 	router := NewRouter().Handle("order.created", func(context.Context, pgx.Tx, event.Event) error { return nil })
-	metrics, err := Metrics(metricnoop.NewMeterProvider())
+	metrics, err := measure(metricnoop.NewMeterProvider())
 	if err != nil {
 		b.Fatal(err)
 	}
-	h := Chain(func(ctx context.Context, m *Message) error { return router.Route(ctx, nil, m.Event) },
-		Recover(),
-		Tracing(tracing.WithTracerProvider(tracenoop.NewTracerProvider())),
-		Correlate("order.id"),
+	h := wrap(func(ctx context.Context, m *Message) error { return router.Route(ctx, nil, m.Event) },
+		recoverPanics(),
+		traceRecord(tracing.WithTracerProvider(tracenoop.NewTracerProvider())),
+		correlate("order.id"),
 		metrics,
-		Logging(slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))),
+		logOutcome(slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))),
 		DeadLetter(nil),
-		Retry(RetryConfig{}),
-		Recover(),
-		Decode(),
+		retryInPlace(RetryConfig{}),
+		recoverPanics(),
+		decodeRecord(),
 		router.Filter(),
 	)
 	ctx := context.Background()

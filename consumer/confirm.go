@@ -10,29 +10,17 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Defaults of Probes.
-const (
-	// DefaultProbeTimeout bounds one probe of a dependency.
-	DefaultProbeTimeout = time.Second
-	// DefaultOutageConfirmations is how many times a record must fail with an outage-class
-	// error while the probes answer before Retry counts it as the record's failure.
-	DefaultOutageConfirmations = 5
-)
-
-// Probe checks that a dependency answers: a Postgres ping (pgxpool.Pool.Ping), a Redis
-// PING. It is called with a context bounded by Probes.Timeout and returns nil when the
-// dependency answered.
-type Probe func(ctx context.Context) error
-
 // Probes let Retry tell a real outage from a record whose handling fails in a way that
 // looks like one (see "Outage confirmation" in the package documentation). The zero
 // value has no probe: every outage is waited out without limit.
 type Probes struct {
-	// Postgres pings the database the handlers use. Standard sets it to the DB's Ping
-	// when the DB has one (a *pgxpool.Pool does) and it is nil.
-	Postgres Probe
-	// Redis pings the Redis the handlers use (the app sets it when Redis is configured).
-	Redis Probe
+	// Postgres pings the database the handlers use (pgxpool.Pool.Ping), within a
+	// context bounded by Timeout, and returns nil when it answered. Standard sets it to
+	// the DB's Ping when the DB has one (a *pgxpool.Pool does) and it is nil.
+	Postgres func(ctx context.Context) error
+	// Redis pings the Redis the handlers use, as Postgres does (the app sets it when
+	// Redis is configured).
+	Redis func(ctx context.Context) error
 	// Timeout bounds each probe (default DefaultProbeTimeout).
 	Timeout time.Duration
 	// Confirmations is how many outage-class failures of the same record, each followed
@@ -90,12 +78,12 @@ func refutable(err error) dependency {
 // answers probes the dependencies err may have come from and reports whether all of them
 // answered; false when there is nothing to probe.
 func (p Probes) answers(ctx context.Context, err error) bool {
-	var probes []Probe
+	var probes []func(ctx context.Context) error
 	switch refutable(err) {
 	case depPostgres:
-		probes = []Probe{p.Postgres}
+		probes = []func(ctx context.Context) error{p.Postgres}
 	case depUnknown:
-		probes = []Probe{p.Postgres, p.Redis}
+		probes = []func(ctx context.Context) error{p.Postgres, p.Redis}
 	}
 	probed := false
 	for _, probe := range probes {

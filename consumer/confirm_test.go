@@ -139,7 +139,7 @@ func TestRetryProbes(t *testing.T) {
 		Probes: Probes{Postgres: pool.Ping, Timeout: 300 * time.Millisecond, Confirmations: confirmations}}
 	run := func(p RetryConfig) (error, int) {
 		m := &Message{Record: &kgo.Record{Topic: "t"}}
-		err := Chain(slow, Retry(p))(context.Background(), m)
+		err := wrap(slow, retryInPlace(p))(context.Background(), m)
 		return err, m.Attempt
 	}
 

@@ -18,10 +18,12 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.39.0"
 
+	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/internal/backoff"
 )
 
-// Defaults: of the runtime options, of the middleware and of RetryConfig.
+// Defaults: of the runtime options, of the middleware, of RetryConfig and Probes, and the
+// bounds of what one record may cost a consumer before its handlers see it.
 const (
 	DefaultMaxBuffered     = 256
 	DefaultMaxPollRecords  = 1000
@@ -69,6 +71,19 @@ const (
 	DefaultRetryBaseDelay   = 100 * time.Millisecond
 	DefaultRetryMaxDelay    = 5 * time.Second
 	DefaultRetryMaxElapsed  = time.Minute
+
+	// DefaultProbeTimeout bounds one probe of a dependency (Probes.Timeout).
+	DefaultProbeTimeout = time.Second
+	// DefaultOutageConfirmations is how many times a record must fail with an outage-class
+	// error while the probes answer before Retry counts it as the record's failure.
+	DefaultOutageConfirmations = 5
+
+	// DefaultMaxRecordBytes is the record size the consumer's fetch limits are set from
+	// (WithMaxRecordBytes): the decoder's default payload limit.
+	DefaultMaxRecordBytes = event.DefaultMaxPayloadBytes
+	// MinMaxRecordBytes and MaxMaxRecordBytes bound WithMaxRecordBytes.
+	MinMaxRecordBytes = 1 << 10
+	MaxMaxRecordBytes = 64 << 20
 )
 
 const (

@@ -212,7 +212,7 @@ func TestConsumerShutdownMidBatch(t *testing.T) {
 	total := len(ks) * perKey
 	produce(t, newProducer(t, brokers), seqEvents(t, topic, ks, perKey)...)
 
-	h := Chain(idempotent(t, IdempotentConfig{DB: pool, Name: "seq"}, applySeq), Decode())
+	h := wrap(idempotent(t, IdempotentConfig{DB: pool, Name: "seq"}, applySeq), decodeRecord())
 	var slow atomic.Bool
 	slow.Store(true)
 	handler := func(ctx context.Context, m *Message) error {

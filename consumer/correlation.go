@@ -7,13 +7,13 @@ import (
 	"github.com/choreo-saga/choreo/tracing"
 )
 
-// Correlate puts the record's saga correlation id (header ce_correlationid) and entity
+// correlate puts the record's saga correlation id (header ce_correlationid) and entity
 // id (ce_subject, else the record key) into the context with tracing.WithCorrelationID and
 // tracing.WithEntity(entityAttr, id), and adds them to the current span
 // (tracing.AnnotateSpan), so that spans, logs (Logging) and outgoing events
 // (outbox.Enqueue) of this handling carry them. entityAttr names the entity attribute,
 // e.g. "order.id"; empty means DefaultEntityAttribute. Place it inside Tracing.
-func Correlate(entityAttr string) Middleware {
+func correlate(entityAttr string) Middleware {
 	if entityAttr == "" {
 		entityAttr = DefaultEntityAttribute
 	}

@@ -34,7 +34,7 @@ func TestCorrelationID(t *testing.T) {
 			rec := tracetest.NewSpanRecorder()
 			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 			ctx, span := tp.Tracer("test").Start(context.Background(), "process")
-			err := Correlate(tt.attr)(func(ctx context.Context, _ *Message) error {
+			err := correlate(tt.attr)(func(ctx context.Context, _ *Message) error {
 				if got := tracing.CorrelationID(ctx); got != tt.wantCorr {
 					t.Errorf("correlation id %q, want %q", got, tt.wantCorr)
 				}

@@ -17,11 +17,11 @@ import (
 // event.Event.Validate.
 type Decoder func(r *kgo.Record) (event.Event, error)
 
-// Decode decodes the record into m.Event with event.FromRecord. A record that cannot be
+// decodeRecord decodes the record into m.Event with event.FromRecord. A record that cannot be
 // decoded fails with an error matching event.ErrMalformed, which is non-retryable: placed
-// inside DeadLetter, such a record is dead-lettered at once. StandardConfig.Decode sets
+// inside DeadLetter, such a record is dead-lettered at once. StandardConfig.decodeRecord sets
 // other limits.
-func Decode() Middleware {
+func decodeRecord() Middleware {
 	return decodeWith(event.FromRecord)
 }
 

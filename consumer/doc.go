@@ -78,8 +78,8 @@
 //     handler and commits. A duplicate is skipped; the same id with another payload is
 //     key reuse, dead-lettered.
 //
-// Every piece is an ordinary Middleware (func(Handler) Handler) and can be composed
-// differently with Chain.
+// Standard composes these pieces in this order; a Middleware (func(Handler) Handler) of
+// your own wraps the Handler it returns.
 //
 // # Runtime
 //

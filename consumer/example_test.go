@@ -155,30 +155,6 @@ func ExampleIsOutage() {
 	// false
 }
 
-// Chain applies middlewares outermost first.
-func ExampleChain() {
-	trace := func(name string) consumer.Middleware {
-		return func(next consumer.Handler) consumer.Handler {
-			return func(ctx context.Context, m *consumer.Message) error {
-				fmt.Println("enter", name)
-				defer fmt.Println("leave", name)
-				return next(ctx, m)
-			}
-		}
-	}
-	h := consumer.Chain(func(context.Context, *consumer.Message) error {
-		fmt.Println("handler")
-		return nil
-	}, trace("outer"), trace("inner"))
-	_ = h(context.Background(), &consumer.Message{Record: &kgo.Record{}})
-	// Output:
-	// enter outer
-	// enter inner
-	// handler
-	// leave inner
-	// leave outer
-}
-
 func exampleID() string {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)

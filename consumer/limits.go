@@ -5,19 +5,9 @@ import (
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/choreo-saga/choreo/event"
 )
 
-// Bounds of what one record may cost a consumer before its handlers see it.
 const (
-	// DefaultMaxRecordBytes is the record size the consumer's fetch limits are set from
-	// (WithMaxRecordBytes): the decoder's default payload limit.
-	DefaultMaxRecordBytes = event.DefaultMaxPayloadBytes
-	// MinMaxRecordBytes and MaxMaxRecordBytes bound WithMaxRecordBytes.
-	MinMaxRecordBytes = 1 << 10
-	MaxMaxRecordBytes = 64 << 20
-
 	// batchFactor: a batch may decompress to batchFactor records of the maximum size.
 	batchFactor = 8
 	// fetchFactor: a fetch response holds at most fetchFactor records' worth of

@@ -20,7 +20,7 @@ type Locker interface {
 	AcquireAll(ctx context.Context, entities []string) ([]*lock.Lease, error)
 }
 
-// Lock serialises the handling of one entity across partitions, topics and instances
+// holdLock serialises the handling of one entity across partitions, topics and instances
 // with a Redis lease (package lock): it acquires the entity's lease, runs the handlers it
 // wraps with the lease's context (cancelled if the lease is lost) and the lease attached
 // to the message (Idempotent checks its fencing token), and releases the lease in the
@@ -38,7 +38,7 @@ type Locker interface {
 // handlers run and before the transaction opens: entity runs outside any transaction,
 // with the record's context. No goroutine per record, and nothing else ever touches the
 // message.
-func Lock(l Locker, entity func(ctx context.Context, m *Message) (string, error)) Middleware {
+func holdLock(l Locker, entity func(ctx context.Context, m *Message) (string, error)) Middleware {
 	if entity == nil {
 		entity = subjectEntity
 	}

@@ -19,7 +19,7 @@ func TestLockSerialisesAnEntity(t *testing.T) {
 	rdb, ns := testenv.Redis(t)
 	locker := newLocker(t, rdb, lock.WithNamespace(ns), lock.WithRetryBackoff(time.Millisecond, 5*time.Millisecond))
 	var inside, maxInside atomic.Int32
-	h := Lock(locker, nil)(func(ctx context.Context, m *Message) error {
+	h := holdLock(locker, nil)(func(ctx context.Context, m *Message) error {
 		if m.lease == nil || m.lease.Entity() != "o-1" {
 			t.Errorf("lease %+v inside the handler", m.lease)
 		}
@@ -61,7 +61,7 @@ func TestLockNotObtainedIsRetryable(t *testing.T) {
 	}
 	defer held.Release(context.Background())
 	called := false
-	err = Lock(locker, nil)(func(context.Context, *Message) error { called = true; return nil })(
+	err = holdLock(locker, nil)(func(context.Context, *Message) error { called = true; return nil })(
 		context.Background(), &Message{Record: &kgo.Record{Key: []byte("o-1")}})
 	if !errors.Is(err, lock.ErrNotObtained) || !Retryable(err) || called {
 		t.Fatalf("err %v (retryable %v), called %v", err, Retryable(err), called)
@@ -72,7 +72,7 @@ func TestLockLostIsReported(t *testing.T) {
 	rdb, ns := testenv.Redis(t)
 	// No watchdog: the lease is lost when its TTL passes.
 	locker := newLocker(t, rdb, lock.WithNamespace(ns), lock.WithTTL(100*time.Millisecond), lock.WithoutWatchdog())
-	err := Lock(locker, nil)(func(ctx context.Context, _ *Message) error {
+	err := holdLock(locker, nil)(func(ctx context.Context, _ *Message) error {
 		<-ctx.Done()
 		return ctx.Err()
 	})(context.Background(), &Message{Record: &kgo.Record{Key: []byte("o-1")}})
@@ -85,7 +85,7 @@ func TestLockEntityOption(t *testing.T) {
 	rdb, ns := testenv.Redis(t)
 	locker := newLocker(t, rdb, lock.WithNamespace(ns))
 	var got string
-	h := Lock(locker, func(_ context.Context, m *Message) (string, error) { return m.Header("tenant"), nil })(
+	h := holdLock(locker, func(_ context.Context, m *Message) (string, error) { return m.Header("tenant"), nil })(
 		func(_ context.Context, m *Message) error {
 			if m.lease != nil {
 				got = m.lease.Entity()
@@ -105,7 +105,7 @@ func TestLockEntityOption(t *testing.T) {
 	type ctxKey struct{}
 	errLookup := errors.New("lookup failed")
 	ran := false
-	failing := Lock(locker, func(ctx context.Context, _ *Message) (string, error) {
+	failing := holdLock(locker, func(ctx context.Context, _ *Message) (string, error) {
 		if ctx.Value(ctxKey{}) != "record" {
 			t.Error("the entity function did not get the record's context")
 		}
@@ -128,7 +128,7 @@ func TestLockWaitsForTheHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	var token int64
-	h := Lock(locker, nil)(func(ctx context.Context, m *Message) error {
+	h := holdLock(locker, nil)(func(ctx context.Context, m *Message) error {
 		token = m.lease.Token()
 		return nil
 	})

@@ -8,14 +8,14 @@ import (
 	"github.com/choreo-saga/choreo/tracing"
 )
 
-// Logging logs one line per handled record: at Debug when it was handled, a duplicate or
+// logOutcome logs one line per handled record: at Debug when it was handled, a duplicate or
 // ignored, at Warn when it was dead-lettered and at Error when the handler failed (at
 // Debug when it failed with an outage, which the runtime logs once per partition). Each
 // line carries the group, topic, partition, offset, key, event type (and, for an event
 // Upcast brought to another schema version, upcast_from and schema_version), outcome, attempts,
 // duration, the saga's correlation id (from the context; see Correlate) and the
 // error. A nil logger means slog.Default().
-func Logging(l *slog.Logger) Middleware {
+func logOutcome(l *slog.Logger) Middleware {
 	if l == nil {
 		l = slog.Default()
 	}

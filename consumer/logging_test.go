@@ -34,7 +34,7 @@ func TestLogging(t *testing.T) {
 			l := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			ctx := tracing.WithCorrelationID(context.Background(), "saga-1")
 			m := &Message{Record: &kgo.Record{Topic: "orders", Partition: 2, Offset: 9, Key: []byte("o-1")}, Group: "payments"}
-			_ = Logging(l)(tt.h)(ctx, m)
+			_ = logOutcome(l)(tt.h)(ctx, m)
 			var line map[string]any
 			if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
 				t.Fatalf("log line %q: %v", buf.String(), err)
@@ -56,7 +56,7 @@ func TestLogging(t *testing.T) {
 	// Below the logger's level nothing is formatted.
 	var buf bytes.Buffer
 	l := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	_ = Logging(l)(func(context.Context, *Message) error { return nil })(context.Background(), &Message{Record: &kgo.Record{}})
+	_ = logOutcome(l)(func(context.Context, *Message) error { return nil })(context.Background(), &Message{Record: &kgo.Record{}})
 	if buf.Len() != 0 {
 		t.Errorf("handled record logged at Info level: %s", buf.String())
 	}

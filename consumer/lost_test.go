@@ -43,7 +43,7 @@ func TestConsumerLostPartitions(t *testing.T) {
 	total := len(ks) * perKey
 	produce(t, newProducer(t, brokers), seqEvents(t, topic, ks, perKey)...)
 
-	inner := Chain(idempotent(t, IdempotentConfig{DB: pool}, applySeq), Decode())
+	inner := wrap(idempotent(t, IdempotentConfig{DB: pool}, applySeq), decodeRecord())
 	h := func(ctx context.Context, m *Message) error {
 		time.Sleep(2 * time.Millisecond)
 		return inner(ctx, m)

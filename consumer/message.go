@@ -102,9 +102,9 @@ type Handler func(ctx context.Context, m *Message) error
 // Middleware wraps a Handler with cross-cutting behaviour.
 type Middleware func(Handler) Handler
 
-// Chain returns h wrapped in mws, the first middleware outermost: Chain(h, a, b) handles a
+// wrap returns h wrapped in mws, the first middleware outermost: wrap(h, a, b) handles a
 // message as a(b(h)).
-func Chain(h Handler, mws ...Middleware) Handler {
+func wrap(h Handler, mws ...Middleware) Handler {
 	for i := len(mws) - 1; i >= 0; i-- {
 		h = mws[i](h)
 	}

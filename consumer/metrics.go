@@ -33,11 +33,11 @@ var (
 	schemaVersionKey = attribute.Key("choreo.event.schema_version")
 )
 
-// Metrics records, per handled record, its duration (MetricProcessDuration), its outcome
+// measure records, per handled record, its duration (MetricProcessDuration), its outcome
 // (MetricOutcomes) and its attempts (MetricAttempts), with the messaging system,
 // destination, partition, consumer group, outcome and, on failure, error.type as
 // attributes. Place it outside DeadLetter so dead-lettered records are counted as such.
-func Metrics(mp metric.MeterProvider) (Middleware, error) {
+func measure(mp metric.MeterProvider) (Middleware, error) {
 	ins, err := newInstruments(mp)
 	if err != nil {
 		return nil, err

@@ -33,7 +33,7 @@ func outcomeOf(set attribute.Set) string {
 
 func TestMetrics(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
-	mw, err := Metrics(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	mw, err := measure(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
 	if err != nil {
 		t.Fatal(err)
 	}

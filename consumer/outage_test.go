@@ -341,10 +341,10 @@ func TestOutageNeverDeadLettered(t *testing.T) {
 	producer := newProducer(t, brokers)
 	outage := fmt.Errorf("claim: %w", &pgconn.PgError{Code: "57P01", Message: "terminating connection"})
 	var calls int
-	h := Chain(func(context.Context, *Message) error {
+	h := wrap(func(context.Context, *Message) error {
 		calls++
 		return outage
-	}, DeadLetter(producer), Retry(RetryConfig{MaxAttempts: 3}))
+	}, DeadLetter(producer), retryInPlace(RetryConfig{MaxAttempts: 3}))
 	m := &Message{Record: &kgo.Record{Topic: "src", Value: []byte("v")}, Group: "g", deadLetterTopic: func(string) string { return dlq }}
 	if err := h(context.Background(), m); err != outage {
 		t.Fatalf("chain returned %v, want the outage unchanged", err)
@@ -356,8 +356,8 @@ func TestOutageNeverDeadLettered(t *testing.T) {
 		t.Errorf("%d records dead-lettered, want 0", n)
 	}
 	// The same chain still dead-letters a record's own failure.
-	h = Chain(func(context.Context, *Message) error { return Permanent(errors.New("bad amount")) },
-		DeadLetter(producer), Retry(RetryConfig{MaxAttempts: 3}))
+	h = wrap(func(context.Context, *Message) error { return Permanent(errors.New("bad amount")) },
+		DeadLetter(producer), retryInPlace(RetryConfig{MaxAttempts: 3}))
 	if err := h(context.Background(), &Message{Record: &kgo.Record{Topic: "src", Value: []byte("v")}, Group: "g", deadLetterTopic: func(string) string { return dlq }}); err != nil {
 		t.Fatalf("permanent failure: %v, want dead-lettered", err)
 	}

@@ -29,7 +29,7 @@ func TestRebalanceUnderLoad(t *testing.T) {
 			return err
 		}
 	}
-	h := Chain(e.standard(t, StandardConfig{}), countDup)
+	h := wrap(e.standard(t, StandardConfig{}), countDup)
 	newConsumer := func() *Consumer { return e.consumer(t, h, WithMaxBuffered(64)) }
 
 	// Produce in ten waves, so that the membership changes happen while events flow.

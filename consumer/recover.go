@@ -27,11 +27,11 @@ func (e *panicError) Unwrap() []error {
 	return []error{ErrPanic}
 }
 
-// Recover turns a panic in the handlers it wraps into an error matching ErrPanic (non-retryable, see
+// recoverPanics turns a panic in the handlers it wraps into an error matching ErrPanic (non-retryable, see
 // Retryable), so that one bad event cannot crash the process. Standard uses it twice:
 // outermost, to guard the runtime, and just inside Retry, so that a panicking business
 // handler sends its event to the dead-letter topic instead of blocking the partition.
-func Recover() Middleware {
+func recoverPanics() Middleware {
 	return func(next Handler) Handler {
 		return func(ctx context.Context, m *Message) (err error) {
 			defer recoverPanic(&err)

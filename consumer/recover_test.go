@@ -19,7 +19,7 @@ func TestRecover(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := Recover()(func(context.Context, *Message) error { panic(tt.value) })(context.Background(), &Message{})
+			err := recoverPanics()(func(context.Context, *Message) error { panic(tt.value) })(context.Background(), &Message{})
 			var pe *panicError
 			if !errors.As(err, &pe) || !errors.Is(err, ErrPanic) || !errors.Is(err, tt.wantIs) {
 				t.Fatalf("error %v is not a panicError matching %v", err, tt.wantIs)
@@ -36,7 +36,7 @@ func TestRecover(t *testing.T) {
 		})
 	}
 	want := errors.New("plain")
-	if err := Recover()(func(context.Context, *Message) error { return want })(context.Background(), &Message{}); err != want {
+	if err := recoverPanics()(func(context.Context, *Message) error { return want })(context.Background(), &Message{}); err != want {
 		t.Errorf("Recover changed a plain error: %v", err)
 	}
 }

@@ -54,7 +54,7 @@ func (p RetryConfig) withDefaults() RetryConfig {
 	return p
 }
 
-// Retry runs the handlers it wraps again after a retryable error, sleeping a full-jitter
+// retryInPlace runs the handlers it wraps again after a retryable error, sleeping a full-jitter
 // exponential backoff between attempts (uniform in (0, min(MaxDelay, BaseDelay·2ⁿ⁻¹)]
 // after attempt n), until they succeed, return a non-retryable error (returned as is), or
 // the policy's attempts or elapsed time run out (the last error is returned wrapped in
@@ -66,7 +66,7 @@ func (p RetryConfig) withDefaults() RetryConfig {
 // is returned as an outage (matching ErrOutage), so the runtime waits it out instead of
 // dead-lettering a good event.
 //
-// An outage (IsOutage) is not the record's fault: Retry returns it at once, without
+// An outage (IsOutage) is not the record's fault: retryInPlace returns it at once, without
 // spending the budget, and the runtime retries the record without limit until the
 // outage ends (see the package documentation). The sleep ends early when ctx is
 // cancelled or the partition's worker stops; the record is then left unsettled, never
@@ -74,16 +74,16 @@ func (p RetryConfig) withDefaults() RetryConfig {
 //
 // With Probes, an outage is confirmed first when it is one a single record can cause:
 // a timeout (pgconn.Timeout, a net.Error timeout, a context deadline inside the
-// handler), a deadlock or a serialization failure. Retry probes the dependency the error
+// handler), a deadlock or a serialization failure. retryInPlace probes the dependency the error
 // came from (Postgres for Postgres errors, every probe for a timeout of unknown origin),
 // each probe bounded by Probes.Timeout. If a probe fails, the outage is real and is
 // returned as above. If they all answer, the failure counts as the record's: it spends
 // the budget like any retryable error, and once the budget is spent and the record has
-// failed so at least Probes.Confirmations times in a row, Retry returns
+// failed so at least Probes.Confirmations times in a row, retryInPlace returns
 // ErrRetriesExhausted with the last error, which DeadLetter dead-letters with reason
 // retries_exhausted. Connection failures, server shutdowns, missing tables, Redis
 // cluster states and errors wrapping ErrOutage are never refuted.
-func Retry(p RetryConfig) Middleware {
+func retryInPlace(p RetryConfig) Middleware {
 	p = p.withDefaults()
 	bo := backoff.Policy{Base: p.BaseDelay, Max: p.MaxDelay}
 	return func(next Handler) Handler {

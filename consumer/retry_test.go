@@ -85,7 +85,7 @@ func TestRetry(t *testing.T) {
 			p.BaseDelay, p.MaxDelay = time.Microsecond, 10*time.Microsecond
 			var calls int
 			m := &Message{}
-			err := Retry(p)(func(context.Context, *Message) error {
+			err := retryInPlace(p)(func(context.Context, *Message) error {
 				calls++
 				if m.Attempt != calls {
 					t.Errorf("m.Attempt = %d on call %d", m.Attempt, calls)
@@ -117,7 +117,7 @@ func TestRetryStopsWithWorker(t *testing.T) {
 	stop := make(chan struct{})
 	ctx := context.WithValue(context.Background(), stopKey{}, stop)
 	var calls int
-	h := Retry(RetryConfig{BaseDelay: time.Hour, MaxDelay: time.Hour, MaxElapsed: 2 * time.Hour})(
+	h := retryInPlace(RetryConfig{BaseDelay: time.Hour, MaxDelay: time.Hour, MaxElapsed: 2 * time.Hour})(
 		func(context.Context, *Message) error {
 			calls++
 			if calls == 1 {
@@ -131,7 +131,7 @@ func TestRetryStopsWithWorker(t *testing.T) {
 	}
 	cctx, cancel := context.WithCancel(context.Background())
 	calls = 0
-	err = Retry(RetryConfig{BaseDelay: time.Hour, MaxDelay: time.Hour, MaxElapsed: 2 * time.Hour})(func(context.Context, *Message) error {
+	err = retryInPlace(RetryConfig{BaseDelay: time.Hour, MaxDelay: time.Hour, MaxElapsed: 2 * time.Hour})(func(context.Context, *Message) error {
 		calls++
 		cancel()
 		return errors.New("transient")

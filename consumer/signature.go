@@ -43,10 +43,10 @@ func (r *Router) signed(m *Message) error {
 	return verifySignature(r.keys, m)
 }
 
-// VerifySignatures is a Middleware that checks signatures as Router.TrustKeys does, for
+// verifySignatures is a Middleware that checks signatures as Router.TrustKeys does, for
 // chains without a Router: an event whose ce_source has keys in keys must be signed
 // by one of them. It needs a decoded message (see Decode).
-func VerifySignatures(keys map[string]*event.KeySet) Middleware {
+func verifySignatures(keys map[string]*event.KeySet) Middleware {
 	return func(next Handler) Handler {
 		return func(ctx context.Context, m *Message) error {
 			if err := verifySignature(keys, m); err != nil {

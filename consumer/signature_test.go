@@ -156,7 +156,7 @@ func TestVerifySignatures(t *testing.T) {
 	good, _ := event.ToRecord("payments.events", ev)
 	s.Sign(good)
 	unsigned, _ := event.ToRecord("payments.events", ev)
-	h := Chain(func(context.Context, *Message) error { return nil }, Decode(), VerifySignatures(map[string]*event.KeySet{"payment": keys}))
+	h := wrap(func(context.Context, *Message) error { return nil }, decodeRecord(), verifySignatures(map[string]*event.KeySet{"payment": keys}))
 	if err := h(context.Background(), &Message{Record: good}); err != nil {
 		t.Errorf("signed: %v", err)
 	}

@@ -128,29 +128,29 @@ func Standard(cfg StandardConfig) (Handler, error) {
 	}
 
 	mws := []Middleware{
-		Recover(),
+		recoverPanics(),
 		traced(c.kafka),
-		Correlate(c.entityAttr),
+		correlate(c.entityAttr),
 		c.ins.middleware(),
-		Logging(c.logger),
+		logOutcome(c.logger),
 		deadLetter,
-		Retry(cfg.retryConfig()),
-		Recover(),
+		retryInPlace(cfg.retryConfig()),
+		recoverPanics(),
 		decodeWith(c.decode),
 	}
 	if len(c.keys) > 0 {
-		mws = append(mws, VerifySignatures(c.keys))
+		mws = append(mws, verifySignatures(c.keys))
 	}
 	if c.router != nil {
 		mws = append(mws, c.router.Filter())
 	}
 	if c.upcasters != nil {
-		mws = append(mws, Upcast(c.upcasters))
+		mws = append(mws, upcastRecord(c.upcasters))
 	}
 	if c.locker != nil {
-		mws = append(mws, Lock(c.locker, c.lockEntity))
+		mws = append(mws, holdLock(c.locker, c.lockEntity))
 	}
-	return Chain(c.tx.handle, mws...), nil
+	return wrap(c.tx.handle, mws...), nil
 }
 
 // retryConfig returns cfg.Retry with DB's Ping as the Postgres probe unless one is set.

@@ -144,7 +144,7 @@ func TestStandardDuplicatesHaveOneEffect(t *testing.T) {
 		}
 	}
 	h := e.standard(t, StandardConfig{})
-	r1 := start(t, e.consumer(t, Chain(h, crash, count)))
+	r1 := start(t, e.consumer(t, wrap(h, crash, count)))
 	waitFor(t, "crash after the second commit", crashed.Load)
 	if err := r1.stop(t); err != nil {
 		t.Fatalf("Run: %v", err)
@@ -153,7 +153,7 @@ func TestStandardDuplicatesHaveOneEffect(t *testing.T) {
 		t.Fatalf("committed offset %d after the crash, want 3 (second's offset not committed)", got)
 	}
 
-	start(t, e.consumer(t, Chain(h, count)))
+	start(t, e.consumer(t, wrap(h, count)))
 	e.waitCommitted(t)
 	if n := e.effects(t); n != 3 {
 		t.Errorf("%d effects, want 3 (one per distinct event)", n)

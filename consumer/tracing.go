@@ -9,7 +9,7 @@ import (
 	"github.com/choreo-saga/choreo/tracing"
 )
 
-// Tracing extracts the W3C trace context from the record's headers and runs the handlers
+// traceRecord extracts the W3C trace context from the record's headers and runs the handlers
 // it wraps in a consumer span named "process <topic>", a child of the producer's span so
 // that one saga is one trace (tracing.Kafka.StartProcess: OpenTelemetry messaging
 // attributes, consumer group, offset, key, message id). When the handlers return, the
@@ -19,7 +19,7 @@ import (
 // (choreo.event.schema_version), and the error, if any. opts select the tracer provider and
 // propagator (tracing.WithTracerProvider, tracing.WithPropagator; default the otel
 // globals).
-func Tracing(opts ...tracing.InstrumentOption) Middleware {
+func traceRecord(opts ...tracing.InstrumentOption) Middleware {
 	return traced(tracing.NewKafka(opts...))
 }
 

@@ -38,7 +38,7 @@ func TestTracing(t *testing.T) {
 	prop.Inject(parentCtx, tracing.RecordCarrier{Record: r})
 	parent.End()
 
-	mw := Tracing(tracing.WithTracerProvider(tp), tracing.WithPropagator(prop))
+	mw := traceRecord(tracing.WithTracerProvider(tp), tracing.WithPropagator(prop))
 	boom := errors.New("boom")
 	tests := []struct {
 		name        string
@@ -99,7 +99,7 @@ func TestTracing(t *testing.T) {
 func TestTracingWithoutContextStartsTrace(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	h := Tracing(tracing.WithTracerProvider(tp), tracing.WithPropagator(propagation.TraceContext{}))(
+	h := traceRecord(tracing.WithTracerProvider(tp), tracing.WithPropagator(propagation.TraceContext{}))(
 		func(context.Context, *Message) error { return nil })
 	if err := h(context.Background(), &Message{Record: &kgo.Record{Topic: "orders"}}); err != nil {
 		t.Fatal(err)

@@ -118,7 +118,7 @@ func (u *Upcasters) Declared(typ string) ([]int, bool) {
 	return slices.Clone(vs), ok
 }
 
-// Upcast is the Middleware that hands the handlers it wraps only the schema versions
+// upcastRecord is the Middleware that hands the handlers it wraps only the schema versions
 // they declare (see Upcasters): an event whose type has declared versions and whose
 // version is not one of them is brought to the first declared version its upcasters
 // reach, chained, and the message's Event carries that version and payload from then
@@ -133,7 +133,7 @@ func (u *Upcasters) Declared(typ string) ([]int, bool) {
 // ErrUpcast: both are non-retryable, so the record is dead-lettered with the reason
 // ("unsupported_version", "upcast_failed") and never silently dropped. A nil u passes
 // every message through. It needs a decoded message (see Decode).
-func Upcast(u *Upcasters) Middleware {
+func upcastRecord(u *Upcasters) Middleware {
 	return func(next Handler) Handler {
 		return func(ctx context.Context, m *Message) error {
 			if err := u.apply(m); err != nil {
