@@ -78,7 +78,7 @@ func (a *App) consume(spec consumerSpec) error {
 		sc.Fence = true
 	}
 	if a.Redis != nil && sc.Retry.Probes.Redis == nil {
-		// Confirms outages of unknown origin (consumer.Retry); Standard adds the pool's Ping.
+		// Confirms outages of unknown origin (consumer.Standard's retry step); Standard adds the pool's Ping.
 		sc.Retry.Probes.Redis = func(ctx context.Context) error { return a.Redis.Ping(ctx).Err() }
 	}
 	if spec.Configure != nil {

@@ -11,7 +11,7 @@ import (
 // WithUpcaster registers fn to bring the payload of eventType from schema version from
 // to version to in the consumer group of [On] (consumer.WithUpcaster): an event
 // of another version than its handler declares is upcast, through a chain of
-// upcasters, before the lock and the transaction (consumer.Upcast), on the one-record
+// upcasters, before the lock and the transaction (consumer.Standard's upcast step), on the one-record
 // path, in batch mode and when a dead letter is replayed. The signature is verified
 // and the idempotency claim hashed on the event as received. The handler of a type
 // declares the versions registered with [On] for it: with handlers of v1 and v2 and an

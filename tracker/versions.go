@@ -159,7 +159,7 @@ func (t *Tracker) Usage(ctx context.Context, window time.Duration) ([]VersionUsa
 
 // Declared is what one service declares about one event type in its contracts: the
 // schema versions it produces, those it handles, and those it accepts by upcasting them
-// to one it handles (consumer.Upcast).
+// to one it handles (consumer.Standard's upcast step).
 type Declared struct {
 	Service  string `json:"service"`
 	Type     string `json:"type"`

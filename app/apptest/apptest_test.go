@@ -2,6 +2,7 @@ package apptest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/choreo-saga/choreo/app"
 	"github.com/choreo-saga/choreo/app/apptest"
 	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/idempotency"
 	"github.com/choreo-saga/choreo/outbox"
 )
 
@@ -104,5 +106,29 @@ func TestLogBuffer(t *testing.T) {
 	}
 	if len(seen) != 8 || !strings.HasSuffix(b.String(), "not json\nnull\n") {
 		t.Fatalf("records %v, text:\n%s", recs, b.String())
+	}
+}
+
+// Handle claims the event id as the kit's idempotent step does: the same event handled
+// twice runs its handler once, and the same id with another payload is key reuse.
+func TestHandleClaimsEventIDs(t *testing.T) {
+	pool := apptest.NewDB(t, "apptest", "CREATE TABLE apptest_marker (id int)")
+	runs := 0
+	count := func(context.Context, pgx.Tx, event.Event) error { runs++; return nil }
+	ev := apptest.NewEvent(t, "test", "thing.made", "t-1", map[string]int{"n": 1})
+	apptest.MustHandle(t, pool, count, ev)
+	apptest.MustHandle(t, pool, count, ev)
+	if runs != 1 {
+		t.Fatalf("handler ran %d times for one event handled twice, want 1", runs)
+	}
+	changed := ev
+	changed.Data = []byte(`{"n":2}`)
+	if err := apptest.Handle(pool, count, changed); !errors.Is(err, idempotency.ErrKeyReused) || runs != 1 {
+		t.Fatalf("same id, other payload: err %v, runs %d; want idempotency.ErrKeyReused, 1", err, runs)
+	}
+	other := apptest.NewEvent(t, "test", "thing.made", "t-2", map[string]int{"n": 1})
+	apptest.MustHandle(t, pool, count, other)
+	if runs != 2 {
+		t.Fatalf("handler ran %d times after a second event, want 2", runs)
 	}
 }

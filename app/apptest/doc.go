@@ -4,9 +4,10 @@
 // delivery at its worst), wait until a consumer group has caught up and the outbox is
 // drained, and read back what the service published, decoded by entity.
 //
-// For handler tests without Kafka it runs a handler in a transaction (Handle,
-// HandleConcurrently) on a migrated database (NewDB) and reads what the handler left in
-// the outbox (OutboxEvents). Smaller helpers check a service's configuration parsing
+// For handler tests without Kafka it runs a handler in a transaction that claims its
+// event id as the kit's handlers do (Handle, HandleConcurrently: an event handled twice
+// runs its handler once) on a migrated database (NewDB) and reads what the handler left
+// in the outbox (OutboxEvents). Smaller helpers check a service's configuration parsing
 // (CheckParse, WantConfigError), its /metrics and its JSON logs (LogBuffer).
 //
 // It talks to real brokers (a kfake cluster is fine), a real Postgres and a real Redis

@@ -11,15 +11,34 @@ import (
 	"github.com/choreo-saga/choreo/app/internal/handled"
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/idempotency"
 	"github.com/choreo-saga/choreo/migrate"
 )
 
-// Handle runs h for ev in a transaction of its own, as the Idempotent middleware would,
-// and commits when h returns nil. Like the kit's handlers, h runs in a context carrying
-// ev, so that what it publishes continues ev's saga.
+// HandleScope is the idempotency scope Handle claims event ids under (the kit's
+// handlers claim under "<group>/<handler name>").
+const HandleScope = "apptest/handler"
+
+// Handle runs h for ev as the kit's idempotent step does: in a transaction of its own it
+// claims ev's id under HandleScope with the hash of ev's type and payload
+// (idempotency.Store.Claim on the default table, which NewDB creates), runs h unless the
+// claim finds ev already handled, and commits when h returns nil. A second Handle of the
+// same event is therefore skipped, and one with the same id and another payload returns
+// idempotency.ErrKeyReused. Like the kit's handlers, h runs in a context carrying ev, so
+// that what it publishes continues ev's saga.
 func Handle(db migrate.Beginner, h consumer.TxHandler, ev event.Event) error {
+	store, err := idempotency.NewStore()
+	if err != nil {
+		return err
+	}
 	ctx := handled.With(context.Background(), ev)
-	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error { return h(ctx, tx, ev) })
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		c, err := store.Claim(ctx, tx, HandleScope, ev.ID, idempotency.Hash([]byte(ev.Type), ev.Data))
+		if err != nil || c.Duplicate {
+			return err
+		}
+		return h(ctx, tx, ev)
+	})
 }
 
 // MustHandle is Handle, failing t on an error.
