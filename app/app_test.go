@@ -244,7 +244,7 @@ func TestAppLifecycle(t *testing.T) {
 	if err := a.EnsureTopics(ctx, "widgets.in", "widgets.out"); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Migrate(ctx, "widget", `CREATE TABLE IF NOT EXISTS widgets (id text PRIMARY KEY)`); err != nil {
+	if err := app.MigrateSQL(ctx, a.Pool, "widget", `CREATE TABLE IF NOT EXISTS widgets (id text PRIMARY KEY)`); err != nil {
 		t.Fatal(err)
 	}
 	a.HandleHTTPFunc("GET /widgets/{id}", func(w http.ResponseWriter, r *http.Request) {

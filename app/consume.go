@@ -155,9 +155,3 @@ func (a *App) EnsureTopics(ctx context.Context, topics ...string) error {
 	}
 	return EnsureTopics(ctx, a.Kafka, a.Config.KafkaPartitions, all...)
 }
-
-// Migrate applies a service's own schema script under an advisory lock (see
-// [MigrateSQL]); name identifies the script, e.g. "payment".
-func (a *App) Migrate(ctx context.Context, name, script string) error {
-	return MigrateSQL(ctx, a.Pool, name, script)
-}

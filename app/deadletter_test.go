@@ -25,7 +25,7 @@ func TestConsumeDeadLetterPath(t *testing.T) {
 	if err := app.EnsureTopics(ctx, a.Kafka, 2, "widgets.in"); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Migrate(ctx, "widget", `CREATE TABLE IF NOT EXISTS widgets (id text PRIMARY KEY)`); err != nil {
+	if err := app.MigrateSQL(ctx, a.Pool, "widget", `CREATE TABLE IF NOT EXISTS widgets (id text PRIMARY KEY)`); err != nil {
 		t.Fatal(err)
 	}
 	router := consumer.NewRouter().Handle("widget.ping", func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
