@@ -83,6 +83,19 @@ func TestHandleConcurrently(t *testing.T) {
 	}
 }
 
+// NewDB's database is named after its service and the test, so it can be found while
+// the test runs.
+func TestNewDBNamedAfterService(t *testing.T) {
+	pool := apptest.NewDB(t, "Loyalty-Points", "CREATE TABLE loyalty_marker (id int)")
+	var name string
+	if err := pool.QueryRow(context.Background(), "SELECT current_database()").Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(name, "loyalty_points_t_stnewdbnamedafterservice_") { // the test name's last 24 characters
+		t.Fatalf("database %q, want loyalty_points_t_stnewdbnamedafterservice_ and a suffix", name)
+	}
+}
+
 // A LogBuffer takes concurrent writes whole, and Records decodes only its JSON lines.
 func TestLogBuffer(t *testing.T) {
 	var b apptest.LogBuffer

@@ -38,12 +38,14 @@ func NewInfra(t testing.TB) Infra {
 	}
 }
 
-// NewDB returns a fresh database (see internal/testenv) holding the library's tables
-// and the script schema of service, migrated as the service does at start.
+// NewDB returns a fresh database holding the library's tables and the script schema of
+// service, migrated as the service does at start. The database is named service_t_,
+// then (the end of) the test's name and a random suffix (as pg_stat_activity and psql show it while
+// the test runs), and dropped when the test ends.
 func NewDB(t testing.TB, service, schema string) *pgxpool.Pool {
 	t.Helper()
 	ctx := context.Background()
-	pool := testenv.Postgres(t)
+	pool := testenv.PostgresNamed(t, service)
 	if err := migrate.Up(ctx, pool); err != nil {
 		t.Fatalf("apptest: migrate library: %v", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -54,11 +55,29 @@ func ping(dsn string) error {
 // database is dropped when the test ends.
 func PostgresDSN(t testing.TB) string {
 	t.Helper()
+	return postgresDSN(t, "choreo_t")
+}
+
+// PostgresNamed is Postgres on a database whose name starts with prefix (lower-cased,
+// characters other than letters, digits and _ replaced, at most 20 kept) followed by
+// the test's name and a random suffix, so that a test's database is easy to find in
+// pg_stat_activity or psql while the test runs.
+func PostgresNamed(t testing.TB, prefix string) *pgxpool.Pool {
+	t.Helper()
+	prefix = unsafeChars.ReplaceAllString(strings.ToLower(prefix), "_")
+	if len(prefix) > 20 {
+		prefix = prefix[:20]
+	}
+	return pool(t, postgresDSN(t, prefix+"_t"), nil)
+}
+
+func postgresDSN(t testing.TB, prefix string) string {
+	t.Helper()
 	r := postgresOnce()
 	if r.err != nil {
 		need(t, "Postgres", r.err, "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start  (CHOREO_TEST_POSTGRES_DSN=postgres://...)")
 	}
-	name := Name(t, "choreo_t")
+	name := Name(t, prefix)
 	ctx := context.Background()
 	admin, err := pgx.Connect(ctx, r.value)
 	if err != nil {
@@ -100,7 +119,12 @@ func Postgres(t testing.TB) *pgxpool.Pool {
 // mode, a pool size.
 func PostgresWith(t testing.TB, configure func(*pgxpool.Config)) *pgxpool.Pool {
 	t.Helper()
-	dsn := PostgresDSN(t)
+	return pool(t, PostgresDSN(t), configure)
+}
+
+// pool opens a pool on dsn, configured by configure if not nil, closed when t ends.
+func pool(t testing.TB, dsn string, configure func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		t.Fatalf("testenv: pool config: %v", err)
