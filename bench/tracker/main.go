@@ -40,6 +40,8 @@ import (
 
 	"github.com/choreo-saga/choreo/bench/internal/benchutil"
 	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/services/events"
+	reference "github.com/choreo-saga/choreo/services/saga"
 	"github.com/choreo-saga/choreo/tracker"
 )
 
@@ -63,7 +65,10 @@ type result struct {
 	Date                 string  `json:"date"`
 	Events               int     `json:"events"`
 	Partitions           int     `json:"partitions"`
-	IngestEventsPerSec   float64 `json:"ingest_events_per_sec"`
+	IngestEventsPerSec   float64 `json:"ingest_events_per_sec"`           // with the contract check on
+	UncheckedPerSec      float64 `json:"ingest_unchecked_events_per_sec"` // the same events, the check off
+	CheckedRatio         float64 `json:"checked_over_unchecked"`
+	Violations           int64   `json:"violations"` // of the reference payloads: 0
 	SagaEventsPerSec     float64 `json:"saga_events_per_sec"`
 	SagaRateFrom         string  `json:"saga_rate_from"`
 	Ratio                float64 `json:"ratio"`
@@ -101,20 +106,6 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
-	dsn, drop, err := benchutil.CreateDB(ctx, c.pg, "choreo_bench_tracker")
-	if err != nil {
-		return err
-	}
-	defer drop() //nolint:errcheck
-	pool, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	if err := tracker.Migrate(ctx, pool, ""); err != nil {
-		return err
-	}
-
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
 		return err
@@ -127,58 +118,36 @@ func run(ctx context.Context, c config) error {
 	}
 	fmt.Printf("tracker ingest benchmark: %d events of %d order sagas on %s (%d partitions each), GOMAXPROCS %d, in-process kfake\n",
 		n, c.orders, strings.Join(cfg.Topics, ", "), c.partitions, runtime.GOMAXPROCS(0))
-
-	// The tracker's own counter says how far it got, without querying the table it writes.
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer mp.Shutdown(ctx) //nolint:errcheck
-	tr, err := tracker.New(pool, cfg, tracker.WithMeter(mp.Meter("bench")))
+	catalogue, err := reference.Contracts()
 	if err != nil {
 		return err
 	}
-	defer tr.Close() //nolint:errcheck
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	runErr := make(chan error, 1)
-	start := time.Now()
-	go func() { runErr <- tr.Run(rctx, brokers) }()
-	for indexed := int64(0); indexed < int64(n); {
-		select {
-		case err := <-runErr:
-			return fmt.Errorf("tracker stopped: %w", err)
-		case <-time.After(10 * time.Millisecond):
-		}
-		if indexed, err = counter(ctx, reader, "choreo.tracker.events.indexed"); err != nil {
-			return err
-		}
-		if time.Since(start) > 10*time.Minute {
-			return fmt.Errorf("only %d of %d events indexed after 10 minutes", indexed, n)
-		}
-	}
-	elapsed := time.Since(start)
-	cancel()
-	if err := <-runErr; err != nil {
+	// The same events twice, each into a fresh index: without the contract check, then
+	// with it (as sagactl track runs by default).
+	unchecked, err := ingest(ctx, c, cfg, brokers, n, "bench-unchecked", nil)
+	if err != nil {
 		return err
 	}
-
-	// The index is the events table with its indexes plus the per-saga summaries and the
-	// producers of each type, which the tracker keeps beside it.
-	var total, table, summaries, rows int64
-	if err := pool.QueryRow(ctx, `SELECT pg_total_relation_size($1), pg_relation_size($1),
-		pg_total_relation_size($2) + pg_total_relation_size($3), (SELECT count(*) FROM `+tracker.DefaultTable+`)`,
-		tracker.DefaultTable, tracker.DefaultTable+"_sagas", tracker.DefaultTable+"_types").Scan(&total, &table, &summaries, &rows); err != nil {
+	checked, err := ingest(ctx, c, cfg, brokers, n, "bench-checked", []tracker.Option{tracker.WithContracts(catalogue)})
+	if err != nil {
 		return err
 	}
+	total, table, summaries, rows := checked.total, checked.table, checked.summaries, checked.rows
+	elapsed := checked.elapsed
 	r := result{
 		Commit: commit(), Date: time.Now().UTC().Format(time.RFC3339), Events: n, Partitions: c.partitions,
 		IngestEventsPerSec: float64(n) / elapsed.Seconds(), SagaEventsPerSec: sagaRate, SagaRateFrom: from,
+		UncheckedPerSec: float64(n) / unchecked.elapsed.Seconds(), Violations: checked.violations,
 		BytesPerEvent: float64(total+summaries) / float64(rows), TableBytesPerEvent: float64(table) / float64(rows),
 		IndexBytesPerEvent: float64(total-table) / float64(rows), SummaryBytesPerEvent: float64(summaries) / float64(rows),
 	}
 	r.Ratio = r.IngestEventsPerSec / r.SagaEventsPerSec
+	r.CheckedRatio = r.IngestEventsPerSec / r.UncheckedPerSec
 	fmt.Printf("\n| figure | value | against | ratio |\n|---|---|---|---|\n")
-	fmt.Printf("| tracker ingest (%d events, %s) | %.0f events/s | the saga at saturation: %.0f events/s (%s) | %.1f× |\n",
+	fmt.Printf("| tracker ingest, contract check on (%d events, %s) | %.0f events/s | the saga at saturation: %.0f events/s (%s) | %.1f× |\n",
 		n, elapsed.Round(time.Millisecond), r.IngestEventsPerSec, r.SagaEventsPerSec, from, r.Ratio)
+	fmt.Printf("| the contract check's cost (%d violations) | %.0f events/s on | %.0f events/s off (%s) | %.2f |\n",
+		r.Violations, r.IngestEventsPerSec, r.UncheckedPerSec, unchecked.elapsed.Round(time.Millisecond), r.CheckedRatio)
 	fmt.Printf("| storage per indexed event | %.0f B (events table %.0f + its indexes %.0f + saga summaries %.0f) | – | – |\n",
 		r.BytesPerEvent, r.TableBytesPerEvent, r.IndexBytesPerEvent, r.SummaryBytesPerEvent)
 	if r.Ratio < 10 {
@@ -191,6 +160,74 @@ func run(ctx context.Context, c config) error {
 		fmt.Printf("\nwrote the figures to %s under \"tracker\"\n", c.jsonOut)
 	}
 	return nil
+}
+
+// ingested is one ingest run: its time, the violations counted and the index's size.
+type ingested struct {
+	elapsed                       time.Duration
+	violations                    int64
+	total, table, summaries, rows int64
+}
+
+// ingest indexes the n events on brokers into a fresh database with a tracker of
+// consumer group group and opts, and returns how long it took.
+func ingest(ctx context.Context, c config, cfg tracker.Config, brokers []string, n int, group string, opts []tracker.Option) (ingested, error) {
+	dsn, drop, err := benchutil.CreateDB(ctx, c.pg, "choreo_bench_tracker")
+	if err != nil {
+		return ingested{}, err
+	}
+	defer drop() //nolint:errcheck
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		return ingested{}, err
+	}
+	defer pool.Close()
+	if err := tracker.Migrate(ctx, pool, ""); err != nil {
+		return ingested{}, err
+	}
+
+	// The tracker's own counter says how far it got, without querying the table it writes.
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(ctx) //nolint:errcheck
+	tr, err := tracker.New(pool, cfg, append([]tracker.Option{tracker.WithMeter(mp.Meter("bench")), tracker.WithGroup(group)}, opts...)...)
+	if err != nil {
+		return ingested{}, err
+	}
+	defer tr.Close() //nolint:errcheck
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	runErr := make(chan error, 1)
+	start := time.Now()
+	go func() { runErr <- tr.Run(rctx, brokers) }()
+	for indexed := int64(0); indexed < int64(n); {
+		select {
+		case err := <-runErr:
+			return ingested{}, fmt.Errorf("tracker stopped: %w", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if indexed, err = counter(ctx, reader, "choreo.tracker.events.indexed"); err != nil {
+			return ingested{}, err
+		}
+		if time.Since(start) > 10*time.Minute {
+			return ingested{}, fmt.Errorf("only %d of %d events indexed after 10 minutes", indexed, n)
+		}
+	}
+	out := ingested{elapsed: time.Since(start)}
+	cancel()
+	if err := <-runErr; err != nil {
+		return ingested{}, err
+	}
+	if out.violations, err = counter(ctx, reader, "choreo.tracker.contract.violations"); err != nil {
+		return ingested{}, err
+	}
+	// The index is the events table with its indexes plus the per-saga summaries and the
+	// producers of each type, which the tracker keeps beside it.
+	err = pool.QueryRow(ctx, `SELECT pg_total_relation_size($1), pg_relation_size($1),
+		pg_total_relation_size($2) + pg_total_relation_size($3), (SELECT count(*) FROM `+tracker.DefaultTable+`)`,
+		tracker.DefaultTable, tracker.DefaultTable+"_sagas", tracker.DefaultTable+"_types").Scan(&out.total, &out.table, &out.summaries, &out.rows)
+	return out, err
+
 }
 
 // counter returns the value of the int64 counter name.
@@ -267,8 +304,8 @@ func produce(ctx context.Context, brokers, topics []string, c config) (int, erro
 	if len(topicOf) != 3 {
 		return 0, fmt.Errorf("the config's topics %v lack the orders, payments or inventory topic", topics)
 	}
-	steps := [eventsPerOrder][2]string{{"order", "order.created"}, {"payment", "payment.authorized"},
-		{"inventory", "stock.reserved"}, {"order", "order.confirmed"}}
+	steps := [eventsPerOrder][2]string{{events.SourceOrder, events.OrderCreated}, {events.SourcePayment, events.PaymentAuthorized},
+		{events.SourceInventory, events.StockReserved}, {events.SourceOrder, events.OrderConfirmed}}
 	base := time.Now().Add(-time.Minute)
 	var (
 		mu   sync.Mutex
@@ -280,10 +317,11 @@ func produce(ctx context.Context, brokers, topics []string, c config) (int, erro
 		tp := fmt.Sprintf("00-%032x-%016x-01", i+1, i+1)
 		var prev event.Event
 		for j, s := range steps {
-			ev, err := event.New(s[0], s[1], id, map[string]any{"order_id": id, "amount_cents": 1999})
+			ev, err := event.New(s[0], s[1], id, payload(s[1], id))
 			if err != nil {
 				return 0, err
 			}
+			ev.SchemaVersion = 1
 			if j > 0 {
 				ev = ev.CausedBy(prev)
 			}
@@ -313,6 +351,22 @@ func produce(ctx context.Context, brokers, topics []string, c config) (int, erro
 		return 0, fmt.Errorf("produce: %w", errors.Join(errs...))
 	}
 	return n, nil
+}
+
+// payload is a version-1 payload of typ for order id as the reference services write it,
+// so that the contract check runs every schema and finds nothing to report.
+func payload(typ, id string) any {
+	items := []events.Item{{SKU: "sku-1", Qty: 2}}
+	switch typ {
+	case events.OrderCreated:
+		return events.OrderCreatedV1{OrderID: id, CustomerID: "c-1", Items: items, Amount: 1999}
+	case events.PaymentAuthorized:
+		return events.PaymentV1{OrderID: id, CustomerID: "c-1", Amount: 1999, Items: items}
+	case events.StockReserved:
+		return events.StockV1{OrderID: id, Items: items}
+	default:
+		return events.OrderOutcomeV1{OrderID: id}
+	}
 }
 
 // commit is the checked-out commit, or "" outside a git work tree.

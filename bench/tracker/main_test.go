@@ -11,8 +11,9 @@ import (
 	"github.com/choreo-saga/choreo/internal/testenv"
 )
 
-// A small run indexes every event and merges its figures into the results file, keeping
-// the keys that were there and their order.
+// A small run indexes every event, with and without the contract check (which finds no
+// violation in the reference payloads), and merges its figures into the results file,
+// keeping the keys that were there and their order.
 func TestRun(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "results.json")
 	if err := os.WriteFile(file, []byte(`{"date": "d", "saga": {"peak_confirmed_per_sec": 50}, "tracker": {"old": 1}, "z": [1, 2]}`), 0o600); err != nil {
@@ -37,7 +38,8 @@ func TestRun(t *testing.T) {
 	}
 	tr := got.Tracker
 	if got.Date != "d" || len(got.Z) != 2 || tr.Events != 200 || tr.IngestEventsPerSec <= 0 ||
-		tr.SagaEventsPerSec != 200 || tr.Ratio <= 0 || tr.BytesPerEvent <= 0 {
+		tr.SagaEventsPerSec != 200 || tr.Ratio <= 0 || tr.BytesPerEvent <= 0 ||
+		tr.UncheckedPerSec <= 0 || tr.CheckedRatio <= 0 || tr.Violations != 0 { // the reference payloads keep their contracts
 		t.Errorf("results after the run:\n%s", b)
 	}
 	if strings.Contains(string(b), `"old"`) || strings.Index(string(b), `"tracker"`) > strings.Index(string(b), `"z"`) {

@@ -16,6 +16,9 @@ type flowPage struct {
 	Events int // the latest events it is computed from, at most
 	// SVG is Flow.SVG(), which escapes every label it draws, inline in the page.
 	SVG template.HTML
+	// Violated counts the contract violations kept per producer and type (violationKey),
+	// marked on the edges into that type.
+	Violated map[string]int64
 }
 
 // handleFlow shows the observed flow: its SVG and its edges as a table.
@@ -29,7 +32,13 @@ func (s *console) handleFlow(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, "flow", http.StatusBadGateway, p)
 		return
 	}
-	p.Flow = &flowPage{Flow: flow, Events: consoleFlowEvents, SVG: template.HTML(flow.SVG())} //nolint:gosec // Flow.SVG escapes every label
+	violated, err := s.violatedEdges(ctx)
+	if err != nil {
+		p.Error = "saga tracker: " + err.Error()
+		s.render(w, r, "flow", http.StatusBadGateway, p)
+		return
+	}
+	p.Flow = &flowPage{Flow: flow, Events: consoleFlowEvents, SVG: template.HTML(flow.SVG()), Violated: violated} //nolint:gosec // Flow.SVG escapes every label
 	s.render(w, r, "flow", http.StatusOK, p)
 }
 

@@ -42,7 +42,9 @@ var consoleTemplates = map[string]*template.Template{}
 
 func init() {
 	funcs := template.FuncMap{
-		"dur": fmtDuration,
+		"dur":     fmtDuration,
+		"version": versionString,
+		"key":     violationKey,
 		"ts": func(t time.Time) string {
 			if t.IsZero() {
 				return "-"
@@ -76,14 +78,15 @@ type page struct {
 	Refresh int  // overview polling period, ms
 	Tracker bool // the console reads a saga tracker (-tracker-db)
 
-	Overview *overview
-	Order    *orderPage
-	DLQ      *dlqPage
-	Record   *dlqRecordPage
-	Replay   *replayPage
-	Sagas    *sagasPage
-	Saga     *sagaPage
-	Flow     *flowPage
+	Overview  *overview
+	Order     *orderPage
+	DLQ       *dlqPage
+	Record    *dlqRecordPage
+	Replay    *replayPage
+	Sagas     *sagasPage
+	Saga      *sagaPage
+	Flow      *flowPage
+	Contracts *contractsPage
 }
 
 func (s *console) handler() http.Handler {
@@ -110,6 +113,7 @@ func (s *console) handler() http.Handler {
 		mux.HandleFunc("GET /sagas/{id}", s.handleSaga)
 		mux.HandleFunc("GET /flow/{$}", s.handleFlow)
 		mux.HandleFunc("GET /flow/{file}", s.handleFlowFile)
+		mux.HandleFunc("GET /contracts/{$}", s.handleContracts)
 	}
 	return s.secure(mux)
 }

@@ -140,6 +140,7 @@ type sagaPage struct {
 	Sagas       []sagaRow
 	Events      []sagaEvent
 	DeadLetters []tracker.DeadLetter
+	Violations  []tracker.Violation // its events' contract violations, in time order
 	Lanes       sagaLanes
 	Order       *Order // the order API's order of this id; nil when it has none
 	OrderError  string // why the order API did not answer, when it failed
@@ -170,7 +171,7 @@ func (s *console) handleSaga(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, "saga", status, p)
 		return
 	}
-	sp := &sagaPage{ID: id, DeadLetters: tl.DeadLetters}
+	sp := &sagaPage{ID: id, DeadLetters: tl.DeadLetters, Violations: tl.Violations}
 	now := s.now()
 	for _, x := range tl.Sagas {
 		sp.Sagas = append(sp.Sagas, toSagaRow(x, now))

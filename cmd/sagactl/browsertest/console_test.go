@@ -21,10 +21,13 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/choreo-saga/choreo/app"
 	"github.com/choreo-saga/choreo/app/apptest"
+	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/internal/testenv"
+	"github.com/choreo-saga/choreo/services/events"
 	"github.com/choreo-saga/choreo/services/inventory/inventorysvc"
 	"github.com/choreo-saga/choreo/services/order/ordersvc"
 	"github.com/choreo-saga/choreo/services/payment/paymentsvc"
@@ -566,6 +569,54 @@ func TestConsoleInChromium(t *testing.T) {
 		t.Fatalf("cancel said %q", note)
 	}
 	waitOrder(t, s, held.ID, time.Minute, "CANCELLED", func(o order) bool { return o.State == "CANCELLED" })
+
+	// A payment.authorized without the amount its consumers require, produced onto the
+	// reference topic, is listed on the Contracts page with the consumers it breaks.
+	bad := "o-contract-" + strings.ReplaceAll(testenv.Name(t, "c"), "_", "-")
+	produceWithoutAmount(t, s, bad)
+	var violations string
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(violations, bad) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the contracts page never listed %s:\n%s", bad, violations)
+		}
+		step(t, ctx, "contracts page", chromedp.Navigate(base+"/contracts/"), chromedp.WaitVisible(css(`#contract-violations`)))
+		violations = get(t, ctx, "contract violations", chromedp.Text(css(`#contract-violations tbody`)))
+	}
+	for _, want := range []string{"payment.authorized", "v1", "inventory", "order", "consumes", "amount"} {
+		if !strings.Contains(violations, want) {
+			t.Errorf("the contracts page lacks %q:\n%s", want, violations)
+		}
+	}
+	screenshot(t, ctx, "console-contracts.png")
+	step(t, ctx, "the violating saga's page",
+		chromedp.Navigate(base+"/sagas/"+bad),
+		chromedp.WaitVisible(css(`#saga-violations`)),
+	)
+}
+
+// produceWithoutAmount produces onto payments.events a payment.authorized v1 of order id
+// whose payload lacks the amount order and inventory require.
+func produceWithoutAmount(t *testing.T, s stack, id string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(s.brokers, ",")...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ev, err := event.New(events.SourcePayment, events.PaymentAuthorized, id,
+		map[string]any{"order_id": id, "customer_id": "c-contract", "items": []events.Item{{SKU: "sku-1", Qty: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev.SchemaVersion = 1
+	rec, err := event.ToRecord(events.TopicPayments, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // dlqHas reports whether the console's dead-letter page lists a record keyed by id.
