@@ -29,6 +29,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -68,7 +69,9 @@ type result struct {
 	IngestEventsPerSec   float64 `json:"ingest_events_per_sec"`           // with the contract check on
 	UncheckedPerSec      float64 `json:"ingest_unchecked_events_per_sec"` // the same events, the check off
 	CheckedRatio         float64 `json:"checked_over_unchecked"`
-	Violations           int64   `json:"violations"` // of the reference payloads: 0
+	CheckedCPUPerEvent   float64 `json:"checked_cpu_us_per_event"`   // this process: tracker and in-process broker
+	UncheckedCPUPerEvent float64 `json:"unchecked_cpu_us_per_event"` // the same, the check off
+	Violations           int64   `json:"violations"`                 // of the reference payloads: 0
 	SagaEventsPerSec     float64 `json:"saga_events_per_sec"`
 	SagaRateFrom         string  `json:"saga_rate_from"`
 	Ratio                float64 `json:"ratio"`
@@ -122,15 +125,37 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
-	// The same events twice, each into a fresh index: without the contract check, then
-	// with it (as sagactl track runs by default).
-	unchecked, err := ingest(ctx, c, cfg, brokers, n, "bench-unchecked", nil)
-	if err != nil {
+	// The same events five times, each into a fresh index: a first run that warms the
+	// broker's and Postgres' caches and is not counted, then without the contract check
+	// and with it (as sagactl track runs by default) in the order off, on, on, off, so
+	// that neither side gains from its place; the faster run and the least CPU of each
+	// side count.
+	if _, err := ingest(ctx, c, cfg, brokers, n, "bench-warm-up", nil); err != nil {
 		return err
 	}
-	checked, err := ingest(ctx, c, cfg, brokers, n, "bench-checked", []tracker.Option{tracker.WithContracts(catalogue)})
-	if err != nil {
-		return err
+	var unchecked, checked ingested
+	for i, on := range []bool{false, true, true, false} {
+		var opts []tracker.Option
+		if on {
+			opts = append(opts, tracker.WithContracts(catalogue))
+		}
+		got, err := ingest(ctx, c, cfg, brokers, n, fmt.Sprintf("bench-%d", i), opts)
+		if err != nil {
+			return err
+		}
+		best := &unchecked
+		if on {
+			best = &checked
+		}
+		if best.elapsed == 0 || got.elapsed < best.elapsed {
+			cpu := best.cpu
+			*best = got
+			if cpu > 0 && cpu < got.cpu {
+				best.cpu = cpu
+			}
+		} else if got.cpu < best.cpu {
+			best.cpu = got.cpu
+		}
 	}
 	total, table, summaries, rows := checked.total, checked.table, checked.summaries, checked.rows
 	elapsed := checked.elapsed
@@ -143,11 +168,15 @@ func run(ctx context.Context, c config) error {
 	}
 	r.Ratio = r.IngestEventsPerSec / r.SagaEventsPerSec
 	r.CheckedRatio = r.IngestEventsPerSec / r.UncheckedPerSec
+	r.CheckedCPUPerEvent = float64(checked.cpu.Microseconds()) / float64(n)
+	r.UncheckedCPUPerEvent = float64(unchecked.cpu.Microseconds()) / float64(n)
 	fmt.Printf("\n| figure | value | against | ratio |\n|---|---|---|---|\n")
 	fmt.Printf("| tracker ingest, contract check on (%d events, %s) | %.0f events/s | the saga at saturation: %.0f events/s (%s) | %.1f× |\n",
 		n, elapsed.Round(time.Millisecond), r.IngestEventsPerSec, r.SagaEventsPerSec, from, r.Ratio)
-	fmt.Printf("| the contract check's cost (%d violations) | %.0f events/s on | %.0f events/s off (%s) | %.2f |\n",
+	fmt.Printf("| the contract check's cost (%d violations; the faster of two runs each) | %.0f events/s on | %.0f events/s off (%s) | %.2f |\n",
 		r.Violations, r.IngestEventsPerSec, r.UncheckedPerSec, unchecked.elapsed.Round(time.Millisecond), r.CheckedRatio)
+	fmt.Printf("| CPU of the tracker process per event (with the broker in it) | %.1f µs on | %.1f µs off | %.2f |\n",
+		r.CheckedCPUPerEvent, r.UncheckedCPUPerEvent, r.CheckedCPUPerEvent/r.UncheckedCPUPerEvent)
 	fmt.Printf("| storage per indexed event | %.0f B (events table %.0f + its indexes %.0f + saga summaries %.0f) | – | – |\n",
 		r.BytesPerEvent, r.TableBytesPerEvent, r.IndexBytesPerEvent, r.SummaryBytesPerEvent)
 	if r.Ratio < 10 {
@@ -164,6 +193,7 @@ func run(ctx context.Context, c config) error {
 
 // ingested is one ingest run: its time, the violations counted and the index's size.
 type ingested struct {
+	cpu                           time.Duration // user + system time of this process (tracker and broker), not Postgres'
 	elapsed                       time.Duration
 	violations                    int64
 	total, table, summaries, rows int64
@@ -198,7 +228,7 @@ func ingest(ctx context.Context, c config, cfg tracker.Config, brokers []string,
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	runErr := make(chan error, 1)
-	start := time.Now()
+	start, cpuStart := time.Now(), processCPU()
 	go func() { runErr <- tr.Run(rctx, brokers) }()
 	for indexed := int64(0); indexed < int64(n); {
 		select {
@@ -213,7 +243,7 @@ func ingest(ctx context.Context, c config, cfg tracker.Config, brokers []string,
 			return ingested{}, fmt.Errorf("only %d of %d events indexed after 10 minutes", indexed, n)
 		}
 	}
-	out := ingested{elapsed: time.Since(start)}
+	out := ingested{elapsed: time.Since(start), cpu: processCPU() - cpuStart}
 	cancel()
 	if err := <-runErr; err != nil {
 		return ingested{}, err
@@ -228,6 +258,15 @@ func ingest(ctx context.Context, c config, cfg tracker.Config, brokers []string,
 		tracker.DefaultTable, tracker.DefaultTable+"_sagas", tracker.DefaultTable+"_types").Scan(&out.total, &out.table, &out.summaries, &out.rows)
 	return out, err
 
+}
+
+// processCPU returns the user and system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // counter returns the value of the int64 counter name.
