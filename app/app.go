@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,7 +18,6 @@ import (
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/idempotency"
 	"github.com/choreo-saga/choreo/lock"
-	"github.com/choreo-saga/choreo/migrate"
 	"github.com/choreo-saga/choreo/outbox"
 	"github.com/choreo-saga/choreo/tracing"
 )
@@ -174,139 +172,16 @@ func New(ctx context.Context, service string, opts ...Option) (a *App, err error
 		tracing.WithMeterProvider(a.Telemetry.MeterProvider),
 		tracing.WithPropagator(a.Telemetry.Propagator),
 	}
-
-	if o.ensureDB {
-		if err := ensureDatabase(ctx, cfg.DatabaseURL); err != nil {
+	for _, step := range []func(context.Context, []tracing.InstrumentOption) error{
+		a.connectPostgres, // the pool, warmed and pinged
+		a.prepareTables,   // the outbox, idempotency store and archive, and their tables
+		a.connectRedis,    // the client and the locker, when Redis is configured
+		a.connectKafka,    // the shared producer, its credentials checked
+		a.prepareWorkers,  // the outbox relay and the sweepers
+	} {
+		if err := step(ctx, inst); err != nil {
 			return nil, err
 		}
-	}
-	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: not a Postgres connection string", ErrInvalidConfig, envDatabaseURL)
-	}
-	if cfg.DatabaseMaxConns > 0 && !strings.Contains(cfg.DatabaseURL, "pool_max_conns") {
-		pcfg.MaxConns = cfg.DatabaseMaxConns
-	}
-	if cfg.DatabaseMinConns > 0 && !strings.Contains(cfg.DatabaseURL, "pool_min_conns") {
-		pcfg.MinConns = min(cfg.DatabaseMinConns, pcfg.MaxConns)
-	}
-	if o.poolConfig != nil {
-		o.poolConfig(pcfg)
-	}
-	tracing.InstrumentPostgres(pcfg, inst...)
-	if a.Pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
-		return nil, fmt.Errorf("app: postgres: %w", err)
-	}
-	if err := tracing.RecordPoolStats(a.Pool, inst...); err != nil {
-		a.Pool.Close()
-		return nil, fmt.Errorf("app: postgres: %w", err)
-	}
-	// The warm-up first: pgxpool opens MinConns in the background from here, and a ping
-	// racing them could be refused by a server or role at its connection limit although
-	// the warm-up got connections; after it, the ping uses one of them.
-	a.warmPool(ctx)
-	if err := a.Pool.Ping(ctx); err != nil {
-		return nil, fmt.Errorf("app: postgres database %q: %w", cfg.DatabaseName(), err)
-	}
-
-	a.Outbox = o.outbox
-	if a.Outbox == nil {
-		obOpts := []outbox.Option{outbox.WithNotifier(a.Pool)}
-		if cfg.Signing.Signer != nil {
-			obOpts = append(obOpts, outbox.WithSigner(cfg.Signing.Signer))
-		}
-		if a.Outbox, err = outbox.New(obOpts...); err != nil {
-			return nil, fmt.Errorf("app: %w", err)
-		}
-	}
-	if a.archive, err = consumer.NewDeadLetterArchive(a.Pool, "", consumer.ArchiveValueBytes(cfg.deadLetterArchiveBytes())); err != nil {
-		return nil, fmt.Errorf("app: %w", err)
-	}
-	a.Store = o.store
-	if a.Store == nil {
-		if a.Store, err = idempotency.NewStore(idempotency.WithRetention(cfg.idempotencyRetention())); err != nil {
-			return nil, fmt.Errorf("app: %w", err)
-		}
-	}
-	// The tables of the store, outbox and archive the App uses, whatever their names.
-	err = migrate.Up(ctx, a.Pool, migrate.WithIdempotencyTable(a.Store.TableName()),
-		migrate.WithOutboxTable(a.Outbox.TableName()), migrate.WithDeadLetterTable(a.archive.TableName()))
-	if err != nil {
-		return nil, fmt.Errorf("app: %w", err)
-	}
-	for _, sc := range o.schemas {
-		if err := MigrateSQL(ctx, a.Pool, sc.name, sc.script); err != nil {
-			return nil, err
-		}
-	}
-	a.checks = append(a.checks, namedCheck{"postgres", postgresCheck(a.Pool)})
-
-	ro, err := cfg.redisOptions()
-	if err != nil {
-		return nil, err
-	}
-	if ro != nil {
-		if o.redisOptions != nil {
-			o.redisOptions(ro)
-		}
-		a.Redis = redis.NewClient(ro)
-		if err := tracing.InstrumentRedis(a.Redis, inst...); err != nil {
-			return nil, fmt.Errorf("app: redis: %w", err)
-		}
-		if err := a.Redis.Ping(ctx).Err(); err != nil {
-			return nil, fmt.Errorf("app: redis %s: %w%s", cfg.redisTarget(), err, redisAuthHint(err))
-		}
-		lo := append([]lock.Option{lock.WithNamespace(lock.DefaultNamespace + cfg.Service + ":")}, o.lockOpts...)
-		if a.Locker, err = lock.New(a.Redis, lo...); err != nil {
-			return nil, fmt.Errorf("app: %w", err)
-		}
-		a.checks = append(a.checks, namedCheck{"redis", redisCheck(a.Redis)})
-	}
-
-	secOpts, err := cfg.KafkaSecurity.Options()
-	if err != nil {
-		return nil, err
-	}
-	if cfg.KafkaSecurity.SASLMechanism == saslPlain && !cfg.KafkaSecurity.TLS {
-		a.Logger.Warn("app: SASL PLAIN without TLS sends the Kafka password in clear text; set KAFKA_TLS=on")
-	}
-	a.kafkaOpts = append(secOpts, o.kafkaOpts...)
-	compression, err := KafkaCompressionOption(cfg.KafkaCompression)
-	if err != nil {
-		return nil, err
-	}
-	kopts := append([]kgo.Opt{kgo.SeedBrokers(cfg.KafkaBrokers...), kgo.ClientID(cfg.Service), compression}, a.kafkaOpts...)
-	if a.Kafka, err = kgo.NewClient(kopts...); err != nil {
-		return nil, fmt.Errorf("app: kafka client: %w", err)
-	}
-	if cfg.KafkaSecurity.Enabled() {
-		// A wrong password or certificate is a configuration error: report it now, not
-		// as consumers and a relay that retry forever.
-		pctx, cancel := context.WithTimeout(ctx, kafkaAuthTimeout)
-		err := a.Kafka.Ping(pctx)
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("app: kafka %s: cannot connect with %s%s: %w",
-				strings.Join(cfg.KafkaBrokers, ","), cfg.KafkaSecurity, kafkaAuthHint(cfg.KafkaSecurity, err), err)
-		}
-	}
-	a.checks = append(a.checks, namedCheck{"kafka", kafkaCheck(a.Kafka)})
-
-	a.relay, err = outbox.NewRelay(a.Pool, a.Kafka, a.Outbox, append([]outbox.RelayOption{
-		outbox.WithTracerProvider(a.Telemetry.TracerProvider),
-		outbox.WithMeterProvider(a.Telemetry.MeterProvider),
-		outbox.WithLogger(a.Logger),
-	}, o.relayOpts...)...)
-	if err != nil {
-		return nil, fmt.Errorf("app: %w", err)
-	}
-	if o.sweeper {
-		sw, err := idempotency.NewSweeper(a.Pool, idempotency.WithTable(a.Store.TableName()))
-		if err != nil {
-			return nil, fmt.Errorf("app: %w", err)
-		}
-		a.workers = append(a.workers, component{name: "idempotency sweeper", run: sw.Run, mustRun: true},
-			component{name: "dead-letter archive pruner", run: a.deadLetterPruner, mustRun: true})
 	}
 	return a, nil
 }
