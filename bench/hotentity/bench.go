@@ -86,6 +86,13 @@ func newBench(ctx context.Context, c config) (_ *bench, err error) {
 	if err := setupSchema(ctx, b.pool, c.accounts); err != nil {
 		return nil, err
 	}
+	if c.prefill > 0 {
+		start := time.Now()
+		if err := buildPrefilled(ctx, b.pool, c.prefill); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(c.out, "prefilled an idempotency table with %d records in %s\n", c.prefill, time.Since(start).Round(time.Second))
+	}
 	b.rdb = redis.NewClient(&redis.Options{Addr: c.redis, PoolSize: 2 * c.partitions})
 	b.closers = append(b.closers, func() { b.rdb.Close() }, func() { b.deleteRedisKeys(context.WithoutCancel(ctx)) })
 	if err := b.rdb.Ping(ctx).Err(); err != nil {
@@ -206,6 +213,7 @@ type modeSpec struct {
 	signed    bool
 	unfenced  bool
 	processes int
+	prefill   int // idempotency records in the table the mode runs on
 }
 
 // modes lists the pipeline modes of a run, the floor first.
@@ -219,6 +227,9 @@ func (c config) modes() []modeSpec {
 	}
 	if c.atCommit {
 		ms = append(ms, modeSpec{name: "choreo/atcommit", atCommit: true})
+	}
+	if c.prefill > 0 {
+		ms = append(ms, modeSpec{name: fmt.Sprintf("choreo/prefilled (%s idempotency records)", count(c.prefill)), prefill: c.prefill})
 	}
 	for _, n := range c.batches {
 		ms = append(ms, modeSpec{name: fmt.Sprintf("choreo/batch=%d", n), batch: n})
@@ -275,7 +286,10 @@ func (b *bench) rounds(ctx context.Context) ([]figures, error) {
 		out[i].VsPgbench = out[i].EventsPerSec / out[0].EventsPerSec
 	}
 	for i, s := range specs {
-		out[i+1].Processes = s.processes
+		out[i+1].Processes, out[i+1].Prefilled = s.processes, s.prefill
+		if s.prefill > 0 && out[2].Mode == "choreo" {
+			out[i+1].VsEmptyTable = out[i+1].EventsPerSec / out[2].EventsPerSec
+		}
 		for j, one := range specs {
 			if s.processes > 1 && one.processes == 1 && one.hand == s.hand {
 				out[i+1].VsOneProcess = out[i+1].EventsPerSec / out[j+1].EventsPerSec
@@ -353,6 +367,8 @@ func (b *bench) mode(ctx context.Context, spec modeSpec, round int) (measured, e
 		slug = "signed"
 	case spec.unfenced:
 		slug = "unfenced"
+	case spec.prefill > 0:
+		slug = "prefilled"
 	}
 	if spec.processes > 0 {
 		slug += fmt.Sprintf("-p%d", spec.processes)
@@ -369,6 +385,16 @@ func (b *bench) mode(ctx context.Context, spec modeSpec, round int) (measured, e
 		}
 	}
 	group := "hot-" + out
+	if spec.prefill > 0 {
+		if err := swapPrefilled(ctx, b.pool); err != nil {
+			return measured{}, err
+		}
+		defer func() {
+			if err := unswapPrefilled(context.WithoutCancel(ctx), b.pool, group+"/"+choreoName); err != nil {
+				b.log.Error("bench/hotentity: restoring the empty idempotency table", "err", err)
+			}
+		}()
+	}
 
 	var (
 		acked    atomic.Int64

@@ -56,6 +56,64 @@ func resetState(ctx context.Context, pool *pgxpool.Pool) error {
 	return err
 }
 
+// buildPrefilled makes choreo_idempotency_prefilled, a copy of the idempotency table
+// holding n records of an earlier scope (random keys, as event ids from many producers
+// are; created over the last 7 days and expiring over the next: inside the retention
+// window, so a sweeper keeps them), its
+// primary key and index built after the rows (as they would have grown, but faster),
+// and analyzed as autovacuum would have. The choreo/prefilled mode swaps it in.
+func buildPrefilled(ctx context.Context, pool *pgxpool.Pool, n int) error {
+	for _, q := range []string{
+		`DROP TABLE IF EXISTS choreo_idempotency_prefilled`,
+		`CREATE TABLE choreo_idempotency_prefilled (LIKE choreo_idempotency INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`,
+		fmt.Sprintf(`INSERT INTO choreo_idempotency_prefilled (scope, key, request_hash, created_at, expires_at)
+			SELECT 'hot-earlier/hot', gen_random_uuid()::text, sha256(g::text::bytea), t - interval '7 days', t
+			FROM generate_series(1, %d) g, LATERAL (SELECT now() + (g %% 604800) * interval '1 second') e(t)`, n),
+		`ALTER TABLE choreo_idempotency_prefilled ADD PRIMARY KEY (scope, key)`,
+		`CREATE INDEX ON choreo_idempotency_prefilled (expires_at)`,
+		`VACUUM ANALYZE choreo_idempotency_prefilled`,
+		`CHECKPOINT`, // the fill's writes are flushed before any mode is measured
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			return fmt.Errorf("prefill %d idempotency records: %w", n, err)
+		}
+	}
+	return nil
+}
+
+// swapPrefilled puts the prefilled table in the idempotency table's place (renames are
+// instant; statements prepared on the old one are re-analyzed by name).
+func swapPrefilled(ctx context.Context, pool *pgxpool.Pool) error {
+	_, err := pool.Exec(ctx, `ALTER TABLE choreo_idempotency RENAME TO choreo_idempotency_empty;
+		ALTER TABLE choreo_idempotency_prefilled RENAME TO choreo_idempotency`)
+	return err
+}
+
+// unswapPrefilled puts the empty table back, and deletes the records the mode added
+// under scope from the prefilled one (there must be some: the swap took).
+func unswapPrefilled(ctx context.Context, pool *pgxpool.Pool, scope string) error {
+	if _, err := pool.Exec(ctx, `ALTER TABLE choreo_idempotency RENAME TO choreo_idempotency_prefilled;
+		ALTER TABLE choreo_idempotency_empty RENAME TO choreo_idempotency`); err != nil {
+		return err
+	}
+	tag, err := pool.Exec(ctx, `DELETE FROM choreo_idempotency_prefilled WHERE scope = $1`, scope)
+	if err == nil && tag.RowsAffected() == 0 {
+		err = fmt.Errorf("no claim of scope %s went to the prefilled table", scope)
+	}
+	return err
+}
+
+// count is n for a table's name: "10M", "250k" or "1234".
+func count(n int) string {
+	switch {
+	case n >= 1e6 && n%1e6 == 0:
+		return fmt.Sprintf("%dM", n/1e6)
+	case n >= 1e3 && n%1e3 == 0:
+		return fmt.Sprintf("%dk", n/1e3)
+	}
+	return fmt.Sprint(n)
+}
+
 // check verifies a mode's result: every balance is the sum of its account's unique
 // events, the output topic holds exactly one record per unique input event (caused by
 // it), and nothing was dead-lettered (the consumer's .dlq topic and the outbox's dead

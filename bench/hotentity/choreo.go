@@ -17,6 +17,10 @@ import (
 	"github.com/choreo-saga/choreo/outbox"
 )
 
+// choreoName is the choreo pipeline's handler name: its idempotency scope is
+// "<group>/hot".
+const choreoName = "hot"
+
 // creditSQL is the business write: add the event's amount to its account.
 const creditSQL = `UPDATE accounts SET balance = balance + $2 WHERE id = $1`
 
@@ -115,7 +119,7 @@ func (p *choreoPipeline) run(ctx context.Context) error {
 		return err
 	}
 	cfg := consumer.StandardConfig{
-		DB: p.pool, DeadLetter: dlq, Locker: locker, Fence: !p.unfenced, Name: "hot",
+		DB: p.pool, DeadLetter: dlq, Locker: locker, Fence: !p.unfenced, Name: choreoName,
 		AfterCommit: []func(){ob.Wake}, Logger: p.log, TrustedKeys: p.trusted,
 		Handler: func(ctx context.Context, tx pgx.Tx, ev event.Event) error {
 			next, err := applyCredit(ctx, tx, ev, p.atCommit)

@@ -82,6 +82,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -110,12 +111,15 @@ type config struct {
 	atCommit           bool  // the choreo/atcommit mode
 	signed             bool  // the choreo/signed mode
 	unfenced           bool  // the choreo/unfenced mode
+	apache             bool  // -apache: run on kfake, then on a one-node Apache Kafka, and compare
+	prefill            int   // -prefill: the choreo/prefilled mode's idempotency records (0: no such mode)
 	repeat             int
 	pgbenchT           time.Duration
 	fetchMaxWait       time.Duration
 	seed               uint64
 	cpuProfile         string
 	jsonOut            string
+	jsonKey            string
 	out                io.Writer // where the table goes
 }
 
@@ -138,12 +142,15 @@ func main() {
 	flag.BoolVar(&c.atCommit, "atcommit", true, "run the choreo/atcommit mode: choreo with the UPDATE queued by consumer.AtCommit, one event per transaction")
 	flag.BoolVar(&c.signed, "signed", true, "run the choreo/signed mode: choreo with every outgoing event signed (Ed25519, outbox.WithSigner) and every input event's signature verified (StandardConfig.TrustedKeys)")
 	flag.BoolVar(&c.unfenced, "unfenced", true, "run the choreo/unfenced mode: choreo without the fence check (StandardConfig.Fence false), to show what fencing costs per event")
+	flag.BoolVar(&c.apache, "apache", false, "run every mode on the in-process kfake broker, then again on a one-node Apache Kafka 4.4.0 (scripts/kafka.sh; needs Java 17+ and Maven), and print each mode's ratio to the hand-written floor on both, side by side")
+	flag.IntVar(&c.prefill, "prefill", 0, "also run choreo with its idempotency table pre-filled with this many records, all inside the retention window (choreo/prefilled; the table is built once and swapped in; 0: not run); the table gives its ratio to choreo on the empty table")
 	flag.IntVar(&c.repeat, "repeat", 3, "rounds; the table shows each mode's median round")
 	flag.DurationVar(&c.pgbenchT, "pgbench-time", 10*time.Second, "duration of each pgbench run")
 	flag.DurationVar(&c.fetchMaxWait, "fetch-max-wait", 0, "kgo.FetchMaxWait for both consumers (0: franz-go's default)")
 	flag.Uint64Var(&c.seed, "seed", 1, "seed of the workload's accounts, amounts and duplicate positions")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the run (pipeline goroutines labelled mode=<mode>)")
-	flag.StringVar(&c.jsonOut, "json", "", `write the figures under the key "hotentity" of this JSON file, keeping its other keys (make bench: bench/results.json)`)
+	flag.StringVar(&c.jsonOut, "json", "", `write the figures under the key -json-key of this JSON file, keeping its other keys (make bench: bench/results.json)`)
+	flag.StringVar(&c.jsonKey, "json-key", "hotentity", "the key of -json's file the figures go under")
 	flag.Parse()
 	if batches != "" {
 		var err error
@@ -159,10 +166,47 @@ func main() {
 			os.Exit(2)
 		}
 	}
-	if _, err := run(context.Background(), c); err != nil {
+	var err error
+	if c.apache {
+		err = compareBrokers(context.Background(), c)
+	} else {
+		_, err = run(context.Background(), c)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench/hotentity:", err)
 		os.Exit(1)
 	}
+}
+
+// compareBrokers runs every mode on kfake, then on a one-node Apache Kafka, in one
+// invocation, and prints each mode's ratios on both side by side (-json: under the keys
+// <json-key>_kfake and <json-key>_apache).
+func compareBrokers(ctx context.Context, c config) error {
+	key := cmp.Or(c.jsonKey, "hotentity")
+	c.brokers, c.jsonKey = "", key+"_kfake"
+	onKfake, err := run(ctx, c)
+	if err != nil {
+		return err
+	}
+	addr, stop, err := benchutil.StartApacheKafka()
+	if err != nil {
+		return err
+	}
+	defer stop()
+	c.brokers, c.jsonKey = addr, key+"_apache"
+	onApache, err := run(ctx, c)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.out, "\n| mode | kfake events/s | Apache Kafka events/s | Apache ÷ kfake | vs hand-written: kfake | Apache |\n|---|---:|---:|---:|---:|---:|\n")
+	for i, k := range onKfake.Modes {
+		if i >= len(onApache.Modes) || onApache.Modes[i].Mode != k.Mode {
+			break
+		}
+		a := onApache.Modes[i]
+		fmt.Fprintf(c.out, "| %s | %.0f | %.0f | %.2f | %.2f× | %.2f× |\n", k.Mode, k.EventsPerSec, a.EventsPerSec, a.EventsPerSec/k.EventsPerSec, k.VsFloor, a.VsFloor)
+	}
+	return nil
 }
 
 // figures is one mode's (or pgbench's) row of the table and of the JSON.
@@ -186,9 +230,13 @@ type figures struct {
 	// process); VsOneProcess is EventsPerSec over the same pipeline's in one child process.
 	Processes    int     `json:"processes,omitempty"`
 	VsOneProcess float64 `json:"vs_one_process,omitempty"`
+	// Prefilled is the number of idempotency records the mode's table held before it
+	// ran; VsEmptyTable is EventsPerSec over choreo's on the empty table.
+	Prefilled    int     `json:"prefilled,omitempty"`
+	VsEmptyTable float64 `json:"vs_empty_table,omitempty"`
 }
 
-// report is what a run measured; -json writes it under the key "hotentity".
+// report is what a run measured; -json writes it under the key -json-key.
 type report struct {
 	Commit       string    `json:"commit"`
 	Time         time.Time `json:"time"`
@@ -240,7 +288,7 @@ func run(ctx context.Context, c config) (report, error) {
 	}
 	printTable(c.out, r)
 	if c.jsonOut != "" {
-		if err := benchutil.MergeJSON(c.jsonOut, "hotentity", r); err != nil {
+		if err := benchutil.MergeJSON(c.jsonOut, cmp.Or(c.jsonKey, "hotentity"), r); err != nil {
 			return report{}, err
 		}
 	}
@@ -299,6 +347,8 @@ func printTargets(w io.Writer, r report) {
 		case f.Mode == "choreo":
 			check("choreo (one event per transaction) vs hand-written", f.VsFloor, 1.0)
 			check("choreo (one event per transaction) vs pgbench", f.VsPgbench, 0.8)
+		case f.Prefilled > 0:
+			check(f.Mode+" vs choreo on an empty table", f.VsEmptyTable, 0.9)
 		case strings.HasPrefix(f.Mode, "choreo/batch=") && f.Processes == 0:
 			name := f.Mode
 			if name == fmt.Sprintf("choreo/batch=%d", app.DefaultConsumerBatch) {

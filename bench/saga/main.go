@@ -38,6 +38,9 @@ import (
 
 // config is the command line.
 type config struct {
+	kafkas      []string // -kafka: the brokers to run on, in turn: devkafka, apache
+	apache      bool     // this run's system is on a one-node Apache Kafka (chaos.Options.ApacheNodes)
+	bins        string   // binaries built already (chaos.Build); empty: each system builds them
 	rates       []int
 	duration    time.Duration
 	warmup      time.Duration
@@ -113,20 +116,34 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	res, err := run(ctx, cfg)
-	if res != nil {
-		printResults(os.Stdout, res)
+	var peaks []string
+	for i, kind := range cfg.kafkas {
+		one := cfg
+		one.apache = kind == "apache"
+		if i > 0 { // the first broker's run writes the results file and the plot
+			one.jsonPath, one.svgPath = "", ""
+		}
+		fmt.Fprintf(os.Stdout, "saga: on %s\n", kind)
+		res, err := run(ctx, one)
+		if res != nil {
+			printResults(os.Stdout, res)
+			peaks = append(peaks, fmt.Sprintf("%s %.1f confirmed/s (at %d/s offered)", kind, res.PeakConfirmedPerSec, res.PeakAtOffered))
+		}
+		if err != nil {
+			pprof.StopCPUProfile()
+			fmt.Fprintln(os.Stderr, "saga:", err)
+			os.Exit(1)
+		}
 	}
-	if err != nil {
-		pprof.StopCPUProfile()
-		fmt.Fprintln(os.Stderr, "saga:", err)
-		os.Exit(1)
+	if len(peaks) > 1 {
+		fmt.Fprintf(os.Stdout, "saturation by broker, one invocation: %s\n", strings.Join(peaks, "; "))
 	}
 }
 
 func parseFlags(args []string) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("saga", flag.ContinueOnError)
+	kafkas := fs.String("kafka", "devkafka", "the brokers to run the whole system on, in turn, comma-separated: devkafka, apache (a one-node Apache Kafka 4.4.0 from scripts/kafka.sh; needs Java 17+ and Maven)")
 	rates := fs.String("rates", "50,100,200,400,800,1600", "offered `rates` in orders/s, comma-separated, run in this order")
 	fs.DurationVar(&c.duration, "duration", 20*time.Second, "how long each rate is offered")
 	fs.DurationVar(&c.warmup, "warmup", 5*time.Second, "before the first rate, offer 20 orders/s (or the first rate if lower) for this long, unmeasured: pools, prepared statements and consumer groups settle (0: none)")
@@ -157,6 +174,12 @@ func parseFlags(args []string) (config, error) {
 		return c, err
 	}
 	c.env = env
+	for _, k := range strings.Split(*kafkas, ",") {
+		if k != "devkafka" && k != "apache" {
+			return c, fmt.Errorf("-kafka %q: want devkafka or apache", k)
+		}
+		c.kafkas = append(c.kafkas, k)
+	}
 	var err error
 	if c.rates, err = benchutil.ParseInts(*rates, 1); err != nil {
 		return c, err

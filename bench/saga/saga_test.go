@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/choreo-saga/choreo/chaos"
 )
 
 // TestHarness runs the whole harness for a couple of seconds at one low rate against
@@ -27,6 +29,10 @@ func TestHarness(t *testing.T) {
 	cfg.log = io.Discard
 	if testing.Verbose() {
 		cfg.log = os.Stderr
+	}
+	// The build first, unbounded: on a loaded machine it alone can take minutes.
+	if cfg.bins, err = chaos.Build(context.Background(), dir); err != nil {
+		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

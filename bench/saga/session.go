@@ -60,6 +60,8 @@ func startSession(ctx context.Context, cfg config, pgURL string, instances, part
 		MaxConns:    maxConns,
 		Env:         env,
 		Log:         cfg.log,
+		ApacheNodes: map[bool]int{true: 1}[cfg.apache],
+		Bins:        cfg.bins,
 	})
 	if err != nil {
 		return nil, err

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +14,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/choreo-saga/choreo/internal/testenv/freeport"
 )
 
 // testJVMOpts are the brokers' JVM options in tests, unless KAFKA_JVM_OPTS is set.
@@ -31,7 +31,7 @@ func apacheKafka(nodes int) (string, error) {
 		return "", errors.New("cannot locate scripts/kafka.sh")
 	}
 	script := filepath.Join(filepath.Dir(file), "..", "..", "scripts", "kafka.sh")
-	base, err := freePorts(2 * nodes)
+	base, err := freeport.Consecutive(2 * nodes)
 	if err != nil {
 		return "", err
 	}
@@ -81,26 +81,4 @@ func groupCoordinatorReady(ctx context.Context, brokers []string) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-}
-
-// freePorts returns the first of n consecutive loopback ports that are free now.
-func freePorts(n int) (int, error) {
-	for range 50 {
-		base := 20000 + rand.IntN(30000)
-		var lns []net.Listener
-		for p := base; p < base+n; p++ {
-			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
-			if err != nil {
-				break
-			}
-			lns = append(lns, ln)
-		}
-		for _, ln := range lns {
-			ln.Close()
-		}
-		if len(lns) == n {
-			return base, nil
-		}
-	}
-	return 0, fmt.Errorf("no %d consecutive free ports on 127.0.0.1", n)
 }
