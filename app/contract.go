@@ -100,13 +100,19 @@ func (a *App) Produces(outs ...Output) {
 	}
 }
 
-// Contracts returns what the service declared with [On] and [App.Produces]: per event
-// type and version, the payload schema it reads or writes.
+// Contracts returns what the service declared with [On], [Upcast] and [App.Produces]:
+// per event type and version, the payload schema it reads, accepts through an upcaster
+// or writes. It panics if an upcaster's payload type has no JSON Schema, which Upcast
+// already refused.
 func (a *App) Contracts() []contract.Declaration {
-	return slices.Clone(a.kit.decls)
+	acc, err := a.accepted()
+	if err != nil {
+		panic(fmt.Sprintf("app: Contracts: %v", err))
+	}
+	return slices.Concat(a.kit.decls, acc)
 }
 
-// Declarations returns what register declares for service ([On], [App.Produces])
+// Declarations returns what register declares for service ([On], [Upcast], [App.Produces])
 // without connecting to anything: register runs on an App that only records (its
 // connections are nil; Run and Publish must not be called on it). A service whose
 // registration is one function gets its contracts, for a catalogue or a

@@ -23,6 +23,7 @@ type kit struct {
 	lockOn   map[string]func(ctx context.Context, ev event.Event) (string, error) // event type → the entity it locks
 	produces map[produced]bool                                                    // see Produces
 	decls    []contract.Declaration                                               // what On and Produces declared
+	upcasts  []upcast                                                             // Upcast's registrations
 }
 
 // produced identifies what Produces declares: an event type and version on a topic.

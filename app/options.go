@@ -30,7 +30,6 @@ type options struct {
 	deadUnknown bool
 	retry       *consumer.RetryConfig
 	chain       []func(*consumer.StandardConfig)
-	upcasters   []consumer.UpcasterOption // upcast.go
 	consumerOps []consumer.Option
 
 	logOutput    io.Writer

@@ -36,11 +36,11 @@ func (s *System) Databases() map[string]string {
 	return out
 }
 
-// Infra lists the system's own broker (devkafka) and Redis processes, named by their
-// program, with Service empty and no URL.
+// Infra lists the system's own broker (devkafka, or the Apache Kafka nodes) and Redis
+// processes, named by their program, with Service empty and no URL.
 func (s *System) Infra() []Instance {
 	var out []Instance
-	for _, p := range []*proc{s.kafka, s.redis} {
+	for _, p := range append([]*proc{s.kafka, s.redis}, s.apache...) {
 		if p != nil {
 			out = append(out, Instance{Name: p.name, PID: p.pid(), LogPath: p.logPath})
 		}

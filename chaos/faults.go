@@ -72,6 +72,7 @@ type run struct {
 	poison    []poisonRecord
 	lastFault time.Time
 	dups      int
+	upgraded  time.Time // when the upgrade scenario's roll ended
 }
 
 func newRun(s *System, seed uint64) *run {
@@ -271,7 +272,7 @@ func (r *run) duplicateLive(ctx context.Context) {
 		}
 		from[o.Topic][o.Partition] = kgo.NewOffset().At(o.Offset)
 	})
-	cl, err := kgo.NewClient(kgo.SeedBrokers(r.s.brokers), kgo.ConsumePartitions(from), kgo.FetchMaxWait(200*time.Millisecond),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(r.s.seeds()...), kgo.ConsumePartitions(from), kgo.FetchMaxWait(200*time.Millisecond),
 		kgo.FetchMaxBytes(64<<20))
 	if err != nil {
 		r.record(FaultDuplicate, "saga topics", "", start, err)
@@ -371,7 +372,7 @@ func (s *System) readTopic(ctx context.Context, topic string) ([]*kgo.Record, er
 	if len(from) == 0 {
 		return nil, nil
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(s.brokers), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(s.seeds()...), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
 		kgo.FetchMaxBytes(64<<20), kgo.FetchMaxPartitionBytes(32<<20), kgo.FetchMaxWait(200*time.Millisecond))
 	if err != nil {
 		return nil, fmt.Errorf("chaos: kafka client: %w", err)

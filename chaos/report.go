@@ -75,6 +75,9 @@ func WriteText(w io.Writer, results []Result) {
 		if r.Duplicates > 0 {
 			fmt.Fprintf(w, "; %d records re-produced", r.Duplicates)
 		}
+		if len(r.Versions) > 0 {
+			fmt.Fprintf(w, "; written: %s", versionsCell(r.Versions))
+		}
 		quiet := fmt.Sprintf("quiesced %s after the last fault", r.Quiescence.Round(100*time.Millisecond))
 		if !r.Quiesced {
 			quiet = fmt.Sprintf("NOT quiesced %s after the last fault (%s)", r.Quiescence.Round(time.Second), r.Progress)
@@ -84,6 +87,9 @@ func WriteText(w io.Writer, results []Result) {
 			if f.Err != "" {
 				fmt.Fprintf(w, "   fault error: %s %s at %s: %s\n", f.Kind, f.Target, f.At.Round(100*time.Millisecond), f.Err)
 			}
+		}
+		if r.Retirement != "" {
+			fmt.Fprintf(w, "   sagactl contracts usage -retire %s@1 after the run:\n%s", "payment.authorized", indent(r.Retirement, "     "))
 		}
 		if len(r.Anomalies) == 0 {
 			fmt.Fprintln(w, "   anomalies: 0")
@@ -134,7 +140,24 @@ func faultsCell(r Result) string {
 	if r.Duplicates > 0 {
 		s += fmt.Sprintf(" (%d records re-produced)", r.Duplicates)
 	}
+	if len(r.Versions) > 0 {
+		s += " (written: " + versionsCell(r.Versions) + ")"
+	}
 	return s
+}
+
+// versionsCell is "payment.authorized v1 ×812, payment.authorized v2 ×790".
+func versionsCell(vs map[string]int) string {
+	return faultSummary(vs)
+}
+
+// indent prefixes every line of s with p.
+func indent(s, p string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i := range lines {
+		lines[i] = p + lines[i]
+	}
+	return strings.Join(lines, "\n") + "\n"
 }
 
 func quiescenceCell(r Result) string {

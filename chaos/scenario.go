@@ -84,8 +84,14 @@ type Scenario struct {
 	// Network is the path the scenario puts fault proxies on (Options.ProxyPayment or
 	// ProxyBroker), for faults of the network rather than the servers; empty: none.
 	Network NetPath
+	// ApacheNodes runs the scenario on an Apache Kafka cluster of that many nodes
+	// (Options.ApacheNodes) instead of devkafka.
+	ApacheNodes int
 	// overload: the load is offered at twice the measured saturation.
 	overload bool
+	// upgrade: the services start from the previous release (V1Release), and the
+	// tracker indexes the topics for the retirement report.
+	upgrade bool
 }
 
 // scaled returns n×scale, at least 1.
@@ -108,8 +114,9 @@ func spaced(n, parts int, fault func(r *run, ctx context.Context, d time.Duratio
 	}
 }
 
-// Scenarios are the scenarios of `make chaos`, in order.
-var Scenarios = []Scenario{
+// devkafkaScenarios are the scenarios of `make chaos` on devkafka, in order; [Scenarios]
+// adds those on Apache Kafka.
+var devkafkaScenarios = []Scenario{
 	{
 		Name: "kill",
 		Doc:  "kill -9 of a service instance every 1–3 s (24 kills, the services in turn, 8 each; every 4th kill the outbox relay leader found through pg_locks), each restarted after 1.5 s",
@@ -214,6 +221,14 @@ var Scenarios = []Scenario{
 		},
 	},
 	{
+		Name: "upgrade",
+		Doc: "a rolling upgrade from the previous release, where payment.authorized has only v1, to this tree: order and inventory " +
+			"instances one at a time (they then handle v2 and upcast v1), then payment's (they then write v2), so that v1 and v2 " +
+			"producers and consumers run at once; a kill -9 of payment's relay leader after its first instance moved; the tracker indexes it all",
+		Faults:  func(ctx context.Context, r *run, c Config) { r.rollingUpgrade(ctx, c) },
+		upgrade: true,
+	},
+	{
 		Name:        "overload",
 		Doc:         "on a Postgres cluster of the suite's own: offered load at twice the saturation measured first (the most orders settled in a 5 s window while 200/s were offered), for 30 s (at least -orders orders), then nothing",
 		NoDeadline:  true,
@@ -248,11 +263,16 @@ type Result struct {
 	Anomalies  []Anomaly     `json:"anomalies"`
 	// DeadLetters is the number of records in the saga topics' .dlq topics at the check
 	// (the poison scenarios expect theirs; any other is an anomaly too).
-	DeadLetters int           `json:"dead_letters"`
-	Started     time.Time     `json:"started"`
-	Took        time.Duration `json:"took_ns"`
-	Logs        string        `json:"logs,omitempty"`
-	Err         string        `json:"error,omitempty"`
+	DeadLetters int `json:"dead_letters"`
+	// Versions counts payment.authorized records by schema version, and Retirement is
+	// what `sagactl contracts usage -retire payment.authorized@1` printed after the run
+	// (the upgrade scenario).
+	Versions   map[string]int `json:"versions,omitempty"`
+	Retirement string         `json:"retirement,omitempty"`
+	Started    time.Time      `json:"started"`
+	Took       time.Duration  `json:"took_ns"`
+	Logs       string         `json:"logs,omitempty"`
+	Err        string         `json:"error,omitempty"`
 }
 
 // OK reports whether the scenario ran and found no anomaly.
@@ -295,6 +315,19 @@ func Run(ctx context.Context, sc Scenario, c Config) (res Result) {
 			c.System.PostgresURL = cl.URL()
 		}
 	}
+	if sc.ApacheNodes > 0 {
+		c.System.ApacheNodes = sc.ApacheNodes
+	}
+	if sc.upgrade {
+		dir, err := os.MkdirTemp("", "choreo-release-")
+		if err != nil {
+			return fail(err)
+		}
+		defer os.RemoveAll(dir)
+		if c.System.ServiceBins, err = BuildRelease(ctx, dir, V1Release); err != nil {
+			return fail(err)
+		}
+	}
 	switch sc.Network {
 	case PathPaymentStores:
 		c.System.ProxyPayment = true
@@ -311,6 +344,11 @@ func Run(ctx context.Context, sc Scenario, c Config) (res Result) {
 	}
 	r := newRun(s, c.Seed)
 	r.cluster = cluster
+	if sc.upgrade {
+		if err := s.startTracker(ctx); err != nil {
+			return fail(err)
+		}
+	}
 	s.logf("scenario %s: %s", sc.Name, sc.Doc)
 
 	if sc.overload {
@@ -392,6 +430,20 @@ func Run(ctx context.Context, sc Scenario, c Config) (res Result) {
 	}
 	if prog.lag > 0 {
 		anomalies = append(anomalies, Anomaly{Invariant: "every event consumed", Detail: fmt.Sprintf("consumer lag %d at the end", prog.lag)})
+	}
+	if sc.upgrade {
+		seen, as, err := s.versionsSeen(cctx)
+		if err != nil {
+			return fail(err)
+		}
+		res.Versions, anomalies = seen, append(anomalies, as...)
+		r.mu.Lock()
+		upgraded := r.upgraded
+		r.mu.Unlock()
+		if res.Retirement, err = s.retirement(cctx, upgraded); err != nil {
+			return fail(err)
+		}
+		s.logf("retirement report:\n%s", res.Retirement)
 	}
 	res.Anomalies, res.DeadLetters = anomalies, dlq
 	if len(anomalies) > 0 {

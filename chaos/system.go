@@ -63,6 +63,12 @@ type Options struct {
 	Log io.Writer
 	// Bins, if set, is a directory that already holds the built binaries.
 	Bins string
+	// ApacheNodes, if 1 or 3, runs the system on an Apache Kafka cluster of that many
+	// nodes (chaos/apache.go) instead of devkafka.
+	ApacheNodes int
+	// ServiceBins, if set, is the directory the service instances start from (the
+	// upgrade scenario's previous release, see BuildRelease); default Bins.
+	ServiceBins string
 }
 
 func (o *Options) defaults() {
@@ -96,6 +102,9 @@ type System struct {
 
 	kafka        *proc
 	kafkaAddr    string
+	apache       []*proc  // the Apache Kafka nodes (Options.ApacheNodes), node.id i at [i-1]
+	apacheAddrs  []string // their client addresses
+	tracker      *proc    // sagactl track, in the upgrade scenario
 	redis        *proc
 	redisAddr    string
 	pgProxy      *faultproxy.Proxy  // between payment and Postgres (Options.ProxyPayment)
@@ -242,10 +251,16 @@ func Start(ctx context.Context, opts Options) (s *System, err error) {
 		s.kafka.args = append(s.kafka.args, "-advertise", s.brokers)
 		s.logf("every client reaches devkafka (%s) through %s", s.kafkaAddr, s.brokers)
 	}
-	if err := s.startKafka(ctx); err != nil {
+	if opts.ApacheNodes > 0 {
+		s.kafka = nil
+		err = s.startApache(ctx)
+	} else {
+		err = s.startKafka(ctx)
+	}
+	if err != nil {
 		return s, err
 	}
-	if s.kcl, err = kgo.NewClient(kgo.SeedBrokers(s.brokers), kgo.ProducerBatchMaxBytes(16<<20),
+	if s.kcl, err = kgo.NewClient(kgo.SeedBrokers(s.seeds()...), kgo.ProducerBatchMaxBytes(16<<20),
 		kgo.MaxBufferedBytes(64<<20), kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerBatchCompression(kgo.ZstdCompression()), kgo.FetchMaxBytes(64<<20)); err != nil {
 		return s, fmt.Errorf("chaos: kafka client: %w", err)
@@ -276,7 +291,7 @@ func Start(ctx context.Context, opts Options) (s *System, err error) {
 	if err := s.startBalancer(); err != nil {
 		return s, err
 	}
-	s.logf("ready: devkafka %s, redis %s, order API (balanced over %d instances) %s",
+	s.logf("ready: brokers %s, redis %s, order API (balanced over %d instances) %s",
 		s.kafkaAddr, s.redisAddr, opts.Instances, s.OrderURL())
 	return s, nil
 }
@@ -343,7 +358,11 @@ func (s *System) newInstance(svc string, i int) (*proc, error) {
 		"OTEL_METRICS_EXPORTER=none",
 	}
 	env = append(env, s.opts.Env...)
-	return &proc{name: name, path: filepath.Join(s.bins, svc), env: env, logPath: s.logPath(name),
+	bins := s.bins
+	if s.opts.ServiceBins != "" {
+		bins = s.opts.ServiceBins
+	}
+	return &proc{name: name, path: filepath.Join(bins, svc), env: env, logPath: s.logPath(name),
 		ready: "http://" + addr + "/readyz"}, nil
 }
 
@@ -431,6 +450,9 @@ func (s *System) Close() {
 	for _, p := range s.all() {
 		wg.Go(func() { p.stop(8 * time.Second) })
 	}
+	if s.tracker != nil {
+		wg.Go(func() { s.tracker.stop(8 * time.Second) })
+	}
 	wg.Wait()
 	for _, px := range []*faultproxy.Proxy{s.pgProxy, s.rdProxy} {
 		if px != nil {
@@ -443,6 +465,7 @@ func (s *System) Close() {
 	if s.kafka != nil {
 		s.kafka.stop(5 * time.Second)
 	}
+	s.stopApache()
 	if s.kfProxy != nil {
 		_ = s.kfProxy.Close()
 	}

@@ -19,8 +19,8 @@ type aaRef struct {
 
 // AsyncAPI returns c as an AsyncAPI 3.0.0 document (JSON): a channel per topic, and per
 // declaration a message carrying the declaring service's payload schema (what its
-// producer writes or its consumer accepts) and a send (produces) or receive (consumes)
-// operation tagged with the service.
+// producer writes or its consumer accepts) and a send (produces) or receive (consumes,
+// accepts) operation tagged with the service.
 func (c Catalogue) AsyncAPI(title, version string) ([]byte, error) {
 	channels := map[string]map[string]any{}
 	operations := map[string]any{}
@@ -50,7 +50,7 @@ func (c Catalogue) AsyncAPI(title, version string) ([]byte, error) {
 		}
 		ch["messages"].(map[string]aaRef)[mk] = aaRef{"#/components/messages/" + mk}
 		action, verb := "send", "sends"
-		if d.Role == Consumes {
+		if d.Role != Produces {
 			action, verb = "receive", "receives"
 		}
 		operations[aaKey(d.Service, action, d.Type, "v"+v)] = map[string]any{

@@ -20,6 +20,10 @@ const (
 	// Consumes: the service handles these events, and refuses (dead-letters as
 	// malformed) a payload its schema does not accept.
 	Consumes Role = "consumes"
+	// Accepts: the service reads these events by upcasting them to a version it
+	// consumes; the schema is the upcaster's input, which it refuses a payload outside
+	// of (dead-lettered as "upcast_failed").
+	Accepts Role = "accepts"
 )
 
 // Declaration is one service's contract for one kind of event: what it writes or reads
@@ -27,7 +31,7 @@ const (
 type Declaration struct {
 	// Service names the declaring service (its ce_source when it produces).
 	Service string `json:"service"`
-	// Role says whether it produces or consumes the events.
+	// Role says whether it produces, consumes or accepts (upcasts) the events.
 	Role Role `json:"role"`
 	// Topic is the Kafka topic the events travel on.
 	Topic string `json:"topic"`
@@ -68,8 +72,8 @@ func (d Declaration) validate() error {
 	switch {
 	case d.Service == "" || d.Topic == "" || d.Type == "":
 		return fmt.Errorf("%w: declaration %+v: empty service, topic or type", ErrInvalidCatalogue, d.Key())
-	case d.Role != Produces && d.Role != Consumes:
-		return fmt.Errorf("%w: %s of %s: role %q, want %q or %q", ErrInvalidCatalogue, d.Service, d.Key(), d.Role, Produces, Consumes)
+	case d.Role != Produces && d.Role != Consumes && d.Role != Accepts:
+		return fmt.Errorf("%w: %s of %s: role %q, want %q, %q or %q", ErrInvalidCatalogue, d.Service, d.Key(), d.Role, Produces, Consumes, Accepts)
 	case d.Version < 1:
 		return fmt.Errorf("%w: %s of %s: version %d, want >= 1", ErrInvalidCatalogue, d.Service, d.Key(), d.Version)
 	case len(d.Schema) == 0:
@@ -119,10 +123,13 @@ func compare(a, b Declaration) int {
 }
 
 func roleOrder(r Role) int {
-	if r == Produces {
+	switch r {
+	case Produces:
 		return 0
+	case Consumes:
+		return 1
 	}
-	return 1
+	return 2
 }
 
 // ReadCatalogue reads a catalogue in its JSON form (as WriteJSON writes it).
@@ -165,17 +172,31 @@ func (c Catalogue) Keys() []Key {
 // Producers returns the declarations of the services that produce k, by service.
 func (c Catalogue) Producers(k Key) []Declaration { return c.find(k, Produces) }
 
-// Consumers returns the declarations of the services that consume k, by service.
-func (c Catalogue) Consumers(k Key) []Declaration { return c.find(k, Consumes) }
+// Consumers returns the declarations of the services that read k, by role (consumes,
+// then accepts) and service: a handler of k, or an upcaster from k to a version the
+// service handles. Both refuse a payload their schema does not accept.
+func (c Catalogue) Consumers(k Key) []Declaration { return c.find(k, Consumes, Accepts) }
 
-func (c Catalogue) find(k Key, role Role) []Declaration {
+func (c Catalogue) find(k Key, roles ...Role) []Declaration {
 	var out []Declaration
 	for _, d := range c.Declarations {
-		if d.Key() == k && d.Role == role {
+		if d.Key() == k && slices.Contains(roles, d.Role) {
 			out = append(out, d)
 		}
 	}
 	return out
+}
+
+// reads reports whether service reads some version of eventType in c other than
+// except that a producer in prod writes: it still has events of that type to handle.
+func (c Catalogue) reads(service, eventType string, except int, prod Catalogue) bool {
+	for _, d := range c.Declarations {
+		if d.Service == service && d.Type == eventType && d.Version != except && d.Role != Produces &&
+			len(prod.Producers(d.Key())) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Services returns the names of the services that declare something, sorted.

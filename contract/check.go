@@ -28,8 +28,17 @@ const (
 	// (additionalProperties false) and the producer writes a field it does not know.
 	RuleClosedObject = "closed-object"
 	// RuleEventDropped (breaking): a deployed consumer reads an event type and version
-	// that no producer of the new tree declares any more.
+	// that no producer of the new tree declares any more, and no other version of the
+	// type that one does.
 	RuleEventDropped = "event-dropped"
+	// RuleVersionUnread (breaking): a consumer of the new tree no longer reads (handles
+	// or accepts) a version it read before, and a producer still writes it: the
+	// consumer would dead-letter it as unsupported_version.
+	RuleVersionUnread = "version-unread"
+	// RuleVersionNew (not breaking): a producer of the new tree declares a version of a
+	// type that deployed consumers of the type do not read yet. Switching the producer
+	// to it must wait until they are upgraded (consumers first).
+	RuleVersionNew = "version-new"
 	// RuleFieldUnread (not breaking): a producer no longer writes a field, and no
 	// consumer requires it.
 	RuleFieldUnread = "field-dropped-unread"
@@ -140,13 +149,7 @@ func Check(baseline, current Catalogue) (Report, error) {
 				}
 			}
 		}
-		if len(current.Producers(k)) == 0 && len(baseline.Producers(k)) > 0 {
-			for _, c := range baseline.Consumers(k) {
-				add(Finding{Breaking: true, Rule: RuleEventDropped, Type: k.Type, Version: k.Version,
-					Producer: SideBaseline + " " + baseline.Producers(k)[0].Service, Consumer: SideBaseline + " " + c.Service,
-					ConsumerService: c.Service, Detail: "no producer of the new tree declares it; the consumer still reads it"})
-			}
-		}
+		versionRules(k, baseline, current, add)
 		broken := map[string]bool{}
 		for _, f := range r.Findings {
 			if f.Breaking && f.Key() == k {
@@ -158,6 +161,54 @@ func Check(baseline, current Catalogue) (Report, error) {
 		}
 	}
 	return r, nil
+}
+
+// versionRules judges the versions each side reads against the versions the other side
+// writes: a deployed consumer left with nothing it reads (RuleEventDropped), a new
+// consumer that stopped reading a version still written (RuleVersionUnread), and a new
+// version deployed consumers do not read yet (RuleVersionNew).
+func versionRules(k Key, baseline, current Catalogue, add func(Finding)) {
+	if len(current.Producers(k)) == 0 && len(baseline.Producers(k)) > 0 {
+		for _, c := range baseline.Consumers(k) {
+			if !baseline.reads(c.Service, k.Type, k.Version, current) {
+				add(Finding{Breaking: true, Rule: RuleEventDropped, Type: k.Type, Version: k.Version,
+					Producer: SideBaseline + " " + baseline.Producers(k)[0].Service, Consumer: SideBaseline + " " + c.Service,
+					ConsumerService: c.Service, Detail: "no producer of the new tree declares it, nor another version the consumer reads"})
+			}
+		}
+	}
+	for _, c := range baseline.Consumers(k) {
+		if slices.ContainsFunc(current.Consumers(k), func(d Declaration) bool { return d.Service == c.Service }) {
+			continue
+		}
+		for _, side := range []struct {
+			name string
+			cat  Catalogue
+		}{{SideCurrent, current}, {SideBaseline, baseline}} {
+			if ps := side.cat.Producers(k); len(ps) > 0 && slices.Contains(current.Services(), c.Service) {
+				add(Finding{Breaking: true, Rule: RuleVersionUnread, Type: k.Type, Version: k.Version,
+					Producer: side.name + " " + ps[0].Service, Consumer: SideCurrent + " " + c.Service, ConsumerService: c.Service,
+					Detail: "the new consumer no longer reads this version, which is still written: it would dead-letter it (unsupported_version)"})
+				break
+			}
+		}
+	}
+	if len(baseline.Producers(k)) > 0 {
+		return
+	}
+	for _, p := range current.Producers(k) {
+		var behind []string
+		for _, d := range baseline.Declarations {
+			if d.Type == k.Type && d.Role != Produces && !slices.Contains(behind, d.Service) &&
+				!slices.ContainsFunc(baseline.Consumers(k), func(c Declaration) bool { return c.Service == d.Service }) {
+				behind = append(behind, d.Service)
+			}
+		}
+		if len(behind) > 0 {
+			add(Finding{Rule: RuleVersionNew, Type: k.Type, Version: k.Version, Producer: SideCurrent + " " + p.Service,
+				Detail: fmt.Sprintf("deployed %s do not read this version yet: switch the producer to it after they are upgraded", strings.Join(behind, ", "))})
+		}
+	}
 }
 
 // producerChanges reports the fields each producer added or dropped since the baseline

@@ -56,6 +56,10 @@ func services(ds []Declaration) string {
 	}
 	var out []string
 	for _, d := range ds {
+		if d.Role == Accepts {
+			out = append(out, fmt.Sprintf("%s (`%s`, upcast to a later version)", d.Service, d.Payload))
+			continue
+		}
 		out = append(out, fmt.Sprintf("%s (`%s`)", d.Service, d.Payload))
 	}
 	return strings.Join(out, ", ")

@@ -237,6 +237,12 @@ func Retire(usage []VersionUsage, declared []Declared, typ string, version int, 
 	switch {
 	case len(blockers) > 0:
 		r.Reason = "no: " + strings.Join(blockers, "; ")
+		if !lastSeen.IsZero() && lastSeen.Before(since) {
+			r.Reason += fmt.Sprintf("; none was published in the last %s (the last at %s)", Window(window), lastSeen.Format(time.RFC3339))
+		}
+		if len(r.Consumers) > 0 {
+			r.Reason += "; still read by " + strings.Join(r.Consumers, ", ")
+		}
 	default:
 		r.Retirable = true
 		seen := "was never observed"

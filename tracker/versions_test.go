@@ -107,6 +107,12 @@ func TestUsageAndRetirement(t *testing.T) {
 			t.Errorf("%s: %+v; want not retirable", name, r)
 		}
 	}
+	// Kept by a declaration only, the answer still says v1 stopped and who reads it.
+	if r := tracker.Retire(usage, append(declared, tracker.Declared{Service: "payment", Type: "payment.authorized", Produces: []int{1}}),
+		"payment.authorized", 1, now, time.Hour); !strings.HasPrefix(r.Reason, "no: payment still declares producing it; none was published in the last 1h (the last at ") ||
+		!strings.HasSuffix(r.Reason, "; still read by order (handles), inventory (accepts, upcast)") {
+		t.Errorf("declared only: %q", r.Reason)
+	}
 	if _, err := tr.Ingest(ctx, rec("payments.events.dlq", "payment", 1, now.Add(-5*time.Hour), true)); err != nil {
 		t.Fatal(err)
 	}

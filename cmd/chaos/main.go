@@ -1,5 +1,6 @@
 // Command chaos runs the chaos suite of package chaos against the reference system: for
-// each scenario it starts devkafka, a Redis of its own, two instances of each service on
+// each scenario it starts devkafka (a 3-node Apache Kafka cluster for the broker-*
+// scenarios), a Redis of its own, two instances of each service on
 // databases of their own in the shared Postgres, drives orders with `sagactl load`,
 // injects the scenario's faults, waits for the system to quiesce and checks the
 // invariants from the databases and topics. It prints the anomalies with their order ids

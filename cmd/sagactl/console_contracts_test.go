@@ -20,7 +20,8 @@ import (
 // require, observed by a tracker checking the reference saga's contracts, is listed on
 // the Contracts page with its source, type, version and each schema it breaks (order's
 // and inventory's as consumers, payment's own as producer), marked on its saga's page and on the flow page's edge into its type;
-// a saga whose payloads keep their contracts carries no mark.
+// a saga whose payloads keep their contracts carries no mark. The page also lists each
+// type and version with its producers and readers, and whether it can be retired.
 func TestConsoleContractViolations(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.Postgres(t)
@@ -84,7 +85,7 @@ func TestConsoleContractViolations(t *testing.T) {
 	if cp.Code != http.StatusOK || !strings.Contains(body, `id="nav-contracts"`) {
 		t.Fatalf("contracts page: %d\n%s", cp.Code, body)
 	}
-	for _, breaks := range []string{"order</td><td>consumes", "inventory</td><td>consumes", "payment</td><td>produces"} {
+	for _, breaks := range []string{"order</td><td>accepts", "inventory</td><td>accepts", "payment</td><td>produces"} {
 		row := `<td>payment</td><td>payment.authorized</td><td>v1</td><td>` + breaks + `</td>`
 		if !strings.Contains(body, row) {
 			t.Errorf("contracts page lacks the violation %s", row)
@@ -94,8 +95,20 @@ func TestConsoleContractViolations(t *testing.T) {
 		t.Errorf("contracts page: want o-bad's violation naming amount, nothing of o-good:\n%s", body)
 	}
 
+	// The versions table: the retirement report of sagactl contracts usage.
+	if !strings.Contains(body, `id="contract-versions"`) ||
+		!strings.Contains(body, "<td>payment.authorized</td><td>v1</td><td>payment (") ||
+		!strings.Contains(body, "<td>inventory (accepts, upcast), order (accepts, upcast)</td>") ||
+		!strings.Contains(body, "no: payment still declares producing it") ||
+		!strings.Contains(body, "<td>payment.authorized</td><td>v2</td><td>none seen</td>") {
+		t.Errorf("contracts page lacks the versions of payment.authorized:\n%s", body)
+	}
+	if c := consoleGet(t, h, "/contracts/?window=soon").Code; c != http.StatusBadRequest {
+		t.Errorf("contracts page with a bad window: %d, want 400", c)
+	}
+
 	bad := consoleGet(t, h, "/sagas/o-bad").Body.String()
-	if !strings.Contains(bad, `id="saga-violations"`) || !strings.Contains(bad, "<td>inventory</td><td>consumes</td>") {
+	if !strings.Contains(bad, `id="saga-violations"`) || !strings.Contains(bad, "<td>inventory</td><td>accepts</td>") {
 		t.Errorf("saga page o-bad lacks its contract violations:\n%s", bad)
 	}
 	if good := consoleGet(t, h, "/sagas/o-good").Body.String(); strings.Contains(good, `id="saga-violations"`) {

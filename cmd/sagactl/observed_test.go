@@ -62,7 +62,7 @@ func TestContractsObserved(t *testing.T) {
 		found := false
 		for line := range strings.SplitSeq(out.String(), "\n") {
 			f := strings.Fields(line)
-			found = found || (len(f) > 4 && f[0] == "payment" && f[1] == "payment.authorized" && f[2] == "1" && f[3] == consumer && f[4] == "consumes")
+			found = found || (len(f) > 4 && f[0] == "payment" && f[1] == "payment.authorized" && f[2] == "1" && f[3] == consumer && f[4] == "accepts")
 		}
 		if !found {
 			t.Errorf("contracts observed does not report %s:\n%s", consumer, out.String())

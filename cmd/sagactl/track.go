@@ -80,7 +80,7 @@ func cmdTrack(ctx context.Context, args []string, std stdio) error {
 	fs.IntVar(&f.last, "last", 0, "flow: compute it from the latest `n` indexed events only (0: all)")
 	fs.StringVar(&f.asyncapi, "asyncapi", "", "flow: also write an AsyncAPI 3.0.0 document (JSON) of the observed flow to this `file`")
 	durationVar(fs, &f.usage.window, "window", 24*time.Hour, "usage: count the events published within this window")
-	fs.StringVar(&f.usage.catalogue, "catalogue", "", "usage: contracts catalogue `file` (JSON) naming what each service produces, consumes and accepts")
+	fs.StringVar(&f.usage.catalogue, "catalogue", contractsReference, "usage: what each service produces, consumes and accepts: a catalogue `file` (JSON, as sagactl contracts -o writes it), \"reference\" (the reference saga's) or \"off\"")
 	fs.StringVar(&f.usage.retire, "retire", "", "usage: answer whether `type@version` can be retired, e.g. payment.authorized@1")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), trackUsage)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/choreo-saga/choreo/contract"
+	reference "github.com/choreo-saga/choreo/services/saga"
 	"github.com/choreo-saga/choreo/tracker"
 )
 
@@ -20,30 +22,29 @@ type usageFlags struct {
 	retire    string // "<type>@<version>": the question to answer
 }
 
-// catalogueFile is the part of a contracts catalogue file (JSON, as `sagactl contracts`
-// writes it) the usage report reads: per service, what it produces and consumes at
-// which version, and (role "accepts") the versions it upcasts to one it consumes.
-type catalogueFile struct {
-	Declarations []struct {
-		Service string `json:"service"`
-		Role    string `json:"role"`
-		Type    string `json:"type"`
-		Version int    `json:"version"`
-	} `json:"declarations"`
-}
-
-// readDeclared reads the declarations of a catalogue file, merged per (service, type).
-func readDeclared(path string) ([]tracker.Declared, error) {
-	if path == "" {
+// readDeclared reads what the services declare, merged per (service, type): spec is
+// contractsReference or empty (the reference saga's catalogue, from its code), "off"
+// (nothing declared: the report shows only what the index observed), or a catalogue
+// file in the JSON form `sagactl contracts -o` writes, of which each declaration's
+// service, role, type and version are read.
+func readDeclared(spec string) ([]tracker.Declared, error) {
+	var c contract.Catalogue
+	switch spec {
+	case "off":
 		return nil, nil
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("%w: -catalogue: %w", errUsage, err)
-	}
-	var c catalogueFile
-	if err := json.Unmarshal(b, &c); err != nil {
-		return nil, fmt.Errorf("%w: -catalogue %s: %w", errUsage, path, err)
+	case "", contractsReference:
+		var err error
+		if c, err = reference.Contracts(); err != nil {
+			return nil, err
+		}
+	default:
+		b, err := os.ReadFile(spec)
+		if err != nil {
+			return nil, fmt.Errorf("%w: -catalogue: %w", errUsage, err)
+		}
+		if err := json.Unmarshal(b, &c); err != nil {
+			return nil, fmt.Errorf("%w: -catalogue %s: %w", errUsage, spec, err)
+		}
 	}
 	var out []tracker.Declared
 	for _, d := range c.Declarations {
@@ -53,14 +54,14 @@ func readDeclared(path string) ([]tracker.Declared, error) {
 			i = len(out) - 1
 		}
 		switch d.Role {
-		case "produces":
+		case contract.Produces:
 			out[i].Produces = append(out[i].Produces, d.Version)
-		case "consumes":
+		case contract.Consumes:
 			out[i].Handles = append(out[i].Handles, d.Version)
-		case "accepts":
+		case contract.Accepts:
 			out[i].Accepts = append(out[i].Accepts, d.Version)
 		default:
-			return nil, fmt.Errorf("%w: -catalogue %s: %s of %s: role %q, want produces, consumes or accepts", errUsage, path, d.Service, d.Type, d.Role)
+			return nil, fmt.Errorf("%w: -catalogue %s: %s of %s: role %q, want produces, consumes or accepts", errUsage, spec, d.Service, d.Type, d.Role)
 		}
 	}
 	return out, nil

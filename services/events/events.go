@@ -101,6 +101,28 @@ type PaymentV1 struct {
 	Reason string `json:"reason,omitempty" jsonschema:"maxLength=256,example=over limit" jsonschema_description:"Why the payment was declined or refunded."`
 }
 
+// PaymentAuthorizedV2 is the payload of payment.authorized from schema version 2: the
+// amount names its unit and carries its currency. Payment writes v1 or v2
+// (PAYMENT_AUTHORIZED_VERSION); order and inventory handle v2 and upcast v1 with
+// UpcastPaymentAuthorized, so they read both while the payment instances move to v2.
+type PaymentAuthorizedV2 struct {
+	OrderID     string `json:"order_id" jsonschema:"maxLength=128,example=0197b3b8-7c1e-7a55-9b4e-5a1f3c2d1e0f" jsonschema_description:"The order (also the event's subject and Kafka key)."`
+	CustomerID  string `json:"customer_id" jsonschema:"maxLength=128,example=c-1" jsonschema_description:"The customer charged."`
+	AmountCents int64  `json:"amount_cents" jsonschema:"example=500" jsonschema_description:"The amount charged, in cents of the currency."`
+	Currency    string `json:"currency" jsonschema:"pattern=^[A-Z]{3}$,example=EUR" jsonschema_description:"The ISO 4217 code of the amount's currency."`
+	Items       []Item `json:"items,omitempty" jsonschema:"maxItems=100" jsonschema_description:"The order's lines, so that inventory reserves without asking the order service."`
+}
+
+// Currency is the currency of the saga's amounts: v1 payloads carry cents of it
+// implicitly.
+const Currency = "EUR"
+
+// UpcastPaymentAuthorized brings a payment.authorized from v1 to v2: amount becomes
+// amount_cents, and the currency, implicit in v1, is Currency.
+func UpcastPaymentAuthorized(p PaymentV1) (PaymentAuthorizedV2, error) {
+	return PaymentAuthorizedV2{OrderID: p.OrderID, CustomerID: p.CustomerID, AmountCents: p.Amount, Currency: Currency, Items: p.Items}, nil
+}
+
 // StockV1 is the payload of stock.reserved, stock.unavailable and stock.released.
 type StockV1 struct {
 	OrderID string `json:"order_id" jsonschema:"maxLength=128,example=0197b3b8-7c1e-7a55-9b4e-5a1f3c2d1e0f" jsonschema_description:"The order (also the event's subject and Kafka key)."`
@@ -124,9 +146,13 @@ func (p PaymentV1) Subject() string { return p.OrderID }
 // Subject returns p.OrderID.
 func (p StockV1) Subject() string { return p.OrderID }
 
+// Subject returns p.OrderID.
+func (p PaymentAuthorizedV2) Subject() string { return p.OrderID }
+
 // Producers of the saga's events: each service declares its own with app.App.Produces
 // and builds its events with them, so that type, version and payload schema come from
-// one declaration. All payloads are at version 1.
+// one declaration. Every payload is at version 1 except payment.authorized, which payment
+// may write at version 2.
 var (
 	OrderCreatedEvent         = app.Producer[OrderCreatedV1]{Source: SourceOrder, Topic: TopicOrders, Type: OrderCreated, Version: 1}
 	OrderConfirmedEvent       = app.Producer[OrderOutcomeV1]{Source: SourceOrder, Topic: TopicOrders, Type: OrderConfirmed, Version: 1}
@@ -134,6 +160,7 @@ var (
 	OrderCancelRequestedEvent = app.Producer[OrderCancelRequestedV1]{Source: SourceOrder, Topic: TopicOrders, Type: OrderCancelRequested, Version: 1}
 	OrderCancelledEvent       = app.Producer[OrderOutcomeV1]{Source: SourceOrder, Topic: TopicOrders, Type: OrderCancelled, Version: 1}
 	PaymentAuthorizedEvent    = app.Producer[PaymentV1]{Source: SourcePayment, Topic: TopicPayments, Type: PaymentAuthorized, Version: 1}
+	PaymentAuthorizedV2Event  = app.Producer[PaymentAuthorizedV2]{Source: SourcePayment, Topic: TopicPayments, Type: PaymentAuthorized, Version: 2}
 	PaymentDeclinedEvent      = app.Producer[PaymentV1]{Source: SourcePayment, Topic: TopicPayments, Type: PaymentDeclined, Version: 1}
 	PaymentRefundedEvent      = app.Producer[PaymentV1]{Source: SourcePayment, Topic: TopicPayments, Type: PaymentRefunded, Version: 1}
 	StockReservedEvent        = app.Producer[StockV1]{Source: SourceInventory, Topic: TopicInventory, Type: StockReserved, Version: 1}

@@ -583,9 +583,15 @@ func TestConsoleInChromium(t *testing.T) {
 		step(t, ctx, "contracts page", chromedp.Navigate(base+"/contracts/"), chromedp.WaitVisible(css(`#contract-violations`)))
 		violations = get(t, ctx, "contract violations", chromedp.Text(css(`#contract-violations tbody`)))
 	}
-	for _, want := range []string{"payment.authorized", "v1", "inventory", "order", "consumes", "amount"} {
+	for _, want := range []string{"payment.authorized", "v1", "inventory", "order", "accepts", "amount"} {
 		if !strings.Contains(violations, want) {
 			t.Errorf("the contracts page lacks %q:\n%s", want, violations)
+		}
+	}
+	versions := get(t, ctx, "contract versions", chromedp.Text(css(`#contract-versions tbody`)))
+	for _, want := range []string{"payment.authorized", "v2", "accepts, upcast", "no: payment still declares producing it"} {
+		if !strings.Contains(versions, want) {
+			t.Errorf("the contracts page's versions lack %q:\n%s", want, versions)
 		}
 	}
 	screenshot(t, ctx, "console-contracts.png")

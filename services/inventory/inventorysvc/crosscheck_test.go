@@ -1,6 +1,8 @@
 package inventorysvc
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"github.com/choreo-saga/choreo/app"
 	"strings"
@@ -92,12 +94,12 @@ func TestPaymentMismatch(t *testing.T) {
 	pool := newDB(t)
 	h := newHandlers(t)
 	announce(t, pool, h, "o-1", item("sku-1", 2))
-	for name, p := range map[string]events.PaymentV1{
-		"items":    {OrderID: "o-1", CustomerID: "c-1", Amount: 1_000, Items: []events.Item{item("sku-1", 3)}},
-		"customer": {OrderID: "o-1", CustomerID: "c-2", Amount: 1_000, Items: []events.Item{item("sku-1", 2)}},
-		"amount":   {OrderID: "o-1", CustomerID: "c-1", Amount: 999, Items: []events.Item{item("sku-1", 2)}},
+	for name, p := range map[string]events.PaymentAuthorizedV2{
+		"items":    {OrderID: "o-1", CustomerID: "c-1", AmountCents: 1_000, Currency: events.Currency, Items: []events.Item{item("sku-1", 3)}},
+		"customer": {OrderID: "o-1", CustomerID: "c-2", AmountCents: 1_000, Currency: events.Currency, Items: []events.Item{item("sku-1", 2)}},
+		"amount":   {OrderID: "o-1", CustomerID: "c-1", AmountCents: 999, Currency: events.Currency, Items: []events.Item{item("sku-1", 2)}},
 	} {
-		err := apptest.Handle(pool, app.Decoded(h.PaymentAuthorized), apptest.NewEvent(t, events.SourcePayment, events.PaymentAuthorized, "o-1", p))
+		err := apptest.Handle(pool, app.Decoded(h.PaymentAuthorized), paymentV2(t, p))
 		if !errors.Is(err, ErrMismatch) || consumer.Retryable(err) || consumer.Reason(err) != events.ReasonMismatch {
 			t.Errorf("%s: err %v (reason %q), want ErrMismatch, reason %s", name, err, consumer.Reason(err), events.ReasonMismatch)
 		}
@@ -113,6 +115,26 @@ func TestPaymentMismatch(t *testing.T) {
 	a := audit(t, pool)
 	if a.Orders["o-2"].Status != "" || a.SKUs["sku-9"].Available != 2_000 || len(outboxEvents(t, pool)) != 1 {
 		t.Fatalf("a held mismatching payment changed inventory: %+v, sku-9 %+v", a.Orders["o-2"], a.SKUs["sku-9"])
+	}
+}
+
+// A payment held by an instance of the release before payment.authorized v2 (its data at
+// v1, amount in "amount") reserves when this release sees the order announced: the held
+// data is read at either version.
+func TestHeldV1PaymentReservesAfterUpgrade(t *testing.T) {
+	pool := newDB(t)
+	h := newHandlers(t)
+	v1, err := json.Marshal(events.PaymentV1{OrderID: "o-1", CustomerID: "c-1", Amount: 1_000, Items: []events.Item{item("sku-1", 1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(context.Background(), `INSERT INTO inventory_orders (order_id, held_event_id, held_correlation_id, held_data, held_at)
+		VALUES ('o-1', 'held-v1', 'o-1', $1, now())`, v1); err != nil {
+		t.Fatal(err)
+	}
+	announce(t, pool, h, "o-1", item("sku-1", 1))
+	if a := audit(t, pool); a.Orders["o-1"].Status != StatusReserved {
+		t.Fatalf("the held v1 payment did not reserve: %+v", a.Orders["o-1"])
 	}
 }
 

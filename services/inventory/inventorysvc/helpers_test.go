@@ -37,8 +37,16 @@ func newHandlers(t *testing.T) *Handlers {
 }
 
 func authorized(t *testing.T, order string, items ...events.Item) event.Event {
-	return apptest.NewEvent(t, events.SourcePayment, events.PaymentAuthorized, order, events.PaymentV1{
-		OrderID: order, CustomerID: "c-1", Amount: 1_000, Items: items})
+	return paymentV2(t, events.PaymentAuthorizedV2{OrderID: order, CustomerID: "c-1", AmountCents: 1_000, Currency: events.Currency, Items: items})
+}
+
+// paymentV2 is the payment.authorized of p at schema version 2, as PaymentAuthorized
+// declares it (the kit's consumer upcasts v1 before the handler; tests that call the
+// handler directly give it v2).
+func paymentV2(t *testing.T, p events.PaymentAuthorizedV2) event.Event {
+	ev := apptest.NewEvent(t, events.SourcePayment, events.PaymentAuthorized, p.OrderID, p)
+	ev.SchemaVersion = 2
+	return ev
 }
 
 // created is the order service's announcement of order: items (sku-1 ×1 if none), for

@@ -178,7 +178,7 @@ func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event, 
 	}
 	held := event.Event{ID: *heldID, CorrelationID: *heldCorrelation, Type: events.PaymentAuthorized,
 		Source: events.SourcePayment, Subject: p.OrderID, Data: heldData}
-	pa, err := contract.Decode[events.PaymentV1](held)
+	pa, err := heldPayment(held)
 	if err != nil {
 		return consumer.Permanent(fmt.Errorf("%w: held payment: %w", ErrInvalidEvent, err))
 	}
@@ -193,6 +193,21 @@ func (h *Handlers) OrderCreated(ctx context.Context, tx pgx.Tx, ev event.Event, 
 		return h.reserveNew(ctx, tx, held, pa, outcome)
 	}
 	return h.reserve(ctx, tx, held, pa, outcome)
+}
+
+// heldPayment decodes a held payment.authorized: held at v2 (upcast by the consumer when
+// it arrived at v1), or at v1 by an instance from before v2. The two versions' required
+// fields differ, so the payload says which it is.
+func heldPayment(held event.Event) (events.PaymentAuthorizedV2, error) {
+	p, err := contract.Decode[events.PaymentAuthorizedV2](held)
+	if err == nil {
+		return p, nil
+	}
+	v1, err1 := contract.Decode[events.PaymentV1](held)
+	if err1 != nil {
+		return events.PaymentAuthorizedV2{}, err
+	}
+	return events.UpcastPaymentAuthorized(v1)
 }
 
 // OrderOutcome records the outcome the order service announced (order.rejected,
@@ -246,7 +261,7 @@ func (h *Handlers) note(ctx context.Context, tx pgx.Tx, level slog.Level, msg st
 // A payment whose items, customer or amount differ from the order as announced reserves
 // nothing and is dead-lettered as events.ReasonMismatch (ErrMismatch); a held one that
 // differs is dropped when order.created arrives, counted and logged as "mismatch".
-func (h *Handlers) PaymentAuthorized(ctx context.Context, tx pgx.Tx, ev event.Event, p events.PaymentV1) error {
+func (h *Handlers) PaymentAuthorized(ctx context.Context, tx pgx.Tx, ev event.Event, p events.PaymentAuthorizedV2) error {
 	// The row lock orders this handler with OrderCreated of the same order. The row of an
 	// announced order exists: in the common case one round trip reads and locks it, reads
 	// whether the order has a reservation, and reads the stock of its SKUs (see
@@ -331,7 +346,7 @@ type orderState struct {
 // mismatch returns why payment p is not for the order as announced ("" if it is): other
 // items (merged by SKU), another customer or another amount. An order whose announced
 // items are not known is not checked.
-func (st orderState) mismatch(p events.PaymentV1) string {
+func (st orderState) mismatch(p events.PaymentAuthorizedV2) string {
 	switch {
 	case st.items == nil:
 		return ""
@@ -339,8 +354,8 @@ func (st orderState) mismatch(p events.PaymentV1) string {
 		return fmt.Sprintf("items %v, announced %v", p.Items, st.items)
 	case st.customer != nil && *st.customer != p.CustomerID:
 		return fmt.Sprintf("customer %q, announced %q", p.CustomerID, *st.customer)
-	case st.amount != nil && *st.amount != p.Amount:
-		return fmt.Sprintf("amount %d, announced %d", p.Amount, *st.amount)
+	case st.amount != nil && *st.amount != p.AmountCents:
+		return fmt.Sprintf("amount %d, announced %d", p.AmountCents, *st.amount)
 	}
 	return ""
 }
@@ -354,7 +369,7 @@ func (st orderState) mismatch(p events.PaymentV1) string {
 // insert (ON CONFLICT DO NOTHING) is what detects a concurrent one, as it did when the
 // lock was taken on a missing row (which locks nothing); if there is one, reserve locks
 // it and decides on the locked row.
-func readOrder(ctx context.Context, tx pgx.Tx, p events.PaymentV1) (orderState, error) {
+func readOrder(ctx context.Context, tx pgx.Tx, p events.PaymentAuthorizedV2) (orderState, error) {
 	var st orderState
 	b := &pgx.Batch{}
 	// The stock first: its levels are kept even when the order has no row yet (a batch
@@ -380,7 +395,7 @@ func readOrder(ctx context.Context, tx pgx.Tx, p events.PaymentV1) (orderState, 
 
 // reserve is PaymentAuthorized for an announced order; ev is the payment.authorized and
 // outcome the order's announced outcome, if any.
-func (h *Handlers) reserve(ctx context.Context, tx pgx.Tx, ev event.Event, p events.PaymentV1, outcome *string) error {
+func (h *Handlers) reserve(ctx context.Context, tx pgx.Tx, ev event.Event, p events.PaymentAuthorizedV2, outcome *string) error {
 	r, found, err := lockReservation(ctx, tx, p.OrderID)
 	if err != nil {
 		return err
@@ -403,7 +418,7 @@ func (h *Handlers) reserve(ctx context.Context, tx pgx.Tx, ev event.Event, p eve
 // reserveNew is reserve for an order that has no reservation (as last read): it takes
 // the stock or decides it is unavailable, and records the decision; a reservation that
 // appeared concurrently fails the record's insert, and the retry decides on it.
-func (h *Handlers) reserveNew(ctx context.Context, tx pgx.Tx, ev event.Event, p events.PaymentV1, outcome *string) error {
+func (h *Handlers) reserveNew(ctx context.Context, tx pgx.Tx, ev event.Event, p events.PaymentAuthorizedV2, outcome *string) error {
 	var err error
 	items, reason := normalize(p.Items)
 	if outcome != nil && *outcome != "CONFIRMED" {

@@ -55,14 +55,17 @@ var produces = map[string]app.Producer[events.StockV1]{
 
 // register declares and routes the inventory service's events on a: it produces
 // stock.reserved, stock.unavailable and stock.released; order.created,
-// payment.authorized, order.confirmed, the outcomes (order.rejected, order.cancelled)
+// payment.authorized (v2, and v1 upcast to it), order.confirmed, the outcomes (order.rejected, order.cancelled)
 // and order.cancel_requested are handled; the saga's other types on the topics it reads
 // are ignored.
 func (h *Handlers) register(a *app.App) {
 	a.Produces(events.StockReservedEvent, events.StockUnavailableEvent, events.StockReleasedEvent)
 	a.Router.Ignore(events.PaymentDeclined, events.PaymentRefunded)
 	app.On(a, events.TopicOrders, events.OrderCreated, 1, h.OrderCreated)
-	app.On(a, events.TopicPayments, events.PaymentAuthorized, 1, h.PaymentAuthorized)
+	// snippet:start upcast
+	app.On(a, events.TopicPayments, events.PaymentAuthorized, 2, h.PaymentAuthorized)
+	app.Upcast(a, events.PaymentAuthorized, 1, 2, events.UpcastPaymentAuthorized)
+	// snippet:end upcast
 	app.On(a, events.TopicOrders, events.OrderConfirmed, 1, h.OrderConfirmed)
 	app.On(a, events.TopicOrders, events.OrderRejected, 1, h.OrderOutcome)
 	app.On(a, events.TopicOrders, events.OrderCancelled, 1, h.OrderOutcome)

@@ -273,12 +273,14 @@ var triggerTopics = map[Trigger]string{
 
 // register declares and routes the order service's events on a: it produces order.*;
 // it handles every event type of triggerTopics, each on its topic, reading
-// payment.authorized and stock.reserved whole (their claims are checked against the
-// order) and the other answers as an outcome (order id and reason).
+// payment.authorized (v2, and v1 upcast to it) and stock.reserved whole (their claims
+// are checked against the order) and the other answers as an outcome (order id and
+// reason).
 func (s *Service) register(a *app.App) {
 	a.Produces(events.OrderCreatedEvent, events.OrderConfirmedEvent, events.OrderRejectedEvent,
 		events.OrderCancelRequestedEvent, events.OrderCancelledEvent)
-	app.On(a, events.TopicPayments, events.PaymentAuthorized, 1, s.onPayment)
+	app.On(a, events.TopicPayments, events.PaymentAuthorized, 2, s.onPayment)
+	app.Upcast(a, events.PaymentAuthorized, 1, 2, events.UpcastPaymentAuthorized)
 	app.On(a, events.TopicPayments, events.PaymentDeclined, 1, s.onOutcome)
 	app.On(a, events.TopicPayments, events.PaymentRefunded, 1, s.onOutcome)
 	app.On(a, events.TopicInventory, events.StockReserved, 1, s.onStock)
@@ -303,9 +305,22 @@ type outcome struct {
 func (p outcome) Subject() string { return p.OrderID }
 
 // onPayment applies payment.authorized after checking its claim (amount, customer,
-// items) against the order.
-func (s *Service) onPayment(ctx context.Context, tx pgx.Tx, ev event.Event, p events.PaymentV1) error {
-	return s.handle(ctx, tx, ev, p.Reason, &claim{payment: true, amount: p.Amount, customer: p.CustomerID, items: p.Items})
+// items) against the order. The saga's amounts are in one currency: a payment in
+// another is refused (dead-lettered), not converted.
+func (s *Service) onPayment(ctx context.Context, tx pgx.Tx, ev event.Event, p events.PaymentAuthorizedV2) error {
+	if p.Currency != events.Currency {
+		return consumer.Permanent(fmt.Errorf("ordersvc: payment in %q, the saga's amounts are in %s", p.Currency, events.Currency))
+	}
+	return s.handle(ctx, tx, ev, "", &claim{payment: true, amount: p.AmountCents, customer: p.CustomerID, items: p.Items})
+}
+
+// onPaymentV1 is onPayment for a v1 payload, upcast as the kit's consumer does.
+func (s *Service) onPaymentV1(ctx context.Context, tx pgx.Tx, ev event.Event, p events.PaymentV1) error {
+	v2, err := events.UpcastPaymentAuthorized(p)
+	if err != nil {
+		return consumer.Permanent(err)
+	}
+	return s.onPayment(ctx, tx, ev, v2)
 }
 
 // onStock applies stock.reserved after checking its items against the order.
@@ -342,6 +357,9 @@ var Topics = []string{events.TopicPayments, events.TopicInventory}
 func (s *Service) HandleEvent(ctx context.Context, tx pgx.Tx, ev event.Event) error {
 	switch ev.Type {
 	case events.PaymentAuthorized:
+		if ev.SchemaVersion < 2 {
+			return app.Decoded(s.onPaymentV1)(ctx, tx, ev)
+		}
 		return app.Decoded(s.onPayment)(ctx, tx, ev)
 	case events.StockReserved:
 		return app.Decoded(s.onStock)(ctx, tx, ev)

@@ -22,11 +22,14 @@ const (
 	// EnvReconcileInterval: the period of the reconciliation (default
 	// DefaultReconcileInterval).
 	EnvReconcileInterval = "PAYMENT_RECONCILE_INTERVAL"
+	// EnvAuthorizedVersion: the schema version of the payment.authorized events the
+	// service writes, 1 or 2 (default 1; see Config.AuthorizedVersion).
+	EnvAuthorizedVersion = "PAYMENT_AUTHORIZED_VERSION"
 )
 
 // EnvVars lists every environment variable the payment service reads (OTEL_* aside).
 func EnvVars() []string {
-	return append(app.EnvVars(), EnvSeedCustomers, EnvLatency, EnvFailureRate, EnvHangCustomers, EnvGroup, EnvReconcileInterval)
+	return append(app.EnvVars(), EnvSeedCustomers, EnvLatency, EnvFailureRate, EnvHangCustomers, EnvGroup, EnvReconcileInterval, EnvAuthorizedVersion)
 }
 
 // Defaults.
@@ -83,6 +86,11 @@ type Config struct {
 	// orders that ended REJECTED or CANCELLED (PAYMENT_RECONCILE_INTERVAL, default
 	// DefaultReconcileInterval; 0 in a Config means the default).
 	ReconcileInterval time.Duration
+	// AuthorizedVersion is the schema version of the payment.authorized events written,
+	// 1 (events.PaymentV1) or 2 (events.PaymentAuthorizedV2) (PAYMENT_AUTHORIZED_VERSION,
+	// default 1; 0 in a Config means 1). The service declares producing both; switch to
+	// 2 once every consumer handles it (docs/contracts.md, "Evolving an event").
+	AuthorizedVersion int
 	// Random returns a uniform number in [0, 1) for FailureRate (default
 	// math/rand/v2.Float64). Not read from the environment.
 	Random func() float64
@@ -101,12 +109,14 @@ func LoadConfig(env *app.Env) Config {
 		FailureRate:       env.Float64(EnvFailureRate, 0),
 		HangCustomers:     env.List(EnvHangCustomers, []string{DefaultHangCustomers}),
 		ReconcileInterval: env.Duration(EnvReconcileInterval, DefaultReconcileInterval),
+		AuthorizedVersion: env.Int(EnvAuthorizedVersion, 1),
 	}
 	env.Check(EnvReconcileInterval, c.ReconcileInterval > 0, "must be positive")
 	if len(c.HangCustomers) == 1 && strings.EqualFold(c.HangCustomers[0], "none") {
 		c.HangCustomers = nil
 	}
 	env.Check(EnvFailureRate, c.FailureRate >= 0 && c.FailureRate <= 1, "must be between 0 and 1")
+	env.Check(EnvAuthorizedVersion, c.AuthorizedVersion == 1 || c.AuthorizedVersion == 2, "must be 1 or 2")
 	cs, err := ParseCustomers(env.String(EnvSeedCustomers, DefaultSeedCustomers))
 	if err != nil {
 		env.Fail(EnvSeedCustomers, err.Error())
@@ -122,6 +132,7 @@ func (c Config) Validate() error {
 	env.Check(EnvFailureRate, c.FailureRate >= 0 && c.FailureRate <= 1, "must be between 0 and 1")
 	env.Check(EnvLatency, c.Latency >= 0, "must not be negative")
 	env.Check(EnvReconcileInterval, c.ReconcileInterval >= 0, "must not be negative")
+	env.Check(EnvAuthorizedVersion, c.AuthorizedVersion >= 0 && c.AuthorizedVersion <= 2, "must be 1 or 2")
 	seen := make(map[string]bool, len(c.Customers))
 	for _, cu := range c.Customers {
 		env.Check(EnvSeedCustomers, cu.ID != "" && cu.Balance >= 0 && cu.Limit >= 0,

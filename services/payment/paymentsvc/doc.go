@@ -47,6 +47,7 @@
 //	PAYMENT_FAILURE_RATE    probability of a retryable gateway failure per charge attempt (default 0)
 //	PAYMENT_GROUP           consumer group (default payment)
 //	PAYMENT_RECONCILE_INTERVAL  period of the reconciliation (default 30s)
+//	PAYMENT_AUTHORIZED_VERSION  schema version of the payment.authorized written, 1 or 2 (default 1)
 //
 // Seeding inserts missing customers only; a restart keeps balances.
 package paymentsvc

@@ -10,6 +10,7 @@ import (
 
 	"github.com/choreo-saga/choreo/app/apptest"
 	"github.com/choreo-saga/choreo/consumer"
+	"github.com/choreo-saga/choreo/contract"
 	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/services/events"
 )
@@ -182,6 +183,28 @@ func TestAuthorizedCarriesItemsAndCausation(t *testing.T) {
 	}
 	if p.CustomerID != "c-2" || p.Amount != 2_500 || len(p.Items) != 1 || p.Items[0] != (events.Item{SKU: "sku-1", Qty: 2}) {
 		t.Errorf("payload %+v", p)
+	}
+}
+
+// With AuthorizedVersion 2, payment.authorized is written at schema version 2
+// (amount_cents, currency) and validates against v2's schema; a decline stays v1.
+func TestAuthorizedVersion2(t *testing.T) {
+	pool := newDB(t)
+	h := newHandlers(t, func(c *Config) { c.AuthorizedVersion = 2 })
+	apptest.MustHandle(t, pool, app.Decoded(h.OrderCreated), orderCreated(t, "o-1", "c-1", 2_500))
+	apptest.MustHandle(t, pool, app.Decoded(h.OrderCreated), orderCreated(t, "o-2", "c-poor", 2_500))
+	got := outboxEvents(t, pool)
+	if len(got) != 2 || got[0].Type != events.PaymentAuthorized || got[0].SchemaVersion != 2 ||
+		got[1].Type != events.PaymentDeclined || got[1].SchemaVersion > 1 {
+		t.Fatalf("events %+v, want payment.authorized v2 then payment.declined v1", got)
+	}
+	p, err := contract.Decode[events.PaymentAuthorizedV2](got[0])
+	if err != nil || p.AmountCents != 2_500 || p.Currency != events.Currency || p.CustomerID != "c-1" || len(p.Items) != 1 {
+		t.Errorf("v2 payload %+v, %v", p, err)
+	}
+	env := app.MapEnv(map[string]string{EnvAuthorizedVersion: "3"})
+	if c := LoadConfig(env); env.Err() == nil || c.Validate() == nil {
+		t.Errorf("PAYMENT_AUTHORIZED_VERSION=3 accepted")
 	}
 }
 

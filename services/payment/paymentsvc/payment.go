@@ -80,6 +80,7 @@ type Handlers struct {
 	hang     map[string]bool
 	latency  time.Duration
 	failRate float64
+	authV2   bool // payment.authorized at v2
 	random   func() float64
 	log      *slog.Logger
 	ops      metric.Int64Counter
@@ -121,6 +122,7 @@ func NewHandlers(pub app.Publisher, o *outbox.Outbox, cfg Config, logger *slog.L
 		hang:     make(map[string]bool),
 		latency:  cfg.Latency,
 		failRate: cfg.FailureRate,
+		authV2:   cfg.AuthorizedVersion == 2,
 		random:   cfg.random(),
 		log:      logger,
 		ops:      ops,
@@ -424,7 +426,16 @@ func ledger(ctx context.Context, tx pgx.Tx, orderID, kind, customer string, amou
 }
 
 func (h *Handlers) emit(ctx context.Context, tx pgx.Tx, cause event.Event, typ string, payload events.PaymentV1) error {
-	ev, err := produces[typ].New(payload.OrderID, payload)
+	var (
+		ev  event.Event
+		err error
+	)
+	if typ == events.PaymentAuthorized && h.authV2 {
+		v2, _ := events.UpcastPaymentAuthorized(payload) // the same fields, renamed
+		ev, err = events.PaymentAuthorizedV2Event.New(payload.OrderID, v2)
+	} else {
+		ev, err = produces[typ].New(payload.OrderID, payload)
+	}
 	if err != nil {
 		return consumer.Permanent(fmt.Errorf("paymentsvc: build %s: %w", typ, err))
 	}

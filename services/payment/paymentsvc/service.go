@@ -50,13 +50,14 @@ var produces = map[string]app.Producer[events.PaymentV1]{
 }
 
 // register declares and routes the payment service's events on a: it produces
-// payment.authorized, payment.declined and payment.refunded; order.created,
+// payment.authorized (v1 and v2, see Config.AuthorizedVersion), payment.declined and
+// payment.refunded; order.created,
 // stock.unavailable and order.cancel_requested are handled, the outcomes that need no
 // charge (order.rejected, order.cancelled) are recorded; the saga's other types on the
 // topics it reads are ignored, order.confirmed included (a confirmed order keeps its
 // charge, so recording it would cost a transaction per order for nothing).
 func (h *Handlers) register(a *app.App) {
-	a.Produces(events.PaymentAuthorizedEvent, events.PaymentDeclinedEvent, events.PaymentRefundedEvent)
+	a.Produces(events.PaymentAuthorizedEvent, events.PaymentAuthorizedV2Event, events.PaymentDeclinedEvent, events.PaymentRefundedEvent)
 	a.Router.Ignore(events.OrderConfirmed, events.StockReserved, events.StockReleased)
 	app.On(a, events.TopicOrders, events.OrderCreated, 1, h.OrderCreated)
 	app.On(a, events.TopicInventory, events.StockUnavailable, 1, h.StockUnavailable)
