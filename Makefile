@@ -81,6 +81,10 @@ fuzz: ## explore the event decoder (binary and structured mode) and the order AP
 build: ## build every binary into bin/
 	$(GO) build -o bin/ ./cmd/... ./services/order ./services/payment ./services/inventory ./examples/shipping
 
+.PHONY: soak
+soak: services ## the saga at half its saturation for SOAK_MINUTES (default 60): RSS, table sizes, p99 drift (bench/soak)
+	$(GO) run ./bench/soak -duration $(or $(SOAK_MINUTES),60)m
+
 .PHONY: bench
 bench: services ## run the benchmarks and print their tables (see docs/benchmarks.md)
 	$(GO) run ./bench/guards
@@ -90,6 +94,9 @@ bench: services ## run the benchmarks and print their tables (see docs/benchmark
 	$(GO) run ./bench/order -duration 5s
 	$(GO) test -run '^$$' -bench . -benchmem ./tracing ./consumer ./lock ./idempotency
 	$(GO) run ./bench/hotentity -json bench/results.json
+	$(GO) run ./bench/hotentity -apache -events 6000 -processes "" -signed=false -unfenced=false -atcommit=false -batch 64 -json bench/results.json
+	$(GO) run ./bench/hotentity -prefill 10000000 -batch "" -processes "" -signed=false -unfenced=false -atcommit=false -json bench/results.json -json-key hotentity_prefilled
+	$(GO) run ./bench/saga -kafka devkafka,apache -rates 400,1600 -duration 15s -half=false -json '' -svg ''
 	$(GO) run ./bench/saga -statements -sweep 1,2,4
 	$(GO) run ./bench/tracker # after bench/saga: compares with its saturation rate
 
@@ -115,7 +122,7 @@ readme-check: services ## run the README's shell commands as written
 	@scripts/readme-check.sh
 
 .PHONY: chaos
-chaos: services redis-cluster ## Redis Cluster + failover, then every chaos scenario (kill -9, outages, network faults, duplicates, poison, pause, overload), 2,000 orders each
+chaos: services redis-cluster ## Redis Cluster + failover, then every chaos scenario (kill -9, outages, network faults, duplicates, poison, pause, overload, a rolling upgrade; broker kill -9, pause and rolling restart on a 3-node Apache Kafka), 2,000 orders each
 	$(GO) run ./cmd/chaos -orders $${CHAOS_ORDERS:-2000} -seed $${CHAOS_SEED:-1} -report $${CHAOS_REPORT:-chaos-report.md}
 
 .PHONY: redis-cluster

@@ -1,0 +1,86 @@
+// Command soak is the long-run benchmark of issue #45 item 1: it measures the saga's
+// saturation rate at the start of the run (bench/saga's method, by running it), then runs
+// the reference system's three services (chaos.Start, as processes, with devkafka and a
+// Redis of their own) and the tracker (sagactl track) at half that rate for -duration,
+// with the retention windows shortened to -retention through the services' environment
+// (IDEMPOTENCY_RETENTION, DEAD_LETTER_RETENTION) and the tracker's -retention flag.
+//
+// Every -sample it records each process's RSS, pg_total_relation_size and n_dead_tup of
+// every table of every service database and of the tracker's, and orders offered and
+// confirmed; POST→terminal latency (terminal as read from orders.events) is bucketed per
+// minute of the order's due time. It judges: RSS slope per process after warm-up
+// (least-squares, MiB/hour) ≤ 2; each table's size at the end ≤ 1.1× its size when the
+// retention window was first reached; p99 of the last 10 minutes ÷ p99 of minutes 5–15 ≤
+// 1.25 (both windows scaled by duration/60m for shorter runs); confirmed = offered. It
+// writes the samples and verdicts to the "soak" key of -json and a plot to -svg.
+//
+//	go run ./bench/soak                       # 60 minutes
+//	go run ./bench/soak -duration 10m         # make soak SOAK_MINUTES=10
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+type config struct {
+	duration  time.Duration
+	sample    time.Duration
+	retention time.Duration
+	warmup    time.Duration
+	satRates  string
+	satDur    time.Duration
+	rate      int
+	jsonPath  string
+	svgPath   string
+}
+
+func main() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		sig := <-sigs
+		fmt.Fprintln(os.Stderr, "soak: stopping on", sig)
+		cancel()
+	}()
+	var c config
+	fs := flag.NewFlagSet("soak", flag.ExitOnError)
+	fs.DurationVar(&c.duration, "duration", 60*time.Minute, "how long half the saturation rate is offered")
+	fs.DurationVar(&c.sample, "sample", 15*time.Second, "sampling period of RSS, table sizes and counts")
+	fs.DurationVar(&c.retention, "retention", 2*time.Minute, "retention window of idempotency records, dead letters and tracker events during the soak")
+	fs.DurationVar(&c.warmup, "warmup", 0, "RSS samples before this are left out of the slope (0: duration/6)")
+	fs.StringVar(&c.satRates, "sat-rates", "100,200,400", "offered rates of the saturation measurement (bench/saga -rates)")
+	fs.DurationVar(&c.satDur, "sat-duration", 10*time.Second, "how long each saturation rate is offered")
+	fs.IntVar(&c.rate, "rate", 0, "offer this rate instead of measuring the saturation (0: measure)")
+	fs.StringVar(&c.jsonPath, "json", "bench/results.json", "write the samples and verdicts to the \"soak\" key of this file (empty: not at all)")
+	fs.StringVar(&c.svgPath, "svg", "docs/soak.svg", "write the plot to this file (empty: not at all)")
+	_ = fs.Parse(os.Args[1:])
+	if c.warmup == 0 {
+		c.warmup = c.duration / 6
+	}
+	res, err := run(ctx, c)
+	if res != nil {
+		printResults(os.Stdout, res)
+		if c.jsonPath != "" {
+			if werr := writeJSON(c.jsonPath, res); werr != nil && err == nil {
+				err = werr
+			}
+		}
+		if c.svgPath != "" {
+			if werr := os.WriteFile(c.svgPath, plotSVG(res), 0o644); werr != nil && err == nil {
+				err = fmt.Errorf("soak: %w", werr)
+			}
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "soak:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/choreo-saga/choreo/bench/internal/benchutil"
+)
+
+type tableSample struct {
+	Bytes   int64 `json:"bytes"`
+	LiveTup int64 `json:"n_live_tup"`
+	DeadTup int64 `json:"n_dead_tup"`
+}
+
+type sample struct {
+	T         float64                `json:"t_seconds"`
+	RSSMiB    map[string]float64     `json:"rss_mib"`
+	Tables    map[string]tableSample `json:"tables"`
+	Offered   int                    `json:"offered"`
+	Confirmed int                    `json:"confirmed"`
+}
+
+type minute struct {
+	Minute int     `json:"minute"`
+	N      int     `json:"n"`
+	P50ms  float64 `json:"p50_ms"`
+	P99ms  float64 `json:"p99_ms"`
+	lat    []time.Duration
+}
+
+// verdict is one figure beside its target.
+type verdict struct {
+	Name   string  `json:"name"`
+	Figure float64 `json:"figure"`
+	Target float64 `json:"target"`
+	Ratio  float64 `json:"ratio"` // figure ÷ target
+	Unit   string  `json:"unit"`
+	Pass   bool    `json:"pass"`
+	Note   string  `json:"note,omitempty"`
+}
+
+type results struct {
+	Date             string    `json:"date"`
+	Commit           string    `json:"commit"`
+	GoVersion        string    `json:"go_version"`
+	CPUs             int       `json:"cpus"`
+	SaturationPerSec float64   `json:"saturation_confirmed_per_sec"`
+	Rate             int       `json:"offered_per_sec"`
+	DurationSeconds  float64   `json:"duration_seconds"`
+	SampleSeconds    float64   `json:"sample_seconds"`
+	RetentionSeconds float64   `json:"retention_seconds"`
+	WarmupSeconds    float64   `json:"warmup_seconds"`
+	Env              []string  `json:"env"`
+	PostErrors       int       `json:"post_errors"`
+	Samples          []sample  `json:"samples"`
+	Minutes          []minute  `json:"minutes"`
+	Verdicts         []verdict `json:"verdicts"`
+}
+
+// slope is the least-squares slope of y over x.
+func slope(x, y []float64) float64 {
+	n := float64(len(x))
+	if n < 2 {
+		return 0
+	}
+	var sx, sy, sxx, sxy float64
+	for i := range x {
+		sx += x[i]
+		sy += y[i]
+		sxx += x[i] * x[i]
+		sxy += x[i] * y[i]
+	}
+	d := n*sxx - sx*sx
+	if d == 0 {
+		return 0
+	}
+	return (n*sxy - sx*sy) / d
+}
+
+// p99Window is the p99 of the orders due in minutes [from, to).
+func (r *results) p99Window(from, to float64) float64 {
+	var l []time.Duration
+	for _, m := range r.Minutes {
+		if float64(m.Minute) >= math.Floor(from) && float64(m.Minute) < math.Ceil(to) {
+			l = append(l, m.lat...)
+		}
+	}
+	sort.Slice(l, func(a, b int) bool { return l[a] < l[b] })
+	return benchutil.Percentile(l, 0.99).Seconds() * 1000
+}
+
+func (r *results) judge(c config) {
+	add := func(name string, fig, target float64, unit string, pass bool, note string) {
+		ratio := 0.0
+		if target != 0 {
+			ratio = fig / target
+		}
+		r.Verdicts = append(r.Verdicts, verdict{name, fig, target, ratio, unit, pass, note})
+	}
+	if len(r.Samples) == 0 {
+		return
+	}
+	// RSS slope after warm-up.
+	for _, name := range sortedKeys(r.Samples[0].RSSMiB) {
+		var x, y []float64
+		for _, s := range r.Samples {
+			if s.T >= c.warmup.Seconds() && s.T <= c.duration.Seconds() {
+				x = append(x, s.T/3600)
+				y = append(y, s.RSSMiB[name])
+			}
+		}
+		sl := slope(x, y)
+		add("rss_slope "+name, sl, 2, "MiB/h", sl <= 2, fmt.Sprintf("%d samples after %s", len(x), c.warmup))
+	}
+	// Table sizes: the end against the first sample at or after the retention window.
+	var ref *sample
+	for i := range r.Samples {
+		if r.Samples[i].T >= c.retention.Seconds() {
+			ref = &r.Samples[i]
+			break
+		}
+	}
+	last := r.Samples[len(r.Samples)-1]
+	if ref != nil {
+		for _, name := range sortedKeys(last.Tables) {
+			b0 := ref.Tables[name].Bytes
+			b1 := last.Tables[name].Bytes
+			ratio := math.Inf(1)
+			if b0 > 0 {
+				ratio = float64(b1) / float64(b0)
+			}
+			add("table_size "+name, ratio, 1.1, "end ÷ at retention", ratio <= 1.1,
+				fmt.Sprintf("%d → %d bytes, n_dead_tup %d", b0, b1, last.Tables[name].DeadTup))
+		}
+	}
+	// p99 drift, windows scaled by duration/60m.
+	scale := c.duration.Minutes() / 60
+	early := r.p99Window(5*scale, 15*scale)
+	late := r.p99Window(c.duration.Minutes()-10*scale, c.duration.Minutes())
+	ratio := 0.0
+	if early > 0 {
+		ratio = late / early
+	}
+	add("p99_drift", ratio, 1.25, "p99 last ÷ p99 early", ratio > 0 && ratio <= 1.25,
+		fmt.Sprintf("p99 %.1f ms (minutes %.1f–%.1f) ÷ %.1f ms (minutes %.1f–%.1f)", late,
+			c.duration.Minutes()-10*scale, c.duration.Minutes(), early, 5*scale, 15*scale))
+	cr := 0.0
+	if last.Offered > 0 {
+		cr = float64(last.Confirmed) / float64(last.Offered)
+	}
+	add("confirmed_over_offered", cr, 1, "ratio", last.Confirmed == last.Offered && last.Offered > 0,
+		fmt.Sprintf("%d confirmed of %d offered, %d POST errors", last.Confirmed, last.Offered, r.PostErrors))
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+func printResults(w io.Writer, r *results) {
+	fmt.Fprintf(w, "soak: saturation %.1f/s, offered %d/s for %.0f s, retention %.0f s, commit %.12s\n",
+		r.SaturationPerSec, r.Rate, r.DurationSeconds, r.RetentionSeconds, r.Commit)
+	fmt.Fprintf(w, "%-48s %12s %8s %8s  %s\n", "target", "figure", "limit", "ratio", "")
+	for _, v := range r.Verdicts {
+		ok := "ok"
+		if !v.Pass {
+			ok = "FAIL"
+		}
+		fmt.Fprintf(w, "%-48s %12.3f %8.2f %8.2f  %-4s %s (%s)\n", v.Name, v.Figure, v.Target, v.Ratio, ok, v.Unit, v.Note)
+	}
+	var b strings.Builder
+	for _, m := range r.Minutes {
+		fmt.Fprintf(&b, " %d:%.0f/%.0f", m.Minute, m.P50ms, m.P99ms)
+	}
+	fmt.Fprintf(w, "p50/p99 ms per minute:%s\n", b.String())
+}
+
+func writeJSON(path string, r *results) error {
+	if err := benchutil.MergeJSON(path, "soak", r); err != nil {
+		return fmt.Errorf("soak: %w", err)
+	}
+	return nil
+}

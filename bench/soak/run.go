@@ -1,0 +1,434 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/choreo-saga/choreo/bench/internal/benchutil"
+	"github.com/choreo-saga/choreo/chaos"
+	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/services/events"
+)
+
+// saturation runs bench/saga over rates and returns its peak confirmed orders/s.
+func saturation(ctx context.Context, c config) (float64, error) {
+	tmp, err := os.CreateTemp("", "soak-sat-*.json")
+	if err != nil {
+		return 0, fmt.Errorf("soak: %w", err)
+	}
+	// bench/saga merges its key into the file: it must hold a JSON object.
+	_, err = tmp.WriteString("{}")
+	tmp.Close()
+	defer os.Remove(tmp.Name())
+	if err != nil {
+		return 0, fmt.Errorf("soak: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, "go", "run", "./bench/saga", "-rates", c.satRates, "-duration", c.satDur.String(),
+		"-half=false", "-json", tmp.Name(), "-svg", "")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("soak: bench/saga: %w", err)
+	}
+	b, err := os.ReadFile(tmp.Name())
+	if err != nil {
+		return 0, fmt.Errorf("soak: %w", err)
+	}
+	var f struct {
+		Saga struct {
+			Peak float64 `json:"peak_confirmed_per_sec"`
+		} `json:"saga"`
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		return 0, fmt.Errorf("soak: bench/saga results: %w", err)
+	}
+	return f.Saga.Peak, nil
+}
+
+// order is one placed order.
+type order struct {
+	due time.Time
+	id  string
+}
+
+// terminal is what the watcher read of an order's first terminal event.
+type terminal struct {
+	at        time.Time
+	confirmed bool
+}
+
+func run(ctx context.Context, c config) (*results, error) {
+	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "soak: "+format+"\n", args...) }
+	res := &results{Date: time.Now().UTC().Format(time.RFC3339), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
+		DurationSeconds: c.duration.Seconds(), SampleSeconds: c.sample.Seconds(), RetentionSeconds: c.retention.Seconds(),
+		WarmupSeconds: c.warmup.Seconds()}
+	res.Commit = gitCommit(ctx)
+	if c.rate > 0 {
+		res.Rate = c.rate
+	} else {
+		logf("measuring the saturation rate: go run ./bench/saga -rates %s -duration %s", c.satRates, c.satDur)
+		peak, err := saturation(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		res.SaturationPerSec = peak
+		res.Rate = max(1, int(peak/2+0.5))
+	}
+	ret := c.retention.String()
+	res.Env = []string{"IDEMPOTENCY_RETENTION=" + ret, "DEAD_LETTER_RETENTION=" + ret, "ORDER_STUCK_AFTER=10s",
+		"PAYMENT_HANG_CUSTOMERS=c-hang", "DATABASE_MIN_CONNS=16"}
+	pgURL := benchutil.DefaultPostgresDSN()
+	logf("starting the system; half the saturation: %d orders/s for %s", res.Rate, c.duration)
+	sys, err := chaos.Start(ctx, chaos.Options{Instances: 1, Partitions: 6, PostgresURL: pgURL, MaxConns: 12,
+		Env: res.Env, Log: os.Stderr})
+	if err != nil {
+		return nil, fmt.Errorf("soak: %w", err)
+	}
+	defer sys.Close()
+	pids := map[string]int{}
+	for _, in := range sys.Instances() {
+		pids[in.Service] = in.PID
+	}
+	// The tracker: its own database, binary and retention.
+	trackerURL, drop, err := benchutil.CreateDB(ctx, pgURL, "soak_tracker")
+	if err != nil {
+		return nil, fmt.Errorf("soak: %w", err)
+	}
+	defer func() { _ = drop() }()
+	bin := filepath.Join(sys.Dir(), "sagactl-soak")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/sagactl").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("soak: build sagactl: %w: %s", err, out)
+	}
+	tlog, err := os.Create(filepath.Join(sys.Dir(), "tracker.log"))
+	if err != nil {
+		return nil, fmt.Errorf("soak: %w", err)
+	}
+	defer tlog.Close()
+	tr := exec.Command(bin, "track", "-brokers", sys.Brokers(), "-db", trackerURL, "-config", "deploy/tracker/order.json",
+		"-retention", ret, "-refresh", "15s", "-order-url", sys.OrderURL())
+	tr.Stdout, tr.Stderr = tlog, tlog
+	if err := tr.Start(); err != nil {
+		return nil, fmt.Errorf("soak: sagactl track: %w", err)
+	}
+	defer func() { _ = tr.Process.Signal(os.Interrupt); _ = tr.Wait() }()
+	pids["tracker"] = tr.Process.Pid
+
+	dbURLs := map[string]string{"tracker": trackerURL}
+	for svc, name := range sys.Databases() {
+		dbURLs[svc] = withDB(pgURL, name)
+	}
+	pools := map[string]*pgxpool.Pool{}
+	for svc, u := range dbURLs {
+		p, err := pgxpool.New(ctx, u)
+		if err != nil {
+			return nil, fmt.Errorf("soak: postgres %s: %w", svc, err)
+		}
+		defer p.Close()
+		pools[svc] = p
+	}
+
+	w, stopWatch, err := startWatcher(ctx, sys.Brokers())
+	if err != nil {
+		return nil, err
+	}
+	defer stopWatch()
+	time.Sleep(3 * time.Second) // the tracker joins its group
+
+	var (
+		mu     sync.Mutex
+		orders []*order
+		errs   int
+	)
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	start := time.Now()
+	end := start.Add(c.duration)
+	loadCtx, stopLoad := context.WithDeadline(ctx, end)
+	defer stopLoad()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		rng := rand.New(rand.NewPCG(1, 2))
+		interval := time.Duration(float64(time.Second) / float64(res.Rate))
+		for i := 0; ; i++ {
+			due := start.Add(time.Duration(i) * interval)
+			if !due.Before(end) {
+				return
+			}
+			select {
+			case <-loadCtx.Done():
+				return
+			case <-time.After(time.Until(due)):
+			}
+			qty := 1 + rng.IntN(3)
+			body, _ := json.Marshal(map[string]any{"customer_id": fmt.Sprintf("c-%d", 1+rng.IntN(100)),
+				"items":  []map[string]any{{"sku": fmt.Sprintf("sku-%d", 1+rng.IntN(20)), "qty": qty}},
+				"amount": int64(qty) * int64(500+rng.IntN(4500))})
+			o := &order{due: due}
+			mu.Lock()
+			orders = append(orders, o)
+			mu.Unlock()
+			wg.Go(func() {
+				id, err := place(ctx, client, sys.OrderURL()+"/orders", body)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					errs++
+					return
+				}
+				o.id = id
+			})
+		}
+	})
+
+	sampleOnce := func() {
+		s := sample{T: time.Since(start).Seconds(), RSSMiB: map[string]float64{}, Tables: map[string]tableSample{}}
+		for name, pid := range pids {
+			s.RSSMiB[name] = rssMiB(pid)
+		}
+		for svc, p := range pools {
+			rows, err := p.Query(ctx, `SELECT relname, pg_total_relation_size(relid), n_live_tup, n_dead_tup FROM pg_stat_user_tables`)
+			if err != nil {
+				continue
+			}
+			for rows.Next() {
+				var name string
+				var ts tableSample
+				if rows.Scan(&name, &ts.Bytes, &ts.LiveTup, &ts.DeadTup) == nil {
+					s.Tables[svc+"."+name] = ts
+				}
+			}
+			rows.Close()
+		}
+		mu.Lock()
+		for _, o := range orders {
+			if o.id == "" {
+				continue
+			}
+			s.Offered++
+			if e, ok := w.lookup(o.id); ok && e.confirmed {
+				s.Confirmed++
+			}
+		}
+		mu.Unlock()
+		res.Samples = append(res.Samples, s)
+		logf("t=%4.0fs offered %d confirmed %d rss %v", s.T, s.Offered, s.Confirmed, fmtRSS(s.RSSMiB))
+	}
+	sampleOnce()
+	tick := time.NewTicker(c.sample)
+	defer tick.Stop()
+	for time.Now().Before(end) && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+			sampleOnce()
+		}
+	}
+	wg.Wait()
+	// Drain: every placed order settles within a bounded time.
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if pendingOrders(orders, w) == 0 {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	sampleOnce()
+	res.PostErrors = errs
+	res.Minutes = perMinute(orders, w, start)
+	res.judge(c)
+	return res, ctx.Err()
+}
+
+func pendingOrders(orders []*order, w *watcher) int {
+	n := 0
+	for _, o := range orders {
+		if o.id != "" {
+			if _, ok := w.lookup(o.id); !ok {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// perMinute buckets POST→terminal latency by the minute of the order's due time.
+func perMinute(orders []*order, w *watcher, start time.Time) []minute {
+	var lats [][]time.Duration
+	for _, o := range orders {
+		if o.id == "" {
+			continue
+		}
+		e, ok := w.lookup(o.id)
+		if !ok {
+			continue
+		}
+		m := int(o.due.Sub(start) / time.Minute)
+		for len(lats) <= m {
+			lats = append(lats, nil)
+		}
+		lats[m] = append(lats[m], e.at.Sub(o.due))
+	}
+	out := make([]minute, len(lats))
+	for i, l := range lats {
+		sort.Slice(l, func(a, b int) bool { return l[a] < l[b] })
+		out[i] = minute{Minute: i, N: len(l), P50ms: benchutil.Percentile(l, 0.5).Seconds() * 1000,
+			P99ms: benchutil.Percentile(l, 0.99).Seconds() * 1000, lat: l}
+	}
+	return out
+}
+
+func place(ctx context.Context, cl *http.Client, url string, body []byte) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := cl.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode/100 != 2 {
+		return "", fmt.Errorf("POST /orders: %d", resp.StatusCode)
+	}
+	var o struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(b, &o); err != nil || o.ID == "" {
+		return "", fmt.Errorf("POST /orders: no id in %q", b[:min(len(b), 200)])
+	}
+	return o.ID, nil
+}
+
+// watcher reads orders.events from its end offsets at start and keeps each order's
+// first terminal event (as bench/saga's watcher does).
+type watcher struct {
+	cl    *kgo.Client
+	mu    sync.Mutex
+	ended map[string]terminal
+}
+
+func startWatcher(ctx context.Context, brokers string) (*watcher, func(), error) {
+	adm, err := kgo.NewClient(kgo.SeedBrokers(brokers))
+	if err != nil {
+		return nil, nil, fmt.Errorf("soak: kafka: %w", err)
+	}
+	ends, err := kadm.NewClient(adm).ListEndOffsets(ctx, events.TopicOrders)
+	adm.Close()
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("soak: end offsets of %s: %w", events.TopicOrders, err)
+	}
+	from := map[string]map[int32]kgo.Offset{events.TopicOrders: {}}
+	ends.Each(func(o kadm.ListedOffset) { from[o.Topic][o.Partition] = kgo.NewOffset().At(o.Offset) })
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers), kgo.ConsumePartitions(from), kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		return nil, nil, fmt.Errorf("soak: kafka: %w", err)
+	}
+	w := &watcher{cl: cl, ended: map[string]terminal{}}
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for wctx.Err() == nil {
+			fs := cl.PollFetches(wctx)
+			if fs.IsClientClosed() {
+				return
+			}
+			now := time.Now()
+			w.mu.Lock()
+			fs.EachRecord(func(rec *kgo.Record) {
+				ev, err := event.FromRecord(rec)
+				if err != nil {
+					return
+				}
+				switch ev.Type {
+				case events.OrderConfirmed, events.OrderRejected, events.OrderCancelled:
+				default:
+					return
+				}
+				if _, seen := w.ended[ev.Subject]; !seen {
+					w.ended[ev.Subject] = terminal{at: now, confirmed: ev.Type == events.OrderConfirmed}
+				}
+			})
+			w.mu.Unlock()
+		}
+	})
+	return w, func() { cancel(); wg.Wait(); cl.Close() }, nil
+}
+
+func (w *watcher) lookup(id string) (terminal, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e, ok := w.ended[id]
+	return e, ok
+}
+
+// rssMiB returns pid's VmRSS in MiB (0 if it cannot be read).
+func rssMiB(pid int) float64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			if fs := strings.Fields(v); len(fs) > 0 {
+				n, _ := strconv.ParseFloat(fs[0], 64)
+				return n / 1024
+			}
+		}
+	}
+	return 0
+}
+
+func fmtRSS(m map[string]float64) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s=%.0f ", k, m[k])
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// withDB returns the URL base naming database name.
+func withDB(base, name string) string {
+	i := strings.LastIndex(base, "/")
+	q := ""
+	if j := strings.IndexByte(base, '?'); j > i {
+		q = base[j:]
+	}
+	return base[:i+1] + name + q
+}
+
+func gitCommit(ctx context.Context) string {
+	out, err := exec.CommandContext(ctx, "git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(out))
+}
