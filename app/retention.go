@@ -28,7 +28,8 @@ const (
 	// defaultDeadLetterRetention is how long a row of the dead-letter archive (a record
 	// the dead-letter topic refused whole) is kept: 30 days, for an operator to replay it.
 	defaultDeadLetterRetention = 30 * 24 * time.Hour
-	// defaultDeadLetterPruneInterval is how often the App deletes expired archive rows.
+	// defaultDeadLetterPruneInterval is how often the App deletes expired archive rows
+	// at most (see cleanupInterval).
 	defaultDeadLetterPruneInterval = time.Hour
 	// deadLetterPruneBatch bounds the rows one DELETE removes.
 	deadLetterPruneBatch = 1000
@@ -59,9 +60,17 @@ func (c Config) idempotencyRetention() time.Duration {
 	return c.IdempotencyRetention
 }
 
+// cleanupInterval is how often a table whose rows expire after retention is cleaned:
+// the clean-up's usual pause (most), or a quarter of the retention when that is
+// shorter (at least a second), so a table outlives its retention by at most a quarter
+// of it however short the window is set.
+func cleanupInterval(retention, most time.Duration) time.Duration {
+	return min(most, max(retention/4, time.Second))
+}
+
 // pruneDeadLetters deletes the rows of the dead-letter archive table created more than
 // retention ago, in batches, and returns how many it deleted. The App runs it every
-// defaultDeadLetterPruneInterval with Config.DeadLetterRetention.
+// cleanupInterval(Config.DeadLetterRetention, defaultDeadLetterPruneInterval).
 func pruneDeadLetters(ctx context.Context, db migrate.Execer, table string, retention time.Duration) (int64, error) {
 	t := pgx.Identifier{table}.Sanitize()
 	var total int64
@@ -85,7 +94,7 @@ func (a *App) deadLetterPruner(ctx context.Context) error {
 	if retention == 0 {
 		retention = defaultDeadLetterRetention
 	}
-	t := time.NewTicker(defaultDeadLetterPruneInterval)
+	t := time.NewTicker(cleanupInterval(retention, defaultDeadLetterPruneInterval))
 	defer t.Stop()
 	for {
 		n, err := pruneDeadLetters(ctx, a.Pool, a.archive.TableName(), retention)

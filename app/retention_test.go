@@ -94,3 +94,70 @@ func TestRetention(t *testing.T) {
 		}
 	}
 }
+
+// TestRetentionSweepCadence runs an App whose retentions are seconds long: rows that
+// expire while it runs are deleted within a few seconds, because both clean-ups run
+// every quarter of their retention when that is shorter than their usual pause (5
+// minutes, an hour). The rows expire 4 s after they are written, so only a clean-up
+// after that can delete them.
+func TestRetentionSweepCadence(t *testing.T) {
+	ctx := context.Background()
+	env := app.MapEnv(map[string]string{
+		"DATABASE_URL": freshDSN(t), "REDIS_ADDR": "none",
+		"KAFKA_BROKERS":         strings.Join(testenv.KafkaCluster(t).ListenAddrs(), ","),
+		"IDEMPOTENCY_RETENTION": "4s", "DEAD_LETTER_RETENTION": "4s",
+	})
+	cfg := app.LoadConfig(env, "widget", "127.0.0.1:0")
+	if err := env.Err(); err != nil {
+		t.Fatal(err)
+	}
+	a, err := app.New(ctx, cfg.Service, app.WithConfig(cfg), app.WithLogOutput(io.Discard), app.WithoutSignals())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	defer func() { cancel(); <-done }()
+	<-a.Ready()
+
+	tx, err := a.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Store.Claim(ctx, tx, "widget/test", "k-1", idempotency.Hash([]byte("req"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Pool.Exec(ctx, `INSERT INTO choreo_dead_letters (group_name, topic, partition, "offset", record_time,
+		value_size, value_sha256, dlq_topic, reason, error, dlq_error, attempts, created_at)
+		VALUES ('g', 't', 0, 1, now(), 0, '\x00', 't.dlq', 'malformed', 'e', 'too large', 1, now())`); err != nil {
+		t.Fatal(err)
+	}
+	count := func() (records, archived int) {
+		if err := a.Pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM "+a.Store.TableName()+
+			"), (SELECT count(*) FROM choreo_dead_letters)").Scan(&records, &archived); err != nil {
+			t.Fatal(err)
+		}
+		return records, archived
+	}
+	if r, d := count(); r != 1 || d != 1 {
+		t.Fatalf("%d records and %d archived rows before they expire, want 1 and 1", r, d)
+	}
+	// Generous for a loaded machine: the cadence is one second here, and the old
+	// cadence (5 minutes, an hour) could not pass.
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		r, d := count()
+		if r == 0 && d == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d records and %d archived rows left 90 s after they were written with a 4 s retention", r, d)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

@@ -173,7 +173,8 @@ func (a *App) prepareWorkers(_ context.Context, _ []tracing.InstrumentOption) (e
 		return fmt.Errorf("app: %w", err)
 	}
 	if o.sweeper {
-		sw, err := idempotency.NewSweeper(a.Pool, idempotency.WithTable(a.Store.TableName()))
+		sw, err := idempotency.NewSweeper(a.Pool, idempotency.WithTable(a.Store.TableName()),
+			idempotency.WithSweepInterval(cleanupInterval(a.Config.idempotencyRetention(), idempotency.DefaultSweepInterval)))
 		if err != nil {
 			return fmt.Errorf("app: %w", err)
 		}
