@@ -40,21 +40,6 @@ func apacheTopicConfig(nodes int) map[string]*string {
 	return map[string]*string{"min.insync.replicas": &isr}
 }
 
-// apacheLog4j is each node's log4j2 configuration (the one scripts/kafka.sh writes): the
-// broker's log in its node directory, warnings only from org.apache.kafka.
-const apacheLog4j = `appender.file.type=File
-appender.file.name=file
-appender.file.fileName=${sys:kafka.logs.dir}/server.log
-appender.file.layout.type=PatternLayout
-appender.file.layout.pattern=[%d] %p %m (%c)%n
-rootLogger.level=INFO
-rootLogger.appenderRef.file.ref=file
-logger.kafka.name=org.apache.kafka
-logger.kafka.level=WARN
-logger.state.name=state.change.logger
-logger.state.level=WARN
-`
-
 // apacheJVM are the nodes' JVM options unless KAFKA_HEAP_OPTS or KAFKA_JVM_OPTS (as for
 // scripts/kafka.sh) replace them: a small heap, and the client compiler and serial
 // collector, which cost three brokers on a 2-core machine much less CPU time than the
@@ -101,6 +86,11 @@ func (s *System) startApache(ctx context.Context) error {
 		wg   sync.WaitGroup
 		errs = make([]error, n)
 	)
+	// Each node logs to its own directory, warnings only from org.apache.kafka.
+	logConfig, err := exec.CommandContext(ctx, script, "log4j").Output()
+	if err != nil {
+		return fmt.Errorf("chaos: scripts/kafka.sh log4j: %w", err)
+	}
 	for i := 1; i <= n; i++ {
 		nd := filepath.Join(dir, "node-"+strconv.Itoa(i))
 		if err := os.MkdirAll(nd, 0o755); err != nil {
@@ -115,7 +105,7 @@ func (s *System) startApache(ctx context.Context) error {
 		if err := os.WriteFile(propsPath, props, 0o644); err != nil {
 			return fmt.Errorf("chaos: %w", err)
 		}
-		if err := os.WriteFile(log4j, []byte(apacheLog4j), 0o644); err != nil {
+		if err := os.WriteFile(log4j, logConfig, 0o644); err != nil {
 			return fmt.Errorf("chaos: %w", err)
 		}
 		common := []string{"-cp", filepath.Join(libs, "*"), "-Dlog4j2.configurationFile=" + log4j, "-Dkafka.logs.dir=" + nd}

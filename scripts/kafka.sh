@@ -13,6 +13,7 @@
 #                                          stops every node and removes DIR
 #   scripts/kafka.sh config [-n N] [-p PORT] [-d DIR] [-i NODE]
 #                                          prints node NODE's server.properties (default 1)
+#   scripts/kafka.sh log4j                 prints a node's log4j2 configuration
 #   scripts/kafka.sh version               prints the Kafka version
 #
 # Node i (1..N) listens for clients on 127.0.0.1:PORT+2(i-1) and for the controller quorum
@@ -206,6 +207,7 @@ case $cmd in
   fetch) fetch && echo "$libs" ;;
   run) parse "$@" && run ;;
   config) parse "$@" && dir=${dir:-/tmp/choreo-kafka} && config "$node" ;;
+  log4j) log4j ;;
   version) echo "$KAFKA_VERSION" ;;
   *) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"sync"
@@ -14,6 +12,7 @@ import (
 	"time"
 
 	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/bench/internal/orderwatch"
 )
 
 // sent is one order the generator placed.
@@ -107,10 +106,10 @@ func (g *generator) run(ctx context.Context, rate float64, d time.Duration) *bur
 		url := g.urls[g.next.Add(1)%uint64(len(g.urls))] + "/orders"
 		wg.Go(func() {
 			defer func() { <-sem }()
-			id, err := g.place(ctx, url, body)
+			id, err := orderwatch.Place(ctx, g.client, url, body)
 			mu.Lock()
 			defer mu.Unlock()
-			if errors.Is(err, errShed) {
+			if errors.Is(err, orderwatch.ErrShed) {
 				b.shed++
 				return
 			}
@@ -127,37 +126,4 @@ func (g *generator) run(ctx context.Context, rate float64, d time.Duration) *bur
 	b.lastSent = time.Now()
 	wg.Wait()
 	return b
-}
-
-// errShed is a POST the order API shed (503, admission control): it did nothing.
-var errShed = errors.New("POST /orders: 503 shed")
-
-func (g *generator) place(ctx context.Context, url string, body []byte) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := g.client.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode == http.StatusServiceUnavailable {
-		return "", errShed
-	}
-	if resp.StatusCode/100 != 2 {
-		return "", fmt.Errorf("POST /orders: %d %s", resp.StatusCode, bytes.TrimSpace(b[:min(len(b), 200)]))
-	}
-	var o struct {
-		ID string `json:"id"`
-	}
-	if err := json.Unmarshal(b, &o); err != nil || o.ID == "" {
-		return "", fmt.Errorf("POST /orders: no id in %q", b[:min(len(b), 200)])
-	}
-	return o.ID, nil
 }

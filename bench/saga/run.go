@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/choreo-saga/choreo/bench/internal/benchutil"
+	"github.com/choreo-saga/choreo/bench/internal/orderwatch"
 )
 
 // serviceNames in table order.
@@ -179,16 +180,16 @@ func runRate(ctx context.Context, cfg config, rate int, d time.Duration, s *sess
 	r.SentPerSec = float64(r.Sent) / max(secs, b.lastSent.Sub(b.started).Seconds())
 	r.Late, r.MaxLagMs, r.PostErrors, r.FirstError = b.late, b.maxLag.Seconds()*1000, b.errors, b.firstErr
 	r.Shed = b.shed
-	r.ConfirmedPerSec = float64(w.confirmedBetween(start, end)) / secs
+	r.ConfirmedPerSec = float64(w.ConfirmedBetween(start, end)) / secs
 	for t := start; t.Before(end); t = t.Add(time.Second) {
 		next := t.Add(time.Second)
 		if next.After(end) {
 			next = end
 		}
-		r.ConfirmedEachSecond = append(r.ConfirmedEachSecond, w.confirmedBetween(t, next))
+		r.ConfirmedEachSecond = append(r.ConfirmedEachSecond, w.ConfirmedBetween(t, next))
 	}
 	half := start.Add(d / 2)
-	r.ConfirmedPerSecLastHalf = float64(w.confirmedBetween(half, end)) / end.Sub(half).Seconds()
+	r.ConfirmedPerSecLastHalf = float64(w.ConfirmedBetween(half, end)) / end.Sub(half).Seconds()
 	r.GeneratorCPUPercent = pct(genCPU.Process, secs)
 	r.MachineCPUPercent = pct(genCPU.Machine, secs) / float64(runtime.NumCPU())
 	for g, c := range winCPU {
@@ -232,18 +233,18 @@ func runRate(ctx context.Context, cfg config, rate int, d time.Duration, s *sess
 		if o == nil || o.id == "" {
 			continue
 		}
-		e, ok := w.lookup(o.id)
+		e, ok := w.Lookup(o.id)
 		if !ok {
 			r.Unsettled++
 			continue
 		}
-		lat = append(lat, e.at.Sub(o.due))
-		switch e.outcome {
-		case confirmed:
+		lat = append(lat, e.At.Sub(o.due))
+		switch e.Outcome {
+		case orderwatch.Confirmed:
 			r.Confirmed++
-		case rejected:
+		case orderwatch.Rejected:
 			r.Rejected++
-		case cancelled:
+		case orderwatch.Cancelled:
 			r.Cancelled++
 		}
 	}
@@ -256,13 +257,13 @@ func runRate(ctx context.Context, cfg config, rate int, d time.Duration, s *sess
 	return r, ctx.Err()
 }
 
-func unsettled(b *burst, w *watcher) int {
+func unsettled(b *burst, w *orderwatch.Watcher) int {
 	n := 0
 	for _, o := range b.orders {
 		if o == nil || o.id == "" {
 			continue
 		}
-		if _, ok := w.lookup(o.id); !ok {
+		if _, ok := w.Lookup(o.id); !ok {
 			n++
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choreo-saga/choreo/app"
+	"github.com/choreo-saga/choreo/bench/internal/orderwatch"
 	"github.com/choreo-saga/choreo/chaos"
 )
 
@@ -22,7 +23,7 @@ type session struct {
 	admin *pgxpool.Pool
 	waits *waitSampler
 	dbs   *dbStats
-	w     *watcher
+	w     *orderwatch.Watcher
 	gen   *generator
 
 	stopSampling, stopWatch func()
@@ -87,7 +88,7 @@ func startSession(ctx context.Context, cfg config, pgURL string, instances, part
 		return nil, err
 	}
 	s.samplingCtx, s.stopSampling = context.WithCancel(ctx)
-	if s.w, s.stopWatch, err = startWatcher(ctx, sys.Brokers()); err != nil {
+	if s.w, s.stopWatch, err = orderwatch.Start(ctx, sys.Brokers()); err != nil {
 		s.close()
 		return nil, err
 	}

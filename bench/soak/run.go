@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -19,13 +17,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/choreo-saga/choreo/bench/internal/benchutil"
+	"github.com/choreo-saga/choreo/bench/internal/orderwatch"
 	"github.com/choreo-saga/choreo/chaos"
-	"github.com/choreo-saga/choreo/event"
-	"github.com/choreo-saga/choreo/services/events"
 )
 
 // saturation runs bench/saga over rates and returns its peak confirmed orders/s.
@@ -66,12 +61,6 @@ func saturation(ctx context.Context, c config) (float64, error) {
 type order struct {
 	due time.Time
 	id  string
-}
-
-// terminal is what the watcher read of an order's first terminal event.
-type terminal struct {
-	at        time.Time
-	confirmed bool
 }
 
 func run(ctx context.Context, c config) (*results, error) {
@@ -144,7 +133,7 @@ func run(ctx context.Context, c config) (*results, error) {
 		pools[svc] = p
 	}
 
-	w, stopWatch, err := startWatcher(ctx, sys.Brokers())
+	w, stopWatch, err := orderwatch.Start(ctx, sys.Brokers())
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +173,7 @@ func run(ctx context.Context, c config) (*results, error) {
 			orders = append(orders, o)
 			mu.Unlock()
 			wg.Go(func() {
-				id, err := place(ctx, client, sys.OrderURL()+"/orders", body)
+				id, err := orderwatch.Place(ctx, client, sys.OrderURL()+"/orders", body)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
@@ -221,7 +210,7 @@ func run(ctx context.Context, c config) (*results, error) {
 				continue
 			}
 			s.Offered++
-			if e, ok := w.lookup(o.id); ok && e.confirmed {
+			if e, ok := w.Lookup(o.id); ok && e.Outcome == orderwatch.Confirmed {
 				s.Confirmed++
 			}
 		}
@@ -255,11 +244,11 @@ func run(ctx context.Context, c config) (*results, error) {
 	return res, ctx.Err()
 }
 
-func pendingOrders(orders []*order, w *watcher) int {
+func pendingOrders(orders []*order, w *orderwatch.Watcher) int {
 	n := 0
 	for _, o := range orders {
 		if o.id != "" {
-			if _, ok := w.lookup(o.id); !ok {
+			if _, ok := w.Lookup(o.id); !ok {
 				n++
 			}
 		}
@@ -268,13 +257,13 @@ func pendingOrders(orders []*order, w *watcher) int {
 }
 
 // perMinute buckets POST→terminal latency by the minute of the order's due time.
-func perMinute(orders []*order, w *watcher, start time.Time) []minute {
+func perMinute(orders []*order, w *orderwatch.Watcher, start time.Time) []minute {
 	var lats [][]time.Duration
 	for _, o := range orders {
 		if o.id == "" {
 			continue
 		}
-		e, ok := w.lookup(o.id)
+		e, ok := w.Lookup(o.id)
 		if !ok {
 			continue
 		}
@@ -282,7 +271,7 @@ func perMinute(orders []*order, w *watcher, start time.Time) []minute {
 		for len(lats) <= m {
 			lats = append(lats, nil)
 		}
-		lats[m] = append(lats[m], e.at.Sub(o.due))
+		lats[m] = append(lats[m], e.At.Sub(o.due))
 	}
 	out := make([]minute, len(lats))
 	for i, l := range lats {
@@ -291,98 +280,6 @@ func perMinute(orders []*order, w *watcher, start time.Time) []minute {
 			P99ms: benchutil.Percentile(l, 0.99).Seconds() * 1000, lat: l}
 	}
 	return out
-}
-
-func place(ctx context.Context, cl *http.Client, url string, body []byte) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := cl.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode/100 != 2 {
-		return "", fmt.Errorf("POST /orders: %d", resp.StatusCode)
-	}
-	var o struct {
-		ID string `json:"id"`
-	}
-	if err := json.Unmarshal(b, &o); err != nil || o.ID == "" {
-		return "", fmt.Errorf("POST /orders: no id in %q", b[:min(len(b), 200)])
-	}
-	return o.ID, nil
-}
-
-// watcher reads orders.events from its end offsets at start and keeps each order's
-// first terminal event (as bench/saga's watcher does).
-type watcher struct {
-	cl    *kgo.Client
-	mu    sync.Mutex
-	ended map[string]terminal
-}
-
-func startWatcher(ctx context.Context, brokers string) (*watcher, func(), error) {
-	adm, err := kgo.NewClient(kgo.SeedBrokers(brokers))
-	if err != nil {
-		return nil, nil, fmt.Errorf("soak: kafka: %w", err)
-	}
-	ends, err := kadm.NewClient(adm).ListEndOffsets(ctx, events.TopicOrders)
-	adm.Close()
-	if err == nil {
-		err = ends.Error()
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("soak: end offsets of %s: %w", events.TopicOrders, err)
-	}
-	from := map[string]map[int32]kgo.Offset{events.TopicOrders: {}}
-	ends.Each(func(o kadm.ListedOffset) { from[o.Topic][o.Partition] = kgo.NewOffset().At(o.Offset) })
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers), kgo.ConsumePartitions(from), kgo.FetchMaxWait(100*time.Millisecond))
-	if err != nil {
-		return nil, nil, fmt.Errorf("soak: kafka: %w", err)
-	}
-	w := &watcher{cl: cl, ended: map[string]terminal{}}
-	wctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for wctx.Err() == nil {
-			fs := cl.PollFetches(wctx)
-			if fs.IsClientClosed() {
-				return
-			}
-			now := time.Now()
-			w.mu.Lock()
-			fs.EachRecord(func(rec *kgo.Record) {
-				ev, err := event.FromRecord(rec)
-				if err != nil {
-					return
-				}
-				switch ev.Type {
-				case events.OrderConfirmed, events.OrderRejected, events.OrderCancelled:
-				default:
-					return
-				}
-				if _, seen := w.ended[ev.Subject]; !seen {
-					w.ended[ev.Subject] = terminal{at: now, confirmed: ev.Type == events.OrderConfirmed}
-				}
-			})
-			w.mu.Unlock()
-		}
-	})
-	return w, func() { cancel(); wg.Wait(); cl.Close() }, nil
-}
-
-func (w *watcher) lookup(id string) (terminal, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	e, ok := w.ended[id]
-	return e, ok
 }
 
 // rssMiB returns pid's VmRSS in MiB (0 if it cannot be read).
