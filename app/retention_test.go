@@ -38,16 +38,7 @@ func TestRetention(t *testing.T) {
 	}
 	defer a.Close()
 
-	tx, err := a.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Store.Claim(ctx, tx, "widget/test", "k-1", idempotency.Hash([]byte("req"))); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	claimKey(t, a, "k-1")
 	var ttl time.Duration
 	if err := a.Pool.QueryRow(ctx, "SELECT (extract(epoch FROM expires_at - now()) * 1e6)::bigint * 1000 FROM "+
 		a.Store.TableName()+" WHERE key = 'k-1'").Scan(&ttl); err != nil {
@@ -122,16 +113,7 @@ func TestRetentionSweepCadence(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	<-a.Ready()
 
-	tx, err := a.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Store.Claim(ctx, tx, "widget/test", "k-1", idempotency.Hash([]byte("req"))); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	claimKey(t, a, "k-1")
 	if _, err := a.Pool.Exec(ctx, `INSERT INTO choreo_dead_letters (group_name, topic, partition, "offset", record_time,
 		value_size, value_sha256, dlq_topic, reason, error, dlq_error, attempts, created_at)
 		VALUES ('g', 't', 0, 1, now(), 0, '\x00', 't.dlq', 'malformed', 'e', 'too large', 1, now())`); err != nil {
@@ -159,5 +141,21 @@ func TestRetentionSweepCadence(t *testing.T) {
 			t.Fatalf("%d records and %d archived rows left 90 s after they were written with a 4 s retention", r, d)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// claimKey claims key through the App's idempotency store in a committed transaction.
+func claimKey(t *testing.T, a *app.App, key string) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := a.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Store.Claim(ctx, tx, "widget/test", key, idempotency.Hash([]byte("req"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

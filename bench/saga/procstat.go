@@ -10,34 +10,6 @@ import (
 	"github.com/choreo-saga/choreo/internal/procstat"
 )
 
-// memory returns pid's resident set now (VmRSS) and its peak so far (VmHWM), in bytes.
-func memory(pid int) (rss, hwm int64, err error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0, 0, err
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok || (k != "VmRSS" && k != "VmHWM") {
-			continue
-		}
-		fs := strings.Fields(v) // "1234 kB"
-		if len(fs) == 0 {
-			continue
-		}
-		n, err := strconv.ParseInt(fs[0], 10, 64)
-		if err != nil {
-			return 0, 0, fmt.Errorf("/proc/%d/status %s: %w", pid, k, err)
-		}
-		if k == "VmRSS" {
-			rss = n << 10
-		} else {
-			hwm = n << 10
-		}
-	}
-	return rss, hwm, nil
-}
-
 // loadAverage returns the 1, 5 and 15 minute load averages.
 func loadAverage() ([3]float64, error) {
 	var la [3]float64
@@ -83,7 +55,7 @@ func (w *procWatch) sample() {
 	for g, ps := range w.pids {
 		var sum int64
 		for _, p := range ps {
-			rss, _, _ := memory(p)
+			rss, _, _ := procstat.Memory(p)
 			sum += rss
 		}
 		w.maxRSS[g] = max(w.maxRSS[g], sum)

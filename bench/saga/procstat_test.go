@@ -34,7 +34,7 @@ func TestProcStat(t *testing.T) {
 		}
 	}
 	_ = x
-	rss, hwm, err := memory(pid)
+	rss, hwm, err := procstat.Memory(pid)
 	if err != nil || rss <= 0 || hwm < rss {
 		t.Errorf("memory: rss %d, hwm %d, err %v; want 0 < rss <= hwm", rss, hwm, err)
 	}

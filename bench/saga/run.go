@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/choreo-saga/choreo/bench/internal/benchutil"
 	"github.com/choreo-saga/choreo/bench/internal/orderwatch"
+	"github.com/choreo-saga/choreo/internal/procstat"
 )
 
 // serviceNames in table order.
@@ -30,7 +30,7 @@ func run(ctx context.Context, cfg config) (*results, error) {
 	res := &results{Date: time.Now().UTC().Format(time.RFC3339), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
 		Env: cfg.env, Instances: cfg.instances, Partitions: cfg.partitions, DurationSeconds: cfg.duration.Seconds(),
 		DrainSeconds: cfg.drain.Seconds(), Seed: cfg.seed, IdleRSSMiB: map[string]float64{}}
-	res.Commit, res.Dirty = gitCommit(ctx)
+	res.Commit, res.Dirty = benchutil.GitCommit(ctx)
 	res.LoadAvgBefore, _ = loadAverage()
 
 	logf := func(format string, args ...any) { fmt.Fprintf(cfg.log, "saga: "+format+"\n", args...) }
@@ -53,7 +53,7 @@ func run(ctx context.Context, cfg config) (*results, error) {
 	time.Sleep(2 * time.Second)
 	for g, ps := range s.pids {
 		for _, p := range ps {
-			rss, _, _ := memory(p)
+			rss, _, _ := procstat.Memory(p)
 			res.IdleRSSMiB[g] += mib(rss)
 		}
 	}
@@ -273,16 +273,6 @@ func unsettled(b *burst, w *orderwatch.Watcher) int {
 func pct(d time.Duration, secs float64) float64 { return 100 * d.Seconds() / secs }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
-
-// gitCommit returns HEAD's hash and whether the worktree has uncommitted changes.
-func gitCommit(ctx context.Context) (string, bool) {
-	out, err := exec.CommandContext(ctx, "git", "rev-parse", "HEAD").Output()
-	if err != nil {
-		return "unknown", false
-	}
-	st, _ := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no").Output()
-	return strings.TrimSpace(string(out)), len(strings.TrimSpace(string(st))) > 0
-}
 
 // profileName is the file of svc's CPU profile (or, with trace, execution trace) taken
 // during rate.

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"github.com/choreo-saga/choreo/bench/internal/benchutil"
 	"github.com/choreo-saga/choreo/bench/internal/orderwatch"
 	"github.com/choreo-saga/choreo/chaos"
+	"github.com/choreo-saga/choreo/internal/procstat"
 )
 
 // saturation runs bench/saga over rates and returns its peak confirmed orders/s.
@@ -68,7 +68,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	res := &results{Date: time.Now().UTC().Format(time.RFC3339), GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
 		DurationSeconds: c.duration.Seconds(), SampleSeconds: c.sample.Seconds(), RetentionSeconds: c.retention.Seconds(),
 		WarmupSeconds: c.warmup.Seconds()}
-	res.Commit = gitCommit(ctx)
+	res.Commit, _ = benchutil.GitCommit(ctx)
 	if c.rate > 0 {
 		res.Rate = c.rate
 	} else {
@@ -188,7 +188,8 @@ func run(ctx context.Context, c config) (*results, error) {
 	sampleOnce := func() {
 		s := sample{T: time.Since(start).Seconds(), RSSMiB: map[string]float64{}, Tables: map[string]tableSample{}}
 		for name, pid := range pids {
-			s.RSSMiB[name] = rssMiB(pid)
+			rss, _, _ := procstat.Memory(pid)
+			s.RSSMiB[name] = float64(rss) / (1 << 20)
 		}
 		for svc, p := range pools {
 			rows, err := p.Query(ctx, `SELECT relname, pg_total_relation_size(relid), n_live_tup, n_dead_tup FROM pg_stat_user_tables`)
@@ -282,23 +283,6 @@ func perMinute(orders []*order, w *orderwatch.Watcher, start time.Time) []minute
 	return out
 }
 
-// rssMiB returns pid's VmRSS in MiB (0 if it cannot be read).
-func rssMiB(pid int) float64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			if fs := strings.Fields(v); len(fs) > 0 {
-				n, _ := strconv.ParseFloat(fs[0], 64)
-				return n / 1024
-			}
-		}
-	}
-	return 0
-}
-
 func fmtRSS(m map[string]float64) string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -320,12 +304,4 @@ func withDB(base, name string) string {
 		q = base[j:]
 	}
 	return base[:i+1] + name + q
-}
-
-func gitCommit(ctx context.Context) string {
-	out, err := exec.CommandContext(ctx, "git", "rev-parse", "HEAD").Output()
-	if err != nil {
-		return "unknown"
-	}
-	return strings.TrimSpace(string(out))
 }

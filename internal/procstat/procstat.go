@@ -1,6 +1,6 @@
-// Package procstat reads the CPU time of local processes from /proc, for benchmarks that
-// count the CPU a run cost in each process: a service, a Postgres backend. It is Linux
-// only; elsewhere its functions return errors.
+// Package procstat reads the CPU time and memory of local processes from /proc, for
+// benchmarks that count what a run cost in each process: a service, a Postgres backend.
+// It is Linux only; elsewhere its functions return errors.
 package procstat
 
 import (
@@ -95,4 +95,32 @@ func PostgresBackends(ctx context.Context, db Querier) ([]int, error) {
 		return nil, fmt.Errorf("procstat: list backends: %w", err)
 	}
 	return pids, nil
+}
+
+// Memory returns pid's resident set now (VmRSS) and its peak so far (VmHWM), in bytes.
+func Memory(pid int) (rss, hwm int64, err error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, 0, err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || (k != "VmRSS" && k != "VmHWM") {
+			continue
+		}
+		fs := strings.Fields(v) // "1234 kB"
+		if len(fs) == 0 {
+			continue
+		}
+		n, err := strconv.ParseInt(fs[0], 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("/proc/%d/status %s: %w", pid, k, err)
+		}
+		if k == "VmRSS" {
+			rss = n << 10
+		} else {
+			hwm = n << 10
+		}
+	}
+	return rss, hwm, nil
 }

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"time"
@@ -115,4 +116,14 @@ func Percentile(sorted []time.Duration, p float64) time.Duration {
 		return 0
 	}
 	return sorted[min(max(int(p*float64(len(sorted))), 0), len(sorted)-1)]
+}
+
+// GitCommit returns HEAD's hash and whether the worktree has uncommitted changes.
+func GitCommit(ctx context.Context) (string, bool) {
+	out, err := exec.CommandContext(ctx, "git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		return "unknown", false
+	}
+	st, _ := exec.CommandContext(ctx, "git", "status", "--porcelain", "--untracked-files=no").Output()
+	return strings.TrimSpace(string(out)), len(strings.TrimSpace(string(st))) > 0
 }
