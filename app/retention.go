@@ -61,11 +61,12 @@ func (c Config) idempotencyRetention() time.Duration {
 }
 
 // cleanupInterval is how often a table whose rows expire after retention is cleaned:
-// the clean-up's usual pause (most), or a quarter of the retention when that is
-// shorter (at least a second), so a table outlives its retention by at most a quarter
-// of it however short the window is set.
+// the clean-up's usual pause (most), or a twentieth of the retention when that is
+// shorter (at least a second), so a table holds at most a twentieth of a window of
+// expired rows however short the window is set (with its autovacuum thresholds, see
+// the migrations, that keeps it within about 1.1 windows).
 func cleanupInterval(retention, most time.Duration) time.Duration {
-	return min(most, max(retention/4, time.Second))
+	return min(most, max(retention/20, time.Second))
 }
 
 // pruneDeadLetters deletes the rows of the dead-letter archive table created more than

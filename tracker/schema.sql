@@ -96,3 +96,7 @@ CREATE TABLE IF NOT EXISTS {{.Table}}_violations (
 );
 CREATE INDEX IF NOT EXISTS {{.Index}}_violations_at ON {{.Table}}_violations (at);
 CREATE INDEX IF NOT EXISTS {{.Index}}_violations_corr ON {{.Table}}_violations (correlation_id);
+-- Retention deletes old events and sagas continuously: autovacuum once 1% of them are dead
+-- (Postgres' default is 20%), so their space is reused within about one retention step.
+ALTER TABLE {{.Table}} SET (autovacuum_vacuum_scale_factor = 0.01);
+ALTER TABLE {{.Table}}_sagas SET (autovacuum_vacuum_scale_factor = 0.01);

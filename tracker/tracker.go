@@ -125,7 +125,8 @@ func WithRetentionBatch(n int) Option {
 }
 
 // WithRefresh sets how often Run recomputes the in-flight and stuck gauges and applies
-// retention (default 15s).
+// retention (default 15s; retention runs every twentieth of WithRetention's age when
+// that is shorter).
 func WithRefresh(d time.Duration) Option {
 	return func(t *options) error {
 		if d <= 0 {
@@ -349,8 +350,8 @@ func (t *Tracker) Ingest(ctx context.Context, recs ...*kgo.Record) (int, error) 
 }
 
 // Run joins the tracker's consumer group on brokers, reads Topics and indexes every
-// record, committing offsets only after they are indexed; it recomputes the gauges and
-// applies retention every refresh interval. Its client bounds what a record may cost
+// record, committing offsets only after they are indexed; it recomputes the gauges
+// every refresh interval and applies retention as often (see WithRefresh). Its client bounds what a record may cost
 // (consumer.FetchLimits for event.DefaultMaxPayloadBytes); a batch that decompresses
 // past the bound is skipped and recorded (Rejected). opts are added to the client's
 // options (e.g. TLS or SASL). It returns when ctx ends (nil) or on a failure of Postgres.
@@ -377,18 +378,24 @@ func (t *Tracker) Run(ctx context.Context, brokers []string, opts ...kgo.Opt) er
 		}
 		return err
 	}
-	next := time.Now()
+	// Retention runs every refresh, or every twentieth of the retention when that is
+	// shorter, so the tables hold at most a twentieth of a window of expired rows.
+	retainEvery := min(t.refresh, max(t.retention/20, time.Second))
+	nextRefresh, nextRetain := time.Now(), time.Now()
 	for {
-		if time.Now().After(next) {
+		if now := time.Now(); now.After(nextRefresh) {
 			if err := t.Refresh(ctx); err != nil && ctx.Err() == nil {
 				t.log.Warn("tracker: refresh", "error", err)
 			}
+			nextRefresh = now.Add(t.refresh)
+		}
+		if now := time.Now(); now.After(nextRetain) {
 			if _, err := t.Retain(ctx); err != nil && ctx.Err() == nil {
 				t.log.Warn("tracker: retention", "error", err)
 			}
-			next = time.Now().Add(t.refresh)
+			nextRetain = now.Add(retainEvery)
 		}
-		if err := t.poll(ctx, cl); err != nil {
+		if err := t.poll(ctx, cl, retainEvery); err != nil {
 			if ctx.Err() != nil || errors.Is(err, kgo.ErrClientClosed) {
 				return nil
 			}
@@ -399,8 +406,8 @@ func (t *Tracker) Run(ctx context.Context, brokers []string, opts ...kgo.Opt) er
 
 // poll indexes one poll's records and marks them for commit, skipping the batches that
 // decompress past the client's bound, then commits.
-func (t *Tracker) poll(ctx context.Context, cl *kgo.Client) error {
-	pctx, cancel := context.WithTimeout(ctx, t.refresh)
+func (t *Tracker) poll(ctx context.Context, cl *kgo.Client, wait time.Duration) error {
+	pctx, cancel := context.WithTimeout(ctx, wait)
 	fs := cl.PollRecords(pctx, 1000)
 	cancel()
 	if ctx.Err() != nil {

@@ -84,6 +84,11 @@ func run(ctx context.Context, c config) (*results, error) {
 	res.Env = []string{"IDEMPOTENCY_RETENTION=" + ret, "DEAD_LETTER_RETENTION=" + ret, "ORDER_STUCK_AFTER=10s",
 		"PAYMENT_HANG_CUSTOMERS=c-hang", "DATABASE_MIN_CONNS=16"}
 	pgURL := benchutil.DefaultPostgresDSN()
+	restore, err := scaleAutovacuum(ctx, pgURL)
+	if err != nil {
+		return nil, err
+	}
+	defer restore()
 	logf("starting the system; half the saturation: %d orders/s for %s", res.Rate, c.duration)
 	sys, err := chaos.Start(ctx, chaos.Options{Instances: 1, Partitions: 6, PostgresURL: pgURL, MaxConns: 12,
 		Env: res.Env, Log: os.Stderr})

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -37,12 +38,12 @@ func TestMigrate(t *testing.T) {
 		}
 		var comps []string
 		for _, v := range got.Versions {
-			if v.Version != 1 || v.AppliedAt == "" {
+			if v.AppliedAt == "" {
 				t.Errorf("%+v", v)
 			}
-			comps = append(comps, v.Component)
+			comps = append(comps, fmt.Sprintf("%s@%d", v.Component, v.Version))
 		}
-		want := "dead_letters:public.choreo_dead_letters idempotency:public.choreo_idempotency lock_fences:public.choreo_lock_fences outbox:public.events_out"
+		want := "dead_letters:public.choreo_dead_letters@1 dead_letters:public.choreo_dead_letters@2 idempotency:public.choreo_idempotency@1 idempotency:public.choreo_idempotency@2 lock_fences:public.choreo_lock_fences@1 outbox:public.events_out@1"
 		if strings.Join(comps, " ") != want {
 			t.Fatalf("components %v, want %s", comps, want)
 		}

@@ -3,6 +3,7 @@ package migrate
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -61,10 +62,10 @@ func TestApplyRecordsVersions(t *testing.T) {
 		}
 	}
 	want := map[string]int{
-		"idempotency:public.choreo_idempotency":   1,
+		"idempotency:public.choreo_idempotency":   2,
 		"lock_fences:public.choreo_lock_fences":   1,
 		"outbox:public.choreo_outbox":             1,
-		"dead_letters:public.choreo_dead_letters": 1,
+		"dead_letters:public.choreo_dead_letters": 2,
 	}
 	got := versions(t, pool)
 	if len(got) != len(want) {
@@ -76,8 +77,18 @@ func TestApplyRecordsVersions(t *testing.T) {
 		}
 	}
 	vs, _ := Versions(ctx, pool)
-	if len(vs) != 4 {
-		t.Errorf("%d version rows, want 4 (the second Apply recorded again?)", len(vs))
+	if len(vs) != 6 {
+		t.Errorf("%d version rows, want 6 (the second Apply recorded again?)", len(vs))
+	}
+	// Version 2 of the tables whose rows expire: autovacuum at 1% dead rows.
+	for _, tbl := range []string{"choreo_idempotency", "choreo_dead_letters"} {
+		var opts []string
+		if err := pool.QueryRow(ctx, "SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = $1::regclass", tbl).Scan(&opts); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(opts, "autovacuum_vacuum_scale_factor=0.01") {
+			t.Errorf("%s reloptions = %v, want autovacuum_vacuum_scale_factor=0.01", tbl, opts)
+		}
 	}
 	for _, tbl := range []string{"choreo_idempotency", "choreo_lock_fences", "choreo_outbox", "choreo_outbox_dead", "choreo_dead_letters"} {
 		if !tableExists(t, pool, tbl) {
@@ -101,7 +112,7 @@ func TestApplyUpgradesUnversionedDatabase(t *testing.T) {
 	if err := Apply(ctx, pool, c); err != nil {
 		t.Fatal(err)
 	}
-	if got := versions(t, pool); got["idempotency:public.choreo_idempotency"] != 1 {
+	if got := versions(t, pool); got["idempotency:public.choreo_idempotency"] != 2 {
 		t.Fatalf("versions = %v", got)
 	}
 	var n int
@@ -212,7 +223,7 @@ func TestApplyCustomNames(t *testing.T) {
 	for _, v := range vs {
 		keys = append(keys, v.Component)
 	}
-	if got, want := strings.Join(keys, "|"), `dead_letters:app.odd"name|idempotency:Billing.Idem "Keys"|outbox:app.billing_out`; got != want {
+	if got, want := strings.Join(keys, "|"), `dead_letters:app.odd"name|dead_letters:app.odd"name|idempotency:Billing.Idem "Keys"|idempotency:Billing.Idem "Keys"|outbox:app.billing_out`; got != want {
 		t.Errorf("components = %s, want %s", got, want)
 	}
 	if _, err := conn.Exec(ctx, "RESET search_path"); err != nil {
