@@ -82,7 +82,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	}
 	ret := c.retention.String()
 	res.Env = []string{"IDEMPOTENCY_RETENTION=" + ret, "DEAD_LETTER_RETENTION=" + ret, "ORDER_STUCK_AFTER=10s",
-		"PAYMENT_HANG_CUSTOMERS=c-hang", "DATABASE_MIN_CONNS=16"}
+		"PAYMENT_HANG_CUSTOMERS=c-hang", "DATABASE_MIN_CONNS=16", "PPROF=1"}
 	pgURL := benchutil.DefaultPostgresDSN()
 	restore, err := scaleAutovacuum(ctx, pgURL)
 	if err != nil {
