@@ -82,7 +82,8 @@ func run(ctx context.Context, c config) (*results, error) {
 	}
 	ret := c.retention.String()
 	res.Env = []string{"IDEMPOTENCY_RETENTION=" + ret, "DEAD_LETTER_RETENTION=" + ret, "ORDER_STUCK_AFTER=10s",
-		"PAYMENT_HANG_CUSTOMERS=c-hang", "DATABASE_MIN_CONNS=16", "PPROF=1"}
+		"PAYMENT_HANG_CUSTOMERS=c-hang", "DATABASE_MIN_CONNS=16", "PPROF=1",
+		"INVENTORY_SEED=sku-1..sku-20:1000000000"} // stock for any soak: the default runs out after about 100,000 orders
 	pgURL := benchutil.DefaultPostgresDSN()
 	restore, err := scaleAutovacuum(ctx, pgURL)
 	if err != nil {
