@@ -698,6 +698,25 @@ func TestWarmPool(t *testing.T) {
 	}
 }
 
+// TestWarmConnsCloseWhenIdle: DATABASE_MIN_CONNS's connections warm the pool at start but
+// are not kept: once idle past the pool's idle time (shortened here through the URL) they
+// close like any other, so an idle instance holds none of them.
+func TestWarmConnsCloseWhenIdle(t *testing.T) {
+	dsn := freshDSN(t)
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	a, _, err := newPoolApp(t, dsn+sep+"pool_max_conn_idle_time=200ms&pool_health_check_period=100ms", "12", "4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// (TestWarmPool checks that they are open when New returns.)
+	testenv.Eventually(t, time.Minute, "the warm-up's connections to close once idle", func() bool {
+		return a.Pool.Stat().TotalConns() == 0
+	})
+}
+
 // TestWarmPoolShort: a warm-up the server cuts short (here a role's connection limit) is
 // a Warn, not a failed start.
 func TestWarmPoolShort(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 // Names of the environment variables [LoadConfig] reads.
 const (
 	envDatabaseURL      = "DATABASE_URL"
+	envDatabaseSession  = "DATABASE_SESSION_URL"
 	envDatabaseConns    = "DATABASE_MAX_CONNS"
 	envDatabaseMinConns = "DATABASE_MIN_CONNS"
 	envRedisAddr        = "REDIS_ADDR"
@@ -33,7 +34,7 @@ const (
 // EnvVars lists the variables [LoadConfig] reads (OTEL_* aside: see tracing.Setup), for
 // deployment manifests and their tests.
 func EnvVars() []string {
-	return append([]string{envDatabaseURL, envDatabaseConns, envDatabaseMinConns, envRedisAddr, envRedisURL, envRedisTLSCAFile, envKafkaBrokers, envKafkaPartitions,
+	return append([]string{envDatabaseURL, envDatabaseSession, envDatabaseConns, envDatabaseMinConns, envRedisAddr, envRedisURL, envRedisTLSCAFile, envKafkaBrokers, envKafkaPartitions,
 		envHTTPAddr, envHTTPAllowedHosts, envAdminAddr, envAdminToken, envLogLevel, envShutdownTimeout, envConsumerBatch, envPprof,
 		envKafkaInstanceID, envKafkaSessionTimeout, envKafkaRebalanceTimeout, envKafkaCompression,
 		envIdempotencyRetention, envDeadLetterRetention, envMaxRecordBytes, envDeadLetterArchiveBytes, envSigningKeyFile, envSigningKey, envTrustedKeys}, kafkaSecurityVars()...)
@@ -104,18 +105,29 @@ type Config struct {
 	// postgres://postgres@127.0.0.1:5432/choreo_<service>?sslmode=disable). The database
 	// is created at start if it does not exist (see ensureDatabase).
 	DatabaseURL string
+	// DatabaseSessionURL is where the outbox relay opens its two sessions, the one that
+	// holds the leader's session advisory lock and the LISTEN one
+	// (DATABASE_SESSION_URL; default "": DatabaseURL). Set it to a direct connection (or a
+	// session-mode pool) when DatabaseURL goes through a transaction-mode pooler such as
+	// PgBouncer; see "Behind PgBouncer" in docs/operations.md. The service's database is
+	// also created through it when missing.
+	DatabaseSessionURL string
 	// DatabaseMaxConns caps the service's Postgres pool (DATABASE_MAX_CONNS; default
-	// defaultDatabaseMaxConns, 4×KafkaPartitions+4, enough for one transaction per partition of a consumer group
-	// reading two topics, plus HTTP). A pool_max_conns parameter in DatabaseURL wins.
-	// Each consumer worker holds a connection for its transaction, so a pool smaller than
-	// the partitions assigned to the instance makes workers queue.
+	// defaultDatabaseMaxConns, 4×KafkaPartitions+4: what one instance can use at once).
+	// A pool_max_conns parameter in DatabaseURL wins. Each consumer worker holds a
+	// connection for its transaction, so a pool smaller than the partitions assigned to
+	// the instance makes workers queue. Connections idle for defaultDatabaseIdleTime are
+	// closed (pool_max_conn_idle_time in DatabaseURL wins); "Postgres connections" in
+	// docs/operations.md has the formula per instance and across instances.
 	DatabaseMaxConns int32
 	// DatabaseMinConns is how many Postgres connections the pool opens before the App
-	// is ready and keeps open while idle (DATABASE_MIN_CONNS; default 0, pgx's: none). A
+	// is ready (DATABASE_MIN_CONNS; default 0, pgx's: none); they are not kept: like any
+	// other, one idle for defaultDatabaseIdleTime is closed. A
 	// new Postgres backend costs a process start, and its first statements load
 	// catalog caches and prepare statements, so a cold pool makes the first seconds
 	// after a start slow; see "Slow first seconds after a start" in docs/operations.md.
-	// Capped at the pool size; a pool_min_conns parameter in DatabaseURL wins.
+	// Capped at the pool size; a pool_min_conns parameter in DatabaseURL wins (pgx's
+	// minimum: opened at start and kept while idle).
 	DatabaseMinConns int32
 	// RedisAddr is the Redis address used for per-entity locks (REDIS_ADDR; default
 	// defaultRedisAddr). Empty (REDIS_ADDR=none) runs without Redis and without locks:
@@ -264,6 +276,7 @@ func LoadConfig(env *Env, service, defaultHTTPAddr string) Config {
 		Pprof:            env.Bool(envPprof, false),
 		AdminToken:       env.String(envAdminToken, ""),
 	}
+	c.DatabaseSessionURL = env.String(envDatabaseSession, "")
 	c.DatabaseMaxConns = int32(env.Int(envDatabaseConns, defaultDatabaseMaxConns(int(c.KafkaPartitions))))
 	c.DatabaseMinConns = int32(env.Int(envDatabaseMinConns, 0))
 	if strings.EqualFold(c.AdminAddr, "none") {
@@ -305,6 +318,7 @@ func (c Config) problems() []problem {
 	} else if cfg.Database == "" {
 		ps = append(ps, problem{envDatabaseURL, "names no database"})
 	}
+	ps = append(ps, c.sessionURLProblems()...)
 	if c.DatabaseMaxConns < 0 {
 		ps = append(ps, problem{envDatabaseConns, "must not be negative (0 keeps the pgx default)"})
 	}
@@ -374,6 +388,14 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// sessionURL is where the relay's sessions connect: DatabaseSessionURL, or DatabaseURL.
+func (c Config) sessionURL() string {
+	if c.DatabaseSessionURL != "" {
+		return c.DatabaseSessionURL
+	}
+	return c.DatabaseURL
+}
+
 // DatabaseName returns the database named by c.DatabaseURL, or "" if it does not parse.
 func (c Config) DatabaseName() string {
 	cfg, err := pgx.ParseConfig(c.DatabaseURL)
@@ -384,6 +406,49 @@ func (c Config) DatabaseName() string {
 }
 
 // defaultDatabaseMaxConns is DATABASE_MAX_CONNS when it is not set (see
-// Config.DatabaseMaxConns): 4×partitions+4. Several instances of several services on one
-// Postgres add up: keep instances × services × pool below its max_connections.
+// Config.DatabaseMaxConns): what one instance can use at once, 4×partitions+4. A
+// consumer worker holds a connection while its transaction runs, one worker per
+// partition the instance owns, and a service's consumer group reads two topics and their
+// two retry topics, each of partitions partitions: 4×partitions when the instance is alone
+// in its group (others dead or not started). The 4 are for the work beside the consumers
+// that shares the pool, each at most one statement or transaction at a time: the
+// idempotency sweeper, the dead-letter pruner, the coalesced NOTIFY of Outbox.Wake and the
+// readiness check (the relay's backlog gauge too, when scraped). The outbox relay's
+// sessions are outside the pool (1, 2 on the leader). The formula, and what it means
+// across instances, is in docs/operations.md ("Postgres connections").
 func defaultDatabaseMaxConns(partitions int) int { return 4*partitions + 4 }
+
+// defaultDatabaseIdleTime is how long a pool connection stays open unused before the
+// pool's health check (every defaultDatabaseHealthCheck) closes it (down to a
+// pool_min_conns of the URL, if any); pgx's default is 30 minutes, so a burst's connections stayed open for
+// half an hour. A minute still keeps every connection a steady load uses (the pool hands
+// out the most recently used first), while a burst's extra backends are gone 1 to 1.25
+// minutes after it.
+const (
+	defaultDatabaseIdleTime    = time.Minute
+	defaultDatabaseHealthCheck = 15 * time.Second
+)
+
+// queryModeParam is pgx's connection-string parameter of the query mode.
+const queryModeParam = "default_query_exec_mode"
+
+// sessionURLProblems checks DATABASE_SESSION_URL. A DATABASE_URL that asks for a query
+// mode without named prepared statements is behind a transaction-mode pooler, where the
+// relay's leader lock and LISTEN would not hold: then DATABASE_SESSION_URL must be set
+// (to DATABASE_URL itself, if that is a real session after all).
+func (c Config) sessionURLProblems() []problem {
+	if c.DatabaseSessionURL == "" {
+		cfg, err := pgx.ParseConfig(c.DatabaseURL)
+		if err == nil && cfg.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
+			return []problem{{envDatabaseSession, envDatabaseURL + " sets " + queryModeParam +
+				" (a transaction-mode pooler?): set it to a direct connection for the outbox relay's leader lock and LISTEN"}}
+		}
+		return nil
+	}
+	if cfg, err := pgx.ParseConfig(c.DatabaseSessionURL); err != nil {
+		return []problem{{envDatabaseSession, "not a Postgres connection string"}}
+	} else if cfg.Database == "" {
+		return []problem{{envDatabaseSession, "names no database"}}
+	}
+	return nil
+}

@@ -10,8 +10,9 @@
 // echoed. [LoadConfig] reads the variables every service shares:
 //
 //	DATABASE_URL        the service's own database (default postgres://postgres@127.0.0.1:5432/choreo_<service>)
-//	DATABASE_MAX_CONNS  Postgres pool size (default 4×KAFKA_PARTITIONS+4; pool_max_conns in the URL wins)
-//	DATABASE_MIN_CONNS  connections opened before New returns and kept while idle (default 0; pool_min_conns in the URL wins)
+//	DATABASE_SESSION_URL  the outbox relay's sessions, direct when DATABASE_URL is a transaction-mode pooler (default DATABASE_URL)
+//	DATABASE_MAX_CONNS  Postgres pool size (default 4×KAFKA_PARTITIONS+4; pool_max_conns in the URL wins); idle connections close after 1m
+//	DATABASE_MIN_CONNS  connections opened before New returns, closed once idle (default 0; pool_min_conns in the URL, kept while idle, wins)
 //	REDIS_ADDR          Redis for per-entity locks (default 127.0.0.1:6379; "none" runs without locks)
 //	REDIS_URL           Redis as redis://user:password@host:port/db or rediss:// (instead of REDIS_ADDR)
 //	REDIS_TLS_CA_FILE   CAs of the Redis server's certificate, with rediss://

@@ -132,3 +132,47 @@ func TestLoadConfig(t *testing.T) {
 		t.Fatalf("zero Config: %v", err)
 	}
 }
+
+// TestDatabaseConnectionDefaults: the pool's default size follows the documented formula
+// (docs/operations.md, "Postgres connections"), and a DATABASE_URL through a
+// transaction-mode pooler needs DATABASE_SESSION_URL for the relay's sessions.
+func TestDatabaseConnectionDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		partitions string
+		want       int32
+	}{{"", 4*defaultKafkaPartitions + 4}, {"1", 8}, {"12", 52}, {"64", 260}} {
+		env := MapEnv(map[string]string{envKafkaPartitions: tc.partitions})
+		c := LoadConfig(env, "svc", ":1")
+		if err := env.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if c.DatabaseMaxConns != tc.want {
+			t.Errorf("KAFKA_PARTITIONS=%q: pool size %d, want %d (4×partitions+4)", tc.partitions, c.DatabaseMaxConns, tc.want)
+		}
+		if c.DatabaseSessionURL != "" || c.sessionURL() != c.DatabaseURL {
+			t.Errorf("relay sessions: %q, want DATABASE_URL %q", c.sessionURL(), c.DatabaseURL)
+		}
+	}
+	if env := MapEnv(map[string]string{envKafkaPartitions: "12", envDatabaseConns: "7"}); LoadConfig(env, "svc", ":1").DatabaseMaxConns != 7 {
+		t.Error("DATABASE_MAX_CONNS does not win over the default")
+	}
+
+	const pooled = "postgres://postgres@127.0.0.1:6432/shop?default_query_exec_mode=cache_describe"
+	const direct = "postgres://postgres@127.0.0.1:5432/shop"
+	env := MapEnv(map[string]string{envDatabaseURL: pooled})
+	LoadConfig(env, "svc", ":1")
+	if err := env.Err(); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), envDatabaseSession) {
+		t.Errorf("a pooled DATABASE_URL without DATABASE_SESSION_URL: err = %v, want one naming %s", err, envDatabaseSession)
+	}
+	for _, session := range []string{direct, pooled} { // the same URL, set: the operator says it is a session
+		env = MapEnv(map[string]string{envDatabaseURL: pooled, envDatabaseSession: session})
+		if c := LoadConfig(env, "svc", ":1"); env.Err() != nil || c.sessionURL() != session {
+			t.Errorf("DATABASE_SESSION_URL=%s: relay sessions %q, err %v", session, c.sessionURL(), env.Err())
+		}
+	}
+	env = MapEnv(map[string]string{envDatabaseSession: "postgres://127.0.0.1:5432/"})
+	LoadConfig(env, "svc", ":1")
+	if err := env.Err(); err == nil || !strings.Contains(err.Error(), envDatabaseSession) || !strings.Contains(err.Error(), "names no database") {
+		t.Errorf("DATABASE_SESSION_URL without a database: err = %v", err)
+	}
+}

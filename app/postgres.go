@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -83,16 +84,57 @@ const (
 	warmPoolSettle  = time.Second
 )
 
-// warmPool waits, before New returns, for the MinConns connections (DATABASE_MIN_CONNS)
-// that pgxpool opens in the background, so the first requests and events after a start do
-// not each wait for a new Postgres backend. A warm-up that falls short (the server out of
-// connections, say) is logged and the App starts with what it has; pgxpool's health check
-// tries again every minute.
-func (a *App) warmPool(ctx context.Context) {
-	want := a.Pool.Config().MinConns
-	if want <= 0 {
+// warmPool opens, before New returns, the warm connections DATABASE_MIN_CONNS asks for, or
+// waits for the MinConns connections that pgxpool opens in the background (pool_min_conns
+// in DATABASE_URL), so the first requests and events after a start do not each wait for a
+// new Postgres backend. DATABASE_MIN_CONNS's are ordinary pool connections afterwards,
+// closed once idle for defaultDatabaseIdleTime, so an idle instance holds none of them;
+// pool_min_conns' stay open. A warm-up that falls short (the server out of connections,
+// say) is logged and the App starts with what it has.
+func (a *App) warmPool(ctx context.Context, warm int32) {
+	start := time.Now()
+	want, open := warm, int32(0)
+	switch {
+	case warm > 0:
+		open = a.openConns(ctx, warm)
+	case a.Pool.Config().MinConns > 0:
+		want = a.Pool.Config().MinConns
+		open = a.waitMinConns(ctx, want)
+	default:
 		return
 	}
+	if open >= want {
+		a.Logger.Info("app: postgres pool warmed", "min_conns", want, "took", time.Since(start))
+		return
+	}
+	a.Logger.Warn("app: postgres pool warm-up incomplete (is the server or the role at its connection limit?): the first transactions open the rest",
+		"min_conns", want, "opened", open)
+}
+
+// openConns acquires n connections of the pool at once (each a new backend, as the pool
+// is empty), releases them, and returns how many it got within warmPoolTimeout.
+func (a *App) openConns(ctx context.Context, n int32) int32 {
+	wctx, cancel := context.WithTimeout(ctx, warmPoolTimeout)
+	defer cancel()
+	conns := make([]*pgxpool.Conn, n)
+	var wg sync.WaitGroup
+	for i := range conns {
+		wg.Go(func() { conns[i], _ = a.Pool.Acquire(wctx) })
+	}
+	wg.Wait()
+	var open int32
+	for _, c := range conns {
+		if c != nil {
+			open++
+			c.Release()
+		}
+	}
+	return open
+}
+
+// waitMinConns waits until pgxpool opened want connections in the background, or gave
+// up, and returns how many are open.
+func (a *App) waitMinConns(ctx context.Context, want int32) int32 {
 	start := time.Now()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
@@ -100,18 +142,12 @@ func (a *App) warmPool(ctx context.Context) {
 		st := a.Pool.Stat()
 		open := st.TotalConns() - st.ConstructingConns()
 		waited := time.Since(start)
-		switch {
-		case open >= want:
-			a.Logger.Info("app: postgres pool warmed", "min_conns", want, "took", waited)
-			return
-		case st.ConstructingConns() == 0 && waited > warmPoolSettle, waited > warmPoolTimeout:
-			a.Logger.Warn("app: postgres pool warm-up incomplete (is the server or the role at its connection limit?): the first transactions open the rest",
-				"min_conns", want, "opened", open)
-			return
+		if open >= want || st.ConstructingConns() == 0 && waited > warmPoolSettle || waited > warmPoolTimeout {
+			return open
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return open
 		case <-tick.C:
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -25,7 +26,7 @@ import (
 func (a *App) connectPostgres(ctx context.Context, inst []tracing.InstrumentOption) error {
 	cfg, o := a.Config, a.opts
 	if o.ensureDB {
-		if err := ensureDatabase(ctx, cfg.DatabaseURL); err != nil {
+		if err := ensureDatabase(ctx, cfg.sessionURL()); err != nil {
 			return err
 		}
 	}
@@ -36,8 +37,15 @@ func (a *App) connectPostgres(ctx context.Context, inst []tracing.InstrumentOpti
 	if cfg.DatabaseMaxConns > 0 && !strings.Contains(cfg.DatabaseURL, "pool_max_conns") {
 		pcfg.MaxConns = cfg.DatabaseMaxConns
 	}
+	var warm int32 // DATABASE_MIN_CONNS: opened at start, closed once idle like any other
 	if cfg.DatabaseMinConns > 0 && !strings.Contains(cfg.DatabaseURL, "pool_min_conns") {
-		pcfg.MinConns = min(cfg.DatabaseMinConns, pcfg.MaxConns)
+		warm = min(cfg.DatabaseMinConns, pcfg.MaxConns)
+	}
+	if !strings.Contains(cfg.DatabaseURL, "pool_max_conn_idle_time") {
+		pcfg.MaxConnIdleTime = defaultDatabaseIdleTime
+	}
+	if !strings.Contains(cfg.DatabaseURL, "pool_health_check_period") {
+		pcfg.HealthCheckPeriod = defaultDatabaseHealthCheck
 	}
 	if o.poolConfig != nil {
 		o.poolConfig(pcfg)
@@ -50,10 +58,10 @@ func (a *App) connectPostgres(ctx context.Context, inst []tracing.InstrumentOpti
 		a.Pool.Close()
 		return fmt.Errorf("app: postgres: %w", err)
 	}
-	// The warm-up first: pgxpool opens MinConns in the background from here, and a ping
-	// racing them could be refused by a server or role at its connection limit although
-	// the warm-up got connections; after it, the ping uses one of them.
-	a.warmPool(ctx)
+	// The warm-up first: pgxpool opens MinConns (pool_min_conns) in the background from
+	// here, and a ping racing them could be refused by a server or role at its connection
+	// limit although the warm-up got connections; after it, the ping uses one of them.
+	a.warmPool(ctx, warm)
 	if err := a.Pool.Ping(ctx); err != nil {
 		return fmt.Errorf("app: postgres database %q: %w", cfg.DatabaseName(), err)
 	}
@@ -164,11 +172,21 @@ func (a *App) connectKafka(ctx context.Context, _ []tracing.InstrumentOption) (e
 // sweeper and the dead-letter archive's pruner that Run starts.
 func (a *App) prepareWorkers(_ context.Context, _ []tracing.InstrumentOption) (err error) {
 	o := a.opts
-	a.relay, err = outbox.NewRelay(a.Pool, a.Kafka, a.Outbox, append([]outbox.RelayOption{
+	relayOpts := []outbox.RelayOption{
 		outbox.WithTracerProvider(a.Telemetry.TracerProvider),
 		outbox.WithMeterProvider(a.Telemetry.MeterProvider),
 		outbox.WithLogger(a.Logger),
-	}, o.relayOpts...)...)
+	}
+	if u := a.Config.DatabaseSessionURL; u != "" {
+		// The relay's leader lock and LISTEN need a real session (DATABASE_SESSION_URL).
+		cc, err := pgx.ParseConfig(u)
+		if err != nil {
+			return fmt.Errorf("%w: %s: not a Postgres connection string", ErrInvalidConfig, envDatabaseSession)
+		}
+		cc.Tracer = a.Pool.Config().ConnConfig.Tracer
+		relayOpts = append(relayOpts, outbox.WithSessionConfig(cc))
+	}
+	a.relay, err = outbox.NewRelay(a.Pool, a.Kafka, a.Outbox, append(relayOpts, o.relayOpts...)...)
 	if err != nil {
 		return fmt.Errorf("app: %w", err)
 	}

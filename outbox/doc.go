@@ -176,9 +176,13 @@
 //
 // The relay opens its two sessions from the pool's configuration with
 // application_name "choreo-outbox-relay <table>" and "choreo-outbox-listen
-// <table>", so they are easy to find in pg_stat_activity. Session advisory
-// locks and LISTEN need a real session: point the relay at Postgres or at a
-// session-mode pooler, not at a transaction-mode PgBouncer. Rows are deleted,
+// <table>", so they are easy to find in pg_stat_activity: one per relay on
+// standby, two on the leader. Session advisory locks and LISTEN need a real
+// session, so behind a transaction-mode pooler (PgBouncer's pool_mode =
+// transaction) give the relay a direct (or session-mode) configuration with
+// [WithSessionConfig]; everything else, the writers' NOTIFY included, works
+// through the pooler, whose pool then needs a query mode without named prepared
+// statements (pgx's default_query_exec_mode=cache_describe). Rows are deleted,
 // not marked, so there is nothing to clean up; dead letters stay until an
 // operator deals with them (re-enqueue with INSERT … SELECT topic, key,
 // headers, payload FROM <table>_dead, or delete them).

@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"strconv"
@@ -101,4 +102,38 @@ func TestRelayReconnectsPromptly(t *testing.T) {
 	if !r.relay.Leader() {
 		t.Error("the relay does not lead after the outage")
 	}
+}
+
+// TestRelaySessionConfig: with WithSessionConfig the relay's sessions (leader lock, reads,
+// deletes, LISTEN) connect with that configuration, not the pool's: behind a pool whose
+// path is down, the relay still leads and publishes through its direct sessions.
+func TestRelaySessionConfig(t *testing.T) {
+	if _, err := outbox.NewRelay(db(t), producer(t, testenv.Kafka(t)), newOutbox(t), outbox.WithSessionConfig(nil)); !errors.Is(err, outbox.ErrInvalidConfig) {
+		t.Fatalf("nil session config: err = %v, want ErrInvalidConfig", err)
+	}
+	brokers := testenv.Kafka(t)
+	topic := testenv.Topic(t, brokers, 1)
+	direct := db(t)
+	cc := direct.Config().ConnConfig
+	proxy, err := faultproxy.Start("127.0.0.1:0", net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	proxy.Set(faultproxy.Faults{Down: true})
+	cfg := direct.Config()
+	host, port, _ := net.SplitHostPort(proxy.Addr())
+	p, _ := strconv.Atoi(port)
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(p)
+	pooled, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pooled.Close)
+
+	ob := newOutbox(t)
+	r := start(t, pooled, producer(t, brokers), ob, outbox.WithSessionConfig(cc), outbox.WithPollInterval(50*time.Millisecond))
+	testenv.Eventually(t, deadline, "the relay to lead through its own sessions", r.relay.Leader)
+	enqueue(t, direct, ob, topic, newEvent(t, "k", 1))
+	testenv.Eventually(t, deadline, "the row to be published", func() bool { return count(t, direct, "choreo_outbox") == 0 })
 }

@@ -65,6 +65,7 @@ type relayConfig struct {
 	logger          *slog.Logger
 	afterAck        func(ctx context.Context, batch []Published) error
 	entityAttr      string
+	session         *pgx.ConnConfig // WithSessionConfig; nil: the pool's
 }
 
 // Defaults of the relay options.
@@ -244,6 +245,23 @@ func WithAfterAck(fn func(ctx context.Context, batch []Published) error) RelayOp
 	}
 }
 
+// WithSessionConfig makes the relay open its two sessions (the one that holds the leader
+// lock and does every read and delete, and the LISTEN one) with cc instead of the pool's
+// configuration. Use it when the pool reaches Postgres through a pooler in transaction
+// mode (PgBouncer's pool_mode = transaction), where a session advisory lock and LISTEN do
+// not hold: cc must reach Postgres directly or through a session-mode pool, on the same
+// database. cc is copied; the relay still sets application_name and, on the leader's
+// session, synchronous_commit. Default: the pool's configuration.
+func WithSessionConfig(cc *pgx.ConnConfig) RelayOption {
+	return func(c *relayConfig) error {
+		if cc == nil {
+			return invalid("nil session config")
+		}
+		c.session = cc.Copy()
+		return nil
+	}
+}
+
 // NewRelay returns a relay that publishes the rows of ob's table, reading them
 // through pool's configuration and producing with client. While it leads,
 // ob.Wake wakes it in memory without a NOTIFY: share ob with the writers of
@@ -253,7 +271,8 @@ func WithAfterAck(fn func(ctx context.Context, batch []Published) error) RelayOp
 // [ErrInvalidConfig].
 //
 // The relay opens its own two connections from pool.Config() (one that holds
-// the leader lock and does all reads and deletes, one that LISTENs), so the
+// the leader lock and does all reads and deletes, one that LISTENs; see
+// [WithSessionConfig] for another configuration), so the
 // pool's AfterConnect hook does not run on them; put session settings such as
 // search_path in the connection string. pool itself serves only the backlog
 // metrics.
@@ -368,6 +387,9 @@ func checkClient(cl *kgo.Client) error {
 // operators can find it in pg_stat_activity.
 func (r *Relay) connect(ctx context.Context, role string) (*pgx.Conn, error) {
 	cc := r.pool.Config().ConnConfig // a deep copy
+	if r.cfg.session != nil {
+		cc = r.cfg.session.Copy()
+	}
 	cc.RuntimeParams["application_name"] = "choreo-outbox-" + role + " " + r.names.table
 	if role == "relay" {
 		// The leader's only writes are deletes of published rows and moves to
