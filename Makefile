@@ -85,6 +85,10 @@ build: ## build every binary into bin/
 soak: services ## the saga at half its saturation for SOAK_MINUTES (default 60): RSS, table sizes, p99 drift (bench/soak)
 	$(GO) run ./bench/soak -duration $(or $(SOAK_MINUTES),60)m
 
+.PHONY: soak-hold
+soak-hold: services ## the soak with a REPEATABLE READ snapshot held 10 minutes on every service database (17 min): throughput and p99 during and after it ÷ before, dead rows per table; heap profiles into SOAK_PROFILES (bench/soak -hold)
+	$(GO) run ./bench/soak -duration 17m -hold-at 5m -hold 10m -profiles $${SOAK_PROFILES:-/tmp/soak-profiles}
+
 .PHONY: bench
 bench: services ## run the benchmarks and print their tables (see docs/benchmarks.md)
 	$(GO) run ./bench/guards
@@ -98,7 +102,7 @@ bench: services ## run the benchmarks and print their tables (see docs/benchmark
 	$(GO) run ./bench/hotentity -prefill 10000000 -batch "" -processes "" -signed=false -unfenced=false -atcommit=false -json bench/results.json -json-key hotentity_prefilled
 	$(GO) run ./bench/saga -kafka devkafka,apache -rates 400,1600 -duration 15s -half=false -json '' -svg ''
 	$(GO) run ./bench/saga -statements -sweep 1,2,4
-	$(GO) run ./bench/tracker # after bench/saga: compares with its saturation rate
+	$(GO) run ./bench/tracker -prefill 10000000 # after bench/saga: compares with its saturation rate; then the console queries and the ingest on a 10M-event index
 
 COMPOSE := $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 
@@ -124,6 +128,15 @@ readme-check: services ## run the README's shell commands as written
 .PHONY: chaos
 chaos: services redis-cluster ## Redis Cluster + failover, then every chaos scenario (kill -9, outages, network faults, duplicates, poison, pause, overload, a rolling upgrade; broker kill -9, pause and rolling restart on a 3-node Apache Kafka), 2,000 orders each
 	$(GO) run ./cmd/chaos -orders $${CHAOS_ORDERS:-2000} -seed $${CHAOS_SEED:-1} -report $${CHAOS_REPORT:-chaos-report.md}
+
+.PHONY: chaos-partitions
+chaos-partitions: services ## the partitions chaos scenario, not in make chaos (about 3 min plus the build): 4 instances per service, 64 vs 8 partitions at half saturation, a kill -9 and a rolling restart of all 12 (docs/reliability.md)
+	$(GO) run ./cmd/chaos -scenarios partitions -orders $${CHAOS_ORDERS:-2000} -seed $${CHAOS_SEED:-1} -report $${CHAOS_REPORT:-chaos-partitions-report.md}
+
+.PHONY: chaos-pgbouncer
+chaos-pgbouncer: services ## the pgbouncer chaos scenario, not in make chaos: 4 instances of each service, their pools through a private PgBouncer in transaction mode (Debian's, installed if missing), kill -9s of instances and of PgBouncer, Postgres connections against PgBouncer's bound
+	@scripts/ensure-pgbouncer.sh >/dev/null
+	$(GO) run ./cmd/chaos -scenarios pgbouncer -orders $${CHAOS_ORDERS:-2000} -seed $${CHAOS_SEED:-1} -report $${CHAOS_REPORT:-chaos-pgbouncer-report.md}
 
 .PHONY: redis-cluster
 redis-cluster: services ## the locker and the consumer's outage rules on a real Redis Cluster: 3 masters, then a failover (about 20 s)

@@ -34,7 +34,12 @@
 // saturation, and a rolling upgrade from the previous release (V1Release, built from the
 // git history by BuildRelease) to this tree, one instance at a time, across a payload's
 // schema version. [Scenarios] lists the scenarios of
-// `make chaos`; cmd/chaos runs them.
+// `make chaos`; cmd/chaos runs them. [Extra] lists those it runs only by name: the
+// partitions scenario (`make chaos-partitions`) starts two systems of four instances per
+// service, with 8 and with 64 partitions per topic, compares their confirmed orders per
+// second at half the saturation, and on the second one times how long a killed member's
+// group takes until every partition is consumed again and makes a rolling restart of
+// every instance; each figure is printed beside its limit (Result.Figures).
 //
 // The invariants (see the Inv constants): every order terminal within a bound after the
 // last fault, and none COMPENSATION_FAILED; at most one charge per order, refunds only for
@@ -43,5 +48,6 @@
 // confirmed orders; no non-poison record in any dead-letter topic, and every poison record
 // in a dead-letter topic or a dead-letter table with its reason; outboxes drained; each
 // order's history a path of the order service's transition table
-// (ordersvc.Lookup); in the overload scenario, no order cancelled by its saga deadline.
+// (ordersvc.Lookup); in the overload and partitions scenarios, no order cancelled by its
+// saga deadline.
 package chaos

@@ -83,6 +83,9 @@ func WriteText(w io.Writer, results []Result) {
 			quiet = fmt.Sprintf("NOT quiesced %s after the last fault (%s)", r.Quiescence.Round(time.Second), r.Progress)
 		}
 		fmt.Fprintf(w, "\n   %s\n", quiet)
+		for _, f := range r.Figures {
+			fmt.Fprintf(w, "   %s\n", f)
+		}
 		for _, f := range r.Faults {
 			if f.Err != "" {
 				fmt.Fprintf(w, "   fault error: %s %s at %s: %s\n", f.Kind, f.Target, f.At.Round(100*time.Millisecond), f.Err)
@@ -124,6 +127,12 @@ func WriteMarkdown(w io.Writer, results []Result) {
 		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s | %d | %s |\n",
 			r.Started.UTC().Format("2006-01-02 15:04"), cmp.Or(r.Commit, "?"), r.Seed, ordersCell(r), faultsCell(r), quiescenceCell(r), r.DeadLetters, anomaliesCell(r))
+		if len(r.Figures) > 0 {
+			fmt.Fprintln(w)
+		}
+		for _, f := range r.Figures {
+			fmt.Fprintf(w, "- %s\n", f)
+		}
 	}
 }
 

@@ -92,6 +92,9 @@ type Scenario struct {
 	// upgrade: the services start from the previous release (V1Release), and the
 	// tracker indexes the topics for the retirement report.
 	upgrade bool
+	// own, if set, runs the scenario instead of Run's single system (the partitions
+	// scenario starts two).
+	own func(ctx context.Context, sc Scenario, c Config) Result
 }
 
 // scaled returns n×scale, at least 1.
@@ -273,6 +276,10 @@ type Result struct {
 	Took       time.Duration  `json:"took_ns"`
 	Logs       string         `json:"logs,omitempty"`
 	Err        string         `json:"error,omitempty"`
+
+	// Figures are measured figures judged against their limits (the partitions
+	// scenario); one outside its limit is an anomaly too.
+	Figures []Figure `json:"figures,omitempty"`
 }
 
 // OK reports whether the scenario ran and found no anomaly.
@@ -298,6 +305,9 @@ type LoadSummary struct {
 // Result.
 func Run(ctx context.Context, sc Scenario, c Config) (res Result) {
 	c.defaults()
+	if sc.own != nil {
+		return sc.own(ctx, sc, c)
+	}
 	res = Result{Scenario: sc.Name, Doc: sc.Doc, Seed: c.Seed, Rate: c.Rate, Started: time.Now(), FaultCounts: map[string]int{}, Anomalies: []Anomaly{}}
 	defer func() { res.Took = time.Since(res.Started) }()
 	fail := func(err error) Result { res.Err = err.Error(); return res }

@@ -69,6 +69,10 @@ type Options struct {
 	// ServiceBins, if set, is the directory the service instances start from (the
 	// upgrade scenario's previous release, see BuildRelease); default Bins.
 	ServiceBins string
+	// PgBouncer puts a PgBouncer of the system's own, in transaction mode, between every
+	// instance's pool and Postgres (DATABASE_URL), the outbox relays' sessions staying
+	// direct (DATABASE_SESSION_URL); see chaos/pgbouncer.go.
+	PgBouncer bool
 }
 
 func (o *Options) defaults() {
@@ -110,6 +114,7 @@ type System struct {
 	pgProxy      *faultproxy.Proxy  // between payment and Postgres (Options.ProxyPayment)
 	rdProxy      *faultproxy.Proxy  // between payment and Redis (Options.ProxyPayment)
 	kfProxy      *faultproxy.Proxy  // between every client and devkafka (Options.ProxyBroker)
+	bouncer      *pgBouncer         // between the instances' pools and Postgres (Options.PgBouncer)
 	brokers      string             // what clients bootstrap from: kafkaAddr, or kfProxy's
 	paymentDBURL string             // the payment database through pgProxy
 	instances    map[string][]*proc // service -> instances
@@ -223,6 +228,11 @@ func Start(ctx context.Context, opts Options) (s *System, err error) {
 	}
 	if opts.ProxyPayment {
 		if err := s.startProxies(); err != nil {
+			return s, err
+		}
+	}
+	if opts.PgBouncer {
+		if err := s.startPgBouncer(ctx); err != nil {
 			return s, err
 		}
 	}
@@ -357,6 +367,13 @@ func (s *System) newInstance(svc string, i int) (*proc, error) {
 		"OTEL_TRACES_EXPORTER=none",
 		"OTEL_METRICS_EXPORTER=none",
 	}
+	if s.bouncer != nil {
+		benv, err := s.bouncer.env(dbURL)
+		if err != nil {
+			return nil, err
+		}
+		env = append(env, benv...)
+	}
 	env = append(env, s.opts.Env...)
 	bins := s.bins
 	if s.opts.ServiceBins != "" {
@@ -454,6 +471,9 @@ func (s *System) Close() {
 		wg.Go(func() { s.tracker.stop(8 * time.Second) })
 	}
 	wg.Wait()
+	if s.bouncer != nil {
+		s.bouncer.proc.stop(5 * time.Second)
+	}
 	for _, px := range []*faultproxy.Proxy{s.pgProxy, s.rdProxy} {
 		if px != nil {
 			_ = px.Close()

@@ -9,6 +9,7 @@
 //	go run ./cmd/chaos                               # every scenario, 2,000 orders each
 //	go run ./cmd/chaos -scenarios kill,poison -orders 500 -seed 7
 //	go run ./cmd/chaos -json -report chaos-report.md
+//	go run ./cmd/chaos -scenarios partitions       # by name only: not in "all" (make chaos-partitions; pgbouncer: make chaos-pgbouncer)
 package main
 
 import (
@@ -47,6 +48,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		asJSON   = fs.Bool("json", false, "print the results as JSON instead of text")
 		report   = fs.String("report", "", "also write the results as Markdown tables, one per scenario, to `file`")
 		keepLogs = fs.Bool("keep-logs", false, "keep each scenario's working directory (process logs) instead of removing it")
+		inst     = fs.Int("instances", 0, "instances of each service (0: the scenario's own, 2; partitions and pgbouncer: 4)")
+		parts    = fs.Int("partitions", 0, "partitions of every topic (0: the scenario's own, 6; partitions: its larger count, 64, compared with 8)")
 		quiet    = fs.Bool("q", false, "no progress lines on stderr")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -56,7 +59,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	var selected []chaos.Scenario
-	for _, sc := range chaos.Scenarios {
+	known := chaos.Scenarios // "all"; chaos.Extra only by name
+	if *names != "all" {
+		known = slices.Concat(chaos.Scenarios, chaos.Extra)
+	}
+	for _, sc := range known {
 		if *names == "all" || slices.Contains(strings.Split(*names, ","), sc.Name) {
 			selected = append(selected, sc)
 		}
@@ -87,7 +94,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var results []chaos.Result
 	for _, sc := range selected {
 		cfg := chaos.Config{Orders: *orders, Rate: *rate, Seed: *seed, Bound: *bound,
-			System: chaos.Options{Log: logw, Bins: bins, KeepDir: *keepLogs}}
+			System: chaos.Options{Log: logw, Bins: bins, KeepDir: *keepLogs, Instances: *inst, Partitions: *parts}}
 		res := chaos.Run(ctx, sc, cfg)
 		res.Commit = commit
 		results = append(results, res)
@@ -138,7 +145,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 func scenarioNames() []string {
 	var out []string
-	for _, sc := range chaos.Scenarios {
+	for _, sc := range slices.Concat(chaos.Scenarios, chaos.Extra) {
 		out = append(out, sc.Name)
 	}
 	return out
