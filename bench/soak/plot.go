@@ -6,7 +6,7 @@ import (
 )
 
 // plotSVG draws three panels over time (plain SVG): RSS per process, size of each
-// table, and p50/p99 POST→terminal latency per minute.
+// table, and p50/p99 POST→terminal latency per minute, with a hold run's hold shaded.
 func plotSVG(r *results) []byte {
 	const pw, ph, pad = 520.0, 300.0, 50.0
 	var b bytes.Buffer
@@ -33,6 +33,11 @@ func plotSVG(r *results) []byte {
 			ymax = 1
 		}
 		ymax *= 1.1
+		if h := r.Hold; h != nil && h.ReleaseSeconds > h.AtSeconds { // the hold's interval, shaded
+			x1, x2 := x0+pw*min(h.AtSeconds/60/xmax, 1), x0+pw*min(h.ReleaseSeconds/60/xmax, 1)
+			fmt.Fprintf(&b, `<rect x="%.1f" y="%.0f" width="%.1f" height="%.0f" fill="#fbe3e3"/><text x="%.1f" y="%.0f" fill="#b55">snapshot held</text>`+"\n",
+				x1, y0, x2-x1, ph, x1+3, y0+26)
+		}
 		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" font-size="13">%s</text>`+"\n", x0, y0-20, title)
 		fmt.Fprintf(&b, `<rect x="%.0f" y="%.0f" width="%.0f" height="%.0f" fill="none" stroke="#999"/>`+"\n", x0, y0, pw, ph)
 		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f">%.3g %s</text><text x="%.0f" y="%.0f">0</text>`+"\n", x0+2, y0+12, ymax, unit, x0+2, y0+ph-2)

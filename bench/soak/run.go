@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -83,7 +84,9 @@ func run(ctx context.Context, c config) (*results, error) {
 	ret := c.retention.String()
 	res.Env = []string{"IDEMPOTENCY_RETENTION=" + ret, "DEAD_LETTER_RETENTION=" + ret, "ORDER_STUCK_AFTER=10s",
 		"PAYMENT_HANG_CUSTOMERS=c-hang", "DATABASE_MIN_CONNS=16", "PPROF=1",
-		"INVENTORY_SEED=sku-1..sku-20:1000000000"} // stock for any soak: the default runs out after about 100,000 orders
+		// Stock and balances for any soak: the defaults run out after about 100,000 and
+		// 180,000 orders.
+		"INVENTORY_SEED=sku-1..sku-20:1000000000", "PAYMENT_SEED_CUSTOMERS=c-1..c-100:1000000000000:100000,c-hang:10000000:100000"}
 	pgURL := benchutil.DefaultPostgresDSN()
 	restore, err := scaleAutovacuum(ctx, pgURL)
 	if err != nil {
@@ -225,6 +228,25 @@ func run(ctx context.Context, c config) (*results, error) {
 		res.Samples = append(res.Samples, s)
 		logf("t=%4.0fs offered %d confirmed %d rss %v", s.T, s.Offered, s.Confirmed, fmtRSS(s.RSSMiB))
 	}
+	saveHeap := func(point string) {
+		hs, err := saveHeaps(context.WithoutCancel(ctx), sys.Instances(), c.profiles, point, time.Since(start).Seconds())
+		res.Heap = append(res.Heap, hs...)
+		if err != nil {
+			logf("%v", err)
+		}
+	}
+	// Timers of the hold (-hold) and of the warm-up's heap profiles (-profiles); nil: none.
+	var holdAt, release, warmedUp <-chan time.Time
+	if c.hold > 0 {
+		holdAt = time.After(c.holdAt)
+	}
+	if c.profiles != "" {
+		warmedUp = time.After(c.warmup)
+	}
+	var (
+		held    *snapshotHold
+		holdErr error
+	)
 	sampleOnce()
 	tick := time.NewTicker(c.sample)
 	defer tick.Stop()
@@ -233,7 +255,35 @@ func run(ctx context.Context, c config) (*results, error) {
 		case <-ctx.Done():
 		case <-tick.C:
 			sampleOnce()
+		case <-warmedUp:
+			saveHeap("warmup")
+		case <-holdAt:
+			if held, holdErr = holdSnapshots(ctx, dbURLs); holdErr != nil {
+				logf("%v", holdErr)
+				continue
+			}
+			res.Hold = &holdResult{AtSeconds: time.Since(start).Seconds()}
+			logf("t=%4.0fs holding a REPEATABLE READ snapshot on %d databases for %s", res.Hold.AtSeconds, len(held.DBs), c.hold)
+			sampleOnce()
+			release = time.After(c.hold)
+		case <-release:
+			err := held.release(ctx)
+			res.Hold.ReleaseSeconds = time.Since(start).Seconds()
+			res.Hold.Databases, held = held.DBs, nil
+			if err != nil {
+				holdErr = err
+				logf("%v", err)
+			}
+			logf("t=%4.0fs released the snapshots", res.Hold.ReleaseSeconds)
+			sampleOnce()
 		}
+	}
+	if held != nil { // interrupted during the hold
+		_ = held.release(context.WithoutCancel(ctx))
+		res.Hold.ReleaseSeconds, res.Hold.Databases, held = time.Since(start).Seconds(), held.DBs, nil
+	}
+	if c.profiles != "" {
+		saveHeap("end")
 	}
 	wg.Wait()
 	// Drain: every placed order settles within a bounded time.
@@ -248,7 +298,24 @@ func run(ctx context.Context, c config) (*results, error) {
 	res.PostErrors = errs
 	res.Minutes = perMinute(orders, w, start)
 	res.judge(c)
-	return res, ctx.Err()
+	res.judgeHold(settledOrders(orders, w, start), c.warmup.Seconds(), c.duration.Seconds())
+	return res, errors.Join(holdErr, ctx.Err())
+}
+
+// settledOrders is every placed order's due and terminal time since start.
+func settledOrders(orders []*order, w *orderwatch.Watcher, start time.Time) []settled {
+	out := make([]settled, 0, len(orders))
+	for _, o := range orders {
+		if o.id == "" {
+			continue
+		}
+		s := settled{Due: o.due.Sub(start).Seconds(), Done: -1}
+		if e, ok := w.Lookup(o.id); ok {
+			s.Done, s.Confirmed = e.At.Sub(start).Seconds(), e.Outcome == orderwatch.Confirmed
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 func pendingOrders(orders []*order, w *orderwatch.Watcher) int {
