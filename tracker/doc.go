@@ -38,7 +38,8 @@
 // Statuses are computed when asked, from the index and the tracker's clock (WithNow), so a
 // window passing needs no new event. Ingest keeps one summary row per saga (its start,
 // end, counts and the deadline of its earliest unmet expectation) beside the index, so
-// Find, List, Stuck and Counts read the summaries through their indexes, never the events;
-// Find with a Limit reads a bounded number of rows. Run rebuilds the summaries from the
-// index when it starts, so they follow the current declarations.
+// Find, List and Stuck read the summaries through their indexes, never the events, and
+// Counts aggregates every summary; Find with a Limit reads a bounded number of rows. Run
+// rebuilds the summaries from the index when it starts, so they follow the current
+// declarations (it reads every indexed event first).
 package tracker
