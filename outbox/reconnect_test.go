@@ -57,21 +57,7 @@ func TestRelayReconnectsPromptly(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	topic := testenv.Topic(t, brokers, 1)
 	direct := db(t)
-	cc := direct.Config().ConnConfig
-	proxy, err := faultproxy.Start("127.0.0.1:0", net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
-	cfg := direct.Config()
-	host, port, _ := net.SplitHostPort(proxy.Addr())
-	p, _ := strconv.Atoi(port)
-	cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(p)
-	proxied, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxied.Close)
+	proxy, proxied := proxiedPool(t, direct)
 
 	log := &retries{}
 	ob := newOutbox(t)
@@ -115,25 +101,33 @@ func TestRelaySessionConfig(t *testing.T) {
 	topic := testenv.Topic(t, brokers, 1)
 	direct := db(t)
 	cc := direct.Config().ConnConfig
-	proxy, err := faultproxy.Start("127.0.0.1:0", net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { proxy.Close() })
+	proxy, pooled := proxiedPool(t, direct)
 	proxy.Set(faultproxy.Faults{Down: true})
-	cfg := direct.Config()
-	host, port, _ := net.SplitHostPort(proxy.Addr())
-	p, _ := strconv.Atoi(port)
-	cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(p)
-	pooled, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pooled.Close)
 
 	ob := newOutbox(t)
 	r := start(t, pooled, producer(t, brokers), ob, outbox.WithSessionConfig(cc), outbox.WithPollInterval(50*time.Millisecond))
 	testenv.Eventually(t, deadline, "the relay to lead through its own sessions", r.relay.Leader)
 	enqueue(t, direct, ob, topic, newEvent(t, "k", 1))
 	testenv.Eventually(t, deadline, "the row to be published", func() bool { return count(t, direct, "choreo_outbox") == 0 })
+}
+
+// proxiedPool returns a fault proxy in front of direct's server and a pool, with direct's
+// configuration, that connects through it; both close with the test.
+func proxiedPool(t *testing.T, direct *pgxpool.Pool) (*faultproxy.Proxy, *pgxpool.Pool) {
+	t.Helper()
+	cfg := direct.Config()
+	proxy, err := faultproxy.Start("127.0.0.1:0", net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	host, port, _ := net.SplitHostPort(proxy.Addr())
+	p, _ := strconv.Atoi(port)
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(p)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return proxy, pool
 }

@@ -386,9 +386,11 @@ func checkClient(cl *kgo.Client) error {
 // connect opens a dedicated session (outside the pool) named for role, so
 // operators can find it in pg_stat_activity.
 func (r *Relay) connect(ctx context.Context, role string) (*pgx.Conn, error) {
-	cc := r.pool.Config().ConnConfig // a deep copy
+	var cc *pgx.ConnConfig
 	if r.cfg.session != nil {
 		cc = r.cfg.session.Copy()
+	} else {
+		cc = r.pool.Config().ConnConfig // a deep copy
 	}
 	cc.RuntimeParams["application_name"] = "choreo-outbox-" + role + " " + r.names.table
 	if role == "relay" {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -34,7 +35,7 @@ func scaleAutovacuum(ctx context.Context, pgURL string) (restore func(), err err
 	}
 	return func() {
 		if err := set(context.Background(), "ALTER SYSTEM RESET autovacuum_naptime"); err != nil {
-			fmt.Printf("soak: resetting autovacuum_naptime: %v (run ALTER SYSTEM RESET autovacuum_naptime)\n", err)
+			fmt.Fprintf(os.Stderr, "soak: resetting autovacuum_naptime: %v (run ALTER SYSTEM RESET autovacuum_naptime)\n", err)
 		}
 	}, nil
 }
