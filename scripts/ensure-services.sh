@@ -9,26 +9,8 @@ set -euo pipefail
 
 say() { echo "ensure-services: $*" >&2; }
 
-as_root() {
-  if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
-    say "need root to run: $*"; return 1
-  fi
-}
-
-apt_updated=""
-apt_install() {
-  if [ -z "$apt_updated" ]; then
-    as_root apt-get update -qq
-    apt_updated=1
-  fi
-  # policy-rc.d 101: the packages' maintainer scripts must not try to start services
-  # (there may be no init system); this script starts them itself below.
-  local policy=/usr/sbin/policy-rc.d had_policy=""
-  [ -e "$policy" ] && had_policy=1
-  [ -n "$had_policy" ] || { printf '#!/bin/sh\nexit 101\n' | as_root tee "$policy" >/dev/null; as_root chmod +x "$policy"; }
-  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "$@" >/dev/null
-  [ -n "$had_policy" ] || as_root rm -f "$policy"
-}
+# shellcheck source=scripts/apt.sh
+source "$(dirname "$0")/apt.sh"
 
 wait_for() { # name, check command...
   local name=$1; shift
