@@ -313,12 +313,9 @@ func (c Config) problems() []problem {
 	if c.Service == "" {
 		ps = append(ps, problem{"service", "empty service name"})
 	}
-	if cfg, err := pgx.ParseConfig(c.DatabaseURL); err != nil {
-		ps = append(ps, problem{envDatabaseURL, "not a Postgres connection string"})
-	} else if cfg.Database == "" {
-		ps = append(ps, problem{envDatabaseURL, "names no database"})
-	}
-	ps = append(ps, c.sessionURLProblems()...)
+	pooled, dbps := dsnProblems(envDatabaseURL, c.DatabaseURL)
+	ps = append(ps, dbps...)
+	ps = append(ps, c.sessionURLProblems(pooled)...)
 	if c.DatabaseMaxConns < 0 {
 		ps = append(ps, problem{envDatabaseConns, "must not be negative (0 keeps the pgx default)"})
 	}
@@ -436,19 +433,27 @@ const queryModeParam = "default_query_exec_mode"
 // mode without named prepared statements is behind a transaction-mode pooler, where the
 // relay's leader lock and LISTEN would not hold: then DATABASE_SESSION_URL must be set
 // (to DATABASE_URL itself, if that is a real session after all).
-func (c Config) sessionURLProblems() []problem {
-	if c.DatabaseSessionURL == "" {
-		cfg, err := pgx.ParseConfig(c.DatabaseURL)
-		if err == nil && cfg.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
-			return []problem{{envDatabaseSession, envDatabaseURL + " sets " + queryModeParam +
-				" (a transaction-mode pooler?): set it to a direct connection for the outbox relay's leader lock and LISTEN"}}
-		}
-		return nil
+func (c Config) sessionURLProblems(pooled *pgx.ConnConfig) []problem {
+	if c.DatabaseSessionURL != "" {
+		_, ps := dsnProblems(envDatabaseSession, c.DatabaseSessionURL)
+		return ps
 	}
-	if cfg, err := pgx.ParseConfig(c.DatabaseSessionURL); err != nil {
-		return []problem{{envDatabaseSession, "not a Postgres connection string"}}
-	} else if cfg.Database == "" {
-		return []problem{{envDatabaseSession, "names no database"}}
+	if pooled != nil && pooled.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
+		return []problem{{envDatabaseSession, envDatabaseURL + " sets " + queryModeParam +
+			" (a transaction-mode pooler?): set it to a direct connection for the outbox relay's leader lock and LISTEN"}}
 	}
 	return nil
+}
+
+// dsnProblems parses the Postgres connection string dsn of the variable key: its
+// configuration (nil if it does not parse) and what is wrong with it.
+func dsnProblems(key, dsn string) (*pgx.ConnConfig, []problem) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, []problem{{key, "not a Postgres connection string"}}
+	}
+	if cfg.Database == "" {
+		return cfg, []problem{{key, "names no database"}}
+	}
+	return cfg, nil
 }
