@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/choreo-saga/choreo/idempotency"
+	"github.com/choreo-saga/choreo/internal/retention"
 	"github.com/choreo-saga/choreo/migrate"
 )
 
@@ -29,7 +30,7 @@ const (
 	// the dead-letter topic refused whole) is kept: 30 days, for an operator to replay it.
 	defaultDeadLetterRetention = 30 * 24 * time.Hour
 	// defaultDeadLetterPruneInterval is how often the App deletes expired archive rows
-	// at most (see cleanupInterval).
+	// at most (see retention.Interval).
 	defaultDeadLetterPruneInterval = time.Hour
 	// deadLetterPruneBatch bounds the rows one DELETE removes.
 	deadLetterPruneBatch = 1000
@@ -60,18 +61,9 @@ func (c Config) idempotencyRetention() time.Duration {
 	return c.IdempotencyRetention
 }
 
-// cleanupInterval is how often a table whose rows expire after retention is cleaned:
-// the clean-up's usual pause (most), or a twentieth of the retention when that is
-// shorter (at least a second), so a table holds at most a twentieth of a window of
-// expired rows however short the window is set (with its autovacuum thresholds, see
-// the migrations, that keeps it within about 1.1 windows).
-func cleanupInterval(retention, most time.Duration) time.Duration {
-	return min(most, max(retention/20, time.Second))
-}
-
 // pruneDeadLetters deletes the rows of the dead-letter archive table created more than
 // retention ago, in batches, and returns how many it deleted. The App runs it every
-// cleanupInterval(Config.DeadLetterRetention, defaultDeadLetterPruneInterval).
+// retention.Interval(Config.DeadLetterRetention, defaultDeadLetterPruneInterval).
 func pruneDeadLetters(ctx context.Context, db migrate.Execer, table string, retention time.Duration) (int64, error) {
 	t := pgx.Identifier{table}.Sanitize()
 	var total int64
@@ -91,18 +83,18 @@ func pruneDeadLetters(ctx context.Context, db migrate.Execer, table string, rete
 
 // deadLetterPruner deletes expired archive rows until ctx ends.
 func (a *App) deadLetterPruner(ctx context.Context) error {
-	retention := a.Config.DeadLetterRetention
-	if retention == 0 {
-		retention = defaultDeadLetterRetention
+	keep := a.Config.DeadLetterRetention
+	if keep == 0 {
+		keep = defaultDeadLetterRetention
 	}
-	t := time.NewTicker(cleanupInterval(retention, defaultDeadLetterPruneInterval))
+	t := time.NewTicker(retention.Interval(keep, defaultDeadLetterPruneInterval))
 	defer t.Stop()
 	for {
-		n, err := pruneDeadLetters(ctx, a.Pool, a.archive.TableName(), retention)
+		n, err := pruneDeadLetters(ctx, a.Pool, a.archive.TableName(), keep)
 		if err != nil && ctx.Err() == nil {
 			a.Logger.Warn("app: pruning the dead-letter archive failed", slog.Any("error", err))
 		} else if n > 0 {
-			a.Logger.Info("app: pruned the dead-letter archive", slog.Int64("rows", n), slog.Duration("retention", retention))
+			a.Logger.Info("app: pruned the dead-letter archive", slog.Int64("rows", n), slog.Duration("retention", keep))
 		}
 		select {
 		case <-ctx.Done():

@@ -12,6 +12,7 @@ import (
 
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/idempotency"
+	"github.com/choreo-saga/choreo/internal/retention"
 	"github.com/choreo-saga/choreo/lock"
 	"github.com/choreo-saga/choreo/migrate"
 	"github.com/choreo-saga/choreo/outbox"
@@ -192,7 +193,7 @@ func (a *App) prepareWorkers(_ context.Context, _ []tracing.InstrumentOption) (e
 	}
 	if o.sweeper {
 		sw, err := idempotency.NewSweeper(a.Pool, idempotency.WithTable(a.Store.TableName()),
-			idempotency.WithSweepInterval(cleanupInterval(a.Config.idempotencyRetention(), idempotency.DefaultSweepInterval)))
+			idempotency.WithSweepInterval(retention.Interval(a.Config.idempotencyRetention(), idempotency.DefaultSweepInterval)))
 		if err != nil {
 			return fmt.Errorf("app: %w", err)
 		}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/event"
+	"github.com/choreo-saga/choreo/internal/retention"
 )
 
 // DefaultGroup is the consumer group Run joins unless WithGroup says otherwise.
@@ -378,9 +379,7 @@ func (t *Tracker) Run(ctx context.Context, brokers []string, opts ...kgo.Opt) er
 		}
 		return err
 	}
-	// Retention runs every refresh, or every twentieth of the retention when that is
-	// shorter, so the tables hold at most a twentieth of a window of expired rows.
-	retainEvery := min(t.refresh, max(t.retention/20, time.Second))
+	retainEvery := retention.Interval(t.retention, t.refresh)
 	nextRefresh, nextRetain := time.Now(), time.Now()
 	for {
 		if now := time.Now(); now.After(nextRefresh) {
