@@ -121,7 +121,7 @@ func TestRetryProbes(t *testing.T) {
 	}
 	t.Cleanup(func() { proxy.Close() })
 	host, port, _ := net.SplitHostPort(proxy.Addr())
-	cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.ConnectTimeout = host, parsePort(t, port), 300*time.Millisecond
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.ConnectTimeout = host, parsePort(t, port), 2*time.Second
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +136,7 @@ func TestRetryProbes(t *testing.T) {
 	}
 	const confirmations = 3
 	policy := RetryConfig{BaseDelay: time.Millisecond, MaxDelay: 10 * time.Millisecond, MaxElapsed: 200 * time.Millisecond,
-		Probes: Probes{Postgres: pool.Ping, Timeout: 300 * time.Millisecond, Confirmations: confirmations}}
+		Probes: Probes{Postgres: pool.Ping, Timeout: 2 * time.Second, Confirmations: confirmations}} // generous: a loaded machine answers a ping late
 	run := func(p RetryConfig) (error, int) {
 		m := &Message{Record: &kgo.Record{Topic: "t"}}
 		err := wrap(slow, retryInPlace(p))(context.Background(), m)
