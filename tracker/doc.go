@@ -25,7 +25,7 @@
 //	go tr.Run(ctx, brokers)          // its own consumer group, DefaultGroup
 //	stuck, err := tr.Stuck(ctx)      // []Summary, Waiting says on what
 //	tl, err := tr.Saga(ctx, "o-42")  // events and dead letters in time order
-//	flow, err := tr.Flow(ctx)        // which event types follow which, by whom, how soon
+//	flow, err := tr.FlowRecent(ctx, time.Hour) // which event types follow which, by whom, how soon
 //	svg := flow.SVG()                // the flow as a self-contained SVG
 //	doc, err := flow.AsyncAPI("sagas", "1", tracker.Registrations("shipping", svc.Router)...)
 //
@@ -39,7 +39,16 @@
 // window passing needs no new event. Ingest keeps one summary row per saga (its start,
 // end, counts and the deadline of its earliest unmet expectation) beside the index, so
 // Find, List and Stuck read the summaries through their indexes, never the events, and
-// Counts aggregates every summary; Find with a Limit reads a bounded number of rows. Run
-// rebuilds the summaries from the index when it starts, so they follow the current
-// declarations (it reads every indexed event first).
+// Counts aggregates every summary; Find with a Limit reads a bounded number of rows.
+//
+// Ingest also places every event in the flow (the event it follows, by causation id or
+// time, and the gap) and triggers tally those places per minute, so Flow and FlowRecent
+// read tallies, not events: FlowRecent's work is that of the window's minutes and edges.
+// Counts are exact; the gap percentiles come from a histogram, within GapResolution.
+//
+// The summaries and the flow follow the current declarations: Rebuild recomputes them
+// from the index and records the declarations' Fingerprint; Run calls it when it starts
+// only when RebuildNeeded (the declarations or the format changed, or the index was never
+// rebuilt, as one filled by a version without summaries), since it reads every indexed
+// event.
 package tracker

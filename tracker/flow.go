@@ -45,34 +45,40 @@ type FlowEdge struct {
 	Source      string        // the service that produced the To events
 	Count       int           // how many To events followed a From event
 	ByCausation int           // how many of them named their From event as causation id
-	P50, P99    time.Duration // gap between the two events' times, percentiles over Count
+	P50, P99    time.Duration // gap between the two events' times, percentiles over Count (within GapResolution)
 }
 
-// Flow computes the observed flow from the whole index (dead letters excluded). A
-// redelivered or republished event (same event id in the same correlation id) counts once.
-// It reads every indexed event; FlowRecent bounds the work.
-func (t *Tracker) Flow(ctx context.Context) (Flow, error) { return t.FlowRecent(ctx, 0) }
+// Flow is the observed flow of the whole index (dead letters excluded). A redelivered or
+// republished event (same event id in the same correlation id) counts once. It reads the
+// per-minute tallies ingest keeps (see FlowRecent), every minute of them.
+func (t *Tracker) Flow(ctx context.Context) (Flow, error) { return t.flowSince(ctx, time.Time{}) }
 
-// FlowRecent is Flow over the latest n indexed events by event time (all when n <= 0),
-// read through the event-time index. A saga that began before them contributes only the
-// edges among its events within them.
-func (t *Tracker) FlowRecent(ctx context.Context, n int) (Flow, error) {
-	var limit any // NULL: no limit
-	if n > 0 {
-		limit = n
+// FlowRecent is Flow over the events of the last window by event time, before the
+// tracker's clock (WithNow), in whole minutes (UTC): the minute now−window falls in and
+// every later one. An event's edge is the one it has in its whole correlation id, so a
+// saga that began before the window contributes the edges into its events within it.
+// Ingest tallies the flow per minute, so the work is that of the window's minutes and
+// edges, not of its events: the counts are exact, P50 and P99 come from a histogram of
+// the gaps and are within GapResolution of the exact percentiles. A window <= 0 is the
+// whole index (Flow).
+func (t *Tracker) FlowRecent(ctx context.Context, window time.Duration) (Flow, error) {
+	if window <= 0 {
+		return t.Flow(ctx)
 	}
-	const ev = `SELECT DISTINCT ON (correlation_id, event_id) correlation_id, event_id, type, source,
-			topic, event_time, causation_id, partition, "offset"
-		FROM (SELECT * FROM %[1]s WHERE NOT dead_letter ORDER BY event_time DESC LIMIT $1) AS recent
-		ORDER BY correlation_id, event_id, event_time, topic, partition, "offset"`
+	return t.flowSince(ctx, t.now().Add(-window))
+}
+
+// flowSince is the flow of the minutes from the one since falls in on (all when zero).
+func (t *Tracker) flowSince(ctx context.Context, since time.Time) (Flow, error) {
+	var from any = "-infinity"
+	if !since.IsZero() {
+		from = since.UTC().Truncate(time.Minute)
+	}
 	var f Flow
-	rows, err := t.db.Query(ctx, fmt.Sprintf(`WITH ev AS (`+ev+`),
-		seq AS (SELECT *, row_number() OVER (PARTITION BY correlation_id
-			ORDER BY event_time, topic, partition, "offset") AS n FROM ev)
-		SELECT type, source, topic, count(*), count(*) FILTER (WHERE n = 1)
-		FROM seq GROUP BY type, source, topic`, t.table), limit)
+	rows, err := t.db.Query(ctx, `SELECT type, source, topic, sum(count), sum(starts) FROM `+t.flowNodesTable()+`
+		WHERE minute >= $1 GROUP BY type, source, topic HAVING sum(count) > 0`, from)
 	if err != nil {
-		return f, fmt.Errorf("tracker: flow: %w", err)
+		return f, fmt.Errorf("tracker: flow nodes: %w", err)
 	}
 	nodes := map[string]*FlowNode{}
 	var (
@@ -110,32 +116,8 @@ func (t *Tracker) FlowRecent(ctx context.Context, n int) (Flow, error) {
 		slices.Sort(n.Topics)
 		f.Nodes = append(f.Nodes, *n)
 	}
-	rows, err = t.db.Query(ctx, fmt.Sprintf(`WITH ev AS (`+ev+`),
-		seq AS (SELECT *, lag(type) OVER w AS prev_type, lag(event_time) OVER w AS prev_time
-			FROM ev WINDOW w AS (PARTITION BY correlation_id ORDER BY event_time, topic, partition, "offset")),
-		edge AS (SELECT coalesce(c.type, s.prev_type) AS from_type, s.type AS to_type, s.source,
-				c.type IS NOT NULL AS caused,
-				extract(epoch FROM s.event_time - coalesce(c.event_time, s.prev_time)) AS gap
-			FROM seq s LEFT JOIN ev c ON s.causation_id <> '' AND c.correlation_id = s.correlation_id
-				AND c.event_id = s.causation_id
-			WHERE c.type IS NOT NULL OR s.prev_type IS NOT NULL)
-		SELECT from_type, to_type, source, count(*), count(*) FILTER (WHERE caused),
-			percentile_cont(0.5) WITHIN GROUP (ORDER BY gap), percentile_cont(0.99) WITHIN GROUP (ORDER BY gap)
-		FROM edge GROUP BY from_type, to_type, source`, t.table), limit)
-	if err != nil {
-		return f, fmt.Errorf("tracker: flow: %w", err)
-	}
-	f.Edges, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (FlowEdge, error) {
-		var e FlowEdge
-		var count, caused int64
-		var p50, p99 float64
-		err := r.Scan(&e.From, &e.To, &e.Source, &count, &caused, &p50, &p99)
-		e.Count, e.ByCausation = int(count), int(caused)
-		e.P50, e.P99 = seconds(p50), seconds(p99)
-		return e, err
-	})
-	if err != nil {
-		return f, fmt.Errorf("tracker: flow edges: %w", err)
+	if f.Edges, err = t.flowEdges(ctx, from); err != nil {
+		return f, err
 	}
 	// Sorted here, not by the database's collation, so that Node's search agrees.
 	slices.SortFunc(f.Nodes, func(a, b FlowNode) int { return strings.Compare(a.Type, b.Type) })
@@ -145,10 +127,45 @@ func (t *Tracker) FlowRecent(ctx context.Context, n int) (Flow, error) {
 	return f, nil
 }
 
-// seconds converts a gap in seconds to a Duration rounded to the microsecond (event times
-// have microsecond precision in Postgres).
-func seconds(s float64) time.Duration {
-	return time.Duration(s * float64(time.Second)).Round(time.Microsecond)
+// flowEdges sums the edge tallies of the minutes from from on, with each edge's gap
+// percentiles from its histogram.
+func (t *Tracker) flowEdges(ctx context.Context, from any) ([]FlowEdge, error) {
+	rows, err := t.db.Query(ctx, `SELECT from_type, to_type, source, gap_bucket, sum(count), sum(caused)
+		FROM `+t.flowEdgesTable()+` WHERE minute >= $1 GROUP BY from_type, to_type, source, gap_bucket`, from)
+	if err != nil {
+		return nil, fmt.Errorf("tracker: flow edges: %w", err)
+	}
+	type key struct{ from, to, source string }
+	edges := map[key]*FlowEdge{}
+	gaps := map[key]gapHistogram{}
+	var (
+		k             key
+		bucket        int16
+		count, caused int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&k.from, &k.to, &k.source, &bucket, &count, &caused}, func() error {
+		e := edges[k]
+		if e == nil {
+			e = &FlowEdge{From: k.from, To: k.to, Source: k.source}
+			edges[k], gaps[k] = e, gapHistogram{}
+		}
+		e.Count += int(count)
+		e.ByCausation += int(caused)
+		gaps[k][int(bucket)] += count
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tracker: flow edges: %w", err)
+	}
+	out := make([]FlowEdge, 0, len(edges))
+	for k, e := range edges {
+		if e.Count <= 0 {
+			continue
+		}
+		e.P50, e.P99 = gaps[k].percentile(0.5), gaps[k].percentile(0.99)
+		out = append(out, *e)
+	}
+	return out, nil
 }
 
 // Node returns the node of event type typ.

@@ -100,3 +100,115 @@ CREATE INDEX IF NOT EXISTS {{.Index}}_violations_corr ON {{.Table}}_violations (
 -- (Postgres' default is 20%), so their space is reused within about one retention step.
 ALTER TABLE {{.Table}} SET (autovacuum_vacuum_scale_factor = 0.01);
 ALTER TABLE {{.Table}}_sagas SET (autovacuum_vacuum_scale_factor = 0.01);
+-- The observed flow (Flow), kept at ingest. One row per distinct event (correlation id ×
+-- event id, dead letters left out) with its place in the flow: whether it came first in
+-- its correlation id, the type of the event it follows (its causation event when indexed,
+-- else the event before it; NULL when none), whether by causation, and the gap between
+-- the two event times. Ingest recomputes the rows of a batch's correlation ids, replacing
+-- a row only by one computed from as late an indexed row and at least as many rows, as
+-- for the summaries. Triggers add every change to the per-minute tallies below, so they
+-- always equal the tally of these rows; retention deletes these rows by event_time.
+CREATE TABLE IF NOT EXISTS {{.Table}}_flow_events (
+	correlation_id text        NOT NULL,
+	event_id       text        NOT NULL,
+	type           text        NOT NULL,
+	source         text        NOT NULL,
+	topic          text        NOT NULL,
+	event_time     timestamptz NOT NULL,
+	first          boolean     NOT NULL,
+	from_type      text,
+	caused         boolean     NOT NULL DEFAULT false,
+	gap_us         bigint,
+	indexed        timestamptz NOT NULL,
+	seen           integer     NOT NULL,
+	PRIMARY KEY (correlation_id, event_id)
+);
+CREATE INDEX IF NOT EXISTS {{.Index}}_flow_events_time ON {{.Table}}_flow_events (event_time);
+-- Per minute (UTC) of the following event's time: how many events of to_type by source
+-- followed a from_type event, how many of them by causation, per gap bucket (see
+-- {{.Table}}_gap_bucket).
+CREATE TABLE IF NOT EXISTS {{.Table}}_flow_edges (
+	minute     timestamptz NOT NULL,
+	from_type  text        NOT NULL,
+	to_type    text        NOT NULL,
+	source     text        NOT NULL,
+	gap_bucket smallint    NOT NULL,
+	count      bigint      NOT NULL,
+	caused     bigint      NOT NULL,
+	PRIMARY KEY (minute, from_type, to_type, source, gap_bucket)
+);
+-- Per minute (UTC) of the event time: events of a type by source on a topic, and how many
+-- of them came first in their correlation id.
+CREATE TABLE IF NOT EXISTS {{.Table}}_flow_nodes (
+	minute timestamptz NOT NULL,
+	type   text        NOT NULL,
+	source text        NOT NULL,
+	topic  text        NOT NULL,
+	count  bigint      NOT NULL,
+	starts bigint      NOT NULL,
+	PRIMARY KEY (minute, type, source, topic)
+);
+-- The gap histogram's bucket of a gap in microseconds: 0 for a gap of zero or less, else
+-- 1 + floor(8 log2 gap): eight buckets per doubling, from 1 µs on.
+CREATE OR REPLACE FUNCTION {{.Table}}_gap_bucket(gap_us bigint) RETURNS smallint
+	LANGUAGE sql IMMUTABLE PARALLEL SAFE
+	AS $$ SELECT (CASE WHEN gap_us <= 0 THEN 0 ELSE 1 + floor(8 * ln(gap_us::float8) / ln(2::float8)) END)::smallint $$;
+-- Adds the rows a statement inserted into {{.Table}}_flow_events to the tallies and takes
+-- off those it updated away or deleted; a tally that reaches zero is deleted.
+CREATE OR REPLACE FUNCTION {{.Table}}_flow_tally() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF TG_OP IN ('UPDATE', 'DELETE') THEN
+		INSERT INTO {{.Table}}_flow_edges AS e (minute, from_type, to_type, source, gap_bucket, count, caused)
+		SELECT date_trunc('minute', event_time, 'UTC'), from_type, type, source, {{.Table}}_gap_bucket(gap_us),
+			-count(*), -count(*) FILTER (WHERE caused)
+		FROM old_rows WHERE from_type IS NOT NULL GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5
+		ON CONFLICT (minute, from_type, to_type, source, gap_bucket)
+		DO UPDATE SET count = e.count + excluded.count, caused = e.caused + excluded.caused;
+		INSERT INTO {{.Table}}_flow_nodes AS n (minute, type, source, topic, count, starts)
+		SELECT date_trunc('minute', event_time, 'UTC'), type, source, topic, -count(*), -count(*) FILTER (WHERE first)
+		FROM old_rows GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4
+		ON CONFLICT (minute, type, source, topic)
+		DO UPDATE SET count = n.count + excluded.count, starts = n.starts + excluded.starts;
+	END IF;
+	IF TG_OP IN ('INSERT', 'UPDATE') THEN
+		INSERT INTO {{.Table}}_flow_edges AS e (minute, from_type, to_type, source, gap_bucket, count, caused)
+		SELECT date_trunc('minute', event_time, 'UTC'), from_type, type, source, {{.Table}}_gap_bucket(gap_us),
+			count(*), count(*) FILTER (WHERE caused)
+		FROM new_rows WHERE from_type IS NOT NULL GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5
+		ON CONFLICT (minute, from_type, to_type, source, gap_bucket)
+		DO UPDATE SET count = e.count + excluded.count, caused = e.caused + excluded.caused;
+		INSERT INTO {{.Table}}_flow_nodes AS n (minute, type, source, topic, count, starts)
+		SELECT date_trunc('minute', event_time, 'UTC'), type, source, topic, count(*), count(*) FILTER (WHERE first)
+		FROM new_rows GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4
+		ON CONFLICT (minute, type, source, topic)
+		DO UPDATE SET count = n.count + excluded.count, starts = n.starts + excluded.starts;
+	END IF;
+	IF TG_OP IN ('UPDATE', 'DELETE') THEN
+		DELETE FROM {{.Table}}_flow_edges e USING (SELECT DISTINCT date_trunc('minute', event_time, 'UTC') AS minute,
+			from_type, type, source, {{.Table}}_gap_bucket(gap_us) AS gap_bucket FROM old_rows WHERE from_type IS NOT NULL) o
+		WHERE e.count = 0 AND (e.minute, e.from_type, e.to_type, e.source, e.gap_bucket) = (o.minute, o.from_type, o.type, o.source, o.gap_bucket);
+		DELETE FROM {{.Table}}_flow_nodes n USING (SELECT DISTINCT date_trunc('minute', event_time, 'UTC') AS minute,
+			type, source, topic FROM old_rows) o
+		WHERE n.count = 0 AND (n.minute, n.type, n.source, n.topic) = (o.minute, o.type, o.source, o.topic);
+	END IF;
+	RETURN NULL;
+END
+$$;
+DROP TRIGGER IF EXISTS flow_tally_insert ON {{.Table}}_flow_events;
+CREATE TRIGGER flow_tally_insert AFTER INSERT ON {{.Table}}_flow_events
+	REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION {{.Table}}_flow_tally();
+DROP TRIGGER IF EXISTS flow_tally_update ON {{.Table}}_flow_events;
+CREATE TRIGGER flow_tally_update AFTER UPDATE ON {{.Table}}_flow_events
+	REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION {{.Table}}_flow_tally();
+DROP TRIGGER IF EXISTS flow_tally_delete ON {{.Table}}_flow_events;
+CREATE TRIGGER flow_tally_delete AFTER DELETE ON {{.Table}}_flow_events
+	REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION {{.Table}}_flow_tally();
+ALTER TABLE {{.Table}}_flow_events SET (autovacuum_vacuum_scale_factor = 0.01);
+ALTER TABLE {{.Table}}_flow_edges SET (autovacuum_vacuum_scale_factor = 0.01);
+ALTER TABLE {{.Table}}_flow_nodes SET (autovacuum_vacuum_scale_factor = 0.01);
+-- What the summaries and the flow rows were last rebuilt for (Rebuild): a fingerprint of
+-- the saga declarations and of their format. Run rebuilds when it differs.
+CREATE TABLE IF NOT EXISTS {{.Table}}_meta (
+	key   text PRIMARY KEY,
+	value text NOT NULL
+);

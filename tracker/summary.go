@@ -38,17 +38,18 @@ func (t *Tracker) summarize(ctx context.Context, entries []entry) (map[startKey]
 			corrs = append(corrs, e.corr)
 		}
 	}
-	var b pgx.Batch
-	sums, err := t.queueSummaries(ctx, &b, corrs)
+	var sums []summaryRow
+	err := t.sendBatch(ctx, "summarize", func(b *pgx.Batch) error {
+		var err error
+		if sums, err = t.queueSummaries(ctx, b, corrs); err != nil {
+			return err
+		}
+		t.queueTypes(b, entries)
+		t.queueVersions(b, entries)
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	t.queueTypes(&b, entries)
-	t.queueVersions(&b, entries)
-	if b.Len() > 0 {
-		if err := t.db.SendBatch(ctx, &b).Close(); err != nil {
-			return nil, fmt.Errorf("tracker: summarize: %w", err)
-		}
 	}
 	starts := make(map[startKey]time.Time, len(sums))
 	for _, s := range sums {
@@ -58,7 +59,7 @@ func (t *Tracker) summarize(ctx context.Context, entries []entry) (map[startKey]
 }
 
 // queueSummaries reads the rows of corrs and queues the upsert of their summaries, which
-// it returns.
+// it returns, and of their events' places in the flow (queueFlowRows).
 func (t *Tracker) queueSummaries(ctx context.Context, b *pgx.Batch, corrs []string) ([]summaryRow, error) {
 	if len(corrs) == 0 {
 		return nil, nil
@@ -72,12 +73,16 @@ func (t *Tracker) queueSummaries(ctx context.Context, b *pgx.Batch, corrs []stri
 	if err != nil {
 		return nil, fmt.Errorf("tracker: summarize: %w", err)
 	}
-	var sums []summaryRow
+	var (
+		sums  []summaryRow
+		flows []flowRow
+	)
 	for group := range groupByCorrelation(entries) {
 		last, indexed := group[0].at, group[0].indexed
 		for _, e := range group {
 			last, indexed = maxTime(last, e.at), maxTime(indexed, e.indexed)
 		}
+		flows = append(flows, flowRows(group, indexed)...)
 		for _, s := range t.evaluate(group[0].corr, group, nil, never) {
 			r := summaryRow{CorrelationID: s.CorrelationID, Saga: s.Saga, Started: s.Started, LastType: s.LastType,
 				LastAt: last, Events: s.Events, DeadLetters: s.DeadLetters, Seen: len(group), Indexed: indexed, Expected: []string{}}
@@ -90,6 +95,9 @@ func (t *Tracker) queueSummaries(ctx context.Context, b *pgx.Batch, corrs []stri
 			}
 			sums = append(sums, r)
 		}
+	}
+	if err := t.queueFlowRows(b, flows); err != nil {
+		return nil, err
 	}
 	if len(sums) == 0 {
 		return nil, nil
@@ -159,11 +167,29 @@ func (t *Tracker) queueTypes(b *pgx.Batch, entries []entry) {
 	}
 }
 
-// Rebuild recomputes every saga's summary and the producers of every event type from the
-// index, in batches of correlation ids. Run calls it on start, so summaries follow the
-// current declarations (a step added, a window changed) and an index filled by a version
-// without summaries gets them.
+// Rebuild recomputes every saga's summary, every event's place in the flow (with the
+// flow's tallies) and the producers of every event type from the index, in batches of
+// correlation ids, and records the declarations and format it rebuilt for. Run calls it
+// on start when RebuildNeeded says so, so summaries follow the current declarations (a
+// step added, a window changed) and an index filled by a version without summaries or
+// flow rows gets them.
 func (t *Tracker) Rebuild(ctx context.Context) error {
+	fingerprint, err := t.Fingerprint()
+	if err != nil {
+		return err
+	}
+	// Until it is done, the index is rebuilt for nothing: an interrupted rebuild is redone.
+	if err := t.markRebuilt(ctx, ""); err != nil {
+		return err
+	}
+	if err := t.rebuild(ctx); err != nil {
+		return err
+	}
+	return t.markRebuilt(ctx, fingerprint)
+}
+
+// rebuild is Rebuild's recomputation.
+func (t *Tracker) rebuild(ctx context.Context) error {
 	const page = 500
 	if _, err := t.db.Exec(ctx, `INSERT INTO `+t.typesTable()+` AS y (type, source, last_seen)
 		SELECT DISTINCT ON (type) type, source, event_time FROM `+t.table+`
@@ -189,12 +215,12 @@ func (t *Tracker) Rebuild(ctx context.Context) error {
 		if len(corrs) == 0 {
 			return nil
 		}
-		var b pgx.Batch
-		if _, err := t.queueSummaries(ctx, &b, corrs); err != nil {
+		err = t.sendBatch(ctx, "rebuild", func(b *pgx.Batch) error {
+			_, err := t.queueSummaries(ctx, b, corrs)
 			return err
-		}
-		if err := t.db.SendBatch(ctx, &b).Close(); err != nil {
-			return fmt.Errorf("tracker: rebuild: %w", err)
+		})
+		if err != nil {
+			return err
 		}
 		after = corrs[len(corrs)-1]
 	}

@@ -350,7 +350,8 @@ func (t *Tracker) Ingest(ctx context.Context, recs ...*kgo.Record) (int, error) 
 	return len(fresh), nil
 }
 
-// Run joins the tracker's consumer group on brokers, reads Topics and indexes every
+// Run joins the tracker's consumer group on brokers, rebuilds what the tracker derives
+// from the index when RebuildNeeded says so (Rebuild), reads Topics and indexes every
 // record, committing offsets only after they are indexed; it recomputes the gauges
 // every refresh interval and applies retention as often (see WithRefresh). Its client bounds what a record may cost
 // (consumer.FetchLimits for event.DefaultMaxPayloadBytes); a batch that decompresses
@@ -373,7 +374,7 @@ func (t *Tracker) Run(ctx context.Context, brokers []string, opts ...kgo.Opt) er
 		return fmt.Errorf("tracker: kafka client: %w", err)
 	}
 	defer cl.Close()
-	if err := t.Rebuild(ctx); err != nil {
+	if err := t.rebuildIfNeeded(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -401,6 +402,16 @@ func (t *Tracker) Run(ctx context.Context, brokers []string, opts ...kgo.Opt) er
 			return err
 		}
 	}
+}
+
+// rebuildIfNeeded calls Rebuild when RebuildNeeded says so.
+func (t *Tracker) rebuildIfNeeded(ctx context.Context) error {
+	needed, err := t.RebuildNeeded(ctx)
+	if err != nil || !needed {
+		return err
+	}
+	t.log.Info("tracker: rebuilding the summaries and the flow from the index", "table", t.table)
+	return t.Rebuild(ctx)
 }
 
 // poll indexes one poll's records and marks them for commit, skipping the batches that
@@ -442,7 +453,9 @@ func (t *Tracker) poll(ctx context.Context, cl *kgo.Client, wait time.Duration) 
 }
 
 // Retain deletes indexed events older than the retention age, the summaries of sagas
-// whose every record is older, and the rejected records (Rejected) and contract violations recorded before then, in batches of at most the retention batch size. It returns
+// whose every record is older, the flow rows of those events with their share of the
+// flow's tallies, and the rejected records (Rejected) and contract violations recorded
+// before then, in batches of at most the retention batch size. It returns
 // how many events it deleted.
 func (t *Tracker) Retain(ctx context.Context) (int64, error) {
 	cutoff := t.now().Add(-t.retention)
@@ -456,7 +469,19 @@ func (t *Tracker) Retain(ctx context.Context) (int64, error) {
 	if _, err = t.deleteBatches(ctx, t.rejectedTable(), "at", cutoff); err != nil {
 		return total, err
 	}
-	_, err = t.deleteBatches(ctx, t.violationsTable(), "at", cutoff)
+	if _, err = t.deleteBatches(ctx, t.violationsTable(), "at", cutoff); err != nil {
+		return total, err
+	}
+	// The flow rows' triggers take them off the tallies, deleting the tallies they empty;
+	// the tallies of earlier minutes go too, whatever is left of them.
+	if _, err = t.deleteBatches(ctx, t.flowEventsTable(), "event_time", cutoff); err != nil {
+		return total, err
+	}
+	minute := cutoff.UTC().Truncate(time.Minute)
+	if _, err = t.deleteBatches(ctx, t.flowEdgesTable(), "minute", minute); err != nil {
+		return total, err
+	}
+	_, err = t.deleteBatches(ctx, t.flowNodesTable(), "minute", minute)
 	return total, err
 }
 

@@ -99,7 +99,7 @@ type prefilledResult struct {
 	InFlight          int64        `json:"in_flight"`
 	PrefillSeconds    float64      `json:"prefill_seconds"`
 	Queries           []queryTimes `json:"queries"`
-	StartupSeconds    float64      `json:"startup_seconds"` // Run's start to its first indexed event: the summaries' rebuild
+	StartupSeconds    float64      `json:"startup_seconds"` // Run's start to its first indexed event (a rebuild only when the declarations changed)
 	IngestPerSec      float64      `json:"ingest_events_per_sec"`
 	EmptyPerSec       float64      `json:"empty_ingest_events_per_sec"` // the checked empty runs, measured the same way
 	OverEmpty         float64      `json:"over_empty"`
@@ -263,7 +263,7 @@ func ingest(ctx context.Context, c config, cfg tracker.Config, brokers []string,
 }
 
 // afterStartup is the rate of the run from the first indexed event on, Run's start-up
-// (joining the group, rebuilding the summaries) left out. A run that indexed every event
+// (joining the group; rebuilding the summaries when the declarations changed) left out. A run that indexed every event
 // before the counter was first read has no such rate: its whole time counts.
 func (in ingested) afterStartup(n int) float64 {
 	if in.firstCount >= int64(n) || in.elapsed <= in.first {
@@ -302,7 +302,7 @@ func ingestInto(ctx context.Context, pool *pgxpool.Pool, cfg tracker.Config, bro
 		if indexed > 0 && out.first == 0 {
 			out.first, out.firstCount, since = time.Since(start), indexed, time.Now()
 		}
-		// Start-up rebuilds every summary of the index: on a prefilled one, minutes.
+		// A start-up that rebuilds every summary of the index takes minutes on a large one.
 		if limit := map[bool]time.Duration{true: 10 * time.Minute, false: time.Hour}[out.first > 0]; time.Since(since) > limit {
 			return ingested{}, fmt.Errorf("only %d of %d events indexed after %s", indexed, n, limit)
 		}

@@ -77,7 +77,9 @@ type prefilled struct {
 
 // prefill fills the tracker's index in db (migrated, empty) with about n records of
 // order sagas, as the tracker would have indexed them (see sagaKinds): their events and
-// dead letters, one summary per saga, the producers of each type and version. Sagas start
+// dead letters, one summary per saga, the producers of each type and version, every
+// event's place in the flow (tallied per minute by the table's triggers) and the
+// fingerprint of the declarations the index is built for, so that Run does not rebuild it. Sagas start
 // evenly over the retention window before now (less an hour, so that retention deletes
 // none while the benchmark runs); their event ids and correlation ids are UUIDv7 of their
 // times, as the reference services make them; payment.authorized is at version 2 for half
@@ -141,7 +143,7 @@ func prefill(ctx context.Context, pool *pgxpool.Pool, cfg tracker.Config, n, par
 	if lo != 1000 || len(inFlightKinds) == 0 {
 		return prefilled{}, fmt.Errorf("the kinds' shares add up to %d of 1,000, with %d in-flight kinds", lo, len(inFlightKinds))
 	}
-	events, sagasT := tracker.DefaultTable, tracker.DefaultTable+"_sagas"
+	events, sagasT, flowT := tracker.DefaultTable, tracker.DefaultTable+"_sagas", tracker.DefaultTable+"_flow_events"
 	// s: one row per saga, computed once (OFFSET 0 keeps the planner from computing it per
 	// record): its number g, kind, start st (whole milliseconds, st_ms since the epoch), gap
 	// between its events (ms), partition, UUIDv7 correlation id, trace id and the random
@@ -204,7 +206,7 @@ func prefill(ctx context.Context, pool *pgxpool.Pool, cfg tracker.Config, n, par
 	var drop []string
 	err = conn.QueryRow(ctx, `SELECT coalesce(array_agg(format('%I.%I', schemaname, indexname)), '{}') FROM pg_indexes i
 		WHERE tablename = ANY($1) AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conname = i.indexname)`,
-		[]string{events, sagasT}).Scan(&drop)
+		[]string{events, sagasT, flowT}).Scan(&drop)
 	if err != nil {
 		return prefilled{}, fmt.Errorf("prefill: indexes: %w", err)
 	}
@@ -224,7 +226,41 @@ func prefill(ctx context.Context, pool *pgxpool.Pool, cfg tracker.Config, n, par
 	if err := tracker.Migrate(ctx, conn, ""); err != nil {
 		return prefilled{}, err
 	}
+	tr, err := tracker.New(pool, cfg)
+	if err != nil {
+		return prefilled{}, err
+	}
+	defer tr.Close() //nolint:errcheck
+	fingerprint, err := tr.Fingerprint()
+	if err != nil {
+		return prefilled{}, err
+	}
 	for _, q := range []string{
+		// Every distinct event's place in the flow, as ingest computes it (the first copy of
+		// an event id; its causation event, else the one before it), with the latest
+		// indexed_at and the row count of its correlation id; the table's triggers tally it.
+		`SET work_mem = '64MB'`,
+		`INSERT INTO ` + flowT + ` (correlation_id, event_id, type, source, topic, event_time, first, from_type,
+			caused, gap_us, indexed, seen)
+		WITH ev AS (SELECT DISTINCT ON (correlation_id, event_id) correlation_id, event_id, type, source, topic,
+				event_time, causation_id, partition, "offset"
+			FROM ` + events + ` WHERE NOT dead_letter
+			ORDER BY correlation_id, event_id, event_time, topic, partition, "offset"),
+		seq AS (SELECT *, lag(type) OVER w AS prev_type, lag(event_time) OVER w AS prev_time,
+				row_number() OVER w AS n
+			FROM ev WINDOW w AS (PARTITION BY correlation_id ORDER BY event_time, topic, partition, "offset")),
+		corr AS (SELECT correlation_id, max(indexed_at) AS indexed, count(*) AS seen FROM ` + events + ` GROUP BY correlation_id)
+		SELECT s.correlation_id, s.event_id, s.type, s.source, s.topic, s.event_time, s.n = 1,
+			coalesce(c.type, s.prev_type), c.type IS NOT NULL,
+			(extract(epoch FROM s.event_time - coalesce(c.event_time, s.prev_time)) * 1000000)::bigint,
+			k.indexed, k.seen
+		FROM seq s LEFT JOIN ev c ON s.causation_id <> '' AND c.correlation_id = s.correlation_id
+			AND c.event_id = s.causation_id
+		JOIN corr k ON k.correlation_id = s.correlation_id`,
+		`RESET work_mem`,
+		// The index is built for the declarations, as Rebuild records it.
+		`INSERT INTO ` + events + `_meta (key, value) VALUES ('rebuilt_for', ` + quote(fingerprint) + `)
+			ON CONFLICT (key) DO UPDATE SET value = excluded.value`,
 		// The producers of every type and version, as Rebuild records them.
 		`INSERT INTO ` + events + `_versions (type, version, source, first_seen, last_seen)
 			SELECT type, schema_version, source, min(event_time), max(event_time) FROM ` + events + `
@@ -232,7 +268,8 @@ func prefill(ctx context.Context, pool *pgxpool.Pool, cfg tracker.Config, n, par
 		`INSERT INTO ` + events + `_types (type, source, last_seen)
 			SELECT DISTINCT ON (type) type, source, last_seen FROM ` + events + `_versions ORDER BY type, last_seen DESC`,
 		`VACUUM ANALYZE ` + events, `VACUUM ANALYZE ` + sagasT, `VACUUM ANALYZE ` + events + `_versions`,
-		`VACUUM ANALYZE ` + events + `_types`,
+		`VACUUM ANALYZE ` + events + `_types`, `VACUUM ANALYZE ` + flowT, `VACUUM ANALYZE ` + events + `_flow_edges`,
+		`VACUUM ANALYZE ` + events + `_flow_nodes`,
 		`CHECKPOINT`, // the fill's writes are flushed before anything is measured
 		`RESET maintenance_work_mem`,
 	} {

@@ -35,7 +35,8 @@ func tableText(t *testing.T, pool *pgxpool.Pool, table string) []string {
 }
 
 // A small prefill writes the planned sagas of every kind, their records and summaries as
-// the tracker computes them (its own Rebuild writes the same), with the secondary indexes
+// the tracker computes them (its own Rebuild writes the same summaries, flow rows, flow
+// tallies and fingerprint, so Run would not rebuild), with the secondary indexes
 // back; the console's queries find the stuck sagas by deadline, each saga's events
 // chained by causation, and the flow of the reference saga; timeQueries runs them all.
 func TestPrefill(t *testing.T) {
@@ -88,7 +89,8 @@ func TestPrefill(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"choreo_tracker_events_corr", "choreo_tracker_events_time", "choreo_tracker_events_sagas_deadline",
-		"choreo_tracker_events_sagas_started", "choreo_tracker_events_sagas_last", "choreo_tracker_events_pkey"} {
+		"choreo_tracker_events_sagas_started", "choreo_tracker_events_sagas_last", "choreo_tracker_events_pkey",
+		"choreo_tracker_events_flow_events_time"} {
 		if !slices.Contains(indexes, want) {
 			t.Errorf("index %s missing after the prefill: %v", want, indexes)
 		}
@@ -100,7 +102,12 @@ func TestPrefill(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr.Close() //nolint:errcheck
-	tables := []string{tracker.DefaultTable + "_sagas", tracker.DefaultTable + "_types", tracker.DefaultTable + "_versions"}
+	tables := []string{tracker.DefaultTable + "_sagas", tracker.DefaultTable + "_types", tracker.DefaultTable + "_versions",
+		tracker.DefaultTable + "_flow_events", tracker.DefaultTable + "_flow_edges", tracker.DefaultTable + "_flow_nodes",
+		tracker.DefaultTable + "_meta"}
+	if needed, err := tr.RebuildNeeded(ctx); err != nil || needed {
+		t.Errorf("RebuildNeeded on the prefilled index = %v, %v; want false", needed, err)
+	}
 	var before [][]string
 	for _, table := range tables {
 		before = append(before, tableText(t, pool, table))
@@ -189,7 +196,7 @@ func TestPrefill(t *testing.T) {
 	}
 
 	// The flow of the whole prefill: the reference saga's edges, all by causation.
-	flow, err := tr.FlowRecent(ctx, consoleFlowEvents)
+	flow, err := tr.Flow(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,6 +209,14 @@ func TestPrefill(t *testing.T) {
 	}
 	if node, ok := flow.Node("order.created"); !ok || int64(node.Starts) != p.sagas {
 		t.Errorf("order.created starts %d sagas, want %d", node.Starts, p.sagas)
+	}
+	// The console's window: the sagas of the last hour only.
+	recent, err := tr.FlowRecent(ctx, consoleFlowWindow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if node, ok := recent.Node("order.created"); !ok || node.Starts <= 0 || int64(node.Starts) > p.sagas/100 {
+		t.Errorf("order.created starts %d sagas in the last hour, want some, at most %d", node.Starts, p.sagas/100)
 	}
 
 	qs, err := timeQueries(ctx, pool, tr, 3)

@@ -13,11 +13,11 @@ import (
 )
 
 // The bounds sagactl console puts on its tracker queries (cmd/sagactl: consoleStuckSagas,
-// consoleSagaList, consoleFlowEvents).
+// consoleSagaList, consoleFlowWindow).
 const (
 	consoleStuckSagas = 50
 	consoleSagaList   = 200
-	consoleFlowEvents = 50_000
+	consoleFlowWindow = time.Hour
 )
 
 // queryLimit is the p99 each console query must stay within.
@@ -53,8 +53,8 @@ func consoleQueries(tr *tracker.Tracker) []consoleQuery {
 			tl, err := tr.Saga(ctx, id)
 			return len(tl.Events) + len(tl.DeadLetters), err
 		}},
-		{"flow page", fmt.Sprintf("FlowRecent(%d)", consoleFlowEvents), func(ctx context.Context, _ string) (int, error) {
-			f, err := tr.FlowRecent(ctx, consoleFlowEvents)
+		{"flow page", fmt.Sprintf("FlowRecent(%s)", consoleFlowWindow), func(ctx context.Context, _ string) (int, error) {
+			f, err := tr.FlowRecent(ctx, consoleFlowWindow)
 			return len(f.Edges), err
 		}},
 		{"sagas page list", fmt.Sprintf("Find(all, limit %d)", consoleSagaList), func(ctx context.Context, _ string) (int, error) {

@@ -3,17 +3,18 @@ package main
 import (
 	"html/template"
 	"net/http"
+	"time"
 
 	"github.com/choreo-saga/choreo/tracker"
 )
 
-// consoleFlowEvents bounds the flow page's work: it draws the latest events only.
-const consoleFlowEvents = 50_000
+// consoleFlowWindow is the flow page's window: it draws the events of the last hour.
+const consoleFlowWindow = time.Hour
 
 // flowPage is the observed choreography as the tracker's index shows it.
 type flowPage struct {
 	Flow   tracker.Flow
-	Events int // the latest events it is computed from, at most
+	Window string // the window of event time it is computed from, in words
 	// SVG is Flow.SVG(), which escapes every label it draws, inline in the page.
 	SVG template.HTML
 	// Violated counts the contract violations kept per producer and type (violationKey),
@@ -26,7 +27,7 @@ func (s *console) handleFlow(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.requestCtx(r)
 	defer cancel()
 	p := page{Title: "Flow", Nav: "flow"}
-	flow, err := s.tr.FlowRecent(ctx, consoleFlowEvents)
+	flow, err := s.tr.FlowRecent(ctx, consoleFlowWindow)
 	if err != nil {
 		p.Error = "saga tracker: " + err.Error()
 		s.render(w, r, "flow", http.StatusBadGateway, p)
@@ -38,7 +39,7 @@ func (s *console) handleFlow(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, "flow", http.StatusBadGateway, p)
 		return
 	}
-	p.Flow = &flowPage{Flow: flow, Events: consoleFlowEvents, SVG: template.HTML(flow.SVG()), Violated: violated} //nolint:gosec // Flow.SVG escapes every label
+	p.Flow = &flowPage{Flow: flow, Window: "hour", SVG: template.HTML(flow.SVG()), Violated: violated} //nolint:gosec // Flow.SVG escapes every label
 	s.render(w, r, "flow", http.StatusOK, p)
 }
 
@@ -46,7 +47,7 @@ func (s *console) handleFlow(w http.ResponseWriter, r *http.Request) {
 func (s *console) handleFlowFile(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := s.requestCtx(r)
 	defer cancel()
-	flow, err := s.tr.FlowRecent(ctx, consoleFlowEvents)
+	flow, err := s.tr.FlowRecent(ctx, consoleFlowWindow)
 	if err != nil {
 		http.Error(w, "saga tracker: "+err.Error(), http.StatusBadGateway)
 		return

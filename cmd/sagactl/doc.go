@@ -25,7 +25,7 @@
 //	sagactl track stuck|list [-status S]|saga <correlation-id>
 //	                                     query that index: stuck sagas and whom they wait
 //	                                     for, sagas by status, one saga's timeline
-//	sagactl flow [-last n] [-svg file] [-asyncapi file]
+//	sagactl flow [-last 1h] [-svg file] [-asyncapi file]
 //	                                     the observed flow from that index: which event types
 //	                                     followed which, produced by whom, how often and how
 //	                                     soon; as SVG; as an AsyncAPI 3.0.0 document

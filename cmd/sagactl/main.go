@@ -85,7 +85,7 @@ Usage:
   sagactl migrate [-database-url URL]      apply the library's table migrations, print the versions
   sagactl console [-addr 127.0.0.1:8090]   the operations console in the browser (overview, orders, dead letters)
   sagactl track -db URL -config sagas.json index any saga's events (own group); track stuck|list|saga <id> query it
-  sagactl flow [-last N] [-svg F] [-asyncapi F] the tracker's observed flow of event types; as SVG, as AsyncAPI 3.0
+  sagactl flow [-last D] [-svg F] [-asyncapi F] the tracker's observed flow of event types; as SVG, as AsyncAPI 3.0
   sagactl contracts [-o F] [-asyncapi F] [-markdown F] the declared contracts: catalogue JSON, AsyncAPI 3.0, docs/events.md
   sagactl contracts check -baseline F [-format table|json|github] exit 1 when a change breaks a consumer of the baseline
   sagactl contracts usage [-retire type@version] per event type and version: producers, last seen, consumers; can it be retired?

@@ -29,9 +29,9 @@ type trackFlags struct {
 	retention time.Duration
 	refresh   time.Duration
 	status    string
-	svg       string // flow: write the SVG here
-	asyncapi  string // flow: write the AsyncAPI document here
-	last      int    // flow: the latest events only
+	svg       string        // flow: write the SVG here
+	asyncapi  string        // flow: write the AsyncAPI document here
+	last      time.Duration // flow: the events of this last window of event time only
 	usage     usageFlags
 	trusted   string // run: CHOREO_TRUSTED_KEYS, the keys the services require
 	contracts string // run: the catalogue observed payloads are checked against (see observedCatalogue)
@@ -43,7 +43,7 @@ const trackUsage = `usage: sagactl track [run] [flags]           index the saga 
        sagactl track saga <correlation-id>   one correlation id's sagas, events and dead letters
        sagactl track rejected [flags]        records indexed escaped or cut, skipped, or refused as the services refuse them, newest first
        sagactl track observed [flags]        observed payloads that break a declared schema, per source, type, version and consumer
-       sagactl flow [-last N] [-svg F] [-asyncapi F]  the observed flow: which event types followed which
+       sagactl flow [-last D] [-svg F] [-asyncapi F]  the observed flow: which event types followed which
        sagactl contracts usage [-window 24h] [-catalogue F] [-retire type@version]
                                              per event type and schema version: producers seen, first and
                                              last seen, events in the window, dead letters, the consumers that
@@ -77,7 +77,7 @@ func cmdTrack(ctx context.Context, args []string, std stdio) error {
 	// subcommand; using one with another subcommand is a usage error (below).
 	subFlags := map[string]string{"svg": "flow", "last": "flow", "asyncapi": "flow", "window": "usage", "catalogue": "usage", "retire": "usage", "trusted-keys": "run", "contracts": "run"}
 	fs.StringVar(&f.svg, "svg", "", "flow: also write the graph as SVG to this `file`")
-	fs.IntVar(&f.last, "last", 0, "flow: compute it from the latest `n` indexed events only (0: all)")
+	fs.DurationVar(&f.last, "last", 0, "flow: compute it from the events of the last `window` only, in whole minutes (0: all)")
 	fs.StringVar(&f.asyncapi, "asyncapi", "", "flow: also write an AsyncAPI 3.0.0 document (JSON) of the observed flow to this `file`")
 	durationVar(fs, &f.usage.window, "window", 24*time.Hour, "usage: count the events published within this window")
 	fs.StringVar(&f.usage.catalogue, "catalogue", contractsReference, "usage: what each service produces, consumes and accepts: a catalogue `file` (JSON, as sagactl contracts -o writes it), \"reference\" (the reference saga's) or \"off\"")
