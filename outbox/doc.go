@@ -60,10 +60,26 @@
 // the rows and the consumer writes them in one multi-row INSERT just before
 // the commit (one statement for a whole batch of events).
 //
-// There is no "last published id" cursor. Every read starts at the lowest id
-// still in the table, so a row whose transaction commits after rows with
-// higher ids were published (ids are assigned at insert, visibility comes at
-// commit) is simply published by a later batch instead of being skipped.
+// Every read returns the lowest ids still in the table, so a row whose
+// transaction commits after rows with higher ids were published (ids are
+// assigned at insert, visibility comes at commit) is simply published by a
+// later batch instead of being skipped. A read starts past the leader's read
+// floor: an id below which every row is published and no transaction can
+// still commit one. The floor moves at most every [WithFloorInterval]
+// (default 1 s), in two steps: it notes the id sequence's last value and the
+// transactions then holding the table's RowExclusiveLock (an INSERT takes it
+// before drawing an id and keeps it to the end of its transaction); once none
+// of them holds it, every id up to that value is final, and the floor moves
+// there, or to just below the lowest such id still waiting. Deleted rows
+// leave index entries that only vacuum removes, and a long transaction
+// anywhere on the server (a backup, an analytics query, a session left open)
+// holds vacuum back: without the floor every read would walk all of them;
+// with it a read walks those of about the last two intervals
+// (`go run ./bench/outbox -held N` measures both). The floor needs the id
+// column's own sequence drawing one value at a time (the schema's identity
+// column); otherwise reads start at the first row. Once a minute a read
+// starts at the first row anyway, and logs a warning if it finds a row below
+// the floor (an id drawn outside the column's default).
 //
 // # Ordering
 //

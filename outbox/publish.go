@@ -30,17 +30,18 @@ type row struct {
 // drain publishes rows in id order until the table is empty (as seen by this
 // session), ctx is cancelled, or the session fails.
 //
-// There is no "last id" cursor: every round reads the lowest ids still in the
-// table, after the previous round's rows were deleted. A row whose
-// transaction commits after rows with higher ids were published is therefore
-// simply found by a later round, never skipped.
+// Every round reads the lowest ids still in the table past the floor (f),
+// after the previous round's rows were deleted. A row whose transaction
+// commits after rows with higher ids were published is therefore simply
+// found by a later round, never skipped: the floor only passes ids whose
+// transactions have ended.
 //
 // While a full batch is in flight, or when a wake-up arrives during one, the
 // next one is read (and the previous one deleted) in the same round trip,
 // excluding the ids in flight by value, so database and broker work overlap.
 // It is produced only once the batch in flight is fully acknowledged, and
 // discarded if anything in it failed.
-func (r *Relay) drain(ctx context.Context, conn *pgx.Conn) error {
+func (r *Relay) drain(ctx context.Context, conn *pgx.Conn, f *floor) error {
 	var acked []int64 // acknowledged, deleted with the next claim
 	var next []row    // read ahead while the previous batch was in flight
 	readAhead := false
@@ -53,17 +54,22 @@ func (r *Relay) drain(ctx context.Context, conn *pgx.Conn) error {
 		if !readAhead {
 			r.lingerBeforeRead(ctx)
 			var err error
-			rows, err = r.claim(ctx, conn, acked, nil)
+			if err := r.moveFloor(ctx, conn, f, time.Now()); err != nil {
+				return err
+			}
+			from := f.start(time.Now())
+			rows, err = r.claim(ctx, conn, acked, nil, from)
 			if err != nil {
 				return err
 			}
+			r.belowFloor(f, from, rows)
 			acked = nil
 		}
 		next, readAhead = nil, false
 		if len(rows) == 0 {
 			return nil
 		}
-		claimed := len(rows)
+		claimed := rows
 		rows, held, err := r.fit(ctx, conn, rows)
 		if err != nil {
 			return err
@@ -72,15 +78,18 @@ func (r *Relay) drain(ctx context.Context, conn *pgx.Conn) error {
 			continue // all dead-lettered: read again
 		}
 
-		r.last = sent{rows: claimed, at: time.Now()}
+		r.last = sent{rows: len(claimed), at: time.Now()}
 		if held {
 			r.last.rows = r.cfg.batchSize // more is waiting: no linger
 		}
 		batch := r.send(ctx, rows)
 		var aheadErr error
-		if ctx.Err() == nil && (claimed == r.cfg.batchSize || held || r.wokenDuring(batch)) {
+		if ctx.Err() == nil && (len(claimed) == r.cfg.batchSize || held || r.wokenDuring(batch)) {
 			r.lingerBeforeRead(ctx)
-			next, aheadErr = r.claim(ctx, conn, acked, batch.ids)
+			aheadErr = r.moveFloor(ctx, conn, f, time.Now())
+			if aheadErr == nil {
+				next, aheadErr = r.claim(ctx, conn, acked, batch.ids, f.after)
+			}
 			if aheadErr == nil {
 				// An empty read-ahead leaves this batch's delete to the
 				// next claim, like a batch that was not full.
@@ -270,13 +279,13 @@ func (r *Relay) acknowledged(ctx context.Context, ok []Published) error {
 }
 
 // claim deletes the previous round's acknowledged rows and reads the next
-// batch in one round trip (a pipeline on the leader's session), skipping the
-// ids in flight.
+// batch of ids above after in one round trip (a pipeline on the leader's
+// session), skipping the ids in flight.
 //
 // Cancelling ctx does not interrupt the statements (pgx would have to close
 // the session, and with it the chance to delete acknowledged rows on
 // shutdown); queryTimeout bounds them.
-func (r *Relay) claim(ctx context.Context, conn *pgx.Conn, acked, inflight []int64) ([]row, error) {
+func (r *Relay) claim(ctx context.Context, conn *pgx.Conn, acked, inflight []int64, after int64) ([]row, error) {
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), queryTimeout)
 	defer cancel()
 	b := &pgx.Batch{}
@@ -284,11 +293,12 @@ func (r *Relay) claim(ctx context.Context, conn *pgx.Conn, acked, inflight []int
 		b.Queue("DELETE FROM "+r.names.table+" WHERE id = ANY($1)", acked)
 	}
 	if len(inflight) == 0 {
-		b.Queue("SELECT id, topic, key, headers, payload, created_at FROM "+r.names.table+" ORDER BY id LIMIT $1", r.cfg.batchSize)
+		b.Queue("SELECT id, topic, key, headers, payload, created_at FROM "+r.names.table+
+			" WHERE id > $2 ORDER BY id LIMIT $1", r.cfg.batchSize, after)
 	} else {
 		// NOT IN over a subquery is evaluated with a hash table.
 		b.Queue("SELECT id, topic, key, headers, payload, created_at FROM "+r.names.table+
-			" WHERE id NOT IN (SELECT unnest($2::bigint[])) ORDER BY id LIMIT $1", r.cfg.batchSize, inflight)
+			" WHERE id > $2 AND id NOT IN (SELECT unnest($3::bigint[])) ORDER BY id LIMIT $1", r.cfg.batchSize, after, inflight)
 	}
 	br := conn.SendBatch(qctx, b)
 	defer br.Close()

@@ -56,6 +56,7 @@ type relayConfig struct {
 	batchSize       int
 	batchLinger     time.Duration
 	pollInterval    time.Duration
+	floorInterval   time.Duration
 	takeover        time.Duration
 	backoffMin      time.Duration
 	backoffMax      time.Duration
@@ -73,6 +74,7 @@ const (
 	DefaultBatchSize        = 1000                   // WithBatchSize
 	DefaultBatchLinger      = 3 * time.Millisecond   // WithBatchLinger
 	DefaultPollInterval     = 500 * time.Millisecond // WithPollInterval
+	DefaultFloorInterval    = time.Second            // WithFloorInterval
 	DefaultTakeoverInterval = time.Second            // WithTakeoverInterval
 	DefaultBackoffMin       = 100 * time.Millisecond // WithRetryBackoff
 	DefaultBackoffMax       = time.Second            // WithRetryBackoff: a relay reconnects within 1 s of its database returning
@@ -120,6 +122,24 @@ func WithBatchLinger(d time.Duration) RelayOption {
 			return invalid("negative batch linger %v", d)
 		}
 		c.batchLinger = d
+		return nil
+	}
+}
+
+// WithFloorInterval sets how often the leader moves its read floor: the id its reads start
+// after, below which every row is published and no transaction can still commit one. It
+// keeps the leader's reads from walking the index entries of the rows it has published
+// and deleted, which stay while a long transaction elsewhere (a backup, an analytics
+// query, a forgotten session) holds back vacuum: a read walks those of about the last
+// two intervals instead of all of them. The floor waits for the transactions writing to
+// the table when it is set (see the package documentation). 0 keeps every read at the
+// table's first row. Default [DefaultFloorInterval].
+func WithFloorInterval(d time.Duration) RelayOption {
+	return func(c *relayConfig) error {
+		if d < 0 {
+			return invalid("negative floor interval %v", d)
+		}
+		c.floorInterval = d
 		return nil
 	}
 }
@@ -287,6 +307,7 @@ func NewRelay(pool *pgxpool.Pool, client *kgo.Client, ob *Outbox, opts ...RelayO
 		batchSize:       DefaultBatchSize,
 		batchLinger:     DefaultBatchLinger,
 		pollInterval:    DefaultPollInterval,
+		floorInterval:   DefaultFloorInterval,
 		takeover:        DefaultTakeoverInterval,
 		backoffMin:      DefaultBackoffMin,
 		backoffMax:      DefaultBackoffMax,
@@ -463,19 +484,23 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 		wg.Wait()
 	}()
 
+	f, err := r.newFloor(ctx, conn)
+	if err != nil {
+		return err
+	}
 	timer := time.NewTimer(r.cfg.pollInterval)
 	defer timer.Stop()
 	for {
-		if err := r.drain(ctx, conn); err != nil && ctx.Err() == nil {
+		if err := r.drain(ctx, conn, f); err != nil && ctx.Err() == nil {
 			return err
 		}
 		if ctx.Err() != nil {
-			return r.finalDrain(ctx, conn)
+			return r.finalDrain(ctx, conn, f)
 		}
 		timer.Reset(r.cfg.pollInterval)
 		select {
 		case <-ctx.Done():
-			return r.finalDrain(ctx, conn)
+			return r.finalDrain(ctx, conn, f)
 		case <-r.wake:
 		case <-timer.C:
 		}
@@ -486,13 +511,13 @@ func (r *Relay) lead(ctx context.Context, conn *pgx.Conn) error {
 // a service that enqueues during its own shutdown (a last event from a worker that
 // stops before the relay) gets it out now rather than at the next start. It is
 // bounded by the shutdown timeout; rows it does not reach stay for the next leader.
-func (r *Relay) finalDrain(ctx context.Context, conn *pgx.Conn) error {
+func (r *Relay) finalDrain(ctx context.Context, conn *pgx.Conn, f *floor) error {
 	if r.cfg.shutdownTimeout <= 0 {
 		return nil
 	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.shutdownTimeout)
 	defer cancel()
-	if err := r.drain(dctx, conn); err != nil && dctx.Err() == nil {
+	if err := r.drain(dctx, conn, f); err != nil && dctx.Err() == nil {
 		return fmt.Errorf("outbox: final drain: %w", err)
 	}
 	return nil

@@ -6,7 +6,11 @@
 // SQL, and franz-go producing the same records to the same broker with no
 // database at all.
 //
-//	go run ./bench/outbox [-rows 100000] [-rate 1000] [-duration 10s]
+//	go run ./bench/outbox [-rows 100000] [-rate 1000] [-duration 10s] [-held 100000]
+//
+// -held N adds runs of the commit→ack latency while a REPEATABLE READ snapshot keeps
+// N deleted rows and every row published after them in the table, with the relay's
+// read floor and without it (WithFloorInterval(0)), alternated.
 //
 // It needs Postgres (-pg, default $CHOREO_TEST_POSTGRES_DSN or
 // postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable) and pgbench on PATH. The
@@ -56,6 +60,7 @@ type config struct {
 	skipModes string
 	cpuprof   string
 	rounds    int
+	held      int
 }
 
 func main() {
@@ -70,6 +75,7 @@ func main() {
 	flag.DurationVar(&c.pgbenchT, "pgbench-time", 5*time.Second, "duration of each pgbench run")
 	flag.StringVar(&c.skipModes, "skip", "", "comma-separated latency modes to skip (inprocess,notify,poll)")
 	flag.IntVar(&c.rounds, "rounds", 3, "drain rounds (each alternates pgbench and the relay; medians are reported)")
+	flag.IntVar(&c.held, "held", 100_000, "deleted rows a held snapshot keeps in the table for the held-snapshot runs (0: skip them)")
 	flag.StringVar(&c.cpuprof, "cpuprofile", "", "write a CPU profile of the drain run to this file")
 	flag.Parse()
 	if err := run(context.Background(), c); err != nil {
@@ -171,6 +177,12 @@ func run(ctx context.Context, c config) error {
 		add("outbox", fmt.Sprintf("commit→ack at %d events/s, wake: %s (%d writers)", c.rate, modeName[mode], c.writers),
 			fmt.Sprintf("p50 %s  p99 %s  max %s", ms(res.p50), ms(res.p99), ms(res.max)),
 			fmt.Sprintf("%d events, %.0f/s achieved, %.1f rows/batch", res.n, res.achieved, res.perBatch))
+	}
+
+	if c.held > 0 {
+		if err := heldRounds(ctx, pool, brokers, sample, c, add); err != nil {
+			return err
+		}
 	}
 
 	fmt.Printf("load average at the end: %s\n\n", loadAvg())
@@ -509,8 +521,8 @@ type latency struct {
 // latencyBench writes rate events/s for c.duration, one event per
 // transaction, spread over c.writers connections, and measures each event's
 // time from COMMIT returning to the broker's ack.
-func latencyBench(ctx context.Context, pool *pgxpool.Pool, brokers []string, c config, mode string) (latency, error) {
-	if _, err := pool.Exec(ctx, "TRUNCATE choreo_outbox"); err != nil {
+func latencyBench(ctx context.Context, pool *pgxpool.Pool, brokers []string, c config, mode string, opts ...outbox.RelayOption) (latency, error) {
+	if _, err := pool.Exec(ctx, "DELETE FROM choreo_outbox"); err != nil { // not TRUNCATE: it would empty a held snapshot's table
 		return latency{}, err
 	}
 	relayOutbox, err := outbox.New()
@@ -536,7 +548,7 @@ func latencyBench(ctx context.Context, pool *pgxpool.Pool, brokers []string, c c
 		return latency{}, err
 	}
 	defer cl.Close()
-	relay, err := outbox.NewRelay(pool, cl, relayOutbox, outbox.WithBatchSize(c.batch),
+	relay, err := outbox.NewRelay(pool, cl, relayOutbox, append([]outbox.RelayOption{outbox.WithBatchSize(c.batch),
 		outbox.WithAfterAck(func(_ context.Context, b []outbox.Published) error {
 			batches.Add(1)
 			rows.Add(int64(len(b)))
@@ -546,7 +558,10 @@ func latencyBench(ctx context.Context, pool *pgxpool.Pool, brokers []string, c c
 				acks[(tracing.RecordCarrier{Record: p.Record}).Get(event.HeaderID)] = p.AckedAt
 			}
 			return nil
-		}))
+		})}, opts...)...)
+	if err != nil {
+		return latency{}, err
+	}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var rwg sync.WaitGroup
