@@ -12,9 +12,10 @@ import (
 )
 
 type tableSample struct {
-	Bytes   int64 `json:"bytes"`
-	LiveTup int64 `json:"n_live_tup"`
-	DeadTup int64 `json:"n_dead_tup"`
+	Bytes      int64 `json:"bytes"`       // pg_total_relation_size
+	IndexBytes int64 `json:"index_bytes"` // pg_indexes_size (the rest is the heap, its TOAST and maps)
+	LiveTup    int64 `json:"n_live_tup"`
+	DeadTup    int64 `json:"n_dead_tup"`
 }
 
 type sample struct {
@@ -173,8 +174,11 @@ func (r *results) judge(c config) {
 			if b0 > 0 {
 				ratio = float64(b1) / float64(b0)
 			}
+			t0, t1 := ref.Tables[name], last.Tables[name]
 			add("table_size "+name, ratio, 1.1, "end ÷ at retention", ratio <= 1.1,
-				fmt.Sprintf("%d → %d bytes, n_dead_tup %d", b0, b1, last.Tables[name].DeadTup))
+				fmt.Sprintf("%d → %d bytes (heap %s, indexes %s, live rows %s), n_dead_tup %d", b0, b1,
+					ratioOf(t0.Bytes-t0.IndexBytes, t1.Bytes-t1.IndexBytes), ratioOf(t0.IndexBytes, t1.IndexBytes),
+					ratioOf(t0.LiveTup, t1.LiveTup), t1.DeadTup))
 		}
 	}
 	// p99 drift, windows scaled by duration/60m.
@@ -194,6 +198,14 @@ func (r *results) judge(c config) {
 	}
 	add("confirmed_over_offered", cr, 1, "ratio", last.Confirmed == last.Offered && last.Offered > 0,
 		fmt.Sprintf("%d confirmed of %d offered, %d POST errors", last.Confirmed, last.Offered, r.PostErrors))
+}
+
+// ratioOf formats b ÷ a, or "–" when a is not positive.
+func ratioOf(a, b int64) string {
+	if a <= 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", float64(b)/float64(a))
 }
 
 func sortedKeys[V any](m map[string]V) []string {

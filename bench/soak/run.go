@@ -201,14 +201,14 @@ func run(ctx context.Context, c config) (*results, error) {
 			s.RSSMiB[name] = float64(rss) / (1 << 20)
 		}
 		for svc, p := range pools {
-			rows, err := p.Query(ctx, `SELECT relname, pg_total_relation_size(relid), n_live_tup, n_dead_tup FROM pg_stat_user_tables`)
+			rows, err := p.Query(ctx, `SELECT relname, pg_total_relation_size(relid), pg_indexes_size(relid), n_live_tup, n_dead_tup FROM pg_stat_user_tables`)
 			if err != nil {
 				continue
 			}
 			for rows.Next() {
 				var name string
 				var ts tableSample
-				if rows.Scan(&name, &ts.Bytes, &ts.LiveTup, &ts.DeadTup) == nil {
+				if rows.Scan(&name, &ts.Bytes, &ts.IndexBytes, &ts.LiveTup, &ts.DeadTup) == nil {
 					s.Tables[svc+"."+name] = ts
 				}
 			}
