@@ -67,6 +67,13 @@ func (r *Relay) newFloor(ctx context.Context, conn *pgx.Conn) (*floor, error) {
 			"outbox_table", r.names.table)
 		return f, nil
 	}
+	// Reading the sequence needs USAGE or SELECT on it, which inserting through the
+	// identity column does not: a role without it keeps the floor at 0.
+	if _, err := conn.Exec(qctx, "SELECT pg_sequence_last_value($1::oid::regclass)", *seq); err != nil {
+		r.log.Warn("outbox relay: cannot read the id sequence (grant SELECT on it to the relay's role); every read starts from the table's first row",
+			"outbox_table", r.names.table, "err", err)
+		return f, nil
+	}
 	f.sequence, f.table = *seq, *table
 	f.fullRead = time.Now().Add(fullReadInterval)
 	return f, nil

@@ -167,3 +167,52 @@ func TestFloorOff(t *testing.T) {
 		}
 	}
 }
+
+// TestFloorWithoutSequencePrivilege: a relay whose role may use the outbox table but not
+// read its id sequence publishes everything, every read starting at the first row.
+func TestFloorWithoutSequencePrivilege(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	topic := testenv.Topic(t, brokers, 2)
+	admin := db(t)
+	ctx := context.Background()
+	role := "outbox_relay_" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "_"))
+	for _, q := range []string{
+		"DROP ROLE IF EXISTS " + role,
+		"CREATE ROLE " + role,
+		"GRANT SELECT, INSERT, DELETE ON choreo_outbox, choreo_outbox_dead TO " + role,
+	} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		_, _ = admin.Exec(ctx, "DROP OWNED BY "+role)
+		_, _ = admin.Exec(ctx, "DROP ROLE IF EXISTS "+role)
+	})
+	starts := &readStarts{}
+	limited := testenv.PostgresWith(t, func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.Database = admin.Config().ConnConfig.Database
+		cfg.ConnConfig.RuntimeParams["role"] = role
+		cfg.ConnConfig.Tracer = starts
+	})
+	var canRead bool
+	if err := limited.QueryRow(ctx, "SELECT has_sequence_privilege(pg_get_serial_sequence('choreo_outbox', 'id'), 'SELECT')").Scan(&canRead); err != nil {
+		t.Fatal(err)
+	}
+	if canRead {
+		t.Fatal("the limited role can read the sequence; the test needs one that cannot")
+	}
+	ob := newOutbox(t)
+	r := start(t, limited, producer(t, brokers), ob, outbox.WithFloorInterval(10*time.Millisecond), outbox.WithPollInterval(20*time.Millisecond))
+	testenv.Eventually(t, deadline, "the relay to lead", r.relay.Leader)
+	for i := range 5 {
+		enqueue(t, limited, ob, topic, newEvent(t, "k", i+1))
+		testenv.Eventually(t, deadline, "the row to be published", func() bool { return count(t, admin, "choreo_outbox") == 0 })
+	}
+	checkDelivery(t, readAll(t, brokers, topic), map[string]int{"k": 5})
+	for i, a := range starts.all() {
+		if a != 0 {
+			t.Fatalf("read %d starts after id %d though the sequence cannot be read", i+1, a)
+		}
+	}
+}
