@@ -77,7 +77,8 @@
 // with it a read walks those of about the last two intervals
 // (`go run ./bench/outbox -held N` measures both). The floor needs the id
 // column's own sequence drawing one value at a time (the schema's identity
-// column); otherwise reads start at the first row. Once a minute a read
+// column) and a relay role that may read it (SELECT on the sequence);
+// otherwise reads start at the first row, with a warning. Once a minute a read
 // starts at the first row anyway, and logs a warning if it finds a row below
 // the floor (an id drawn outside the column's default).
 //
