@@ -217,12 +217,12 @@ type Config struct {
 	// IdempotencyRetention is how long an idempotency record of the App's default store
 	// guards its key (IDEMPOTENCY_RETENTION; default defaultIdempotencyRetention; 0 in a
 	// Config built in code means the default). The sweeper deletes records past it,
-	// every 5 minutes or every hundredth of the retention if that is shorter. Keep it
+	// every 5 minutes or every twentieth of the retention if that is shorter. Keep it
 	// above the broker's log retention of the consumed topics.
 	IdempotencyRetention time.Duration
 	// DeadLetterRetention is how long rows of the dead-letter archive are kept
 	// (DEAD_LETTER_RETENTION; default defaultDeadLetterRetention; 0 in code means the
-	// default). They are deleted hourly, or every hundredth of the retention if that is
+	// default). They are deleted hourly, or every twentieth of the retention if that is
 	// shorter (see pruneDeadLetters).
 	DeadLetterRetention time.Duration
 	// MaxRecordBytes is the largest record value the service's consumers decode, and

@@ -88,7 +88,7 @@ func TestRetention(t *testing.T) {
 
 // TestRetentionSweepCadence runs an App whose retentions are seconds long: rows that
 // expire while it runs are deleted within a few seconds, because both clean-ups run
-// every hundredth of their retention when that is shorter than their usual pause (5
+// every twentieth of their retention when that is shorter than their usual pause (5
 // minutes, an hour). The rows expire 4 s after they are written, so only a clean-up
 // after that can delete them.
 func TestRetentionSweepCadence(t *testing.T) {

@@ -126,7 +126,7 @@ func WithRetentionBatch(n int) Option {
 }
 
 // WithRefresh sets how often Run recomputes the in-flight and stuck gauges and applies
-// retention (default 15s; retention runs every hundredth of WithRetention's age when
+// retention (default 15s; retention runs every twentieth of WithRetention's age when
 // that is shorter).
 func WithRefresh(d time.Duration) Option {
 	return func(t *options) error {
