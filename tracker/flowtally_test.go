@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/choreo-saga/choreo/event"
 	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/tracker"
 )
@@ -308,4 +310,163 @@ func tableText(t *testing.T, db *pgxpool.Pool, table string) []string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// exactFlowRows is every distinct event's place in the flow computed in SQL from every
+// indexed event, as text, in a stable order; flowEventRows is the same columns of the
+// table ingest keeps.
+func exactFlowRows(t *testing.T, db *pgxpool.Pool, table string) []string {
+	t.Helper()
+	return queryText(t, db, fmt.Sprintf(`WITH ev AS (SELECT DISTINCT ON (correlation_id, event_id) correlation_id, event_id,
+			type, source, topic, event_time, causation_id, partition, "offset"
+		FROM %[1]s WHERE NOT dead_letter ORDER BY correlation_id, event_id, event_time, topic, partition, "offset"),
+		seq AS (SELECT *, lag(type) OVER w AS prev_type, lag(event_time) OVER w AS prev_time, row_number() OVER w AS n
+			FROM ev WINDOW w AS (PARTITION BY correlation_id ORDER BY event_time, topic, partition, "offset"))
+		SELECT row(s.correlation_id, s.event_id, s.type, s.source, s.topic, s.event_time, s.n = 1,
+			coalesce(c.type, s.prev_type), c.type IS NOT NULL,
+			(extract(epoch FROM s.event_time - coalesce(c.event_time, s.prev_time)) * 1000000)::bigint)::text
+		FROM seq s LEFT JOIN ev c ON s.causation_id <> '' AND c.correlation_id = s.correlation_id
+			AND c.event_id = s.causation_id ORDER BY 1`, table))
+}
+
+func flowEventRows(t *testing.T, db *pgxpool.Pool, table string) []string {
+	t.Helper()
+	return queryText(t, db, `SELECT row(correlation_id, event_id, type, source, topic, event_time, first, from_type,
+		caused, gap_us)::text FROM `+table+`_flow_events ORDER BY 1`)
+}
+
+// queryText is the one text column of q's rows.
+func queryText(t *testing.T, db *pgxpool.Pool, q string) []string {
+	t.Helper()
+	rows, err := db.Query(context.Background(), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Ingest writes only the flow rows a batch's records can change, and after every batch
+// the table holds every event's exact place: records in small shuffled batches, copies
+// of events republished on a topic that sorts first (the event moves earlier, the one
+// after its former place follows another), events at the same time, causes named later
+// in time or never indexed, dead letters, and a batch indexed again after its flow rows
+// were lost puts them back.
+func TestFlowRowsOfEachBatchKeepEveryPlaceExact(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.Postgres(t)
+	table := testenv.Name(t, "flowrows")
+	tr, err := tracker.New(db, sagaConfig("orders"), tracker.WithTable(table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tr.Close() }()
+	if err := tracker.Migrate(ctx, db, table); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	types := [][2]string{{"order", "order.created"}, {"payment", "payment.authorized"}, {"inventory", "stock.reserved"},
+		{"order", "order.confirmed"}, {"payment", "payment.refunded"}}
+	var recs []*kgo.Record
+	offsets := map[string]int64{}
+	add := func(topic string, e event.Event) {
+		r := records(t, topic, []event.Event{e})[0]
+		r.Offset = offsets[topic]
+		offsets[topic]++
+		recs = append(recs, r)
+	}
+	for i := range 12 {
+		evs := chain(t, fmt.Sprintf("o-%02d", i), types[:2+rng.IntN(len(types)-1)]...)
+		for j := range evs {
+			evs[j].Time = t0.Add(time.Duration(rng.IntN(4)) * time.Second) // ties and causes after their followers
+			switch rng.IntN(6) {
+			case 0:
+				evs[j].CausationID = ""
+			case 1:
+				evs[j].CausationID = "never-indexed"
+			case 2:
+				evs[j].CausationID = evs[rng.IntN(len(evs))].ID
+			}
+		}
+		for j, e := range evs {
+			add("orders", e)
+			if rng.IntN(3) == 0 { // republished on a topic that sorts before "orders"
+				add("a-orders", e)
+			}
+			if rng.IntN(4) == 0 { // republished on one that sorts after it
+				add("z-orders", evs[(j+1)%len(evs)])
+			}
+			if rng.IntN(5) == 0 {
+				add("orders"+tracker.DLQSuffix, e)
+			}
+		}
+	}
+	rng.Shuffle(len(recs), func(i, j int) { recs[i], recs[j] = recs[j], recs[i] })
+	for i := 0; i < len(recs); {
+		batch := recs[i:min(i+1+rng.IntN(3), len(recs))]
+		i += len(batch)
+		if _, err := tr.Ingest(ctx, batch...); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := flowEventRows(t, db, table), exactFlowRows(t, db, table); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("after %d records, the flow rows\n%v\ndiffer from the exact places\n%v", i, got, want)
+		}
+	}
+	tallies := sameTalliesAsRebuild(t, tr, db, table)
+
+	// A batch whose flow rows were not written (a crash after its records were indexed)
+	// gets them when it is delivered again.
+	if _, err := db.Exec(ctx, `DELETE FROM `+table+`_flow_events WHERE correlation_id = 'o-03'`); err != nil {
+		t.Fatal(err)
+	}
+	var again []*kgo.Record
+	for _, r := range recs {
+		if string(r.Key) == "o-03" || header(r, event.HeaderCorrelationID) == "o-03" {
+			again = append(again, r)
+		}
+	}
+	if len(again) == 0 {
+		t.Fatal("no records of o-03")
+	}
+	if _, err := tr.Ingest(ctx, again...); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := flowEventRows(t, db, table), exactFlowRows(t, db, table); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("after o-03's records were delivered again, the flow rows\n%v\ndiffer from the exact places\n%v", got, want)
+	}
+	if after := sameTalliesAsRebuild(t, tr, db, table); fmt.Sprint(after) != fmt.Sprint(tallies) {
+		t.Errorf("the tallies after o-03's records were delivered again\n%v\ndiffer from those before\n%v", after, tallies)
+	}
+}
+
+// sameTalliesAsRebuild fails t unless the flow's tallies, none empty, are those Rebuild
+// writes from nothing, and returns them.
+func sameTalliesAsRebuild(t *testing.T, tr *tracker.Tracker, db *pgxpool.Pool, table string) [][]string {
+	t.Helper()
+	noEmptyTallies(t, db, table)
+	before := [][]string{tableText(t, db, table+"_flow_edges"), tableText(t, db, table+"_flow_nodes")}
+	if _, err := db.Exec(context.Background(), `TRUNCATE `+table+`_flow_events, `+table+`_flow_edges, `+table+`_flow_nodes`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Rebuild(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	after := [][]string{tableText(t, db, table+"_flow_edges"), tableText(t, db, table+"_flow_nodes")}
+	if fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("the tallies kept at ingest\n%v\ndiffer from Rebuild's\n%v", before, after)
+	}
+	return after
+}
+
+// header is the value of r's header key, or "".
+func header(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
 }

@@ -20,12 +20,7 @@ func (t *Tracker) insert(ctx context.Context, entries []entry) ([]entry, error) 
 		times                              []time.Time
 		dead                               []bool
 	)
-	type pos struct {
-		topic     string
-		partition int32
-		offset    int64
-	}
-	at := make(map[pos]int, n)
+	at := make(map[position]int, n)
 	for i, e := range entries {
 		topics, parts, offsets = append(topics, e.topic), append(parts, e.partition), append(offsets, e.offset)
 		corrs, ids, types = append(corrs, e.corr), append(ids, e.id), append(types, e.typ)
@@ -33,8 +28,8 @@ func (t *Tracker) insert(ctx context.Context, entries []entry) ([]entry, error) 
 		traces, causes, dead = append(traces, e.traceID), append(causes, e.causation), append(dead, e.dead)
 		reasons, errTexts = append(reasons, e.reason), append(errTexts, e.errText)
 		versions = append(versions, int32(e.version))
-		if _, dup := at[pos{e.topic, e.partition, e.offset}]; !dup {
-			at[pos{e.topic, e.partition, e.offset}] = i
+		if _, dup := at[position{e.topic, e.partition, e.offset}]; !dup {
+			at[position{e.topic, e.partition, e.offset}] = i
 		}
 	}
 	rows, err := t.db.Query(ctx, `INSERT INTO `+t.table+` (topic, partition, "offset", correlation_id,
@@ -53,7 +48,7 @@ func (t *Tracker) insert(ctx context.Context, entries []entry) ([]entry, error) 
 	defer rows.Close()
 	var fresh []entry
 	for rows.Next() {
-		var p pos
+		var p position
 		if err := rows.Scan(&p.topic, &p.partition, &p.offset); err != nil {
 			return nil, fmt.Errorf("tracker: index: %w", err)
 		}

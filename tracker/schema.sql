@@ -104,9 +104,9 @@ ALTER TABLE {{.Table}}_sagas SET (autovacuum_vacuum_scale_factor = 0.01);
 -- event id, dead letters left out) with its place in the flow: whether it came first in
 -- its correlation id, the type of the event it follows (its causation event when indexed,
 -- else the event before it; NULL when none), whether by causation, and the gap between
--- the two event times. Ingest recomputes the rows of a batch's correlation ids, replacing
--- a row only by one computed from as late an indexed row and at least as many rows, as
--- for the summaries. Triggers add every change to the per-minute tallies below, so they
+-- the two event times. Ingest recomputes the rows a batch's records can change (theirs,
+-- the next after each, those they cause), replacing a row only when it differs and by one
+-- computed from as late an indexed row and at least as many rows, as for the summaries. Triggers add every change to the per-minute tallies below, so they
 -- always equal the tally of these rows; retention deletes these rows by event_time.
 CREATE TABLE IF NOT EXISTS {{.Table}}_flow_events (
 	correlation_id text        NOT NULL,

@@ -38,10 +38,14 @@ func (t *Tracker) summarize(ctx context.Context, entries []entry) (map[startKey]
 			corrs = append(corrs, e.corr)
 		}
 	}
+	batch := make(map[position]bool, len(entries))
+	for _, e := range entries {
+		batch[position{e.topic, e.partition, e.offset}] = true
+	}
 	var sums []summaryRow
 	err := t.sendBatch(ctx, "summarize", func(b *pgx.Batch) error {
 		var err error
-		if sums, err = t.queueSummaries(ctx, b, corrs); err != nil {
+		if sums, err = t.queueSummaries(ctx, b, corrs, batch); err != nil {
 			return err
 		}
 		t.queueTypes(b, entries)
@@ -59,8 +63,10 @@ func (t *Tracker) summarize(ctx context.Context, entries []entry) (map[startKey]
 }
 
 // queueSummaries reads the rows of corrs and queues the upsert of their summaries, which
-// it returns, and of their events' places in the flow (queueFlowRows).
-func (t *Tracker) queueSummaries(ctx context.Context, b *pgx.Batch, corrs []string) ([]summaryRow, error) {
+// it returns, and of their events' places in the flow (queueFlowRows): those the records
+// at the positions in batch can have changed, or every event's when batch is nil (see
+// flowRows).
+func (t *Tracker) queueSummaries(ctx context.Context, b *pgx.Batch, corrs []string, batch map[position]bool) ([]summaryRow, error) {
 	if len(corrs) == 0 {
 		return nil, nil
 	}
@@ -82,7 +88,7 @@ func (t *Tracker) queueSummaries(ctx context.Context, b *pgx.Batch, corrs []stri
 		for _, e := range group {
 			last, indexed = maxTime(last, e.at), maxTime(indexed, e.indexed)
 		}
-		flows = append(flows, flowRows(group, indexed)...)
+		flows = append(flows, flowRows(group, indexed, batch)...)
 		for _, s := range t.evaluate(group[0].corr, group, nil, never) {
 			r := summaryRow{CorrelationID: s.CorrelationID, Saga: s.Saga, Started: s.Started, LastType: s.LastType,
 				LastAt: last, Events: s.Events, DeadLetters: s.DeadLetters, Seen: len(group), Indexed: indexed, Expected: []string{}}
@@ -96,9 +102,7 @@ func (t *Tracker) queueSummaries(ctx context.Context, b *pgx.Batch, corrs []stri
 			sums = append(sums, r)
 		}
 	}
-	if err := t.queueFlowRows(b, flows); err != nil {
-		return nil, err
-	}
+	t.queueFlowRows(b, flows)
 	if len(sums) == 0 {
 		return nil, nil
 	}
@@ -216,7 +220,7 @@ func (t *Tracker) rebuild(ctx context.Context) error {
 			return nil
 		}
 		err = t.sendBatch(ctx, "rebuild", func(b *pgx.Batch) error {
-			_, err := t.queueSummaries(ctx, b, corrs)
+			_, err := t.queueSummaries(ctx, b, corrs, nil)
 			return err
 		})
 		if err != nil {

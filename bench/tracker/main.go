@@ -10,7 +10,8 @@
 // (make bench runs bench/saga first, in the same invocation) times the events of a
 // confirmed order (4); -saga-rate gives it instead. The table shows both, their ratio
 // (the bar is 10×) and the storage per indexed event (pg_total_relation_size of the
-// events table with its indexes and of the saga summaries, ÷ rows). -json merges the
+// events table with its indexes, of the saga summaries and of the flow rows and tallies,
+// ÷ rows). -json merges the
 // figures into a JSON object file under the key "tracker", keeping the other keys and
 // their order.
 //
@@ -87,7 +88,8 @@ type result struct {
 	TableBytesPerEvent   float64          `json:"table_bytes_per_event"`
 	IndexBytesPerEvent   float64          `json:"indexes_bytes_per_event"`
 	SummaryBytesPerEvent float64          `json:"summaries_bytes_per_event"`
-	Prefilled            *prefilledResult `json:"prefilled,omitempty"` // with -prefill
+	FlowBytesPerEvent    float64          `json:"flow_bytes_per_event"` // the flow rows and their per-minute tallies
+	Prefilled            *prefilledResult `json:"prefilled,omitempty"`  // with -prefill
 }
 
 // prefilledResult is what -prefill adds: the console's queries on the prefilled index and
@@ -201,9 +203,9 @@ func run(ctx context.Context, c config) error {
 		Commit: commit(), Date: time.Now().UTC().Format(time.RFC3339), Events: n, Partitions: c.partitions,
 		IngestEventsPerSec: float64(n) / elapsed.Seconds(), SagaEventsPerSec: sagaRate, SagaRateFrom: from,
 		UncheckedPerSec: float64(n) / unchecked.elapsed.Seconds(), Violations: checked.violations,
-		BytesPerEvent: float64(total+summaries) / float64(rows), TableBytesPerEvent: float64(table) / float64(rows),
+		BytesPerEvent: float64(total+summaries+checked.flow) / float64(rows), TableBytesPerEvent: float64(table) / float64(rows),
 		IndexBytesPerEvent: float64(total-table) / float64(rows), SummaryBytesPerEvent: float64(summaries) / float64(rows),
-		Prefilled: pre,
+		FlowBytesPerEvent: float64(checked.flow) / float64(rows), Prefilled: pre,
 	}
 	r.Ratio = r.IngestEventsPerSec / r.SagaEventsPerSec
 	r.CheckedRatio = r.IngestEventsPerSec / r.UncheckedPerSec
@@ -216,8 +218,8 @@ func run(ctx context.Context, c config) error {
 		r.Violations, r.IngestEventsPerSec, r.UncheckedPerSec, unchecked.elapsed.Round(time.Millisecond), r.CheckedRatio)
 	fmt.Printf("| CPU of the tracker process per event (with the broker in it) | %.1f µs on | %.1f µs off | %.2f |\n",
 		r.CheckedCPUPerEvent, r.UncheckedCPUPerEvent, r.CheckedCPUPerEvent/r.UncheckedCPUPerEvent)
-	fmt.Printf("| storage per indexed event | %.0f B (events table %.0f + its indexes %.0f + saga summaries %.0f) | – | – |\n",
-		r.BytesPerEvent, r.TableBytesPerEvent, r.IndexBytesPerEvent, r.SummaryBytesPerEvent)
+	fmt.Printf("| storage per indexed event | %.0f B (events table %.0f + its indexes %.0f + saga summaries %.0f + flow rows and tallies %.0f) | – | – |\n",
+		r.BytesPerEvent, r.TableBytesPerEvent, r.IndexBytesPerEvent, r.SummaryBytesPerEvent, r.FlowBytesPerEvent)
 	if pre != nil {
 		printPrefilled(*pre, r.SagaEventsPerSec)
 	}
@@ -241,6 +243,7 @@ type ingested struct {
 	firstCount                    int64         // what it showed then
 	violations                    int64
 	total, table, summaries, rows int64
+	flow                          int64 // the flow rows and their per-minute tallies, with their indexes
 }
 
 // ingest indexes the n events on brokers into a fresh database with a tracker of
@@ -315,11 +318,14 @@ func ingestInto(ctx context.Context, pool *pgxpool.Pool, cfg tracker.Config, bro
 	if out.violations, err = counter(ctx, reader, "choreo.tracker.contract.violations"); err != nil {
 		return ingested{}, err
 	}
-	// The index is the events table with its indexes plus the per-saga summaries and the
-	// producers of each type, which the tracker keeps beside it.
+	// The index is the events table with its indexes plus the per-saga summaries, the
+	// producers of each type and the flow (rows and tallies), which the tracker keeps beside it.
 	err = pool.QueryRow(ctx, `SELECT pg_total_relation_size($1), pg_relation_size($1),
-		pg_total_relation_size($2) + pg_total_relation_size($3), (SELECT count(*) FROM `+tracker.DefaultTable+`)`,
-		tracker.DefaultTable, tracker.DefaultTable+"_sagas", tracker.DefaultTable+"_types").Scan(&out.total, &out.table, &out.summaries, &out.rows)
+		pg_total_relation_size($2) + pg_total_relation_size($3),
+		pg_total_relation_size($4) + pg_total_relation_size($5) + pg_total_relation_size($6),
+		(SELECT count(*) FROM `+tracker.DefaultTable+`)`,
+		tracker.DefaultTable, tracker.DefaultTable+"_sagas", tracker.DefaultTable+"_types", tracker.DefaultTable+"_flow_events",
+		tracker.DefaultTable+"_flow_edges", tracker.DefaultTable+"_flow_nodes").Scan(&out.total, &out.table, &out.summaries, &out.flow, &out.rows)
 	return out, err
 
 }

@@ -39,7 +39,7 @@ func TestRun(t *testing.T) {
 	}
 	tr := got.Tracker
 	if got.Date != "d" || len(got.Z) != 2 || tr.Events != 200 || tr.IngestEventsPerSec <= 0 ||
-		tr.SagaEventsPerSec != 200 || tr.Ratio <= 0 || tr.BytesPerEvent <= 0 ||
+		tr.SagaEventsPerSec != 200 || tr.Ratio <= 0 || tr.BytesPerEvent <= 0 || tr.FlowBytesPerEvent <= 0 ||
 		tr.UncheckedPerSec <= 0 || tr.CheckedRatio <= 0 || tr.Violations != 0 { // the reference payloads keep their contracts
 		t.Errorf("results after the run:\n%s", b)
 	}
