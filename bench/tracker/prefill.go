@@ -156,7 +156,7 @@ func prefill(ctx context.Context, pool *pgxpool.Pool, cfg tracker.Config, n, par
 			SELECT g, k.*, st, st_ms, (20 + (g * 7919) %% 180) AS gap, (g %% %[3]d) AS part, md5('trace' || g) AS trace,
 				md5('event' || g) AS er,
 				substr(h, 1, 8) || '-' || substr(h, 9, 4) || '-7' || substr(r, 1, 3) || '-8' || substr(r, 4, 3) || '-' || substr(r, 7, 12) AS corr
-			FROM generate_series(1, %[4]d) g
+			FROM generate_series(1::bigint, %[4]d) g -- bigint: g * 7919 passes 2^31 from 271,000 sagas
 			CROSS JOIN LATERAL (SELECT date_trunc('milliseconds', CASE WHEN g > %[4]d - %[5]d
 				THEN $1::timestamptz - interval '20 seconds' + (g - (%[4]d - %[5]d) - 1) * (interval '15 seconds' / %[5]d)
 				ELSE $1::timestamptz - $2::interval + interval '1 hour' + (g - 1) * (($2::interval - interval '1 hour 1 minute') / greatest(%[4]d - %[5]d, 1))
