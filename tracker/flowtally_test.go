@@ -209,14 +209,14 @@ func TestFlowTalliesMatchEvents(t *testing.T) {
 	noEmptyTallies(t, db, table)
 
 	// Rebuild from nothing writes the same tallies.
-	before := tableText(t, db, table+"_flow_edges")
+	before := testenv.TableText(t, db, table+"_flow_edges")
 	if _, err := db.Exec(ctx, `TRUNCATE `+table+`_flow_events, `+table+`_flow_edges, `+table+`_flow_nodes`); err != nil {
 		t.Fatal(err)
 	}
 	if err := tr.Rebuild(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if after := tableText(t, db, table+"_flow_edges"); fmt.Sprint(after) != fmt.Sprint(before) {
+	if after := testenv.TableText(t, db, table+"_flow_edges"); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Errorf("Rebuild's tallies differ:\n%v\n%v", before, after)
 	}
 
@@ -288,28 +288,6 @@ func TestFlowCauseArrivesLate(t *testing.T) {
 		}
 	}
 	noEmptyTallies(t, db, table)
-}
-
-// tableText is every row of table as text, in a stable order.
-func tableText(t *testing.T, db *pgxpool.Pool, table string) []string {
-	t.Helper()
-	rows, err := db.Query(context.Background(), `SELECT x::text FROM `+table+` x ORDER BY 1`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, s)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 // exactFlowRows is every distinct event's place in the flow computed in SQL from every
@@ -447,14 +425,14 @@ func TestFlowRowsOfEachBatchKeepEveryPlaceExact(t *testing.T) {
 func sameTalliesAsRebuild(t *testing.T, tr *tracker.Tracker, db *pgxpool.Pool, table string) [][]string {
 	t.Helper()
 	noEmptyTallies(t, db, table)
-	before := [][]string{tableText(t, db, table+"_flow_edges"), tableText(t, db, table+"_flow_nodes")}
+	before := [][]string{testenv.TableText(t, db, table+"_flow_edges"), testenv.TableText(t, db, table+"_flow_nodes")}
 	if _, err := db.Exec(context.Background(), `TRUNCATE `+table+`_flow_events, `+table+`_flow_edges, `+table+`_flow_nodes`); err != nil {
 		t.Fatal(err)
 	}
 	if err := tr.Rebuild(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	after := [][]string{tableText(t, db, table+"_flow_edges"), tableText(t, db, table+"_flow_nodes")}
+	after := [][]string{testenv.TableText(t, db, table+"_flow_edges"), testenv.TableText(t, db, table+"_flow_nodes")}
 	if fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Errorf("the tallies kept at ingest\n%v\ndiffer from Rebuild's\n%v", before, after)
 	}

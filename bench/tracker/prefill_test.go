@@ -6,33 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/choreo-saga/choreo/internal/testenv"
 	"github.com/choreo-saga/choreo/tracker"
 )
-
-// tableText is every row of table as text, in a stable order.
-func tableText(t *testing.T, pool *pgxpool.Pool, table string) []string {
-	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT x::text FROM `+table+` x ORDER BY 1`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, s)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
 
 // A small prefill writes the planned sagas of every kind, their records and summaries as
 // the tracker computes them (its own Rebuild writes the same summaries, flow rows, flow
@@ -110,7 +86,7 @@ func TestPrefill(t *testing.T) {
 	}
 	var before [][]string
 	for _, table := range tables {
-		before = append(before, tableText(t, pool, table))
+		before = append(before, testenv.TableText(t, pool, table))
 		if _, err := pool.Exec(ctx, `TRUNCATE `+table); err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +95,7 @@ func TestPrefill(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, table := range tables {
-		if after := tableText(t, pool, table); !slices.Equal(before[i], after) {
+		if after := testenv.TableText(t, pool, table); !slices.Equal(before[i], after) {
 			for j := range min(len(before[i]), len(after)) {
 				if before[i][j] != after[j] {
 					t.Errorf("Rebuild writes %s otherwise: %d rows prefilled, %d rebuilt; first difference:\n%s\n%s", table, len(before[i]), len(after), before[i][j], after[j])
