@@ -2,11 +2,11 @@ package tracker
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -106,24 +106,65 @@ func (t *Tracker) queueSummaries(ctx context.Context, b *pgx.Batch, corrs []stri
 	if len(sums) == 0 {
 		return nil, nil
 	}
-	doc, err := json.Marshal(sums)
-	if err != nil {
-		return nil, fmt.Errorf("tracker: summarize: %w", err)
+	t.queueSagas(b, sums)
+	return sums, nil
+}
+
+// queueSagas queues the upsert of sums, sent as arrays in one statement (each row's
+// expected types as one array literal, since arrays of arrays must be rectangular).
+func (t *Tracker) queueSagas(b *pgx.Batch, sums []summaryRow) {
+	n := len(sums)
+	var (
+		corrs, sagas, lastTypes, steps   = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		services, expected, afterTopics  = make([]string, n), make([]string, n), make([]string, n)
+		started, lastAt, indexed         = make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
+		ended, deadlines                 = make([]*time.Time, n), make([]*time.Time, n)
+		events, deadLetters, seen, parts = make([]int32, n), make([]int32, n), make([]int32, n), make([]int32, n)
+		offsets                          = make([]int64, n)
+	)
+	for i, r := range sums {
+		corrs[i], sagas[i], lastTypes[i], steps[i] = r.CorrelationID, r.Saga, r.LastType, r.Step
+		services[i], expected[i], afterTopics[i] = r.Service, arrayLiteral(r.Expected), r.AfterTopic
+		started[i], lastAt[i], indexed[i], ended[i], deadlines[i] = r.Started, r.LastAt, r.Indexed, r.Ended, r.Deadline
+		events[i], deadLetters[i], seen[i] = int32(r.Events), int32(r.DeadLetters), int32(r.Seen)
+		parts[i], offsets[i] = r.AfterPartition, r.AfterOffset
 	}
-	// One statement for the whole batch: the rows travel as one JSON array.
 	b.Queue(`INSERT INTO `+t.sagasTable()+` AS s (`+summaryCols+`)
-		SELECT `+summaryCols+` FROM jsonb_to_recordset($1::jsonb) AS r(correlation_id text, saga text,
-			started timestamptz, ended timestamptz, last_type text, last_at timestamptz, events integer,
-			dead_letters integer, seen integer, deadline timestamptz, step text, expected text[], service text,
-			after_topic text, after_partition integer, after_offset bigint, indexed timestamptz)
+		SELECT correlation_id, saga, started, ended, last_type, last_at, events, dead_letters, seen,
+			deadline, step, expected::text[], service, after_topic, after_partition, after_offset, indexed
+		FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[], $5::text[], $6::timestamptz[],
+			$7::integer[], $8::integer[], $9::integer[], $10::timestamptz[], $11::text[], $12::text[], $13::text[],
+			$14::text[], $15::integer[], $16::bigint[], $17::timestamptz[]) AS r(`+summaryCols+`)
 		ON CONFLICT (correlation_id, saga) DO UPDATE SET started = excluded.started, ended = excluded.ended,
 		last_type = excluded.last_type, last_at = excluded.last_at, events = excluded.events,
 		dead_letters = excluded.dead_letters, seen = excluded.seen, deadline = excluded.deadline,
 		step = excluded.step, expected = excluded.expected, service = excluded.service,
 		after_topic = excluded.after_topic, after_partition = excluded.after_partition,
 		after_offset = excluded.after_offset, indexed = excluded.indexed
-		WHERE (s.indexed, s.seen) <= (excluded.indexed, excluded.seen)`, string(doc))
-	return sums, nil
+		WHERE (s.indexed, s.seen) <= (excluded.indexed, excluded.seen)`,
+		corrs, sagas, started, ended, lastTypes, lastAt, events, deadLetters, seen, deadlines, steps, expected,
+		services, afterTopics, parts, offsets, indexed)
+}
+
+// arrayLiteral writes ss as a Postgres array literal, every element quoted.
+func arrayLiteral(ss []string) string {
+	var sb strings.Builder
+	sb.WriteByte('{')
+	for i, s := range ss {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteByte('"')
+		for _, c := range []byte(s) {
+			if c == '"' || c == '\\' {
+				sb.WriteByte('\\')
+			}
+			sb.WriteByte(c)
+		}
+		sb.WriteByte('"')
+	}
+	sb.WriteByte('}')
+	return sb.String()
 }
 
 const summaryCols = `correlation_id, saga, started, ended, last_type, last_at, events, dead_letters, seen,
@@ -132,23 +173,23 @@ const summaryCols = `correlation_id, saga, started, ended, last_type, last_at, e
 // summaryRow is one saga summary as queueSummaries sends it. Its times come from the
 // index, so they have microsecond precision, as Postgres keeps them.
 type summaryRow struct {
-	CorrelationID  string     `json:"correlation_id"`
-	Saga           string     `json:"saga"`
-	Started        time.Time  `json:"started"`
-	Ended          *time.Time `json:"ended"`
-	LastType       string     `json:"last_type"`
-	LastAt         time.Time  `json:"last_at"`
-	Events         int        `json:"events"`
-	DeadLetters    int        `json:"dead_letters"`
-	Seen           int        `json:"seen"`
-	Deadline       *time.Time `json:"deadline"`
-	Step           string     `json:"step"`
-	Expected       []string   `json:"expected"`
-	Service        string     `json:"service"`
-	AfterTopic     string     `json:"after_topic"`
-	AfterPartition int32      `json:"after_partition"`
-	AfterOffset    int64      `json:"after_offset"`
-	Indexed        time.Time  `json:"indexed"` // the latest indexed_at of the rows it was computed from
+	CorrelationID  string
+	Saga           string
+	Started        time.Time
+	Ended          *time.Time
+	LastType       string
+	LastAt         time.Time
+	Events         int
+	DeadLetters    int
+	Seen           int
+	Deadline       *time.Time
+	Step           string
+	Expected       []string
+	Service        string
+	AfterTopic     string
+	AfterPartition int32
+	AfterOffset    int64
+	Indexed        time.Time // the latest indexed_at of the rows it was computed from
 }
 
 // queueTypes queues the upsert of the latest producer of each event type in entries.
