@@ -69,7 +69,7 @@ func (r *Relay) drain(ctx context.Context, conn *pgx.Conn, f *floor) error {
 		if len(rows) == 0 {
 			return nil
 		}
-		claimed := rows
+		claimed := len(rows)
 		rows, held, err := r.fit(ctx, conn, rows)
 		if err != nil {
 			return err
@@ -78,13 +78,13 @@ func (r *Relay) drain(ctx context.Context, conn *pgx.Conn, f *floor) error {
 			continue // all dead-lettered: read again
 		}
 
-		r.last = sent{rows: len(claimed), at: time.Now()}
+		r.last = sent{rows: claimed, at: time.Now()}
 		if held {
 			r.last.rows = r.cfg.batchSize // more is waiting: no linger
 		}
 		batch := r.send(ctx, rows)
 		var aheadErr error
-		if ctx.Err() == nil && (len(claimed) == r.cfg.batchSize || held || r.wokenDuring(batch)) {
+		if ctx.Err() == nil && (claimed == r.cfg.batchSize || held || r.wokenDuring(batch)) {
 			r.lingerBeforeRead(ctx)
 			aheadErr = r.moveFloor(ctx, conn, f, time.Now())
 			if aheadErr == nil {
