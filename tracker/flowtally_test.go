@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -136,15 +135,7 @@ func TestFlowTalliesMatchEvents(t *testing.T) {
 	db := testenv.Postgres(t)
 	table := testenv.Name(t, "flowtally")
 	now := t0.Add(3 * time.Hour)
-	tr, err := tracker.New(db, sagaConfig("orders"), tracker.WithTable(table), tracker.WithNow(func() time.Time { return now }),
-		tracker.WithRetention(2*time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tr.Close() }()
-	if err := tracker.Migrate(ctx, db, table); err != nil {
-		t.Fatal(err)
-	}
+	tr := migratedTracker(t, db, table, tracker.WithNow(func() time.Time { return now }), tracker.WithRetention(2*time.Hour))
 
 	rng := rand.New(rand.NewPCG(1, 2))
 	paths := [][][2]string{
@@ -250,14 +241,7 @@ func TestFlowCauseArrivesLate(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.Postgres(t)
 	table := testenv.Name(t, "flowlate")
-	tr, err := tracker.New(db, sagaConfig("orders"), tracker.WithTable(table))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tr.Close() }()
-	if err := tracker.Migrate(ctx, db, table); err != nil {
-		t.Fatal(err)
-	}
+	tr := migratedTracker(t, db, table)
 	evs := chain(t, "o-late", [2]string{"order", "order.created"}, [2]string{"payment", "payment.authorized"},
 		[2]string{"inventory", "stock.reserved"})
 	var off int64 = 10
@@ -295,7 +279,7 @@ func TestFlowCauseArrivesLate(t *testing.T) {
 // table ingest keeps.
 func exactFlowRows(t *testing.T, db *pgxpool.Pool, table string) []string {
 	t.Helper()
-	return queryText(t, db, fmt.Sprintf(`WITH ev AS (SELECT DISTINCT ON (correlation_id, event_id) correlation_id, event_id,
+	return testenv.QueryText(t, db, fmt.Sprintf(`WITH ev AS (SELECT DISTINCT ON (correlation_id, event_id) correlation_id, event_id,
 			type, source, topic, event_time, causation_id, partition, "offset"
 		FROM %[1]s WHERE NOT dead_letter ORDER BY correlation_id, event_id, event_time, topic, partition, "offset"),
 		seq AS (SELECT *, lag(type) OVER w AS prev_type, lag(event_time) OVER w AS prev_time, row_number() OVER w AS n
@@ -309,22 +293,8 @@ func exactFlowRows(t *testing.T, db *pgxpool.Pool, table string) []string {
 
 func flowEventRows(t *testing.T, db *pgxpool.Pool, table string) []string {
 	t.Helper()
-	return queryText(t, db, `SELECT row(correlation_id, event_id, type, source, topic, event_time, first, from_type,
+	return testenv.QueryText(t, db, `SELECT row(correlation_id, event_id, type, source, topic, event_time, first, from_type,
 		caused, gap_us)::text FROM `+table+`_flow_events ORDER BY 1`)
-}
-
-// queryText is the one text column of q's rows.
-func queryText(t *testing.T, db *pgxpool.Pool, q string) []string {
-	t.Helper()
-	rows, err := db.Query(context.Background(), q)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 // Ingest writes only the flow rows a batch's records can change, and after every batch
@@ -337,14 +307,7 @@ func TestFlowRowsOfEachBatchKeepEveryPlaceExact(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.Postgres(t)
 	table := testenv.Name(t, "flowrows")
-	tr, err := tracker.New(db, sagaConfig("orders"), tracker.WithTable(table))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tr.Close() }()
-	if err := tracker.Migrate(ctx, db, table); err != nil {
-		t.Fatal(err)
-	}
+	tr := migratedTracker(t, db, table)
 	rng := rand.New(rand.NewPCG(3, 4))
 	types := [][2]string{{"order", "order.created"}, {"payment", "payment.authorized"}, {"inventory", "stock.reserved"},
 		{"order", "order.confirmed"}, {"payment", "payment.refunded"}}
@@ -447,4 +410,19 @@ func header(r *kgo.Record, key string) string {
 		}
 	}
 	return ""
+}
+
+// migratedTracker is a tracker of the orders saga on table, its schema migrated, closed
+// when the test ends.
+func migratedTracker(t *testing.T, db *pgxpool.Pool, table string, opts ...tracker.Option) *tracker.Tracker {
+	t.Helper()
+	tr, err := tracker.New(db, sagaConfig("orders"), append([]tracker.Option{tracker.WithTable(table)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.Close() })
+	if err := tracker.Migrate(context.Background(), db, table); err != nil {
+		t.Fatal(err)
+	}
+	return tr
 }

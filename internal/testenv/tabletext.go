@@ -12,7 +12,13 @@ import (
 // before and after) compare row for row.
 func TableText(t testing.TB, db *pgxpool.Pool, table string) []string {
 	t.Helper()
-	rows, err := db.Query(context.Background(), `SELECT x::text FROM `+table+` x ORDER BY 1`)
+	return QueryText(t, db, `SELECT x::text FROM `+table+` x ORDER BY 1`)
+}
+
+// QueryText returns the one text column of q's rows.
+func QueryText(t testing.TB, db *pgxpool.Pool, q string) []string {
+	t.Helper()
+	rows, err := db.Query(context.Background(), q)
 	if err != nil {
 		t.Fatal(err)
 	}
