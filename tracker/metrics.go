@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -98,7 +100,7 @@ func (t *Tracker) Close() error {
 // Refresh recomputes what the in-flight and stuck gauges report. Run calls it every
 // refresh interval.
 func (t *Tracker) Refresh(ctx context.Context) error {
-	counts, err := t.Counts(ctx)
+	inFlight, err := t.unendedBySaga(ctx)
 	if err != nil {
 		return err
 	}
@@ -106,14 +108,33 @@ func (t *Tracker) Refresh(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s := snapshot{inFlight: map[string]int64{}, stuck: stuck}
-	for _, c := range counts {
-		s.inFlight[c.Saga] = c.InFlight + c.Stuck
-	}
 	t.mu.Lock()
-	t.snap = s
+	t.snap = snapshot{inFlight: inFlight, stuck: stuck}
 	t.mu.Unlock()
 	return nil
+}
+
+// unendedBySaga counts the sagas not ended (in flight or stuck) per kind, every declared
+// kind included. It reads only those sagas (the partial index on unended ones), not every
+// summary as Counts does: Run calls it every refresh interval.
+func (t *Tracker) unendedBySaga(ctx context.Context) (map[string]int64, error) {
+	out := map[string]int64{}
+	for _, s := range t.cfg.Sagas {
+		out[s.Name] = 0
+	}
+	rows, err := t.db.Query(ctx, `SELECT saga, count(*) FROM `+t.sagasTable()+` WHERE ended IS NULL GROUP BY saga`)
+	if err != nil {
+		return nil, fmt.Errorf("tracker: unended sagas: %w", err)
+	}
+	var (
+		saga string
+		n    int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&saga, &n}, func() error { out[saga] = n; return nil })
+	if err != nil {
+		return nil, fmt.Errorf("tracker: unended sagas: %w", err)
+	}
+	return out, nil
 }
 
 // recordLatency records the end-to-end latency of each saga that fresh entries ended,

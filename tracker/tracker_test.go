@@ -273,6 +273,20 @@ func TestTrackerStuckCompletedAndDeadLetters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The in-flight gauge counts every declared kind's unended sagas, as Counts does.
+	inFlight := map[string]int64{}
+	for _, dp := range ms["choreo.tracker.sagas.in_flight"].Data.(metricdata.Gauge[int64]).DataPoints {
+		saga, _ := dp.Attributes.Value("saga")
+		inFlight[saga.AsString()] = dp.Value
+	}
+	for _, c := range counts {
+		if got, ok := inFlight[c.Saga]; !ok || got != c.InFlight+c.Stuck {
+			t.Errorf("in-flight gauge of %s = %d (reported %v), want %d in flight + stuck", c.Saga, got, ok, c.InFlight+c.Stuck)
+		}
+	}
+	if len(inFlight) != len(counts) {
+		t.Errorf("in-flight gauge = %v, want one point per kind of %+v", inFlight, counts)
+	}
 	wantCounts := []tracker.Count{
 		{Saga: "order", Stuck: 1, Completed: 1, Since: t0},
 		{Saga: "shipping", Stuck: 1, Since: t0.Add(3 * time.Second)},
