@@ -93,6 +93,7 @@ soak-hold: services ## the soak with a REPEATABLE READ snapshot held 10 minutes 
 bench: services ## run the benchmarks and print their tables (see docs/benchmarks.md)
 	$(GO) run ./bench/guards
 	$(GO) run ./bench/outbox
+	$(GO) run ./bench/retention # the idempotency window kept by deletes vs by dropped time partitions: size and claims/s
 	$(GO) run ./bench/consumer
 	$(GO) run ./bench/services -duration 5s -workers 1,8 -orders 3000
 	$(GO) run ./bench/order -duration 5s
