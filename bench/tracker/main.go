@@ -20,9 +20,20 @@
 // pages on it against 50 ms at p99 (timeQueries), and indexes the same events on top of
 // it, against the saga's rate and the empty index's (onPrefilled).
 //
+// With -prefill, every run (the empty indexes' too, so that prefilled ÷ empty compares
+// runs on one server) goes to a Postgres cluster of the benchmark's own, sized as
+// docs/tracker.md tells users to size the index's server: pg_createcluster
+// (internal/testenv/pgcluster; needs root or the postgres user) with Debian's defaults
+// but shared_buffers = -shared-buffers (default 2GB; at most half the memory available),
+// on a free port, dropped at the end, on an error or an interrupt too. An empty
+// -shared-buffers runs them on -pg's server instead, as every run without -prefill does.
+// The table's first row and the JSON ("server", and its "shared_buffers" as the server
+// reports it) say which server the figures come from.
+//
 //	go run ./bench/tracker                      # after go run ./bench/saga
 //	go run ./bench/tracker -saga-rate 2200 -orders 5000 -json ''
-//	go run ./bench/tracker -prefill 10000000    # as make bench runs it
+//	go run ./bench/tracker -prefill 10000000    # as make bench runs it: on a private cluster, shared_buffers 2GB
+//	go run ./bench/tracker -prefill 10000000 -shared-buffers ''   # on -pg's server as it is
 package main
 
 import (
@@ -33,6 +44,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"runtime"
 	"strings"
 	"sync"
@@ -67,6 +79,9 @@ type config struct {
 	jsonOut     string
 	prefill     int // events to prefill an index with before the queries and one more ingest (0: none)
 	queryRuns   int // times each console query runs on the prefilled index
+	// sharedBuffers is the shared_buffers of the private cluster every run goes to with
+	// -prefill ("": -pg's server).
+	sharedBuffers string
 }
 
 // result is what -json writes under "tracker".
@@ -75,6 +90,8 @@ type result struct {
 	Date                 string           `json:"date"`
 	Events               int              `json:"events"`
 	Partitions           int              `json:"partitions"`
+	Server               string           `json:"server"`                          // where every run went: serverPrivate or serverShared
+	SharedBuffers        string           `json:"shared_buffers"`                  // its shared_buffers, as SHOW reports it
 	IngestEventsPerSec   float64          `json:"ingest_events_per_sec"`           // with the contract check on
 	UncheckedPerSec      float64          `json:"ingest_unchecked_events_per_sec"` // the same events, the check off
 	CheckedRatio         float64          `json:"checked_over_unchecked"`
@@ -109,26 +126,69 @@ type prefilledResult struct {
 }
 
 func main() {
-	var c config
-	flag.StringVar(&c.pg, "pg", benchutil.DefaultPostgresDSN(), "Postgres DSN of a database allowed to CREATE DATABASE")
-	flag.IntVar(&c.orders, "orders", 25_000, "order sagas to produce (4 events each)")
-	flag.IntVar(&c.partitions, "partitions", 6, "partitions per topic")
-	flag.StringVar(&c.sagaResults, "saga-results", "bench/results.json", "bench/saga's figures: the saturation rate is its saga.peak_confirmed_per_sec")
-	flag.Float64Var(&c.sagaRate, "saga-rate", 0, "the saga's events/s at saturation, instead of reading -saga-results")
-	flag.StringVar(&c.trackerCfg, "config", "deploy/tracker/order.json", "the tracker's saga declarations")
-	flag.StringVar(&c.jsonOut, "json", "bench/results.json", `merge the figures into this JSON file as {"tracker": {...}} (empty: not at all)`)
-	flag.IntVar(&c.prefill, "prefill", 0, "then fill an index with about this many events of order sagas (in SQL), time the console's queries on it and index the same events on top of it (0: not)")
-	flag.IntVar(&c.queryRuns, "query-runs", 200, "times each console query runs on the prefilled index")
-	flag.Parse()
-	if err := run(context.Background(), c); err != nil {
+	c, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		os.Exit(2) // the flag set has said why
+	}
+	// An interrupt cancels the runs so that the deferred clean-up (the databases, a
+	// private cluster) happens; a second one ends the process at once.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	context.AfterFunc(ctx, stop)
+	if err := run(ctx, c); err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("interrupted (what it had made is dropped): %w", err)
+		}
 		fmt.Fprintln(os.Stderr, "bench/tracker:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, c config) error {
+// parseFlags parses the command line.
+func parseFlags(args []string) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("bench/tracker", flag.ContinueOnError)
+	fs.StringVar(&c.pg, "pg", benchutil.DefaultPostgresDSN(), "Postgres DSN of a database allowed to CREATE DATABASE (not used with -prefill and -shared-buffers: a private cluster)")
+	fs.IntVar(&c.orders, "orders", 25_000, "order sagas to produce (4 events each)")
+	fs.IntVar(&c.partitions, "partitions", 6, "partitions per topic")
+	fs.StringVar(&c.sagaResults, "saga-results", "bench/results.json", "bench/saga's figures: the saturation rate is its saga.peak_confirmed_per_sec")
+	fs.Float64Var(&c.sagaRate, "saga-rate", 0, "the saga's events/s at saturation, instead of reading -saga-results")
+	fs.StringVar(&c.trackerCfg, "config", "deploy/tracker/order.json", "the tracker's saga declarations")
+	fs.StringVar(&c.jsonOut, "json", "bench/results.json", `merge the figures into this JSON file as {"tracker": {...}} (empty: not at all)`)
+	fs.IntVar(&c.prefill, "prefill", 0, "then fill an index with about this many events of order sagas (in SQL), time the console's queries on it and index the same events on top of it (0: not)")
+	fs.IntVar(&c.queryRuns, "query-runs", 200, "times each console query runs on the prefilled index")
+	fs.StringVar(&c.sharedBuffers, "shared-buffers", "2GB", "with -prefill: run everything (the empty indexes too) on a private Postgres cluster (pg_createcluster, needs root or the postgres user) with this shared_buffers, dropped at the end; at most half the memory available (empty: on -pg's server)")
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if fs.NArg() > 0 {
+		err := fmt.Errorf("unexpected arguments %q", fs.Args())
+		fmt.Fprintln(fs.Output(), err)
+		fs.Usage()
+		return config{}, err
+	}
+	return c, nil
+}
+
+// validate checks c before anything runs.
+func (c config) validate() error {
 	if c.orders <= 0 || c.partitions <= 0 || c.prefill < 0 || c.prefill > 0 && c.queryRuns <= 0 {
 		return errors.New("-orders, -partitions and -query-runs must be positive, -prefill not negative")
+	}
+	if c.privateCluster() {
+		if _, err := pgBytes(c.sharedBuffers); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func run(ctx context.Context, c config) error {
+	if err := c.validate(); err != nil {
+		return err
 	}
 	sagaRate, from, err := sagaEventsPerSec(c)
 	if err != nil {
@@ -138,6 +198,12 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
+	srv, err := openServer(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer srv.close()
+	c.pg = srv.url
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
 		return err
@@ -150,6 +216,7 @@ func run(ctx context.Context, c config) error {
 	}
 	fmt.Printf("tracker ingest benchmark: %d events of %d order sagas on %s (%d partitions each), GOMAXPROCS %d, in-process kfake\n",
 		n, c.orders, strings.Join(cfg.Topics, ", "), c.partitions, runtime.GOMAXPROCS(0))
+	fmt.Printf("Postgres: %s\n", srv.about)
 	catalogue, err := reference.Contracts()
 	if err != nil {
 		return err
@@ -201,6 +268,7 @@ func run(ctx context.Context, c config) error {
 	elapsed := checked.elapsed
 	r := result{
 		Commit: commit(), Date: time.Now().UTC().Format(time.RFC3339), Events: n, Partitions: c.partitions,
+		Server: srv.kind, SharedBuffers: srv.sharedBuffers,
 		IngestEventsPerSec: float64(n) / elapsed.Seconds(), SagaEventsPerSec: sagaRate, SagaRateFrom: from,
 		UncheckedPerSec: float64(n) / unchecked.elapsed.Seconds(), Violations: checked.violations,
 		BytesPerEvent: float64(total+summaries+checked.flow) / float64(rows), TableBytesPerEvent: float64(table) / float64(rows),
@@ -212,6 +280,7 @@ func run(ctx context.Context, c config) error {
 	r.CheckedCPUPerEvent = float64(checked.cpu.Microseconds()) / float64(n)
 	r.UncheckedCPUPerEvent = float64(unchecked.cpu.Microseconds()) / float64(n)
 	fmt.Printf("\n| figure | value | against | ratio |\n|---|---|---|---|\n")
+	fmt.Printf("| server of every row | %s, shared_buffers %s | – | – |\n", r.Server, r.SharedBuffers)
 	fmt.Printf("| tracker ingest, contract check on (%d events, %s) | %.0f events/s | the saga at saturation: %.0f events/s (%s) | %.1f× |\n",
 		n, elapsed.Round(time.Millisecond), r.IngestEventsPerSec, r.SagaEventsPerSec, from, r.Ratio)
 	fmt.Printf("| the contract check's cost (%d violations; the faster of two runs each) | %.0f events/s on | %.0f events/s off (%s) | %.2f |\n",
@@ -297,6 +366,8 @@ func ingestInto(ctx context.Context, pool *pgxpool.Pool, cfg tracker.Config, bro
 		select {
 		case err := <-runErr:
 			return ingested{}, fmt.Errorf("tracker stopped: %w", err)
+		case <-ctx.Done():
+			return ingested{}, ctx.Err()
 		case <-time.After(10 * time.Millisecond):
 		}
 		if indexed, err = counter(ctx, reader, "choreo.tracker.events.indexed"); err != nil {
