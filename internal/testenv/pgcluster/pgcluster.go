@@ -38,6 +38,9 @@ type Cluster struct {
 	Version, Name string
 	// Port is its TCP port on 127.0.0.1.
 	Port int
+	// written are the files WithConfigFile put in its configuration directory, which
+	// pg_dropcluster leaves behind (it removes only the files it made).
+	written []string
 }
 
 type config struct {
@@ -169,6 +172,7 @@ func (c *Cluster) writeFiles(files map[string][]byte) error {
 		if err := os.WriteFile(p, content, 0o600); err != nil {
 			return fmt.Errorf("pgcluster: %w", err)
 		}
+		c.written = append(c.written, p)
 		if uid >= 0 && os.Geteuid() == 0 {
 			if err := os.Chown(p, uid, gid); err != nil {
 				return fmt.Errorf("pgcluster: %w", err)
@@ -203,6 +207,12 @@ func (c *Cluster) Drop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	_ = exec.CommandContext(ctx, "pg_dropcluster", "--stop", c.Version, c.Name).Run()
+	for _, p := range c.written {
+		_ = os.Remove(p)
+	}
+	if len(c.written) > 0 {
+		_ = os.Remove(c.ConfigDir()) // only if nothing else is left in it
+	}
 }
 
 func freePort() (int, error) {
