@@ -38,8 +38,10 @@
 // Statuses are computed when asked, from the index and the tracker's clock (WithNow), so a
 // window passing needs no new event. Ingest keeps one summary row per saga (its start,
 // end, counts and the deadline of its earliest unmet expectation) beside the index, so
-// Find, List and Stuck read the summaries through their indexes, never the events, and
-// Counts aggregates every summary; Find with a Limit reads a bounded number of rows.
+// Find, List and Stuck read the summaries through their indexes, never the events; Find
+// with a Limit reads a bounded number of rows. Triggers keep the number of summaries of
+// each kind, so Counts reads only the unended sagas, those totals and each kind's
+// earliest start, not every summary.
 //
 // Ingest also places every event in the flow (the event it follows, by causation id or
 // time, and the gap) and triggers tally those places per minute, so Flow and FlowRecent

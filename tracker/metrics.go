@@ -115,8 +115,8 @@ func (t *Tracker) Refresh(ctx context.Context) error {
 }
 
 // unendedBySaga counts the sagas not ended (in flight or stuck) per kind, every declared
-// kind included. It reads only those sagas (the partial index on unended ones), not every
-// summary as Counts does: Run calls it every refresh interval.
+// kind included. It reads only those sagas (a partial index on unended ones), not every
+// summary: Run calls it every refresh interval.
 func (t *Tracker) unendedBySaga(ctx context.Context) (map[string]int64, error) {
 	out := map[string]int64{}
 	for _, s := range t.cfg.Sagas {

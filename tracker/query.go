@@ -290,20 +290,32 @@ type Count struct {
 
 // Counts counts the sagas by kind and status, in the order of the declarations (a kind
 // with no saga counts zero), then any kind indexed under a declaration since removed.
+// It reads the unended sagas (in flight or stuck), the per-kind totals the summary
+// table's triggers keep (completed is the total less the unended, from the same snapshot)
+// and each kind's earliest start through an index: its work grows with the unended sagas
+// and the kinds, not with the sagas kept.
 func (t *Tracker) Counts(ctx context.Context) ([]Count, error) {
-	rows, err := t.db.Query(ctx, `SELECT saga,
-		count(*) FILTER (WHERE ended IS NULL AND (deadline IS NULL OR deadline >= $1)),
-		count(*) FILTER (WHERE ended IS NULL AND deadline < $1),
-		count(*) FILTER (WHERE ended IS NOT NULL),
-		min(started)
-		FROM `+t.sagasTable()+` GROUP BY saga ORDER BY saga`, t.now())
+	rows, err := t.db.Query(ctx, `SELECT k.saga, coalesce(u.in_flight, 0), coalesce(u.stuck, 0),
+		k.total - coalesce(u.in_flight + u.stuck, 0),
+		(SELECT min(s.started) FROM `+t.sagasTable()+` s WHERE s.saga = k.saga)
+		FROM `+t.sagaTotalsTable()+` k LEFT JOIN (
+			SELECT saga, count(*) FILTER (WHERE deadline IS NULL OR deadline >= $1) AS in_flight,
+				count(*) FILTER (WHERE deadline < $1) AS stuck
+			FROM `+t.sagasTable()+` WHERE ended IS NULL GROUP BY saga
+		) u ON u.saga = k.saga
+		WHERE k.total > 0 ORDER BY k.saga`, t.now())
 	if err != nil {
 		return nil, fmt.Errorf("tracker: counts: %w", err)
 	}
 	found, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Count, error) {
-		var c Count
-		err := r.Scan(&c.Saga, &c.InFlight, &c.Stuck, &c.Completed, &c.Since)
-		c.Since = c.Since.UTC()
+		var (
+			c     Count
+			since *time.Time
+		)
+		err := r.Scan(&c.Saga, &c.InFlight, &c.Stuck, &c.Completed, &since)
+		if since != nil {
+			c.Since = since.UTC()
+		}
 		return c, err
 	})
 	if err != nil {

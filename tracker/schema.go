@@ -26,7 +26,9 @@ func validTable(name string) error {
 }
 
 // Schema returns the SQL that creates the index table named table (DefaultTable if
-// empty), for use with your own migration tool. Every statement is safe to re-run.
+// empty), for use with your own migration tool. Every statement is safe to re-run; apply
+// them in one transaction, as Migrate does, so that the saga totals it creates start from
+// a count of the summaries no concurrent write slips past.
 func Schema(table string) (string, error) {
 	if table == "" {
 		table = DefaultTable
@@ -47,7 +49,8 @@ func Schema(table string) (string, error) {
 const migrateLockKey int64 = 0x63686f7472616b // "chotrak"
 
 // Migrate creates the index table named table (DefaultTable if empty) if it does not
-// exist, in one transaction under an advisory lock.
+// exist, in one transaction under an advisory lock; on an index created before the saga
+// totals (see Counts), it counts the summaries once, blocking their writers meanwhile.
 func Migrate(ctx context.Context, db migrate.Beginner, table string) error {
 	sql, err := Schema(table)
 	if err != nil {

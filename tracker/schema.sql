@@ -23,7 +23,9 @@ CREATE INDEX IF NOT EXISTS {{.Index}}_time ON {{.Table}} (event_time);
 -- (the row count) of the rows it was computed from order the computations: one that
 -- missed a row never overwrites one that saw it. deadline is the
 -- earliest deadline of an unmet expectation (NULL when none or ended): the saga is stuck
--- once it has passed, so List, Stuck and Counts read this table, not the events.
+-- once it has passed, so List, Stuck and Counts read this table, not the events. Counts
+-- reads the unended sagas' kinds and deadlines (sagas_unended, an index-only scan), the
+-- earliest start of each kind (sagas_kind) and the totals below, not every saga.
 CREATE TABLE IF NOT EXISTS {{.Table}}_sagas (
 	correlation_id  text        NOT NULL,
 	saga            text        NOT NULL,
@@ -47,6 +49,58 @@ ALTER TABLE {{.Table}}_sagas ADD COLUMN IF NOT EXISTS indexed timestamptz NOT NU
 CREATE INDEX IF NOT EXISTS {{.Index}}_sagas_started ON {{.Table}}_sagas (started);
 CREATE INDEX IF NOT EXISTS {{.Index}}_sagas_deadline ON {{.Table}}_sagas (deadline) WHERE ended IS NULL;
 CREATE INDEX IF NOT EXISTS {{.Index}}_sagas_last ON {{.Table}}_sagas (last_at);
+CREATE INDEX IF NOT EXISTS {{.Index}}_sagas_kind ON {{.Table}}_sagas (saga, started);
+CREATE INDEX IF NOT EXISTS {{.Index}}_sagas_unended ON {{.Table}}_sagas (saga, deadline) WHERE ended IS NULL;
+-- How many summaries of each kind {{.Table}}_sagas holds (no row for a kind with none),
+-- kept exact by the triggers below: Counts' completed sagas are a kind's total less its
+-- unended ones. Created with a count of the summaries already there, under a lock that
+-- keeps writers out until the transaction that also creates the triggers commits: apply
+-- this schema in one transaction, as Migrate does.
+DO $$
+BEGIN
+	IF to_regclass('{{.Table}}_saga_totals') IS NULL THEN
+		CREATE TABLE {{.Table}}_saga_totals (
+			saga  text   PRIMARY KEY,
+			total bigint NOT NULL
+		);
+		LOCK TABLE {{.Table}}_sagas IN SHARE ROW EXCLUSIVE MODE;
+		INSERT INTO {{.Table}}_saga_totals (saga, total)
+		SELECT saga, count(*) FROM {{.Table}}_sagas GROUP BY saga;
+	END IF;
+END
+$$;
+-- Adds the summaries a statement inserted into {{.Table}}_sagas to their kind's total
+-- and takes off those it deleted, one update per kind; a total that reaches zero is
+-- deleted, a truncation deletes them all. The upsert's updates are not in new_rows (an
+-- INSERT's transition table holds the rows it inserted) and never change a kind, which
+-- is part of the key, so no UPDATE trigger is needed.
+CREATE OR REPLACE FUNCTION {{.Table}}_saga_total() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF TG_OP = 'TRUNCATE' THEN
+		DELETE FROM {{.Table}}_saga_totals;
+	ELSIF TG_OP = 'INSERT' THEN
+		INSERT INTO {{.Table}}_saga_totals AS t (saga, total)
+		SELECT saga, count(*) FROM new_rows GROUP BY saga ORDER BY saga
+		ON CONFLICT (saga) DO UPDATE SET total = t.total + excluded.total;
+	ELSE
+		INSERT INTO {{.Table}}_saga_totals AS t (saga, total)
+		SELECT saga, -count(*) FROM old_rows GROUP BY saga ORDER BY saga
+		ON CONFLICT (saga) DO UPDATE SET total = t.total + excluded.total;
+		DELETE FROM {{.Table}}_saga_totals t USING (SELECT DISTINCT saga FROM old_rows) o
+		WHERE t.total = 0 AND t.saga = o.saga;
+	END IF;
+	RETURN NULL;
+END
+$$;
+DROP TRIGGER IF EXISTS saga_total_insert ON {{.Table}}_sagas;
+CREATE TRIGGER saga_total_insert AFTER INSERT ON {{.Table}}_sagas
+	REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION {{.Table}}_saga_total();
+DROP TRIGGER IF EXISTS saga_total_delete ON {{.Table}}_sagas;
+CREATE TRIGGER saga_total_delete AFTER DELETE ON {{.Table}}_sagas
+	REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION {{.Table}}_saga_total();
+DROP TRIGGER IF EXISTS saga_total_truncate ON {{.Table}}_sagas;
+CREATE TRIGGER saga_total_truncate AFTER TRUNCATE ON {{.Table}}_sagas
+	FOR EACH STATEMENT EXECUTE FUNCTION {{.Table}}_saga_total();
 -- The payload schema version of each indexed event (ce_dataschemaversion).
 ALTER TABLE {{.Table}} ADD COLUMN IF NOT EXISTS schema_version integer NOT NULL DEFAULT 1;
 -- Every producer (source) observed per event type and schema version, with when it was

@@ -20,6 +20,9 @@ var never = time.Unix(math.MaxInt32, 0)
 func (t *Tracker) sagasTable() string { return t.table + "_sagas" }
 func (t *Tracker) typesTable() string { return t.table + "_types" }
 
+// sagaTotalsTable names the table of how many summaries of each kind sagasTable holds.
+func (t *Tracker) sagaTotalsTable() string { return t.table + "_saga_totals" }
+
 // summarize recomputes the summaries of the correlation ids of entries from every row
 // indexed under them, and records the producers of their event types. A summary is
 // replaced only by one computed from a later-indexed row, or from as late a row and at
