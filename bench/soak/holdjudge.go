@@ -60,6 +60,16 @@ type holdResult struct {
 	Databases      []heldDB     `json:"databases"`
 	Windows        []holdWindow `json:"windows"`
 	Tables         []holdTable  `json:"tables"`
+	TrackerLag     holdLag      `json:"tracker_lag"`
+}
+
+// holdLag is the tracker's lag (records not committed, -1: not known) around a hold.
+type holdLag struct {
+	AtHold        int64 `json:"at_hold"`
+	LargestDuring int64 `json:"largest_during"`
+	AtRelease     int64 `json:"at_release"`
+	MinuteAfter   int64 `json:"a_minute_after_release"`
+	AtEnd         int64 `json:"at_end"`
 }
 
 // window measures orders over [from, to).
@@ -145,6 +155,15 @@ func (r *results) judgeHold(orders []settled, warmup, end float64) {
 		return
 	}
 	last := r.Samples[len(r.Samples)-1]
+	h.TrackerLag = holdLag{AtHold: at.TrackerLag, LargestDuring: -1, AtRelease: released.TrackerLag, MinuteAfter: -1, AtEnd: last.TrackerLag}
+	if after := r.sampleAt(rel + recoverAfter); after != nil {
+		h.TrackerLag.MinuteAfter = after.TrackerLag
+	}
+	for _, s := range r.Samples {
+		if s.T >= h.AtSeconds && s.T <= rel {
+			h.TrackerLag.LargestDuring = max(h.TrackerLag.LargestDuring, s.TrackerLag)
+		}
+	}
 	h.Tables = nil
 	for _, name := range sortedKeys(last.Tables) {
 		h.Tables = append(h.Tables, holdTable{Table: name, Start: at.Tables[name], Release: released.Tables[name], End: last.Tables[name]})
@@ -172,6 +191,9 @@ func printHold(w io.Writer, h *holdResult) {
 		fmt.Fprintf(w, "  %-10s %6.0f–%-6.0f %12.1f %8.2f %10.1f %8.2f %8d %9d\n", x.Name, x.From, x.To, x.PerSec,
 			x.ThroughputRatio, x.P99ms, x.P99Ratio, x.N, x.Unsettled)
 	}
+	l := h.TrackerLag
+	fmt.Fprintf(w, "  tracker lag (records not committed, -1 unknown): at the hold %d, largest during it %d, at the release %d, a minute after %d, at the end %d\n",
+		l.AtHold, l.LargestDuring, l.AtRelease, l.MinuteAfter, l.AtEnd)
 	fmt.Fprintln(w, "  n_dead_tup and size (MiB) per table at the hold → at the release → at the end:")
 	for _, t := range h.Tables {
 		fmt.Fprintf(w, "    %-44s %9d → %9d → %9d   %7.2f → %7.2f → %7.2f\n", t.Table, t.Start.DeadTup, t.Release.DeadTup,

@@ -24,6 +24,9 @@ type sample struct {
 	Tables    map[string]tableSample `json:"tables"`
 	Offered   int                    `json:"offered"`
 	Confirmed int                    `json:"confirmed"`
+	// TrackerLag is the records of the tracker's topics its group has not committed
+	// (-1: not known at that sample).
+	TrackerLag int64 `json:"tracker_lag"`
 }
 
 type minute struct {

@@ -81,7 +81,7 @@ func TestJudgeHold(t *testing.T) {
 			}
 			r.Samples = append(r.Samples, sample{T: at, RSSMiB: map[string]float64{"order": 100 + at},
 				Tables:  map[string]tableSample{"order.choreo_outbox": {Bytes: 8192 + int64(at)*10, DeadTup: dead}},
-				Offered: int(at * 10), Confirmed: int(at * 10)})
+				Offered: int(at * 10), Confirmed: int(at * 10), TrackerLag: int64(at) * 2})
 		}
 		r.judge(c)
 		r.judgeHold(orders(latency), c.warmup.Seconds(), c.duration.Seconds())
@@ -119,6 +119,11 @@ func TestJudgeHold(t *testing.T) {
 	if tb := r.Hold.Tables; len(tb) != 1 || tb[0].Start.DeadTup != 12000 || tb[0].Release.DeadTup != 24000 || tb[0].End.DeadTup != 10 {
 		t.Errorf("tables %+v, want n_dead_tup 12000 → 24000 → 10", tb)
 	}
+	// The lag at the samples of 120.2, 240.3 (the largest during the hold is the release's),
+	// 300 (the first a minute after it) and 420 s.
+	if l := r.Hold.TrackerLag; l != (holdLag{AtHold: 240, LargestDuring: 360, AtRelease: 480, MinuteAfter: 600, AtEnd: 840}) {
+		t.Errorf("tracker lag %+v", l)
+	}
 	for _, name := range []string{"rss_slope order", "table_size order.choreo_outbox", "p99_drift"} {
 		if v, ok := got[name]; !ok || !v.Unjudged {
 			t.Errorf("%s: %+v, want reported and unjudged", name, v)
@@ -129,7 +134,7 @@ func TestJudgeHold(t *testing.T) {
 	}
 	var b strings.Builder
 	printResults(&b, r)
-	if out := b.String(); !strings.Contains(out, "after_rest") || !strings.Contains(out, "not judged") || strings.Contains(out, "FAIL") {
+	if out := b.String(); !strings.Contains(out, "after_rest") || !strings.Contains(out, "not judged") || !strings.Contains(out, "at the release 480") || strings.Contains(out, "FAIL") {
 		t.Errorf("printed:\n%s", out)
 	}
 

@@ -17,11 +17,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/choreo-saga/choreo/bench/internal/benchutil"
 	"github.com/choreo-saga/choreo/bench/internal/orderwatch"
 	"github.com/choreo-saga/choreo/chaos"
 	"github.com/choreo-saga/choreo/internal/procstat"
+	"github.com/choreo-saga/choreo/tracker"
 )
 
 // saturation runs bench/saga over rates and returns its peak confirmed orders/s.
@@ -142,6 +145,14 @@ func run(ctx context.Context, c config) (*results, error) {
 		pools[svc] = p
 	}
 
+	// The tracker's lag: records of its group's topics it has not committed yet.
+	kcl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(sys.Brokers(), ",")...))
+	if err != nil {
+		return nil, fmt.Errorf("soak: kafka admin client: %w", err)
+	}
+	defer kcl.Close()
+	adm := kadm.NewClient(kcl)
+
 	w, stopWatch, err := orderwatch.Start(ctx, sys.Brokers())
 	if err != nil {
 		return nil, err
@@ -214,6 +225,12 @@ func run(ctx context.Context, c config) (*results, error) {
 			}
 			rows.Close()
 		}
+		s.TrackerLag = -1
+		if lags, err := adm.Lag(ctx, tracker.DefaultGroup); err == nil {
+			if l, ok := lags[tracker.DefaultGroup]; ok && l.Error() == nil {
+				s.TrackerLag = l.Lag.Total()
+			}
+		}
 		mu.Lock()
 		for _, o := range orders {
 			if o.id == "" {
@@ -226,7 +243,7 @@ func run(ctx context.Context, c config) (*results, error) {
 		}
 		mu.Unlock()
 		res.Samples = append(res.Samples, s)
-		logf("t=%4.0fs offered %d confirmed %d rss %v", s.T, s.Offered, s.Confirmed, fmtRSS(s.RSSMiB))
+		logf("t=%4.0fs offered %d confirmed %d rss %v tracker lag %d", s.T, s.Offered, s.Confirmed, fmtRSS(s.RSSMiB), s.TrackerLag)
 	}
 	saveHeap := func(point string) {
 		hs, err := saveHeaps(context.WithoutCancel(ctx), sys.Instances(), c.profiles, point, time.Since(start).Seconds())
