@@ -43,9 +43,10 @@ type Tracker struct {
 	cfg Config
 	options
 
-	inst instruments
-	mu   sync.Mutex
-	snap snapshot
+	inst   instruments
+	mu     sync.Mutex
+	snap   snapshot
+	floors retainFloors
 }
 
 // options is what the options of New set.
@@ -450,54 +451,4 @@ func (t *Tracker) poll(ctx context.Context, cl *kgo.Client, wait time.Duration) 
 		t.log.Warn("tracker: commit", "error", err)
 	}
 	return nil
-}
-
-// Retain deletes indexed events older than the retention age, the summaries of sagas
-// whose every record is older, the flow rows of those events with their share of the
-// flow's tallies, and the rejected records (Rejected) and contract violations recorded
-// before then, in batches of at most the retention batch size. It returns
-// how many events it deleted.
-func (t *Tracker) Retain(ctx context.Context) (int64, error) {
-	cutoff := t.now().Add(-t.retention)
-	total, err := t.deleteBatches(ctx, t.table, "event_time", cutoff)
-	if err != nil {
-		return total, err
-	}
-	if _, err = t.deleteBatches(ctx, t.sagasTable(), "last_at", cutoff); err != nil {
-		return total, err
-	}
-	if _, err = t.deleteBatches(ctx, t.rejectedTable(), "at", cutoff); err != nil {
-		return total, err
-	}
-	if _, err = t.deleteBatches(ctx, t.violationsTable(), "at", cutoff); err != nil {
-		return total, err
-	}
-	// The flow rows' triggers take them off the tallies, deleting the tallies they empty;
-	// the tallies of earlier minutes go too, whatever is left of them.
-	if _, err = t.deleteBatches(ctx, t.flowEventsTable(), "event_time", cutoff); err != nil {
-		return total, err
-	}
-	minute := cutoff.UTC().Truncate(time.Minute)
-	if _, err = t.deleteBatches(ctx, t.flowEdgesTable(), "minute", minute); err != nil {
-		return total, err
-	}
-	_, err = t.deleteBatches(ctx, t.flowNodesTable(), "minute", minute)
-	return total, err
-}
-
-// deleteBatches deletes the rows of table whose column is before cutoff, batch by batch.
-func (t *Tracker) deleteBatches(ctx context.Context, table, column string, cutoff time.Time) (int64, error) {
-	q := `DELETE FROM ` + table + ` WHERE ctid IN (SELECT ctid FROM ` + table +
-		` WHERE ` + column + ` < $1 LIMIT $2)`
-	var total int64
-	for {
-		tag, err := t.db.Exec(ctx, q, cutoff, t.batch)
-		if err != nil {
-			return total, fmt.Errorf("tracker: retention of %s: %w", table, err)
-		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < int64(t.batch) {
-			return total, nil
-		}
-	}
 }
