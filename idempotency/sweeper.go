@@ -3,7 +3,6 @@ package idempotency
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/choreo-saga/choreo/migrate"
@@ -68,14 +67,6 @@ func WithSweepHook(fn func(deleted int64, err error)) Option {
 	}
 }
 
-// fullSweepEvery is how often a sweep reads every expired record rather than those
-// expiring since the last complete sweep began: every tenth sweep (the first included).
-const fullSweepEvery = 10
-
-// floorMargin is how far before the start of the last complete sweep the next one reads
-// from, for a difference between this process's clock and the server's.
-const floorMargin = 5 * time.Second
-
 // Sweeper deletes expired idempotency records in bounded batches. Several
 // Sweepers (one per service instance) may run against one table at once:
 // each batch skips rows another sweeper or a claim has locked.
@@ -85,15 +76,6 @@ type Sweeper struct {
 	interval  time.Duration
 	onSweep   func(int64, error)
 	sql       string
-
-	// A complete sweep leaves no expired record but those a claim or another sweeper had
-	// locked, so the next reads from when it began (less floorMargin): while a snapshot
-	// is held anywhere on the server, the records deleted before then stay in the
-	// expires_at index, and reading past them keeps a sweep's cost to what expired since.
-	// Every fullSweepEvery-th sweep reads from the first record, for those skipped.
-	mu     sync.Mutex
-	floor  time.Time
-	sweeps int
 }
 
 // NewSweeper returns a Sweeper over db, usually a *pgxpool.Pool. It accepts
@@ -115,7 +97,7 @@ func NewSweeper(db migrate.Execer, opts ...Option) (*Sweeper, error) {
 		// expired key proceed without waiting for each other.
 		sql: `DELETE FROM ` + t + ` AS d USING (
     SELECT scope, key FROM ` + t + `
-    WHERE expires_at <= now() AND expires_at >= $2
+    WHERE expires_at <= now()
     ORDER BY expires_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -125,33 +107,21 @@ WHERE d.scope = x.scope AND d.key = x.key`,
 }
 
 // SweepOnce deletes expired records, one batch per statement, until a batch
-// comes back short of the batch size or ctx is done. It reads the records that
-// expired since the last complete sweep began (every tenth sweep, the first
-// included, all of them). It returns the number of records deleted.
+// comes back short of the batch size or ctx is done. It returns the number
+// of records deleted.
 func (s *Sweeper) SweepOnce(ctx context.Context) (int64, error) {
-	s.mu.Lock()
-	from := s.floor
-	if s.sweeps%fullSweepEvery == 0 {
-		from = time.Time{}
-	}
-	s.sweeps++
-	s.mu.Unlock()
-	began := time.Now()
 	var total int64
 	for {
 		if err := ctx.Err(); err != nil {
 			return total, fmt.Errorf("idempotency: sweep: %w", err)
 		}
-		tag, err := s.db.Exec(ctx, s.sql, s.batchSize, from)
+		tag, err := s.db.Exec(ctx, s.sql, s.batchSize)
 		if err != nil {
 			return total, fmt.Errorf("idempotency: sweep: %w", err)
 		}
 		n := tag.RowsAffected()
 		total += n
 		if n < int64(s.batchSize) {
-			s.mu.Lock()
-			s.floor = began.Add(-floorMargin)
-			s.mu.Unlock()
 			return total, nil
 		}
 	}

@@ -164,35 +164,3 @@ func TestSweeperRun(t *testing.T) {
 		t.Fatal("Run deleted live records")
 	}
 }
-
-// A sweep reads the records that expired since the last complete sweep began: one that
-// expired an hour before (a claim that had locked it rolled back, say) waits for the next
-// full sweep, the tenth after the first; records expiring in between go at the next sweep.
-func TestSweepReadsFromItsFloor(t *testing.T) {
-	ctx := context.Background()
-	pool := setup(t)
-	s := newSweeper(t, pool, idempotency.WithBatchSize(2))
-	seed(t, pool, 5, 0)
-	if n, err := s.SweepOnce(ctx); err != nil || n != 5 { // the first sweep, a full one
-		t.Fatalf("first sweep = %d, %v; want 5", n, err)
-	}
-	seed(t, pool, 1, 0) // expired an hour ago: below the floor
-	if _, err := pool.Exec(ctx, `INSERT INTO choreo_idempotency (scope, key, request_hash, expires_at)
-		VALUES ('recent', 'k', '\x00', now())`); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := s.SweepOnce(ctx); err != nil || n != 1 || count(t, pool, "recent") != 0 {
-		t.Fatalf("second sweep = %d, %v; want the recent record alone", n, err)
-	}
-	for sweep := 3; sweep <= 10; sweep++ {
-		if n, err := s.SweepOnce(ctx); err != nil || n != 0 {
-			t.Fatalf("sweep %d = %d, %v; want 0", sweep, n, err)
-		}
-	}
-	if count(t, pool, "old") != 1 {
-		t.Fatal("the record below the floor went before the full sweep")
-	}
-	if n, err := s.SweepOnce(ctx); err != nil || n != 1 || count(t, pool, "old") != 0 {
-		t.Fatalf("eleventh sweep (full) = %d, %v; want the old record", n, err)
-	}
-}
