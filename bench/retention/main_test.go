@@ -57,7 +57,7 @@ func TestPartitionClaimRefusesAHeldKey(t *testing.T) {
 	if err := pool.QueryRow(ctx, "SELECT scope, key FROM choreo_idempotency LIMIT 1").Scan(&scope, &key); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, "CREATE TABLE choreo_idempotency_claims PARTITION OF choreo_idempotency FOR VALUES FROM ("+claimExpiry+") TO (MAXVALUE)"); err != nil {
+	if err := d.beforeClaims(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.claim(ctx, pool, scope, key); err != nil {
