@@ -2,6 +2,8 @@ package outbox_test
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -175,7 +177,8 @@ func TestFloorWithoutSequencePrivilege(t *testing.T) {
 	topic := testenv.Topic(t, brokers, 2)
 	admin := db(t)
 	ctx := context.Background()
-	role := "outbox_relay_" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "_"))
+	// Roles are the server's, not a database's: the pid keeps a concurrent run's apart.
+	role := fmt.Sprintf("outbox_relay_%s_%d", strings.ToLower(strings.ReplaceAll(t.Name(), "/", "_")), os.Getpid())
 	for _, q := range []string{
 		"DROP ROLE IF EXISTS " + role,
 		"CREATE ROLE " + role,

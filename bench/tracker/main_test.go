@@ -74,13 +74,21 @@ func testRun(t *testing.T, sharedBuffers, server string) {
 }
 
 // clusters is what pg_lsclusters lists.
+// clusters lists the clusters pg_lsclusters shows that this process made (another run on
+// the machine may make and drop its own meanwhile).
 func clusters(t *testing.T) string {
 	t.Helper()
 	out, err := exec.Command("pg_lsclusters", "-h").Output()
 	if err != nil {
 		t.Fatalf("pg_lsclusters: %v", err)
 	}
-	return string(out)
+	var ours []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, clusterPrefix()) {
+			ours = append(ours, line)
+		}
+	}
+	return strings.Join(ours, "\n")
 }
 
 // -shared-buffers is 2GB unless given; empty, it is kept empty; other arguments are refused.

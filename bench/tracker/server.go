@@ -56,7 +56,7 @@ func openServer(ctx context.Context, c config) (*pgServer, error) {
 	}
 	var id [4]byte
 	_, _ = rand.Read(id[:])
-	cl, err := pgcluster.Create(ctx, "bench_tracker_"+hex.EncodeToString(id[:]),
+	cl, err := pgcluster.Create(ctx, clusterPrefix()+hex.EncodeToString(id[:]),
 		pgcluster.WithSetting("shared_buffers", c.sharedBuffers))
 	if err != nil {
 		return nil, fmt.Errorf("a private Postgres cluster with shared_buffers %s (-shared-buffers '' runs on -pg's server instead): %w", c.sharedBuffers, err)
@@ -68,6 +68,10 @@ func openServer(ctx context.Context, c config) (*pgServer, error) {
 	}
 	return s, nil
 }
+
+// clusterPrefix begins the names of the clusters this process makes: with its pid, so
+// that a test can tell them from those of another run on the machine.
+func clusterPrefix() string { return fmt.Sprintf("bench_tracker_%d_", os.Getpid()) }
 
 // privateCluster says whether the benchmark runs on a cluster of its own.
 func (c config) privateCluster() bool { return c.prefill > 0 && c.sharedBuffers != "" }
