@@ -73,19 +73,19 @@ func (s *Service) Stuck() map[State]int64 {
 }
 
 // RunSweeper sweeps expired deadlines (SweepOnce) and refreshes the stuck gauge
-// (CountStuck) every SweepInterval until ctx is cancelled; it then returns nil. Errors
-// are logged and retried at the next tick. Every instance may run it.
+// (CountStuck) every SweepInterval, or less often when a round is slow (paced), until
+// ctx is cancelled; it then returns nil. Errors are logged and retried at the next
+// round. Every instance may run it.
 func (s *Service) RunSweeper(ctx context.Context) error {
-	t := time.NewTicker(s.cfg.SweepInterval)
-	defer t.Stop()
 	for {
+		start := time.Now()
 		if err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
 			s.log.ErrorContext(ctx, "order: sweep failed", "err", err)
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-time.After(paced(s.cfg.SweepInterval, time.Since(start))):
 		}
 	}
 }

@@ -42,7 +42,8 @@ const (
 // HTTP 503 overloaded with Retry-After) while at least max orders are in flight in the
 // saga (PENDING or CANCELLING, counted across every instance sharing the database).
 // The count is refreshed by RunPendingCounter (or RefreshPending), never per request;
-// between two refreshes each order this instance creates is added to it. A replay of
+// between two refreshes each order this instance creates is added to it and each one it
+// moves to a terminal state is taken off. A replay of
 // an existing Idempotency-Key is never refused. 0 (the default of New) is off; a
 // negative max makes New fail.
 func WithMaxPending(max int) Option { return func(s *Service) { s.maxPending = int64(max) } }
@@ -51,7 +52,7 @@ func WithMaxPending(max int) Option { return func(s *Service) { s.maxPending = i
 func (s *Service) MaxPending() int { return int(s.maxPending) }
 
 // Pending returns the orders in flight in the saga as of the last refresh, plus those
-// this instance created since.
+// this instance created since, less those it ended since.
 func (s *Service) Pending() int64 { return s.pending.Load() }
 
 // ShedByPending returns how many creations the pending limit refused.
@@ -89,17 +90,18 @@ func (s *Service) RefreshPending(ctx context.Context) error {
 	return nil
 }
 
-// RunPendingCounter refreshes Pending every PendingRefreshInterval until ctx is
-// cancelled, then returns nil; it returns at once if the limit is off. Errors are
-// logged (at most one line per ten seconds) and the last count is kept.
+// RunPendingCounter refreshes Pending every PendingRefreshInterval, or less often when
+// the count itself is slow (paced), until ctx is cancelled, then returns nil; it returns
+// at once if the limit is off. Between refreshes the instance adds the orders it creates
+// and takes off those it ends. Errors are logged (at most one line per ten seconds) and
+// the last count is kept.
 func (s *Service) RunPendingCounter(ctx context.Context) error {
 	if s.maxPending == 0 {
 		return nil
 	}
-	t := time.NewTicker(PendingRefreshInterval)
-	defer t.Stop()
 	var lastErrLog time.Time
 	for {
+		start := time.Now()
 		if err := s.RefreshPending(ctx); err != nil && ctx.Err() == nil && time.Since(lastErrLog) >= pendingLogInterval {
 			lastErrLog = time.Now()
 			s.log.ErrorContext(ctx, "order: pending count failed", "err", err)
@@ -107,7 +109,7 @@ func (s *Service) RunPendingCounter(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-time.After(paced(PendingRefreshInterval, time.Since(start))):
 		}
 	}
 }

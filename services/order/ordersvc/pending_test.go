@@ -102,6 +102,45 @@ func TestMaxPending(t *testing.T) {
 	}
 }
 
+// TestPendingFollowsOwnTransitions: between two refreshes (none runs here) the count
+// takes off at once each order this instance ends, and counts one it moves out of a
+// terminal state again, so a slow refresh does not make admission refuse orders that
+// have already settled.
+func TestPendingFollowsOwnTransitions(t *testing.T) {
+	f := newFixture(t, ordersvc.Settings{}, ordersvc.WithMaxPending(10))
+	a, b := f.create(t), f.create(t)
+	if n := f.svc.Pending(); n != 2 {
+		t.Fatalf("pending %d after two creations, want 2", n)
+	}
+	f.mustDeliver(t, a.ID, "payment.authorized")
+	if n := f.svc.Pending(); n != 2 {
+		t.Fatalf("pending %d with both orders still PENDING, want 2", n)
+	}
+	f.mustDeliver(t, a.ID, "stock.reserved")
+	if got := f.get(t, a.ID).State; got != ordersvc.Confirmed {
+		t.Fatalf("order a %s, want CONFIRMED", got)
+	}
+	if n := f.svc.Pending(); n != 1 {
+		t.Fatalf("pending %d after one order confirmed, want 1", n)
+	}
+	if resp := f.do(t, "POST", "/orders/"+b.ID+"/cancel", "", nil, nil); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("cancel: status %d", resp.StatusCode)
+	}
+	if n := f.svc.Pending(); n != 1 {
+		t.Fatalf("pending %d with the other order CANCELLING, want 1", n)
+	}
+	f.mustDeliver(t, b.ID, "payment.declined")
+	if got := f.get(t, b.ID).State; !got.Terminal() {
+		t.Fatalf("order b %s after payment.declined while CANCELLING, want a terminal state", got)
+	}
+	if n := f.svc.Pending(); n != 0 {
+		t.Fatalf("pending %d with both orders ended, want 0", n)
+	}
+	if err := f.svc.RefreshPending(context.Background()); err != nil || f.svc.Pending() != 0 {
+		t.Fatalf("refresh: pending %d (%v), want 0", f.svc.Pending(), err)
+	}
+}
+
 // TestMaxPendingOff: the default of New is no limit, and a negative one is an error.
 func TestMaxPendingOff(t *testing.T) {
 	f := newFixture(t, ordersvc.Settings{})

@@ -298,6 +298,12 @@ func (s *Service) applied(ctx context.Context, tx pgx.Tx, o2 Order, d Decision, 
 		if resend {
 			s.resends.Add(ctx, 1, metric.WithAttributes(attribute.String("trigger", string(t))))
 		}
+		switch {
+		case !d.From.Terminal() && d.To.Terminal():
+			s.pending.Add(-1) // until the next refresh of the pending count
+		case d.From.Terminal() && !d.To.Terminal():
+			s.pending.Add(1)
+		}
 		if d.From != d.To {
 			s.transitions.Add(ctx, 1, metric.WithAttributes(attribute.String("from", string(d.From)), attribute.String("to", string(d.To))))
 		}
