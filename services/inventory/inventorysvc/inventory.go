@@ -376,7 +376,7 @@ func readOrder(ctx context.Context, tx pgx.Tx, p events.PaymentAuthorizedV2) (or
 	// stops reading results at the first error), so the retry does not read them again.
 	if items, reason := normalize(p.Items); reason == "" {
 		skus, _ := split(items)
-		pending(ctx, tx).queueLoad(b, skus)
+		pending(ctx, tx).queueLoad(b, p.OrderID, skus)
 	}
 	b.Queue(`SELECT o.announced, o.held_event_id IS NOT NULL, o.outcome,
 			EXISTS (SELECT 1 FROM inventory_reservations r WHERE r.order_id = o.order_id),

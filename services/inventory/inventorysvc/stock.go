@@ -40,7 +40,8 @@ var ErrStockChanged = errors.New("inventorysvc: stock changed concurrently")
 // different partitions therefore rarely touch the same row.
 //
 // And in a transaction run by the consumer (consumer.TxValue finds it), stock is never
-// locked while the handlers run: take reads the shards without a lock, decides with them
+// locked while the handlers run: take reads the preferred shard without a lock (every
+// shard only when that one holds too little for the order), decides with them
 // less what the transaction has already taken, and records the change; the changes of
 // every handler of the transaction are summed per shard and applied once, by one
 // conditional UPDATE (available + change >= 0) after the rows are locked in (SKU, shard)
@@ -67,14 +68,29 @@ type stockApply struct{} // their AtCommitFunc, added after the first outbox row
 // deferApply's AtCommitFunc, added after the outbox rows, applies them, so the stock rows
 // are locked by the very last statements of the transaction.
 type pendingStock struct {
-	shard int32              // the preferred shard; -1 until the first order
-	read  map[shardKey]int64 // available as first read in the transaction
-	known map[string]bool    // SKUs read (those with no shard are unknown)
-	delta map[shardKey]int64 // the transaction's net change
+	shard int32                // the preferred shard; -1 until the first order
+	read  map[shardKey]int64   // available as last read in the transaction
+	scope map[string]readScope // how much of each SKU was read (an SKU with no shard is unknown)
+	delta map[shardKey]int64   // the transaction's net change
 }
 
+// readScope is how much of an SKU's stock a transaction has read.
+//
+// A transaction reads the preferred shard only, and every shard only when that one holds
+// too little for the order: a read walks every version of the rows it reads that some
+// snapshot may still see, and a snapshot held elsewhere on the database keeps every
+// version of a hot SKU's shards (one per order since the snapshot was taken), so reading
+// one shard walks a sixteenth of what reading all of them does (docs/benchmarks.md,
+// "held snapshot").
+type readScope uint8
+
+const (
+	preferredShard readScope = iota + 1 // the transaction's preferred shard
+	everyShard                          // all StockShards shards
+)
+
 func newPending() *pendingStock {
-	return &pendingStock{shard: -1, read: map[shardKey]int64{}, known: map[string]bool{}, delta: map[shardKey]int64{}}
+	return &pendingStock{shard: -1, read: map[shardKey]int64{}, scope: map[string]readScope{}, delta: map[shardKey]int64{}}
 }
 
 // pending returns the pending changes of the consumer's transaction tx, or nil when ctx
@@ -146,54 +162,64 @@ func queueDeltas(b *pgx.Batch, delta map[shardKey]int64) {
 	}
 }
 
-// queueLoad queues on b the (unlocked) read of the shards of skus that the transaction
-// has not read yet; the SKUs count as read once its result has been read. Nil pending
-// changes (no consumer transaction) queue nothing.
-func (p *pendingStock) queueLoad(b *pgx.Batch, skus []string) {
+// queueLoad queues on b the (unlocked) read of the preferred shard (fixed from orderID if
+// it is not fixed yet) of the SKUs of skus that the transaction has not read yet; they
+// count as read once its result has been read. Nil pending changes (no consumer
+// transaction) queue nothing.
+func (p *pendingStock) queueLoad(b *pgx.Batch, orderID string, skus []string) {
 	if p == nil {
 		return
 	}
-	missing := p.unread(skus)
+	p.prefer(orderID)
+	missing := p.unread(skus, preferredShard)
 	if len(missing) == 0 {
 		return
 	}
-	b.Queue(readStockSQL, missing).Query(func(rows pgx.Rows) error { return p.store(rows, missing) })
+	b.Queue(readShardSQL, missing, p.shard).Query(func(rows pgx.Rows) error { return p.store(rows, missing, preferredShard) })
 }
 
-// load reads the shards of skus that the transaction has not read yet; lock locks them
-// (in (SKU, shard) order) as it reads.
-func (p *pendingStock) load(ctx context.Context, tx pgx.Tx, skus []string, lock bool) error {
-	missing := p.unread(skus)
+// load reads scope of the SKUs of skus that the transaction has not read that far yet;
+// lock (every shard only) locks their rows in (SKU, shard) order as it reads.
+func (p *pendingStock) load(ctx context.Context, tx pgx.Tx, skus []string, scope readScope, lock bool) error {
+	missing := p.unread(skus, scope)
 	if len(missing) == 0 {
 		return nil
 	}
-	q := readStockSQL
+	q, args := readStockSQL, []any{missing}
+	if scope == preferredShard {
+		q, args = readShardSQL, append(args, p.shard)
+	}
 	if lock {
 		q += ` ORDER BY sku, shard FOR NO KEY UPDATE`
 	}
-	rows, err := tx.Query(ctx, q, missing)
+	rows, err := tx.Query(ctx, q, args...)
 	if err != nil {
 		return fmt.Errorf("inventorysvc: read stock: %w", err)
 	}
-	return p.store(rows, missing)
+	return p.store(rows, missing, scope)
 }
 
-// readStockSQL reads the shards of the SKUs $1.
-const readStockSQL = `SELECT sku, shard, available FROM inventory_stock_shards WHERE sku = ANY($1)`
+// readStockSQL reads the shards of the SKUs $1; readShardSQL their shard $2 only.
+const (
+	readStockSQL = `SELECT sku, shard, available FROM inventory_stock_shards WHERE sku = ANY($1)`
+	readShardSQL = readStockSQL + ` AND shard = $2`
+)
 
-// unread returns the SKUs of skus the transaction has not read, each once.
-func (p *pendingStock) unread(skus []string) []string {
+// unread returns the SKUs of skus the transaction has not read as far as scope, each
+// once.
+func (p *pendingStock) unread(skus []string, scope readScope) []string {
 	var missing []string
 	for _, sku := range skus {
-		if !p.known[sku] && !slices.Contains(missing, sku) {
+		if p.scope[sku] < scope && !slices.Contains(missing, sku) {
 			missing = append(missing, sku)
 		}
 	}
 	return missing
 }
 
-// store keeps the levels rows (of readStockSQL) read and marks skus as read.
-func (p *pendingStock) store(rows pgx.Rows, skus []string) error {
+// store keeps the levels rows (of readStockSQL or readShardSQL) read and marks skus as
+// read as far as scope.
+func (p *pendingStock) store(rows pgx.Rows, skus []string, scope readScope) error {
 	var (
 		k shardKey
 		n int64
@@ -202,13 +228,28 @@ func (p *pendingStock) store(rows pgx.Rows, skus []string) error {
 		return fmt.Errorf("inventorysvc: read stock: %w", err)
 	}
 	for _, sku := range skus {
-		p.known[sku] = true
+		p.scope[sku] = max(p.scope[sku], scope)
 	}
 	return nil
 }
 
-// available returns the shards' stock of sku as the transaction sees it, and whether
-// the SKU exists.
+// short returns the SKUs of items (normalized) of which only the preferred shard was read
+// and it holds less than the item's quantity.
+func (p *pendingStock) short(items []events.Item) []string {
+	var skus []string
+	for _, it := range items {
+		if p.scope[it.SKU] == everyShard {
+			continue
+		}
+		if levels, _, _ := p.available(it.SKU); levels[p.shard] < int64(it.Qty) {
+			skus = append(skus, it.SKU)
+		}
+	}
+	return skus
+}
+
+// available returns the stock of the shards of sku the transaction has read, as it sees
+// it, and whether any was found.
 func (p *pendingStock) available(sku string) (levels [StockShards]int64, total int64, ok bool) {
 	for i := range int32(StockShards) {
 		k := shardKey{sku, i}
@@ -233,8 +274,17 @@ func take(ctx context.Context, tx pgx.Tx, orderID string, items []events.Item) (
 		p = newPending()
 	}
 	p.prefer(orderID)
-	if err := p.load(ctx, tx, skus, !deferred); err != nil {
+	scope := preferredShard
+	if !deferred {
+		scope = everyShard // read and locked at once
+	}
+	if err := p.load(ctx, tx, skus, scope, !deferred); err != nil {
 		return "", err
+	}
+	if short := p.short(items); len(short) > 0 {
+		if err := p.load(ctx, tx, short, everyShard, false); err != nil {
+			return "", err
+		}
 	}
 	for _, it := range items {
 		_, total, ok := p.available(it.SKU)
