@@ -61,6 +61,11 @@ type holdResult struct {
 	Windows        []holdWindow `json:"windows"`
 	Tables         []holdTable  `json:"tables"`
 	TrackerLag     holdLag      `json:"tracker_lag"`
+	// Activity is what the databases' active backends were doing in each window, and
+	// Statements the statements that took the most time late in the hold (-activity,
+	// pg_stat_statements): why latency grows with the hold's age.
+	Activity   *activityReport   `json:"activity,omitempty"`
+	Statements *statementsReport `json:"statements,omitempty"`
 }
 
 // holdLag is the tracker's lag (records not committed, -1: not known) around a hold.

@@ -240,6 +240,8 @@ func printResults(w io.Writer, r *results) {
 	}
 	if r.Hold != nil {
 		printHold(w, r.Hold)
+		printActivity(w, r.Hold.Activity)
+		printStatements(w, r.Hold.Statements)
 	}
 	printHeap(w, r.Heap)
 	if len(r.Growth) > 0 {

@@ -168,6 +168,12 @@ func run(ctx context.Context, c config) (*results, error) {
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	start := time.Now()
 	end := start.Add(c.duration)
+	// What the databases do around a hold (-hold): active backends and statements.
+	obs, err := observe(ctx, c, trackerURL, dbURLs, start, logf)
+	if err != nil {
+		return nil, err
+	}
+	defer obs.stop()
 	loadCtx, stopLoad := context.WithDeadline(ctx, end)
 	defer stopLoad()
 	var wg sync.WaitGroup
@@ -252,10 +258,11 @@ func run(ctx context.Context, c config) (*results, error) {
 			logf("%v", err)
 		}
 	}
-	// Timers of the hold (-hold) and of the warm-up's heap profiles (-profiles); nil: none.
-	var holdAt, release, warmedUp <-chan time.Time
+	// Timers of the hold (-hold), of its statement snapshots before it and in its last
+	// third, and of the warm-up's heap profiles (-profiles); nil: none.
+	var holdAt, release, warmedUp, stmtsBefore, holdLate <-chan time.Time
 	if c.hold > 0 {
-		holdAt = time.After(c.holdAt)
+		holdAt, stmtsBefore = time.After(c.holdAt), time.After(c.warmup)
 	}
 	if c.profiles != "" {
 		warmedUp = time.After(c.warmup)
@@ -274,7 +281,10 @@ func run(ctx context.Context, c config) (*results, error) {
 			sampleOnce()
 		case <-warmedUp:
 			saveHeap("warmup")
+		case <-stmtsBefore:
+			obs.snapshot(ctx, snapBefore)
 		case <-holdAt:
+			obs.snapshot(ctx, snapHold)
 			if held, holdErr = holdSnapshots(ctx, dbURLs); holdErr != nil {
 				logf("%v", holdErr)
 				continue
@@ -282,8 +292,11 @@ func run(ctx context.Context, c config) (*results, error) {
 			res.Hold = &holdResult{AtSeconds: time.Since(start).Seconds()}
 			logf("t=%4.0fs holding a REPEATABLE READ snapshot on %d databases for %s", res.Hold.AtSeconds, len(held.DBs), c.hold)
 			sampleOnce()
-			release = time.After(c.hold)
+			release, holdLate = time.After(c.hold), time.After(2*c.hold/3)
+		case <-holdLate:
+			obs.snapshot(ctx, snapLate)
 		case <-release:
+			obs.snapshot(ctx, snapRelease)
 			err := held.release(ctx)
 			res.Hold.ReleaseSeconds = time.Since(start).Seconds()
 			res.Hold.Databases, held = held.DBs, nil
@@ -299,6 +312,7 @@ func run(ctx context.Context, c config) (*results, error) {
 		_ = held.release(context.WithoutCancel(ctx))
 		res.Hold.ReleaseSeconds, res.Hold.Databases, held = time.Since(start).Seconds(), held.DBs, nil
 	}
+	obs.stop()
 	if c.profiles != "" {
 		saveHeap("end")
 	}
@@ -316,6 +330,7 @@ func run(ctx context.Context, c config) (*results, error) {
 	res.Minutes = perMinute(orders, w, start)
 	res.judge(c)
 	res.judgeHold(settledOrders(orders, w, start), c.warmup.Seconds(), c.duration.Seconds())
+	obs.report(res.Hold)
 	return res, errors.Join(holdErr, ctx.Err())
 }
 
