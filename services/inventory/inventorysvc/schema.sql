@@ -104,19 +104,15 @@ CREATE TABLE IF NOT EXISTS inventory_stock_shards (
 -- in (sku, shard) order, adds each change, and fails with a serialization failure
 -- (SQLSTATE 40001, retried by the consumer) unless every shard exists and keeps
 -- available >= 0. One statement, so that it can go out in the COMMIT's round trip: the
--- shards stay locked for that statement and the commit only. The UPDATE locks a single
--- shard by itself: the ordered lock is taken only for several, since each read of a hot
--- shard's row walks every version of it a snapshot may still see.
+-- shards stay locked for that statement and the commit only.
 CREATE OR REPLACE FUNCTION inventory_apply_stock(skus text[], shards int[], deltas bigint[])
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     changed bigint;
 BEGIN
-    IF cardinality(skus) > 1 THEN
-        PERFORM 1 FROM inventory_stock_shards
-        WHERE (sku, shard) IN (SELECT * FROM unnest(skus, shards))
-        ORDER BY sku, shard FOR NO KEY UPDATE;
-    END IF;
+    PERFORM 1 FROM inventory_stock_shards
+    WHERE (sku, shard) IN (SELECT * FROM unnest(skus, shards))
+    ORDER BY sku, shard FOR NO KEY UPDATE;
     UPDATE inventory_stock_shards s SET available = s.available + r.d
     FROM unnest(skus, shards, deltas) AS r (sku, shard, d)
     WHERE s.sku = r.sku AND s.shard = r.shard AND s.available + r.d >= 0;

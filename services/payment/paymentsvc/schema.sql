@@ -59,17 +59,13 @@ CREATE INDEX IF NOT EXISTS payment_order_outcomes_unchecked
 -- customers' rows in id order, adds each change, and fails with a serialization failure
 -- (SQLSTATE 40001, retried by the consumer) unless every customer exists and keeps
 -- balance >= 0. One statement, so that it can go out in the COMMIT's round trip: the
--- rows stay locked for that statement and the commit only. The UPDATE locks a single
--- customer by itself: the ordered lock is taken only for several, since each read of a
--- hot customer's row walks every version of it a snapshot may still see.
+-- rows stay locked for that statement and the commit only.
 CREATE OR REPLACE FUNCTION payment_apply_balances(ids text[], deltas bigint[])
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     changed bigint;
 BEGIN
-    IF cardinality(ids) > 1 THEN
-        PERFORM 1 FROM payment_customers WHERE id = ANY (ids) ORDER BY id FOR UPDATE;
-    END IF;
+    PERFORM 1 FROM payment_customers WHERE id = ANY (ids) ORDER BY id FOR UPDATE;
     UPDATE payment_customers c SET balance = c.balance + r.d
     FROM unnest(ids, deltas) AS r (id, d)
     WHERE c.id = r.id AND c.balance + r.d >= 0;
