@@ -20,7 +20,7 @@ const (
 	// overload starts (see "Pending limit" in docs/benchmarks.md).
 	DefaultMaxPending = 300
 	// PendingRefreshInterval is how often the pending count is read from Postgres
-	// (RunPendingCounter).
+	// (RunPendingCounter; less often when the count is slow).
 	PendingRefreshInterval = 200 * time.Millisecond
 	// PendingRetryAfter is the Retry-After of a POST shed because of the pending limit.
 	PendingRetryAfter = time.Second

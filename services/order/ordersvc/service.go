@@ -57,7 +57,8 @@ type Settings struct {
 	// StuckAfter is, per non-terminal state, how long an order may stay in it before it
 	// counts as stuck. A state missing from the map uses DefaultStuckAfter.
 	StuckAfter map[State]time.Duration
-	// SweepInterval is the period of the deadline sweeper and of the stuck count.
+	// SweepInterval is the period of the deadline sweeper and of the stuck count (longer
+	// when a round is slow: see RunSweeper).
 	SweepInterval time.Duration
 	// SweepBatch bounds the expired orders handled per sweep round.
 	SweepBatch int
