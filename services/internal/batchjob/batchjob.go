@@ -1,11 +1,14 @@
-// Package batchjob runs the demo services' background jobs over rows that several
-// instances share: inventory's reservation sweeper and reconciliation, payment's
-// reconciliation.
+// Package batchjob runs the demo services' periodic jobs: inventory's reservation
+// sweeper and reconciliation, payment's reconciliation, and the order service's deadline
+// sweep and pending count.
 //
-// A job works in batches. Each batch claims at most a batch size of rows with FOR UPDATE
-// SKIP LOCKED, so instances running the same job at once take different rows and never
-// wait on a handler that holds one. [Drain] repeats batches until one comes back short,
-// and [Run] repeats that on a ticker. [Reconciliation] is the reconciliations' batch: one
+// [Repeat] runs a round periodically, paced by how long the round takes ([Paced]), so
+// that a round that slows down (a snapshot held elsewhere keeps the versions its index
+// walks) takes at most a tenth of a connection. [Run] adds logging for jobs that work in
+// batches over rows that several instances share. Each batch claims at most a batch size
+// of rows with FOR UPDATE SKIP LOCKED, so instances running the same job at once take
+// different rows and never wait on a handler that holds one; [Drain] repeats batches
+// until one comes back short. [Reconciliation] is the reconciliations' batch: one
 // transaction claims the rows and settles those that need nothing, then each of the
 // others is corrected in a transaction of its own, so that a correction never holds the
 // locks of several orders.
@@ -52,22 +55,48 @@ type Logs struct {
 	Failed, Done string
 }
 
-// Run calls round every interval until ctx is cancelled, then returns nil; no round starts
-// once ctx is done. It logs each round's result as logs says, except the error of a round
-// that ctx's cancellation cut short (no failure: the service is stopping; what the round
-// did is still logged); a failed round is retried at the next tick.
-func Run(ctx context.Context, interval time.Duration, round func(context.Context) (int, error), logs Logs) error {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
+// paceFactor bounds the share of time a periodic round may take: after a round that took
+// d, the next starts at least paceFactor×d later, so the round keeps at most
+// 1/(paceFactor+1) of one connection busy.
+//
+// The rounds read partial indexes of the rows still to do (in-flight orders, unchecked
+// rows, unexpired reservations), and those hold an entry for every version of such a row
+// that vacuum has not removed. A snapshot held elsewhere on the database (a long report,
+// a stuck transaction) keeps every version, so each round walks every row written since
+// the snapshot was taken: 0.3 ms became 340 ms after ten minutes at 157 orders/s, and at
+// a fixed period the order service's three periodic reads alone took more than a core of
+// a two-core machine (docs/benchmarks.md, "held snapshot"). Paced, they slow down
+// instead.
+const paceFactor = 9
+
+// Paced returns how long to wait after a round that took took: every, or paceFactor×took
+// when that is longer.
+func Paced(every, took time.Duration) time.Duration {
+	return max(every, paceFactor*took)
+}
+
+// Repeat calls round at once and then again after every pause of Paced(every, the last
+// round's duration), until ctx is cancelled; no round starts once ctx is done.
+func Repeat(ctx context.Context, every time.Duration, round func(context.Context)) {
+	for ctx.Err() == nil {
+		start := time.Now()
+		round(ctx)
+		pause := time.NewTimer(Paced(every, time.Since(start)))
 		select {
 		case <-ctx.Done():
-			return nil
-		case <-t.C:
+			pause.Stop()
+			return
+		case <-pause.C:
 		}
-		if ctx.Err() != nil { // both were ready and select took the tick: no round after the end
-			return nil
-		}
+	}
+}
+
+// Run calls round at once and then about every interval (see [Repeat]) until ctx is
+// cancelled, then returns nil. It logs each round's result as logs says, except the error
+// of a round that ctx's cancellation cut short (no failure: the service is stopping; what
+// the round did is still logged); a failed round is retried at the next one.
+func Run(ctx context.Context, interval time.Duration, round func(context.Context) (int, error), logs Logs) error {
+	Repeat(ctx, interval, func(ctx context.Context) {
 		n, err := round(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -75,7 +104,8 @@ func Run(ctx context.Context, interval time.Duration, round func(context.Context
 		case n > 0 && logs.Done != "":
 			logs.Logger.InfoContext(ctx, logs.Done, slog.Int("count", n))
 		}
-	}
+	})
+	return nil
 }
 
 // Claimed is what the claim transaction of a reconciliation batch found.

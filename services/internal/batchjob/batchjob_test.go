@@ -54,6 +54,59 @@ func TestDrain(t *testing.T) {
 	}
 }
 
+// Paced keeps a fast round's period; a slow one waits paceFactor times its duration, so
+// it never takes more than a tenth of the time.
+func TestPaced(t *testing.T) {
+	for _, c := range []struct{ every, took, want time.Duration }{
+		{time.Second, 0, time.Second},
+		{time.Second, 100 * time.Millisecond, time.Second},
+		{time.Second, 340 * time.Millisecond, 3060 * time.Millisecond},
+		{200 * time.Millisecond, 50 * time.Millisecond, 450 * time.Millisecond},
+	} {
+		got := batchjob.Paced(c.every, c.took)
+		if got != c.want {
+			t.Errorf("Paced(%v, %v) = %v, want %v", c.every, c.took, got, c.want)
+		}
+		if share := float64(c.took) / float64(got+c.took); share > 0.1+1e-9 {
+			t.Errorf("Paced(%v, %v): the round takes %.2f of the time", c.every, c.took, share)
+		}
+	}
+}
+
+// Repeat runs the first round at once (with an hour's period, a wait would hang the
+// test) and starts each next one no sooner than Paced after the end of the last (timers
+// never fire early, so the bound holds on a loaded machine); it returns once ctx is
+// cancelled without starting another round.
+func TestRepeat(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	calls := 0
+	batchjob.Repeat(ctx, time.Hour, func(context.Context) { calls++; cancel() })
+	if calls != 1 {
+		t.Fatalf("%d rounds after the cancellation, want 1", calls)
+	}
+
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	var starts, ends []time.Time
+	batchjob.Repeat(ctx, time.Millisecond, func(context.Context) {
+		starts = append(starts, time.Now())
+		time.Sleep(20 * time.Millisecond)
+		ends = append(ends, time.Now())
+		if len(starts) == 3 {
+			cancel()
+		}
+	})
+	if len(starts) != 3 {
+		t.Fatalf("%d rounds, want 3", len(starts))
+	}
+	for i := 1; i < len(starts); i++ {
+		last := ends[i-1].Sub(starts[i-1])
+		if gap, want := starts[i].Sub(ends[i-1]), batchjob.Paced(time.Millisecond, last); gap < want {
+			t.Errorf("round %d started %v after a round of %v, want at least %v", i+1, gap, last, want)
+		}
+	}
+}
+
 // Run logs a failed round and, with Done, a round that did something; a round cut short
 // by the cancellation is no failure (what it did is still logged), and Run returns nil
 // once ctx is done without starting another round, even when a tick is due as well.

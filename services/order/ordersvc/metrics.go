@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/choreo-saga/choreo/services/internal/batchjob"
 )
 
 // Metric names.
@@ -73,21 +74,16 @@ func (s *Service) Stuck() map[State]int64 {
 }
 
 // RunSweeper sweeps expired deadlines (SweepOnce) and refreshes the stuck gauge
-// (CountStuck) every SweepInterval, or less often when a round is slow (paced), until
-// ctx is cancelled; it then returns nil. Errors are logged and retried at the next
-// round. Every instance may run it.
+// (CountStuck) every SweepInterval, or less often when a round is slow
+// ([batchjob.Paced]), until ctx is cancelled; it then returns nil. Errors are logged and
+// retried at the next round. Every instance may run it.
 func (s *Service) RunSweeper(ctx context.Context) error {
-	for {
-		start := time.Now()
+	batchjob.Repeat(ctx, s.cfg.SweepInterval, func(ctx context.Context) {
 		if err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
 			s.log.ErrorContext(ctx, "order: sweep failed", "err", err)
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(paced(s.cfg.SweepInterval, time.Since(start))):
-		}
-	}
+	})
+	return nil
 }
 
 // Sweep is one round of RunSweeper: it moves every order past its deadline (SweepOnce,

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/choreo-saga/choreo/services/internal/batchjob"
 )
 
 // Saga-level admission (WithMaxPending).
@@ -91,27 +93,22 @@ func (s *Service) RefreshPending(ctx context.Context) error {
 }
 
 // RunPendingCounter refreshes Pending every PendingRefreshInterval, or less often when
-// the count itself is slow (paced), until ctx is cancelled, then returns nil; it returns
-// at once if the limit is off. Between refreshes the instance adds the orders it creates
-// and takes off those it ends. Errors are logged (at most one line per ten seconds) and
-// the last count is kept.
+// the count itself is slow ([batchjob.Paced]), until ctx is cancelled, then returns nil;
+// it returns at once if the limit is off. Between refreshes the instance adds the orders
+// it creates and takes off those it ends. Errors are logged (at most one line per ten
+// seconds) and the last count is kept.
 func (s *Service) RunPendingCounter(ctx context.Context) error {
 	if s.maxPending == 0 {
 		return nil
 	}
 	var lastErrLog time.Time
-	for {
-		start := time.Now()
+	batchjob.Repeat(ctx, PendingRefreshInterval, func(ctx context.Context) {
 		if err := s.RefreshPending(ctx); err != nil && ctx.Err() == nil && time.Since(lastErrLog) >= pendingLogInterval {
 			lastErrLog = time.Now()
 			s.log.ErrorContext(ctx, "order: pending count failed", "err", err)
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(paced(PendingRefreshInterval, time.Since(start))):
-		}
-	}
+	})
+	return nil
 }
 
 // atLimit reports whether the pending limit is reached (without counting a refusal).
