@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -97,17 +98,9 @@ type observer struct {
 	done     chan struct{}
 }
 
-// observe starts the observer of a hold run (nil without -hold): its pool is on home, a
-// database the soak owns (pg_stat_statements' view is created there), and it watches the
-// databases of urls (service → URL). Activity is sampled every c.activity (0: not at all).
-func observe(ctx context.Context, c config, home string, urls map[string]string, start time.Time,
-	logf func(string, ...any)) (*observer, error) {
-	if c.hold <= 0 {
-		return nil, nil
-	}
-	return startObserver(ctx, home, urls, c.activity, start, logf)
-}
-
+// startObserver starts the soak's observer: its pool is on home, a database the soak owns
+// (pg_stat_statements' view is created there), and it watches the databases of urls
+// (service → URL), sampling their activity every period (0: not at all).
 func startObserver(ctx context.Context, home string, urls map[string]string, period time.Duration, start time.Time,
 	logf func(string, ...any)) (*observer, error) {
 	o := &observer{start: start, period: period, services: map[string]string{}, logf: logf,
@@ -186,14 +179,15 @@ func (o *observer) sampleLoop(ctx context.Context) {
 }
 
 // activity reads the active client backends of the observed databases, other than the
-// observer's own.
+// observer's own, and their autovacuum workers (whose query reads "autovacuum: …").
 func (o *observer) activity(ctx context.Context) ([]activityKey, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	rows, err := o.pool.Query(ctx, `SELECT datname, coalesce(wait_event_type || ':' || wait_event, 'CPU'), coalesce(query, '')
 		FROM pg_stat_activity
-		WHERE state = 'active' AND backend_type = 'client backend' AND pid <> pg_backend_pid()
-			AND application_name <> $2 AND datname = ANY($1)`, o.names, observerApp)
+		WHERE datname = ANY($1) AND pid <> pg_backend_pid() AND application_name <> $2
+			AND (backend_type = 'client backend' AND state = 'active' OR backend_type = 'autovacuum worker')`,
+		o.names, observerApp)
 	if err != nil {
 		return nil, fmt.Errorf("soak: pg_stat_activity: %w", err)
 	}
@@ -237,13 +231,90 @@ func (o *observer) report(h *holdResult) {
 	if o == nil || h == nil {
 		return
 	}
-	if o.period > 0 {
-		samples, errs := o.sampled()
-		a := summariseActivity(samples, activitySpans(h), activityTop)
-		a.PeriodSeconds, a.Errors = o.period.Seconds(), errs
-		h.Activity = &a
+	h.Activity = o.activityReport(activitySpans(h))
+	h.Statements = o.statementsReport(holdPoints)
+}
+
+// driftReport is what the soak's databases were doing in the p99 drift's windows and in
+// each minute, and the statements of the last window against the early one.
+type driftReport struct {
+	Activity   *activityReport   `json:"activity,omitempty"`
+	Minutes    []activityMinute  `json:"activity_per_minute,omitempty"`
+	Statements *statementsReport `json:"statements,omitempty"`
+}
+
+// activityMinute is a minute's average count of active client backends, by service and
+// by wait event type (CPU when waiting on nothing), and of autovacuum workers.
+type activityMinute struct {
+	Minute     int                `json:"minute"`
+	Samples    int                `json:"samples"`
+	Active     float64            `json:"avg_active"`
+	ByService  map[string]float64 `json:"by_service"`
+	ByWaitType map[string]float64 `json:"by_wait_type"`
+	Autovacuum float64            `json:"autovacuum_workers"`
+}
+
+// drift is the report of a plain soak whose p99 drift windows are early and last
+// (seconds since the load began).
+func (o *observer) drift(early, last span) *driftReport {
+	if o == nil {
+		return nil
 	}
-	h.Statements = o.statementsReport()
+	early.Name, last.Name = "early", "last"
+	d := &driftReport{Activity: o.activityReport([]span{early, last}), Statements: o.statementsReport(driftPoints)}
+	if d.Activity != nil {
+		samples, _ := o.sampled()
+		d.Minutes = activityPerMinute(samples)
+	}
+	return d
+}
+
+// activityReport summarises the samples over spans (nil when activity was not sampled).
+func (o *observer) activityReport(spans []span) *activityReport {
+	if o.period <= 0 {
+		return nil
+	}
+	samples, errs := o.sampled()
+	a := summariseActivity(samples, spans, activityTop)
+	a.PeriodSeconds, a.Errors = o.period.Seconds(), errs
+	return &a
+}
+
+// autovacuum reports whether k is an autovacuum worker's.
+func (k activityKey) autovacuum() bool { return strings.HasPrefix(k.Query, "autovacuum:") }
+
+// activityPerMinute averages the samples of each minute since the load began.
+func activityPerMinute(samples []activitySample) []activityMinute {
+	var out []activityMinute
+	for _, s := range samples {
+		m := int(s.T / 60)
+		for len(out) <= m {
+			out = append(out, activityMinute{Minute: len(out), ByService: map[string]float64{}, ByWaitType: map[string]float64{}})
+		}
+		x := &out[m]
+		x.Samples++
+		for _, k := range s.Keys {
+			if k.autovacuum() {
+				x.Autovacuum++
+				continue
+			}
+			x.Active++
+			x.ByService[k.Service]++
+			waitType, _, _ := strings.Cut(k.Wait, ":")
+			x.ByWaitType[waitType]++
+		}
+	}
+	for i := range out {
+		x := &out[i]
+		n := float64(max(x.Samples, 1))
+		x.Active, x.Autovacuum = round3(x.Active/n), round3(x.Autovacuum/n)
+		for _, m := range []map[string]float64{x.ByService, x.ByWaitType} {
+			for k, v := range m {
+				m[k] = round3(v / n)
+			}
+		}
+	}
+	return out
 }
 
 // activitySpans are the windows of h, with the first and last thirds of during after it.
@@ -271,7 +342,7 @@ func normaliseQuery(q string, n int) string {
 
 // summariseActivity counts the samples of each span: its average count of active
 // backends, and that of each key in the union of every span's top keys, ranked by the
-// hold's last third (the first span without one), then by the sum over the spans.
+// hold's last third (the last span without one), then by the sum over the spans.
 func summariseActivity(samples []activitySample, spans []span, top int) activityReport {
 	var r activityReport
 	counts := make([]map[activityKey]int, len(spans))
@@ -296,7 +367,10 @@ func summariseActivity(samples []activitySample, spans []span, top int) activity
 			union[k] = true
 		}
 	}
-	rank := max(0, slices.IndexFunc(spans, func(s span) bool { return s.Name == lateThird }))
+	rank := slices.IndexFunc(spans, func(s span) bool { return s.Name == lateThird })
+	if rank < 0 {
+		rank = len(spans) - 1
+	}
 	for k := range union {
 		row := activityRow{activityKey: k, Active: make([]float64, len(spans))}
 		for i := range spans {
@@ -357,7 +431,7 @@ func printActivity(w io.Writer, a *activityReport) {
 	if a.Errors > 0 {
 		failed = fmt.Sprintf("; %d samples failed", a.Errors)
 	}
-	fmt.Fprintf(w, "  active backends of the soak's databases per window (pg_stat_activity every %.1f s, average per sample%s):\n",
+	fmt.Fprintf(w, "  active backends (clients and autovacuum workers) of the soak's databases per window (pg_stat_activity every %.1f s, average per sample%s):\n",
 		a.PeriodSeconds, failed)
 	fmt.Fprint(w, "   ")
 	for _, x := range a.Windows {
@@ -376,4 +450,30 @@ func printActivity(w io.Writer, a *activityReport) {
 		}
 		fmt.Fprintf(w, "  %-9s %-24s %s\n", r.Service, r.Wait, r.Query)
 	}
+}
+
+// printDrift prints a plain soak's activity and statements in its p99 drift windows and
+// its activity per minute.
+func printDrift(w io.Writer, d *driftReport) {
+	if d == nil {
+		return
+	}
+	printActivity(w, d.Activity)
+	printStatements(w, d.Statements)
+	if len(d.Minutes) > 0 {
+		fmt.Fprintln(w, "  active client backends per minute (average per sample; by service, by wait type) and autovacuum workers:")
+	}
+	for _, m := range d.Minutes {
+		fmt.Fprintf(w, "    %3d  %5.2f  %s  %s  autovacuum %.2f\n", m.Minute, m.Active, fmtShares(m.ByService), fmtShares(m.ByWaitType), m.Autovacuum)
+	}
+}
+
+// fmtShares is m's entries in key order, "k=v".
+func fmtShares(m map[string]float64) string {
+	keys := slices.Sorted(maps.Keys(m))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%.2f", k, m[k])
+	}
+	return strings.Join(parts, " ")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -246,7 +247,7 @@ func TestObserver(t *testing.T) {
 	}
 
 	if !o.statements {
-		if r := o.statementsReport(); !strings.Contains(r.Note, "ALTER SYSTEM SET shared_preload_libraries") {
+		if r := o.statementsReport(holdPoints); !strings.Contains(r.Note, "ALTER SYSTEM SET shared_preload_libraries") {
 			t.Errorf("pg_stat_statements not loaded, report %+v", r)
 		}
 		return
@@ -270,7 +271,7 @@ func TestObserver(t *testing.T) {
 	}
 	calls(5)
 	o.snapshot(ctx, snapRelease)
-	r := o.statementsReport()
+	r := o.statementsReport(holdPoints)
 	if r.Note != "" {
 		t.Fatalf("statements report: %s", r.Note)
 	}
@@ -283,4 +284,38 @@ func TestObserver(t *testing.T) {
 		}
 	}
 	t.Errorf("the marker statement is not in the late top %+v", r.Top)
+}
+
+// TestDriftReport: a plain soak's samples are averaged per minute, client backends by
+// service and wait type apart from autovacuum workers, and printed after the drift
+// windows' activity.
+func TestDriftReport(t *testing.T) {
+	samples := []activitySample{
+		{T: 10, Keys: []activityKey{{"order", "CPU", "SELECT 1"}, {"payment", "Lock:tuple", "UPDATE x"}}},
+		{T: 50, Keys: []activityKey{{"order", "LWLock:WALWrite", "COMMIT"},
+			{"order", "CPU", "autovacuum: VACUUM public.choreo_idempotency"}}},
+		{T: 130, Keys: nil},
+	}
+	m := activityPerMinute(samples)
+	want := []activityMinute{
+		{Minute: 0, Samples: 2, Active: 1.5, ByService: map[string]float64{"order": 1, "payment": 0.5},
+			ByWaitType: map[string]float64{"CPU": 0.5, "Lock": 0.5, "LWLock": 0.5}, Autovacuum: 0.5},
+		{Minute: 1, ByService: map[string]float64{}, ByWaitType: map[string]float64{}},
+		{Minute: 2, Samples: 1, ByService: map[string]float64{}, ByWaitType: map[string]float64{}},
+	}
+	if !reflect.DeepEqual(m, want) {
+		t.Fatalf("activityPerMinute = %+v\nwant %+v", m, want)
+	}
+	a := summariseActivity(samples, []span{{Name: "early", From: 0, To: 60}, {Name: "last", From: 60, To: 180}}, activityTop)
+	a.PeriodSeconds = 0.5
+	var b strings.Builder
+	printResults(&b, &results{Drift: &driftReport{Activity: &a, Minutes: m, Statements: &statementsReport{Note: stmtNotLoaded}}})
+	out := b.String()
+	t.Logf("printed:\n%s", out)
+	for _, s := range []string{"  early   last", "autovacuum: VACUUM", "  0   1.50  order=1.00 payment=0.50  CPU=0.50 LWLock=0.50 Lock=0.50  autovacuum 0.50",
+		"ALTER SYSTEM SET shared_preload_libraries"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("printed output lacks %q", s)
+		}
+	}
 }

@@ -23,9 +23,13 @@
 // RSS, table size and p99 drift figures are then reported but not judged, and the
 // results go to the "soak_hold" key and docs/soak-hold.svg. To show what makes the hold
 // cost (activity.go, statements.go) it samples pg_stat_activity every -activity (the
-// active backends per window, and per wait event and query, the hold's first and last
+// active backends and autovacuum workers per window, and per wait event and query, the hold's first and last
 // thirds apart) and, when pg_stat_statements is loaded, reports the statements that took
 // the most time in the hold's last third, per call then and before the hold.
+//
+// Without -hold, the same observer reports the p99 drift's windows: the active backends
+// in each (and per minute), and the statements of the last window against the early one
+// (the "drift" part of the results).
 //
 // With -profiles it saves each service's heap profile at the end of warm-up and at the
 // end of the load into that directory (heap.go) and prints their heap in use.
@@ -84,7 +88,7 @@ func main() {
 	fs.StringVar(&c.svgPath, "svg", "docs/soak.svg", "write the plot to this file (empty: not at all; docs/soak-hold.svg by default with -hold)")
 	fs.DurationVar(&c.holdAt, "hold-at", 5*time.Minute, "with -hold, when the snapshots are taken, after the warm-up")
 	fs.DurationVar(&c.hold, "hold", 0, "hold a REPEATABLE READ snapshot on every service database this long (0: no hold)")
-	fs.DurationVar(&c.activity, "activity", 500*time.Millisecond, "with -hold, sample the active backends of the soak's databases this often (0: not at all)")
+	fs.DurationVar(&c.activity, "activity", 500*time.Millisecond, "sample the active backends and autovacuum workers of the soak's databases this often (0: not at all)")
 	fs.StringVar(&c.profiles, "profiles", "", "save each service's heap profile at the end of warm-up and of the load into this directory (empty: not at all)")
 	_ = fs.Parse(os.Args[1:])
 	if c.warmup == 0 {

@@ -70,6 +70,9 @@ type results struct {
 	Growth           []growth  `json:"growth"`
 	// Hold is a hold run's windows, verdicts' figures and tables (-hold > 0).
 	Hold *holdResult `json:"hold,omitempty"`
+	// Drift is what the databases did in the p99 drift's windows and per minute (a run
+	// without -hold).
+	Drift *driftReport `json:"drift,omitempty"`
 	// Heap is each service instance's heap at the end of warm-up and at the end (-profiles).
 	Heap []heapPoint `json:"heap,omitempty"`
 }
@@ -114,6 +117,13 @@ func slope(x, y []float64) float64 {
 		return 0
 	}
 	return (n*sxy - sx*sy) / d
+}
+
+// driftWindows are the p99 drift's windows, in minutes since the load began: minutes
+// 5–15 and the last 10 of a 60-minute run, scaled by duration/60m for other lengths.
+func driftWindows(duration time.Duration) (early, last span) {
+	scale, d := duration.Minutes()/60, duration.Minutes()
+	return span{Name: "early", From: 5 * scale, To: 15 * scale}, span{Name: "last", From: d - 10*scale, To: d}
 }
 
 // p99Window is the p99 of the orders due in minutes [from, to).
@@ -184,17 +194,15 @@ func (r *results) judge(c config) {
 					ratioOf(t0.LiveTup, t1.LiveTup), t1.DeadTup))
 		}
 	}
-	// p99 drift, windows scaled by duration/60m.
-	scale := c.duration.Minutes() / 60
-	early := r.p99Window(5*scale, 15*scale)
-	late := r.p99Window(c.duration.Minutes()-10*scale, c.duration.Minutes())
+	// p99 drift.
+	ew, lw := driftWindows(c.duration)
+	early, late := r.p99Window(ew.From, ew.To), r.p99Window(lw.From, lw.To)
 	ratio := 0.0
 	if early > 0 {
 		ratio = late / early
 	}
 	add("p99_drift", ratio, 1.25, "p99 last ÷ p99 early", ratio > 0 && ratio <= 1.25,
-		fmt.Sprintf("p99 %.1f ms (minutes %.1f–%.1f) ÷ %.1f ms (minutes %.1f–%.1f)", late,
-			c.duration.Minutes()-10*scale, c.duration.Minutes(), early, 5*scale, 15*scale))
+		fmt.Sprintf("p99 %.1f ms (minutes %.1f–%.1f) ÷ %.1f ms (minutes %.1f–%.1f)", late, lw.From, lw.To, early, ew.From, ew.To))
 	cr := 0.0
 	if last.Offered > 0 {
 		cr = float64(last.Confirmed) / float64(last.Offered)
@@ -243,6 +251,7 @@ func printResults(w io.Writer, r *results) {
 		printActivity(w, r.Hold.Activity)
 		printStatements(w, r.Hold.Statements)
 	}
+	printDrift(w, r.Drift)
 	printHeap(w, r.Heap)
 	if len(r.Growth) > 0 {
 		fmt.Fprintln(w, "tables without a retention the soak shortens (they grow with the orders by design):")

@@ -168,8 +168,9 @@ func run(ctx context.Context, c config) (*results, error) {
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	start := time.Now()
 	end := start.Add(c.duration)
-	// What the databases do around a hold (-hold): active backends and statements.
-	obs, err := observe(ctx, c, trackerURL, dbURLs, start, logf)
+	// What the databases do (active backends and statements): around the hold (-hold),
+	// in the p99 drift's windows otherwise.
+	obs, err := startObserver(ctx, trackerURL, dbURLs, c.activity, start, logf)
 	if err != nil {
 		return nil, err
 	}
@@ -264,6 +265,14 @@ func run(ctx context.Context, c config) (*results, error) {
 	if c.hold > 0 {
 		holdAt, stmtsBefore = time.After(c.holdAt), time.After(c.warmup)
 	}
+	// Without a hold, the statement snapshots bound the p99 drift's windows; the last one
+	// is taken when the load ends.
+	earlyWindow, lastWindow := driftWindows(c.duration)
+	var earlyFrom, earlyTo, lastFrom <-chan time.Time
+	if c.hold <= 0 {
+		minutes := func(m float64) <-chan time.Time { return time.After(time.Duration(m * float64(time.Minute))) }
+		earlyFrom, earlyTo, lastFrom = minutes(earlyWindow.From), minutes(earlyWindow.To), minutes(lastWindow.From)
+	}
 	if c.profiles != "" {
 		warmedUp = time.After(c.warmup)
 	}
@@ -283,6 +292,12 @@ func run(ctx context.Context, c config) (*results, error) {
 			saveHeap("warmup")
 		case <-stmtsBefore:
 			obs.snapshot(ctx, snapBefore)
+		case <-earlyFrom:
+			obs.snapshot(ctx, snapEarly)
+		case <-earlyTo:
+			obs.snapshot(ctx, snapEarlyEnd)
+		case <-lastFrom:
+			obs.snapshot(ctx, snapLast)
 		case <-holdAt:
 			obs.snapshot(ctx, snapHold)
 			if held, holdErr = holdSnapshots(ctx, dbURLs); holdErr != nil {
@@ -312,6 +327,9 @@ func run(ctx context.Context, c config) (*results, error) {
 		_ = held.release(context.WithoutCancel(ctx))
 		res.Hold.ReleaseSeconds, res.Hold.Databases, held = time.Since(start).Seconds(), held.DBs, nil
 	}
+	if c.hold <= 0 {
+		obs.snapshot(ctx, snapEnd)
+	}
 	obs.stop()
 	if c.profiles != "" {
 		saveHeap("end")
@@ -331,6 +349,10 @@ func run(ctx context.Context, c config) (*results, error) {
 	res.judge(c)
 	res.judgeHold(settledOrders(orders, w, start), c.warmup.Seconds(), c.duration.Seconds())
 	obs.report(res.Hold)
+	if c.hold <= 0 {
+		toSeconds := func(s span) span { return span{From: s.From * 60, To: s.To * 60} }
+		res.Drift = obs.drift(toSeconds(earlyWindow), toSeconds(lastWindow))
+	}
 	return res, errors.Join(holdErr, ctx.Err())
 }
 

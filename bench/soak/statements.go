@@ -12,15 +12,34 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// The points of a hold run at which pg_stat_statements is snapshotted: the before window
-// is [snapBefore, snapHold), the hold's last third [snapLate, snapRelease).
+// The points at which pg_stat_statements is snapshotted. In a hold run the base window is
+// [snapBefore, snapHold) and the late one the hold's last third, [snapLate, snapRelease);
+// in a plain soak they are the p99 drift's windows, [snapEarly, snapEarlyEnd) and
+// [snapLast, snapEnd).
 const (
-	snapBefore  = "before" // the end of warm-up, where judgeHold's before window starts
-	snapHold    = "hold"
-	snapLate    = "late" // two thirds into the hold
-	snapRelease = "release"
-	stmtTop     = 10
+	snapBefore   = "before" // the end of warm-up, where judgeHold's before window starts
+	snapHold     = "hold"
+	snapLate     = "late" // two thirds into the hold
+	snapRelease  = "release"
+	snapEarly    = "early" // minute 5 (scaled by duration/60m)
+	snapEarlyEnd = "early_end"
+	snapLast     = "last" // ten minutes (scaled) before the end
+	snapEnd      = "end"
+	stmtTop      = 10
 )
+
+// The windows of the two kinds of run, as [base from, base to, late from, late to] points
+// and the labels printed for base and late.
+var (
+	holdPoints  = stmtWindows{Points: [4]string{snapBefore, snapHold, snapLate, snapRelease}, Base: "before the hold", Late: "the hold's last third"}
+	driftPoints = stmtWindows{Points: [4]string{snapEarly, snapEarlyEnd, snapLast, snapEnd}, Base: "the early window", Late: "the last window"}
+)
+
+// stmtWindows names the snapshots that bound a report's base and late windows.
+type stmtWindows struct {
+	Points     [4]string
+	Base, Late string
+}
 
 // stmtNotLoaded is the report's note when pg_stat_statements is not loaded.
 const stmtNotLoaded = "pg_stat_statements is not loaded, so the statements are not reported: " +
@@ -47,11 +66,12 @@ type stmtSnapshot struct {
 	Rows map[stmtKey]stmtStat
 }
 
-// stmtRow is one statement's figures before the hold and in its last third.
+// stmtRow is one statement's figures in the base window (before the hold) and the late one
+// (the hold's last third).
 type stmtRow struct {
 	Service             string  `json:"service"`
 	Query               string  `json:"query"`
-	LateExecMs          float64 `json:"late_exec_ms"` // total execution time in the last third
+	LateExecMs          float64 `json:"late_exec_ms"` // total execution time in the late window
 	CallsPerSecBefore   float64 `json:"calls_per_sec_before"`
 	CallsPerSecLate     float64 `json:"calls_per_sec_late"`
 	MsPerCallBefore     float64 `json:"ms_per_call_before"`
@@ -60,10 +80,13 @@ type stmtRow struct {
 	BlocksPerCallLate   float64 `json:"shared_blocks_per_call_late"`
 }
 
-// statementsReport is the statements that took the most execution time in the hold's last
-// third, beside their figures before the hold.
+// statementsReport is the statements that took the most execution time in the late window,
+// beside their figures in the base window (named by Base and Late; the JSON's "before"
+// is the base window).
 type statementsReport struct {
 	Note       string    `json:"note,omitempty"` // why there are none
+	Base       string    `json:"base,omitempty"`
+	Late       string    `json:"late,omitempty"`
 	BeforeFrom float64   `json:"before_from_seconds,omitempty"`
 	BeforeTo   float64   `json:"before_to_seconds,omitempty"`
 	LateFrom   float64   `json:"late_from_seconds,omitempty"`
@@ -144,18 +167,21 @@ func (o *observer) readStatements(ctx context.Context) (stmtSnapshot, error) {
 	return s, nil
 }
 
-// statementsReport ranks the statements of the hold's last third, or says why it cannot.
-func (o *observer) statementsReport() *statementsReport {
+// statementsReport ranks the statements of w's late window, or says why it cannot.
+func (o *observer) statementsReport(w stmtWindows) *statementsReport {
 	if !o.statements {
 		return &statementsReport{Note: o.note}
 	}
-	for _, p := range []string{snapBefore, snapHold, snapLate, snapRelease} {
-		if _, ok := o.snaps[p]; !ok {
+	var snaps [4]stmtSnapshot
+	for i, p := range w.Points {
+		s, ok := o.snaps[p]
+		if !ok {
 			return &statementsReport{Note: "pg_stat_statements: no snapshot at " + p + " (the run ended early or the read failed)"}
 		}
+		snaps[i] = s
 	}
-	b0, b1, l0, l1 := o.snaps[snapBefore], o.snaps[snapHold], o.snaps[snapLate], o.snaps[snapRelease]
-	return &statementsReport{BeforeFrom: b0.T, BeforeTo: b1.T, LateFrom: l0.T, LateTo: l1.T,
+	b0, b1, l0, l1 := snaps[0], snaps[1], snaps[2], snaps[3]
+	return &statementsReport{Base: w.Base, Late: w.Late, BeforeFrom: b0.T, BeforeTo: b1.T, LateFrom: l0.T, LateTo: l1.T,
 		Top: rankStatements(b0, b1, l0, l1, o.services, stmtTop)}
 }
 
@@ -225,8 +251,8 @@ func printStatements(w io.Writer, s *statementsReport) {
 		fmt.Fprintf(w, "  %s\n", s.Note)
 		return
 	}
-	fmt.Fprintf(w, "  statements by execution time in the hold's last third, %.0f–%.0f s, against before it, %.0f–%.0f s (pg_stat_statements; exec s: its execution time then; -: no calls):\n",
-		s.LateFrom, s.LateTo, s.BeforeFrom, s.BeforeTo)
+	fmt.Fprintf(w, "  statements by execution time in %s, %.0f–%.0f s, against %s, %.0f–%.0f s (pg_stat_statements; exec s: its execution time then; -: no calls):\n",
+		cmp.Or(s.Late, holdPoints.Late), s.LateFrom, s.LateTo, cmp.Or(s.Base, holdPoints.Base), s.BeforeFrom, s.BeforeTo)
 	fmt.Fprintf(w, "    %-9s %8s %19s %21s %23s  %s\n", "service", "exec s", "calls/s before→late", "ms/call before→late", "blocks/call before→late", "query")
 	for _, r := range s.Top {
 		fmt.Fprintf(w, "    %-9s %8.1f %19s %21s %23s  %s\n", r.Service, r.LateExecMs/1000,
