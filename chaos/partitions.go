@@ -194,7 +194,7 @@ func runPartitions(ctx context.Context, sc Scenario, c Config) (res Result) {
 		"then to one with %d (confirmed/s compared); on the %d-partition system under load, kill -9 of a payment instance, left down until every "+
 		"partition of its group is consumed again, then a rolling restart of all %d instances (SIGTERM, exit, start, ready, the next)",
 		inst, few, many, many, procs)
-	if c.System.MaxConns <= 0 {
+	if c.System.MaxConns == 0 {
 		// A group reads some of the saga topics and the retry topic of each
 		// (consumer.WithRetryTopics): at most twice the saga topics' partitions.
 		perMember := (2*len(events.Topics)*many + inst - 1) / inst

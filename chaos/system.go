@@ -52,6 +52,8 @@ type Options struct {
 	PostgresURL string
 	// MaxConns caps each instance's Postgres pool (DATABASE_MAX_CONNS; default 8), so
 	// that six instances stay well within the max_connections of a shared Postgres.
+	// Negative leaves DATABASE_MAX_CONNS unset: each service sizes its pool by its own
+	// default (docs/operations.md, "Postgres connections").
 	MaxConns int
 	// Env is added to every service's environment (e.g. ORDER_SAGA_TIMEOUT).
 	Env []string
@@ -85,7 +87,7 @@ func (o *Options) defaults() {
 	if o.PostgresURL == "" {
 		o.PostgresURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 	}
-	if o.MaxConns <= 0 {
+	if o.MaxConns == 0 {
 		o.MaxConns = 8
 	}
 	if o.Log == nil {
@@ -354,7 +356,6 @@ func (s *System) newInstance(svc string, i int) (*proc, error) {
 	}
 	env := []string{
 		"DATABASE_URL=" + dbURL,
-		"DATABASE_MAX_CONNS=" + strconv.Itoa(s.opts.MaxConns),
 		"REDIS_ADDR=" + redisAddr,
 		"KAFKA_BROKERS=" + s.brokers,
 		"KAFKA_PARTITIONS=" + strconv.Itoa(s.opts.Partitions),
@@ -366,6 +367,9 @@ func (s *System) newInstance(svc string, i int) (*proc, error) {
 		"PAYMENT_HANG_CUSTOMERS=none",
 		"OTEL_TRACES_EXPORTER=none",
 		"OTEL_METRICS_EXPORTER=none",
+	}
+	if s.opts.MaxConns > 0 {
+		env = append(env, "DATABASE_MAX_CONNS="+strconv.Itoa(s.opts.MaxConns))
 	}
 	if s.bouncer != nil {
 		benv, err := s.bouncer.env(dbURL)

@@ -50,19 +50,22 @@ import (
 )
 
 type config struct {
-	duration  time.Duration
-	sample    time.Duration
-	retention time.Duration
-	warmup    time.Duration
-	satRates  string
-	satDur    time.Duration
-	rate      int
-	jsonPath  string
-	svgPath   string
-	holdAt    time.Duration
-	hold      time.Duration
-	profiles  string
-	activity  time.Duration
+	duration   time.Duration
+	sample     time.Duration
+	retention  time.Duration
+	warmup     time.Duration
+	satRates   string
+	satDur     time.Duration
+	rate       int
+	jsonPath   string
+	svgPath    string
+	holdAt     time.Duration
+	hold       time.Duration
+	profiles   string
+	activity   time.Duration
+	dir        string
+	ordersPath string
+	maxConns   int
 }
 
 func main() {
@@ -90,6 +93,9 @@ func main() {
 	fs.DurationVar(&c.hold, "hold", 0, "hold a REPEATABLE READ snapshot on every service database this long (0: no hold)")
 	fs.DurationVar(&c.activity, "activity", 500*time.Millisecond, "sample the active backends and autovacuum workers of the soak's databases this often (0: not at all)")
 	fs.StringVar(&c.profiles, "profiles", "", "save each service's heap profile at the end of warm-up and of the load into this directory (empty: not at all)")
+	fs.IntVar(&c.maxConns, "max-conns", -1, "DATABASE_MAX_CONNS of every service (negative: each service's own default, as docs/operations.md sizes it)")
+	fs.StringVar(&c.dir, "dir", "", "keep the system's binaries, broker data and logs in this directory (empty: a temporary one, removed)")
+	fs.StringVar(&c.ordersPath, "orders", "", "write every order's due, answered and terminal times (CSV) to this file (empty: not at all)")
 	_ = fs.Parse(os.Args[1:])
 	if c.warmup == 0 {
 		c.warmup = c.duration / 6

@@ -63,8 +63,9 @@ func saturation(ctx context.Context, c config) (float64, error) {
 
 // order is one placed order.
 type order struct {
-	due time.Time
-	id  string
+	due    time.Time
+	posted time.Time // when the POST was answered
+	id     string
 }
 
 func run(ctx context.Context, c config) (*results, error) {
@@ -97,8 +98,8 @@ func run(ctx context.Context, c config) (*results, error) {
 	}
 	defer restore()
 	logf("starting the system; half the saturation: %d orders/s for %s", res.Rate, c.duration)
-	sys, err := chaos.Start(ctx, chaos.Options{Instances: 1, Partitions: 6, PostgresURL: pgURL, MaxConns: 12,
-		Env: res.Env, Log: os.Stderr})
+	sys, err := chaos.Start(ctx, chaos.Options{Instances: 1, Partitions: 6, PostgresURL: pgURL, MaxConns: c.maxConns,
+		Env: res.Env, Log: os.Stderr, Dir: c.dir})
 	if err != nil {
 		return nil, fmt.Errorf("soak: %w", err)
 	}
@@ -207,7 +208,7 @@ func run(ctx context.Context, c config) (*results, error) {
 					errs++
 					return
 				}
-				o.id = id
+				o.id, o.posted = id, time.Now()
 			})
 		}
 	})
@@ -346,6 +347,11 @@ func run(ctx context.Context, c config) (*results, error) {
 	sampleOnce()
 	res.PostErrors = errs
 	res.Minutes = perMinute(orders, w, start)
+	if c.ordersPath != "" {
+		if err := writeOrders(c.ordersPath, orders, w, start); err != nil {
+			logf("%v", err)
+		}
+	}
 	res.judge(c)
 	res.judgeHold(settledOrders(orders, w, start), c.warmup.Seconds(), c.duration.Seconds())
 	obs.report(res.Hold)
@@ -354,6 +360,28 @@ func run(ctx context.Context, c config) (*results, error) {
 		res.Drift = obs.drift(toSeconds(earlyWindow), toSeconds(lastWindow))
 	}
 	return res, errors.Join(holdErr, ctx.Err())
+}
+
+// writeOrders writes every placed order as a CSV line of seconds since the load began:
+// when it was due, when its POST was answered and when its terminal event was read
+// (-1: none), and its outcome.
+func writeOrders(path string, orders []*order, w *orderwatch.Watcher, start time.Time) error {
+	var b strings.Builder
+	b.WriteString("due_s,posted_s,terminal_s,outcome\n")
+	for _, o := range orders {
+		if o.id == "" {
+			continue
+		}
+		done, outcome := -1.0, "pending"
+		if e, ok := w.Lookup(o.id); ok {
+			done, outcome = e.At.Sub(start).Seconds(), e.Outcome.String()
+		}
+		fmt.Fprintf(&b, "%.3f,%.3f,%.3f,%s\n", o.due.Sub(start).Seconds(), o.posted.Sub(start).Seconds(), done, outcome)
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("soak: -orders: %w", err)
+	}
+	return nil
 }
 
 // settledOrders is every placed order's due and terminal time since start.

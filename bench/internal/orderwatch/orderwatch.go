@@ -32,6 +32,19 @@ const (
 	Cancelled
 )
 
+// String is the outcome in lower case: pending, confirmed, rejected or cancelled.
+func (o Outcome) String() string {
+	switch o {
+	case Confirmed:
+		return "confirmed"
+	case Rejected:
+		return "rejected"
+	case Cancelled:
+		return "cancelled"
+	}
+	return "pending"
+}
+
 // OutcomeOf returns the outcome an event type announces, Pending for any other type.
 func OutcomeOf(typ string) Outcome {
 	switch typ {
