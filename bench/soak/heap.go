@@ -18,12 +18,22 @@ import (
 
 // heapPoint is one service instance's heap at one point of the run, after a forced GC.
 type heapPoint struct {
-	Point     string  `json:"point"` // warmup or end
-	T         float64 `json:"t_seconds"`
-	Instance  string  `json:"instance"`
-	HeapInuse uint64  `json:"heap_inuse_bytes"` // runtime.MemStats.HeapInuse
-	HeapAlloc uint64  `json:"heap_alloc_bytes"` // runtime.MemStats.HeapAlloc: live objects after the GC
-	Profile   string  `json:"profile"`          // the heap profile's file
+	Point    string  `json:"point"` // warmup or end
+	T        float64 `json:"t_seconds"`
+	Instance string  `json:"instance"`
+	memStats
+	Profile string `json:"profile"` // the heap profile's file
+}
+
+// memStats is what a process's Go runtime holds (runtime.MemStats), read from the text
+// heap profile: where an RSS that grows while the live heap does not goes.
+type memStats struct {
+	HeapInuse    uint64 `json:"heap_inuse_bytes"`
+	HeapAlloc    uint64 `json:"heap_alloc_bytes"` // live objects after the GC
+	HeapSys      uint64 `json:"heap_sys_bytes"`
+	HeapReleased uint64 `json:"heap_released_bytes"` // returned to the OS: HeapSys − HeapReleased is heap the process keeps
+	StackInuse   uint64 `json:"stack_inuse_bytes"`
+	Sys          uint64 `json:"sys_bytes"` // every byte the runtime obtained from the OS
 }
 
 // saveHeaps fetches from each instance's admin listener (PPROF=1) its heap profile after
@@ -57,7 +67,7 @@ func saveHeaps(ctx context.Context, instances []chaos.Instance, dir, point strin
 		}
 		if err := getTo(ctx, client, "http://"+addr+"/debug/pprof/heap?debug=1", func(r io.Reader) error {
 			var err error
-			hp.HeapInuse, hp.HeapAlloc, err = memStats(r)
+			hp.memStats, err = readMemStats(r)
 			return err
 		}); err != nil {
 			return out, fmt.Errorf("soak: heap of %s: %w", in.Name, err)
@@ -83,37 +93,36 @@ func getTo(ctx context.Context, client *http.Client, url string, read func(io.Re
 	return read(resp.Body)
 }
 
-// memStats reads HeapInuse and HeapAlloc from the "# Name = value" lines that end the
-// text heap profile (/debug/pprof/heap?debug=1).
-func memStats(r io.Reader) (inuse, alloc uint64, err error) {
-	var seen int
+// readMemStats reads the "# Name = value" lines that end the text heap profile
+// (/debug/pprof/heap?debug=1); the Stack line is "in use / obtained".
+func readMemStats(r io.Reader) (memStats, error) {
+	var m memStats
+	fields := map[string]*uint64{"HeapInuse": &m.HeapInuse, "HeapAlloc": &m.HeapAlloc, "HeapSys": &m.HeapSys,
+		"HeapReleased": &m.HeapReleased, "Stack": &m.StackInuse, "Sys": &m.Sys}
+	seen := 0
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
 	for sc.Scan() {
 		name, value, ok := strings.Cut(strings.TrimPrefix(sc.Text(), "# "), " = ")
-		if !ok {
+		field, known := fields[name]
+		if !ok || !known {
 			continue
 		}
-		switch name {
-		case "HeapInuse":
-			inuse, err = strconv.ParseUint(value, 10, 64)
-		case "HeapAlloc":
-			alloc, err = strconv.ParseUint(value, 10, 64)
-		default:
-			continue
-		}
+		value, _, _ = strings.Cut(value, " ")
+		n, err := strconv.ParseUint(value, 10, 64)
 		if err != nil {
-			return 0, 0, fmt.Errorf("%s: %w", name, err)
+			return m, fmt.Errorf("%s: %w", name, err)
 		}
+		*field = n
 		seen++
 	}
 	if err := sc.Err(); err != nil {
-		return 0, 0, err
+		return m, err
 	}
-	if seen < 2 {
-		return 0, 0, fmt.Errorf("no HeapInuse and HeapAlloc in the heap profile")
+	if seen < len(fields) {
+		return m, fmt.Errorf("the heap profile names %d of the %d runtime.MemStats fields read", seen, len(fields))
 	}
-	return inuse, alloc, nil
+	return m, nil
 }
 
 // printHeap prints each instance's heap at every point, and the pprof command that
@@ -126,12 +135,14 @@ func printHeap(w io.Writer, hs []heapPoint) {
 	for _, h := range hs {
 		byInstance[h.Instance] = append(byInstance[h.Instance], h)
 	}
-	fmt.Fprintln(w, "heap after a forced GC, HeapInuse / HeapAlloc MiB, per point:")
+	fmt.Fprintln(w, "Go memory after a forced GC, MiB, per point: live heap (HeapAlloc) / heap in use / heap kept (HeapSys − HeapReleased) / stacks / all the runtime holds (Sys):")
+	mib := func(b uint64) float64 { return float64(b) / (1 << 20) }
 	for _, name := range sortedKeys(byInstance) {
 		ps := byInstance[name]
 		fmt.Fprintf(w, "  %-12s", name)
 		for _, p := range ps {
-			fmt.Fprintf(w, " %s (%.0f s) %.1f / %.1f", p.Point, p.T, float64(p.HeapInuse)/(1<<20), float64(p.HeapAlloc)/(1<<20))
+			fmt.Fprintf(w, " %s (%.0f s) %.1f / %.1f / %.1f / %.1f / %.1f", p.Point, p.T, mib(p.HeapAlloc), mib(p.HeapInuse),
+				mib(p.HeapSys-p.HeapReleased), mib(p.StackInuse), mib(p.Sys))
 		}
 		fmt.Fprintln(w)
 		if len(ps) > 1 {

@@ -15,7 +15,7 @@ import (
 )
 
 // TestSaveHeaps: an instance's heap profile is saved from its admin listener (named in
-// its log) as gzip'd protobuf, and its HeapInuse and HeapAlloc are read from the text
+// its log) as gzip'd protobuf, and its runtime.MemStats figures are read from the text
 // profile; two points print the pprof command that compares them.
 func TestSaveHeaps(t *testing.T) {
 	mux := http.NewServeMux()
@@ -45,8 +45,8 @@ func TestSaveHeaps(t *testing.T) {
 		if err != nil || !bytes.HasPrefix(b, []byte{0x1f, 0x8b}) {
 			t.Errorf("%s: %v, want a gzip'd profile", h.Profile, err)
 		}
-		if h.HeapInuse == 0 || h.HeapAlloc == 0 {
-			t.Errorf("%+v, want HeapInuse and HeapAlloc", h)
+		if m := h.memStats; m.HeapInuse == 0 || m.HeapAlloc == 0 || m.HeapSys < m.HeapInuse || m.StackInuse == 0 || m.Sys < m.HeapSys {
+			t.Errorf("%+v, want every runtime.MemStats field read", h)
 		}
 	}
 	var b strings.Builder
