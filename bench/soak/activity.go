@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -464,16 +463,6 @@ func printDrift(w io.Writer, d *driftReport) {
 		fmt.Fprintln(w, "  active client backends per minute (average per sample; by service, by wait type) and autovacuum workers:")
 	}
 	for _, m := range d.Minutes {
-		fmt.Fprintf(w, "    %3d  %5.2f  %s  %s  autovacuum %.2f\n", m.Minute, m.Active, fmtShares(m.ByService), fmtShares(m.ByWaitType), m.Autovacuum)
+		fmt.Fprintf(w, "    %3d  %5.2f  %s  %s  autovacuum %.2f\n", m.Minute, m.Active, fmtMap(m.ByService, 2), fmtMap(m.ByWaitType, 2), m.Autovacuum)
 	}
-}
-
-// fmtShares is m's entries in key order, "k=v".
-func fmtShares(m map[string]float64) string {
-	keys := slices.Sorted(maps.Keys(m))
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s=%.2f", k, m[k])
-	}
-	return strings.Join(parts, " ")
 }

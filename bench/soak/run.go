@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -251,7 +253,7 @@ func run(ctx context.Context, c config) (*results, error) {
 		}
 		mu.Unlock()
 		res.Samples = append(res.Samples, s)
-		logf("t=%4.0fs offered %d confirmed %d rss %v tracker lag %d", s.T, s.Offered, s.Confirmed, fmtRSS(s.RSSMiB), s.TrackerLag)
+		logf("t=%4.0fs offered %d confirmed %d rss %v tracker lag %d", s.T, s.Offered, s.Confirmed, fmtMap(s.RSSMiB, 0), s.TrackerLag)
 	}
 	saveHeap := func(point string) {
 		hs, err := saveHeaps(context.WithoutCancel(ctx), sys.Instances(), c.profiles, point, time.Since(start).Seconds())
@@ -438,17 +440,14 @@ func perMinute(orders []*order, w *orderwatch.Watcher, start time.Time) []minute
 	return out
 }
 
-func fmtRSS(m map[string]float64) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+// fmtMap is m's entries in key order, "k=v" with v to prec decimals.
+func fmtMap(m map[string]float64, prec int) string {
+	keys := slices.Sorted(maps.Keys(m))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%.*f", k, prec, m[k])
 	}
-	sort.Strings(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		fmt.Fprintf(&b, "%s=%.0f ", k, m[k])
-	}
-	return strings.TrimSpace(b.String())
+	return strings.Join(parts, " ")
 }
 
 // withDB returns the URL base naming database name.
