@@ -164,9 +164,11 @@ func run(ctx context.Context, c config) (*results, error) {
 	time.Sleep(3 * time.Second) // the tracker joins its group
 
 	var (
-		mu     sync.Mutex
-		orders []*order
-		errs   int
+		mu       sync.Mutex
+		orders   []*order
+		answered []*order // the orders whose POST returned an id, in that order
+		errs     int
+		counts   tally
 	)
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	start := time.Now()
@@ -211,6 +213,7 @@ func run(ctx context.Context, c config) (*results, error) {
 					return
 				}
 				o.id, o.posted = id, time.Now()
+				answered = append(answered, o)
 			})
 		}
 	})
@@ -242,16 +245,11 @@ func run(ctx context.Context, c config) (*results, error) {
 			}
 		}
 		mu.Lock()
-		for _, o := range orders {
-			if o.id == "" {
-				continue
-			}
-			s.Offered++
-			if e, ok := w.Lookup(o.id); ok && e.Outcome == orderwatch.Confirmed {
-				s.Confirmed++
-			}
-		}
+		fresh := answered[counts.taken:]
+		counts.taken = len(answered)
 		mu.Unlock()
+		counts.update(fresh, w.Lookup)
+		s.Offered, s.Confirmed = counts.offered, counts.confirmed
 		res.Samples = append(res.Samples, s)
 		logf("t=%4.0fs offered %d confirmed %d rss %v tracker lag %d", s.T, s.Offered, s.Confirmed, fmtMap(s.RSSMiB, 0), s.TrackerLag)
 	}
@@ -367,6 +365,33 @@ func run(ctx context.Context, c config) (*results, error) {
 // writeOrders writes every placed order as a CSV line of seconds since the load began:
 // when it was due, when its POST was answered and when its terminal event was read
 // (-1: none), and its outcome.
+// tally counts the answered orders and the confirmed among them as they come, so that a
+// sample looks up only the orders not yet settled. Walking every order under the load
+// generator's mutex, as a sample once did, delayed the POSTs due meanwhile (tens of ms at
+// 500k orders): a load tool must not limit what it measures.
+type tally struct {
+	taken              int      // answered orders handed to update so far
+	open               []*order // answered orders without a terminal event yet
+	offered, confirmed int
+}
+
+// update adds the orders answered since the last call and looks up the open ones.
+func (t *tally) update(fresh []*order, lookup func(id string) (orderwatch.Terminal, bool)) {
+	t.offered += len(fresh)
+	open := append(t.open, fresh...)
+	t.open = open[:0]
+	for _, o := range open {
+		e, ok := lookup(o.id)
+		switch {
+		case !ok:
+			t.open = append(t.open, o)
+		case e.Outcome == orderwatch.Confirmed:
+			t.confirmed++
+		}
+	}
+	clear(open[len(t.open):])
+}
+
 func writeOrders(path string, orders []*order, w *orderwatch.Watcher, start time.Time) error {
 	var b strings.Builder
 	b.WriteString("due_s,posted_s,terminal_s,outcome\n")
