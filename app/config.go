@@ -415,15 +415,16 @@ func (c Config) DatabaseName() string {
 // across instances, is in docs/operations.md ("Postgres connections").
 func defaultDatabaseMaxConns(partitions int) int { return 4*partitions + 4 }
 
-// defaultDatabaseIdleTime is how long a pool connection stays open unused before the
-// pool's health check (every defaultDatabaseHealthCheck) closes it (down to a
-// pool_min_conns of the URL, if any); pgx's default is 30 minutes, so a burst's connections stayed open for
-// half an hour. A minute still keeps every connection a steady load uses (the pool hands
-// out the most recently used first), while a burst's extra backends are gone 1 to 1.25
-// minutes after it.
+// defaultDatabaseIdleTime is how long a pool connection stays open unused before it is
+// closed (down to a pool_min_conns of the URL, if any), checked every
+// defaultDatabaseIdleCheck by a poolidle.Closer; pgx's own default is 30 minutes, and its
+// health check hands the least recently used connections out first, so under bursts a
+// pool kept every connection its largest burst opened. The Closer keeps the most
+// recently used in front: a steady load keeps the connections it uses, and a burst's
+// surplus is closed 1 to 1.25 minutes after the burst.
 const (
-	defaultDatabaseIdleTime    = time.Minute
-	defaultDatabaseHealthCheck = 15 * time.Second
+	defaultDatabaseIdleTime  = time.Minute
+	defaultDatabaseIdleCheck = 15 * time.Second
 )
 
 // queryModeParam is pgx's connection-string parameter of the query mode.

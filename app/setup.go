@@ -12,6 +12,7 @@ import (
 
 	"github.com/choreo-saga/choreo/consumer"
 	"github.com/choreo-saga/choreo/idempotency"
+	"github.com/choreo-saga/choreo/internal/poolidle"
 	"github.com/choreo-saga/choreo/internal/retention"
 	"github.com/choreo-saga/choreo/lock"
 	"github.com/choreo-saga/choreo/migrate"
@@ -42,11 +43,11 @@ func (a *App) connectPostgres(ctx context.Context, inst []tracing.InstrumentOpti
 	if cfg.DatabaseMinConns > 0 && !strings.Contains(cfg.DatabaseURL, "pool_min_conns") {
 		warm = min(cfg.DatabaseMinConns, pcfg.MaxConns)
 	}
-	if !strings.Contains(cfg.DatabaseURL, "pool_max_conn_idle_time") {
-		pcfg.MaxConnIdleTime = defaultDatabaseIdleTime
-	}
-	if !strings.Contains(cfg.DatabaseURL, "pool_health_check_period") {
-		pcfg.HealthCheckPeriod = defaultDatabaseHealthCheck
+	// Idle connections: closed by a poolidle.Closer unless the URL sets pgxpool's own
+	// idle time or health check period, which then do it.
+	var idle *poolidle.Closer
+	if !strings.Contains(cfg.DatabaseURL, "pool_max_conn_idle_time") && !strings.Contains(cfg.DatabaseURL, "pool_health_check_period") {
+		idle = poolidle.New(pcfg, defaultDatabaseIdleTime)
 	}
 	if o.poolConfig != nil {
 		o.poolConfig(pcfg)
@@ -67,6 +68,12 @@ func (a *App) connectPostgres(ctx context.Context, inst []tracing.InstrumentOpti
 		return fmt.Errorf("app: postgres database %q: %w", cfg.DatabaseName(), err)
 	}
 	a.checks = append(a.checks, namedCheck{"postgres", postgresCheck(a.Pool)})
+	if idle != nil {
+		a.workers = append(a.workers, component{name: "postgres idle closer", mustRun: true, run: func(ctx context.Context) error {
+			idle.Run(ctx, a.Pool, defaultDatabaseIdleCheck)
+			return nil
+		}})
+	}
 	return nil
 }
 

@@ -19,11 +19,14 @@ type tableSample struct {
 }
 
 type sample struct {
-	T         float64                `json:"t_seconds"`
-	RSSMiB    map[string]float64     `json:"rss_mib"`
-	Tables    map[string]tableSample `json:"tables"`
-	Offered   int                    `json:"offered"`
-	Confirmed int                    `json:"confirmed"`
+	T      float64                `json:"t_seconds"`
+	RSSMiB map[string]float64     `json:"rss_mib"`
+	Tables map[string]tableSample `json:"tables"`
+	// Sessions are the client backends on each database but the soak's own: a
+	// service's pool and its relay's sessions.
+	Sessions  map[string]int `json:"sessions"`
+	Offered   int            `json:"offered"`
+	Confirmed int            `json:"confirmed"`
 	// TrackerLag is the records of the tracker's topics its group has not committed
 	// (-1: not known at that sample).
 	TrackerLag int64 `json:"tracker_lag"`

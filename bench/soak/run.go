@@ -134,9 +134,11 @@ func run(ctx context.Context, c config) (*results, error) {
 	defer func() { _ = tr.Process.Signal(os.Interrupt); _ = tr.Wait() }()
 	pids["tracker"] = tr.Process.Pid
 
-	dbURLs := map[string]string{"tracker": trackerURL}
+	// The soak's own sessions are named, so the sessions counted per database are the
+	// system's: a service's pool and its relay's.
+	dbURLs := map[string]string{"tracker": withParam(trackerURL, "application_name="+soakApp)}
 	for svc, name := range sys.Databases() {
-		dbURLs[svc] = withDB(pgURL, name)
+		dbURLs[svc] = withParam(withDB(pgURL, name), "application_name="+soakApp)
 	}
 	pools := map[string]*pgxpool.Pool{}
 	for svc, u := range dbURLs {
@@ -219,12 +221,16 @@ func run(ctx context.Context, c config) (*results, error) {
 	})
 
 	sampleOnce := func() {
-		s := sample{T: time.Since(start).Seconds(), RSSMiB: map[string]float64{}, Tables: map[string]tableSample{}}
+		s := sample{T: time.Since(start).Seconds(), RSSMiB: map[string]float64{}, Tables: map[string]tableSample{}, Sessions: map[string]int{}}
 		for name, pid := range pids {
 			rss, _, _ := procstat.Memory(pid)
 			s.RSSMiB[name] = float64(rss) / (1 << 20)
 		}
 		for svc, p := range pools {
+			var n int
+			if p.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND backend_type = 'client backend' AND application_name <> $1`, soakApp).Scan(&n) == nil {
+				s.Sessions[svc] = n
+			}
 			rows, err := p.Query(ctx, `SELECT relname, pg_total_relation_size(relid), pg_indexes_size(relid), n_live_tup, n_dead_tup FROM pg_stat_user_tables`)
 			if err != nil {
 				continue
@@ -251,7 +257,7 @@ func run(ctx context.Context, c config) (*results, error) {
 		counts.update(fresh, w.Lookup)
 		s.Offered, s.Confirmed = counts.offered, counts.confirmed
 		res.Samples = append(res.Samples, s)
-		logf("t=%4.0fs offered %d confirmed %d rss %v tracker lag %d", s.T, s.Offered, s.Confirmed, fmtMap(s.RSSMiB, 0), s.TrackerLag)
+		logf("t=%4.0fs offered %d confirmed %d rss %v sessions %v tracker lag %d", s.T, s.Offered, s.Confirmed, fmtMap(s.RSSMiB, 0), s.Sessions, s.TrackerLag)
 	}
 	saveHeap := func(point string) {
 		hs, err := saveHeaps(context.WithoutCancel(ctx), sys.Instances(), c.profiles, point, time.Since(start).Seconds())
@@ -476,6 +482,17 @@ func fmtMap(m map[string]float64, prec int) string {
 }
 
 // withDB returns the URL base naming database name.
+// soakApp is the application_name of the soak's own sessions.
+const soakApp = "choreo-soak"
+
+// withParam adds a query parameter (k=v) to a connection URL.
+func withParam(u, kv string) string {
+	if strings.Contains(u, "?") {
+		return u + "&" + kv
+	}
+	return u + "?" + kv
+}
+
 func withDB(base, name string) string {
 	i := strings.LastIndex(base, "/")
 	q := ""
