@@ -326,7 +326,7 @@ func TestAppLifecycle(t *testing.T) {
 	}
 
 	code, metrics := get(t, a.base+"/metrics")
-	for _, m := range []string{"choreo_consumer_outcomes", "choreo_outbox_published", "http_server", "go_goroutines"} {
+	for _, m := range []string{"choreo_consumer_outcomes", "choreo_outbox_published", "http_server", "go_goroutines", "choreo_db_pool_idle_closed"} {
 		if code != 200 || !strings.Contains(metrics, m) {
 			t.Errorf("/metrics lacks %s", m)
 		}

@@ -117,7 +117,8 @@ type Config struct {
 	// A pool_max_conns parameter in DatabaseURL wins. Each consumer worker holds a
 	// connection for its transaction, so a pool smaller than the partitions assigned to
 	// the instance makes workers queue. Connections idle for defaultDatabaseIdleTime are
-	// closed (pool_max_conn_idle_time in DatabaseURL wins); "Postgres connections" in
+	// closed (pool_max_conn_idle_time or pool_health_check_period in DatabaseURL hand this
+	// to pgxpool's own health check); "Postgres connections" in
 	// docs/operations.md has the formula per instance and across instances.
 	DatabaseMaxConns int32
 	// DatabaseMinConns is how many Postgres connections the pool opens before the App

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/metric"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/choreo-saga/choreo/consumer"
@@ -19,6 +20,10 @@ import (
 	"github.com/choreo-saga/choreo/outbox"
 	"github.com/choreo-saga/choreo/tracing"
 )
+
+// MetricPoolIdleClosed counts the Postgres pool's connections closed after
+// defaultDatabaseIdleTime unused (see Config.DatabaseMaxConns).
+const MetricPoolIdleClosed = "choreo.db.pool.idle_closed"
 
 // The steps of New, in order. Each opens what it names and records it on the App, whose
 // closeResources releases it if a later step fails.
@@ -69,6 +74,15 @@ func (a *App) connectPostgres(ctx context.Context, inst []tracing.InstrumentOpti
 	}
 	a.checks = append(a.checks, namedCheck{"postgres", postgresCheck(a.Pool)})
 	if idle != nil {
+		// pgxpool's own pgxpool_max_idle_destroys_total stays 0: the Closer counts its closes.
+		if _, err := a.Telemetry.MeterProvider.Meter("github.com/choreo-saga/choreo/app").Int64ObservableCounter(MetricPoolIdleClosed,
+			metric.WithUnit("{connection}"), metric.WithDescription("Postgres pool connections closed after a minute unused"),
+			metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+				o.Observe(idle.Closed())
+				return nil
+			})); err != nil {
+			return fmt.Errorf("app: postgres: %w", err)
+		}
 		a.workers = append(a.workers, component{name: "postgres idle closer", mustRun: true, run: func(ctx context.Context) error {
 			idle.Run(ctx, a.Pool, defaultDatabaseIdleCheck)
 			return nil
