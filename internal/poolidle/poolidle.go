@@ -3,13 +3,14 @@
 //
 // pgxpool closes idle connections in its health check, which takes every idle connection
 // and gives them back in the order it took them: the least recently used end up first in
-// line. Under a load with bursts, the next burst then uses the coldest connections, so
-// every 15 s (the check's period) some connections that were about to be closed are used
-// again, and a pool that a burst grew keeps its size as long as bursts come more often
-// than the idle time (measured: 0 connections closed in 25 minutes of the order service's
-// soak while its pool grew from 22 to over 40, most of them idle at any moment). A
-// Closer gives the kept connections back least recently used first, so the hot ones stay
-// in front and only a burst's surplus goes cold and is closed.
+// line. Under a load with bursts, the next burst then uses the coldest connections, so at
+// every check (every 15 s in choreo's services) connections that were about to be closed
+// are used again, and a pool keeps what its largest burst opened as long as bursts come
+// more often than the idle time (measured in the order service's 25-minute soak at 157
+// orders/s: 4 connections closed while its pool grew from 22 to its cap of 60, most of
+// them idle at any moment). A Closer gives the connections it keeps back least recently
+// used first, so the hot ones stay in front and only a burst's surplus goes cold and is
+// closed.
 package poolidle
 
 import (

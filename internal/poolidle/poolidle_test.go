@@ -111,3 +111,33 @@ func TestSweepKeepsMinConns(t *testing.T) {
 		t.Errorf("%d connections after another sweep, want MinConns (2)", got)
 	}
 }
+
+// BenchmarkAcquireRelease: what the Closer's use record adds to a pool round trip
+// without a statement (acquire, release): run with -bench . and compare the two.
+func BenchmarkAcquireRelease(b *testing.B) {
+	for _, withCloser := range []bool{false, true} {
+		name := "pgxpool"
+		if withCloser {
+			name = "with-closer"
+		}
+		b.Run(name, func(b *testing.B) {
+			p := testenv.PostgresWith(b, func(cfg *pgxpool.Config) {
+				cfg.MaxConns = 4
+				if withCloser {
+					New(cfg, time.Minute)
+				}
+			})
+			ctx := context.Background()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					conn, err := p.Acquire(ctx)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					conn.Release()
+				}
+			})
+		})
+	}
+}
