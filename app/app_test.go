@@ -699,22 +699,41 @@ func TestWarmPool(t *testing.T) {
 }
 
 // TestWarmConnsCloseWhenIdle: DATABASE_MIN_CONNS's connections warm the pool at start but
-// are not kept: once idle past the pool's idle time (shortened here through the URL) they
-// close like any other, so an idle instance holds none of them.
+// are not kept: once idle past the pool's idle time they close like any other, so an idle
+// instance holds none of them. Here pgxpool's own health check closes them, with its idle
+// time and period shortened through the URL or WithPoolConfig (either hands the closing to
+// it; the App's own closer runs only in Run).
 func TestWarmConnsCloseWhenIdle(t *testing.T) {
-	dsn := freshDSN(t)
-	sep := "?"
-	if strings.Contains(dsn, "?") {
-		sep = "&"
+	short := func(c *pgxpool.Config) {
+		c.MaxConnIdleTime, c.HealthCheckPeriod = 200*time.Millisecond, 100*time.Millisecond
 	}
-	a, _, err := newPoolApp(t, dsn+sep+"pool_max_conn_idle_time=200ms&pool_health_check_period=100ms", "12", "4")
-	if err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		name  string
+		query string
+		opts  []app.Option
+	}{
+		{"url", "pool_max_conn_idle_time=200ms&pool_health_check_period=100ms", nil},
+		{"WithPoolConfig", "", []app.Option{app.WithPoolConfig(short)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dsn := freshDSN(t)
+			if tc.query != "" {
+				sep := "?"
+				if strings.Contains(dsn, "?") {
+					sep = "&"
+				}
+				dsn += sep + tc.query
+			}
+			a, _, err := newPoolApp(t, dsn, "12", "4", tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// (TestWarmPool checks that they are open when New returns.)
+			testenv.Eventually(t, time.Minute, "the warm-up's connections to close once idle", func() bool {
+				return a.Pool.Stat().TotalConns() == 0
+			})
+		})
 	}
-	// (TestWarmPool checks that they are open when New returns.)
-	testenv.Eventually(t, time.Minute, "the warm-up's connections to close once idle", func() bool {
-		return a.Pool.Stat().TotalConns() == 0
-	})
 }
 
 // TestWarmPoolShort: a warm-up the server cuts short (here a role's connection limit) is
@@ -760,7 +779,7 @@ func TestWarmPoolShort(t *testing.T) {
 
 // newPoolApp builds an App without Redis on dsn with the given DATABASE_MAX_CONNS and
 // DATABASE_MIN_CONNS, closed when the test ends, and returns its log.
-func newPoolApp(t *testing.T, dsn, maxConns, minConns string) (*app.App, *apptest.LogBuffer, error) {
+func newPoolApp(t *testing.T, dsn, maxConns, minConns string, opts ...app.Option) (*app.App, *apptest.LogBuffer, error) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -775,7 +794,7 @@ func newPoolApp(t *testing.T, dsn, maxConns, minConns string) (*app.App, *apptes
 		t.Fatal(err)
 	}
 	logs := &apptest.LogBuffer{}
-	a, err := app.New(context.Background(), cfg.Service, app.WithConfig(cfg), app.WithListener(ln), app.WithoutSignals(), app.WithLogOutput(logs))
+	a, err := app.New(context.Background(), cfg.Service, append([]app.Option{app.WithConfig(cfg), app.WithListener(ln), app.WithoutSignals(), app.WithLogOutput(logs)}, opts...)...)
 	if err != nil {
 		return nil, logs, err
 	}

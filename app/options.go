@@ -276,7 +276,8 @@ func WithIdempotencyStore(s *idempotency.Store) Option {
 }
 
 // WithPoolConfig adjusts the Postgres pool configuration (size, timeouts) before the
-// pool opens.
+// pool opens. Setting MaxConnIdleTime or HealthCheckPeriod hands the closing of idle
+// connections to pgxpool's own health check (see Config.DatabaseMaxConns).
 func WithPoolConfig(f func(*pgxpool.Config)) Option {
 	return func(o *options) error {
 		if f == nil {

@@ -48,14 +48,24 @@ func (a *App) connectPostgres(ctx context.Context, inst []tracing.InstrumentOpti
 	if cfg.DatabaseMinConns > 0 && !strings.Contains(cfg.DatabaseURL, "pool_min_conns") {
 		warm = min(cfg.DatabaseMinConns, pcfg.MaxConns)
 	}
-	// Idle connections: closed by a poolidle.Closer unless the URL sets pgxpool's own
-	// idle time or health check period, which then do it.
-	var idle *poolidle.Closer
-	if !strings.Contains(cfg.DatabaseURL, "pool_max_conn_idle_time") && !strings.Contains(cfg.DatabaseURL, "pool_health_check_period") {
-		idle = poolidle.New(pcfg, defaultDatabaseIdleTime)
-	}
+	parsedIdle, parsedCheck := pcfg.MaxConnIdleTime, pcfg.HealthCheckPeriod
 	if o.poolConfig != nil {
 		o.poolConfig(pcfg)
+	}
+	// Idle connections: closed by a poolidle.Closer (set up after WithPoolConfig, so it
+	// chains a BeforeClose set there) unless the URL or WithPoolConfig sets pgxpool's own
+	// idle time or health check period, which then do it.
+	var idle *poolidle.Closer
+	if !strings.Contains(cfg.DatabaseURL, "pool_max_conn_idle_time") && !strings.Contains(cfg.DatabaseURL, "pool_health_check_period") &&
+		pcfg.MaxConnIdleTime == parsedIdle && pcfg.HealthCheckPeriod == parsedCheck {
+		idle = poolidle.New(pcfg, defaultDatabaseIdleTime)
+	} else {
+		if !strings.Contains(cfg.DatabaseURL, "pool_max_conn_idle_time") && pcfg.MaxConnIdleTime == parsedIdle {
+			pcfg.MaxConnIdleTime = defaultDatabaseIdleTime
+		}
+		if !strings.Contains(cfg.DatabaseURL, "pool_health_check_period") && pcfg.HealthCheckPeriod == parsedCheck {
+			pcfg.HealthCheckPeriod = defaultDatabaseIdleCheck
+		}
 	}
 	tracing.InstrumentPostgres(pcfg, inst...)
 	if a.Pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {

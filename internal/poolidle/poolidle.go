@@ -27,8 +27,9 @@ import (
 // Closer records when each connection of a pool was last given back, and closes those
 // idle longer than its idle time (see Run).
 type Closer struct {
-	idle   time.Duration
-	closed atomic.Int64
+	idle        time.Duration
+	beforeClose func(*pgx.Conn) // the pool's BeforeClose hook before New chained to it
+	closed      atomic.Int64
 
 	mu       sync.Mutex
 	lastUsed map[*pgx.Conn]time.Time
@@ -36,7 +37,8 @@ type Closer struct {
 }
 
 // New returns a Closer of the connections idle longer than idle, and sets cfg up for it:
-// it chains a release tracer to cfg.ConnConfig.Tracer and a hook to cfg.BeforeClose, and
+// it chains a release tracer to cfg.ConnConfig.Tracer and a hook to cfg.BeforeClose (which
+// also runs before the Closer closes a connection), and
 // turns pgxpool's own idle closing off (MaxConnIdleTime and HealthCheckPeriod an hour, so
 // that its health check no longer reorders the idle connections every few seconds; the
 // check still closes connections past their lifetime, which Release does too). Open the
@@ -48,14 +50,14 @@ func New(cfg *pgxpool.Config, idle time.Duration) *Closer {
 	} else {
 		cfg.ConnConfig.Tracer = c
 	}
-	prevClose := cfg.BeforeClose
+	c.beforeClose = cfg.BeforeClose
 	cfg.BeforeClose = func(conn *pgx.Conn) {
 		c.mu.Lock()
 		delete(c.lastUsed, conn)
 		delete(c.sweeping, conn)
 		c.mu.Unlock()
-		if prevClose != nil {
-			prevClose(conn)
+		if c.beforeClose != nil {
+			c.beforeClose(conn)
 		}
 	}
 	cfg.MaxConnIdleTime, cfg.HealthCheckPeriod = time.Hour, time.Hour
@@ -131,6 +133,9 @@ func (c *Closer) Sweep(ctx context.Context, pool *pgxpool.Pool) int {
 		keep[i].Release()
 	}
 	for _, conn := range drop {
+		if c.beforeClose != nil {
+			c.beforeClose(conn)
+		}
 		_ = conn.Close(ctx)
 	}
 	c.closed.Add(int64(len(drop)))

@@ -2,9 +2,11 @@ package poolidle
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choreo-saga/choreo/internal/testenv"
@@ -57,11 +59,14 @@ func TestSweepKeepsMostRecentlyUsedFirst(t *testing.T) {
 }
 
 // TestSweepClosesABurstsSurplus: after a burst opened six connections, a steady user of
-// one keeps that one while the other five are closed once idle; the Closer forgets the
-// closed ones.
+// one keeps that one while the other five are closed once idle, each after the pool's
+// BeforeClose hook; the Closer forgets the closed ones.
 func TestSweepClosesABurstsSurplus(t *testing.T) {
 	ctx := context.Background()
-	p, c := openPool(t, 300*time.Millisecond, nil)
+	var hooked atomic.Int64
+	p, c := openPool(t, 300*time.Millisecond, func(cfg *pgxpool.Config) {
+		cfg.BeforeClose = func(*pgx.Conn) { hooked.Add(1) }
+	})
 	burst := make([]*pgxpool.Conn, 6)
 	for i := range burst {
 		burst[i] = acquire(t, p)
@@ -85,6 +90,9 @@ func TestSweepClosesABurstsSurplus(t *testing.T) {
 	}
 	if got := c.Closed(); got != 5 {
 		t.Errorf("Closed() = %d, want 5", got)
+	}
+	if got := hooked.Load(); got != 5 {
+		t.Errorf("the pool's BeforeClose ran %d times, want 5", got)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
