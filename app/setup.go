@@ -54,18 +54,18 @@ func (a *App) connectPostgres(ctx context.Context, inst []tracing.InstrumentOpti
 	}
 	// Idle connections: closed by a poolidle.Closer (set up after WithPoolConfig, so it
 	// chains a BeforeClose set there) unless the URL or WithPoolConfig sets pgxpool's own
-	// idle time or health check period, which then do it.
+	// idle time or health check period; pgxpool's health check then closes them, with the
+	// kit's default for whichever of the two is not set.
+	userIdle := strings.Contains(cfg.DatabaseURL, "pool_max_conn_idle_time") || pcfg.MaxConnIdleTime != parsedIdle
+	userCheck := strings.Contains(cfg.DatabaseURL, "pool_health_check_period") || pcfg.HealthCheckPeriod != parsedCheck
 	var idle *poolidle.Closer
-	if !strings.Contains(cfg.DatabaseURL, "pool_max_conn_idle_time") && !strings.Contains(cfg.DatabaseURL, "pool_health_check_period") &&
-		pcfg.MaxConnIdleTime == parsedIdle && pcfg.HealthCheckPeriod == parsedCheck {
+	switch {
+	case !userIdle && !userCheck:
 		idle = poolidle.New(pcfg, defaultDatabaseIdleTime)
-	} else {
-		if !strings.Contains(cfg.DatabaseURL, "pool_max_conn_idle_time") && pcfg.MaxConnIdleTime == parsedIdle {
-			pcfg.MaxConnIdleTime = defaultDatabaseIdleTime
-		}
-		if !strings.Contains(cfg.DatabaseURL, "pool_health_check_period") && pcfg.HealthCheckPeriod == parsedCheck {
-			pcfg.HealthCheckPeriod = defaultDatabaseIdleCheck
-		}
+	case !userIdle:
+		pcfg.MaxConnIdleTime = defaultDatabaseIdleTime
+	case !userCheck:
+		pcfg.HealthCheckPeriod = defaultDatabaseIdleCheck
 	}
 	tracing.InstrumentPostgres(pcfg, inst...)
 	if a.Pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
